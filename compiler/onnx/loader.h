@@ -1,0 +1,115 @@
+// The ONNX front end: untrusted model bytes in, immutable graph IR (compiler/onnx/ir.h) out.
+//
+// This is the only module in Kiln that touches onnx::ModelProto. Pipeline of LoadModel():
+//   1. limits    — size (<= LoaderLimits::max_model_bytes, and < 2 GiB, protobuf's hard limit),
+//                  then an iterative pre-scan of the protobuf wire format that counts nodes and
+//                  subgraph nesting depth before anything is allocated for them;
+//   2. parse     — onnx::ModelProto from the bytes, with a protobuf recursion limit derived from
+//                  LoaderLimits::max_graph_depth;
+//   3. structure — Kiln's own validation (iterative, never recursive), done *before* onnx's
+//                  library code sees the graph, because onnx 1.12's shape inference, checker and
+//                  IR import crash (not throw) on some malformed graphs. It checks: opset imports
+//                  (default domain 6..17), known ops and their arity against the op schema,
+//                  required inputs present, every input defined (graph input, initializer, node
+//                  output, or outer scope for subgraphs), single assignment, graph outputs
+//                  produced, value_info naming existing tensors, nodes with >= 1 output,
+//                  external-data tensors (rejected, no path is ever opened), tensor payload
+//                  sizes (element count x element size == bytes), caps on total tensor bytes;
+//                  and it orders nodes topologically (a cycle is an error naming a node on it);
+//   4. onnx::shape_inference::InferShapes (strict), with MaxPool/AveragePool output shapes for
+//      ceil_mode=1 computed by the corrected rule of onnx PR #5741 (see below);
+//   5. onnx::checker::check_model;
+//   6. IR build — attributes completed with schema defaults from onnx::OpSchemaRegistry for the
+//      model's opset, Constant nodes folded to constant tensors, Identity / inference Dropout
+//      removed, initializer payloads decoded (moved out of the protobuf, not copied).
+// No exception escapes: everything onnx throws becomes a Status.
+//
+// Pooling ceil_mode (onnx PR #5741, agreed by PyTorch and ONNX Runtime): with ceil_mode=1 the last
+// pooling window must start inside the input plus the begin padding, i.e.
+//   out = ceil((in + pad_begin + pad_end - ((k - 1) * dilation + 1)) / stride) + 1,
+//   and if (out - 1) * stride >= in + pad_begin then out -= 1.
+// onnx 1.12 lacks the correction; Kiln applies it during shape inference, and declared shapes
+// of tensors downstream of such a pool never fail the model (inference replaces them).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "compiler/onnx/ir.h"
+
+namespace kiln::onnx_fe {
+
+/// Resource caps for one load. Exceeding any of them is RESOURCE_EXHAUSTED with a message naming
+/// the cap and its value.
+struct LoaderLimits {
+  /// Largest accepted serialized model (bytes). Independently, anything >= 2 GiB is rejected
+  /// because protobuf cannot parse a larger message.
+  size_t max_model_bytes = size_t{1} << 30;
+  /// Largest number of nodes, counted over the main graph and all subgraphs.
+  size_t max_nodes = 1'000'000;
+  /// Deepest subgraph nesting (main graph = 0; an If inside the main graph has depth-1 branches).
+  size_t max_graph_depth = 16;
+  /// Largest total payload of all constant tensors (initializers, Constant nodes, tensor
+  /// attributes), in bytes as stored in the model.
+  size_t max_total_tensor_bytes = size_t{1} << 31;
+};
+
+/// Options for one load.
+struct LoadOptions {
+  LoaderLimits limits;
+  /// Symbolic dims of graph inputs to fix before shape inference (e.g. {"batch", 1}); shapes are
+  /// then inferred with the values. A symbol not present in the model is ignored.
+  std::map<std::string, int64_t> bind_symbols;
+  /// Name used in error messages (e.g. the upload's name or model_id); may be empty.
+  std::string model_name;
+};
+
+/// Which stage rejected the model.
+enum class LoadStage {
+  kLimits,
+  kParse,
+  kStructure,
+  kShapeInference,
+  kChecker,
+  kBuild,
+};
+const char* LoadStageName(LoadStage stage);
+
+/// Structured description of a load failure. `code` is one of
+///   INVALID_ARGUMENT    — the bytes are not a valid ONNX model, or the graph is malformed;
+///   FAILED_PRECONDITION — a valid model Kiln cannot represent (unsupported opset or domain,
+///                         external data, STRING tensors, Dropout in training mode, ...);
+///   RESOURCE_EXHAUSTED  — a LoaderLimits cap or the 2 GiB protobuf limit was exceeded.
+/// Fields that do not apply are empty.
+struct LoadError {
+  StatusCode code = StatusCode::kOk;
+  LoadStage stage = LoadStage::kParse;
+  std::string model;      ///< LoadOptions::model_name
+  std::string node;       ///< node name as in the model ("" when the node is unnamed or n/a)
+  std::string op_type;    ///< op type of that node
+  std::string attribute;  ///< attribute name
+  std::string tensor;     ///< tensor name
+  std::string message;    ///< what is wrong and what to do about it
+
+  /// The Status the services return: `code` and a message that includes the non-empty fields,
+  /// e.g. "model 'm': node 'conv1' (Conv): input 'W': ...".
+  Status ToStatus() const;
+};
+
+/// Loads a model from its serialized bytes (one self-contained .onnx file).
+/// `bytes` is only read during the call. Thread-safe: any number of concurrent loads.
+/// On failure returns the Status from LoadError::ToStatus() and, when `error` is non-null, fills
+/// it with the structured details.
+Result<std::shared_ptr<const Model>> LoadModel(std::string_view bytes, const LoadOptions& options = {},
+                                               LoadError* error = nullptr);
+
+/// Convenience overload: default options with the given limits.
+Result<std::shared_ptr<const Model>> LoadModel(std::string_view bytes, const LoaderLimits& limits,
+                                               LoadError* error = nullptr);
+
+}  // namespace kiln::onnx_fe
