@@ -7,6 +7,7 @@
 #include <chrono>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace kiln::server {
 
@@ -39,7 +40,7 @@ Status Daemon::Start() {
   store_ = std::move(store).value();
   auth_ = std::make_unique<Authenticator>(config_.token);
 
-  ServiceEnv env{metrics_.get(), auth_.get(), &shutting_down_};
+  ServiceEnv env{metrics_.get(), auth_.get(), &drain_};
   model_service_ = std::make_unique<ModelServiceImpl>(store_.get(), env);
 
   std::shared_ptr<grpc::ServerCredentials> creds;
@@ -88,13 +89,21 @@ Status Daemon::Start() {
 
 void Daemon::Shutdown() {
   if (!server_) return;
-  shutting_down_ = true;
+  drain_.Start();
   spdlog::info("shutting down: draining for up to {} s", config_.shutdown_grace_seconds);
   if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
   model_service_->CancelUploads();
-  auto deadline = std::chrono::system_clock::now() +
+  // gRPC's own Shutdown(deadline) waits out the whole deadline while any client keeps a
+  // connection open, so wait for our in-flight RPCs ourselves and then shut down at once.
+  auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::milliseconds(static_cast<int64_t>(config_.shutdown_grace_seconds * 1000));
-  server_->Shutdown(deadline);
+  while (drain_.inflight() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (drain_.inflight() > 0) {
+    spdlog::warn("grace period over: cancelling {} RPCs still in flight", drain_.inflight());
+  }
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   server_->Wait();
   server_.reset();
   spdlog::info("shutdown complete");

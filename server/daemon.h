@@ -41,7 +41,7 @@ class Daemon {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<ModelStore> store_;
   std::unique_ptr<Authenticator> auth_;
-  std::atomic<bool> shutting_down_{false};
+  Drain drain_;
   std::unique_ptr<ModelServiceImpl> model_service_;
   std::unique_ptr<grpc::Server> server_;
   std::string grpc_address_;

@@ -27,7 +27,7 @@ class ModelServiceImpl::UploadReactor final
                 kiln::v1::UploadModelResponse* response)
       : service_(service), context_(context), response_(response),
         scope_(service->env_, *context, "/kiln.v1.ModelService/UploadModel") {
-    grpc::Status auth = service_->env_.auth->Check(*context);
+    grpc::Status auth = scope_.Begin(*context);
     std::lock_guard<std::mutex> lock(mu_);
     if (!auth.ok()) {
       FinishLocked(auth);
@@ -165,7 +165,7 @@ class ModelServiceImpl::ReadReactor final
   ReadReactor(ModelServiceImpl* service, grpc::CallbackServerContext* context,
               const kiln::v1::ReadModelRequest* request)
       : scope_(service->env_, *context, "/kiln.v1.ModelService/ReadModel") {
-    grpc::Status auth = service->env_.auth->Check(*context);
+    grpc::Status auth = scope_.Begin(*context);
     if (!auth.ok()) {
       Finish(scope_.Done(auth));
       return;
@@ -243,7 +243,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext
                                                      kiln::v1::GetModelResponse* response) {
   auto* reactor = context->DefaultReactor();
   RpcScope scope(env_, *context, "/kiln.v1.ModelService/GetModel");
-  grpc::Status st = env_.auth->Check(*context);
+  grpc::Status st = scope.Begin(*context);
   if (st.ok()) {
     auto reader = store_->Open(request->model_id());
     auto info = store_->Get(request->model_id());
@@ -275,7 +275,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::ListModels(grpc::CallbackServerConte
                                                        kiln::v1::ListModelsResponse* response) {
   auto* reactor = context->DefaultReactor();
   RpcScope scope(env_, *context, "/kiln.v1.ModelService/ListModels");
-  grpc::Status st = env_.auth->Check(*context);
+  grpc::Status st = scope.Begin(*context);
   if (st.ok()) {
     for (const auto& m : store_->List()) ToProto(m, response->add_models());
   }
@@ -288,7 +288,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::DeleteModel(grpc::CallbackServerCont
                                                         kiln::v1::DeleteModelResponse*) {
   auto* reactor = context->DefaultReactor();
   RpcScope scope(env_, *context, "/kiln.v1.ModelService/DeleteModel");
-  grpc::Status st = env_.auth->Check(*context);
+  grpc::Status st = scope.Begin(*context);
   if (st.ok()) {
     st = ToGrpc(store_->Delete(request->model_id()));
     if (st.ok()) UpdateStoreMetrics();

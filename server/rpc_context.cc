@@ -29,7 +29,20 @@ grpc::Status Authenticator::Check(const grpc::ServerContextBase& context) const 
 
 RpcScope::RpcScope(const ServiceEnv& env, const grpc::ServerContextBase& context, std::string method)
     : env_(env), method_(std::move(method)), peer_(context.peer()),
-      start_(std::chrono::steady_clock::now()) {}
+      start_(std::chrono::steady_clock::now()) {
+  if (env_.drain) env_.drain->Enter();
+}
+
+RpcScope::~RpcScope() {
+  if (env_.drain && !done_) env_.drain->Leave();
+}
+
+grpc::Status RpcScope::Begin(const grpc::ServerContextBase& context) const {
+  if (env_.drain && env_.drain->draining()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "kilnd is shutting down; retry elsewhere");
+  }
+  return env_.auth ? env_.auth->Check(context) : grpc::Status::OK;
+}
 
 namespace {
 const char* GrpcCodeName(grpc::StatusCode code) {
@@ -40,6 +53,7 @@ const char* GrpcCodeName(grpc::StatusCode code) {
 grpc::Status RpcScope::Done(const grpc::Status& status) {
   if (done_) return status;
   done_ = true;
+  if (env_.drain) env_.drain->Leave();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const char* code = GrpcCodeName(status.error_code());
   if (env_.metrics) env_.metrics->ObserveRpc(method_, code, seconds);

@@ -28,17 +28,36 @@ class Authenticator {
   std::string token_;
 };
 
-/// What every handler needs: auth, metrics, and a flag raised when the server drains.
+/// Counts RPCs in progress and refuses new ones once the server drains.
+class Drain {
+ public:
+  void Enter() { inflight_.fetch_add(1); }
+  void Leave() { inflight_.fetch_sub(1); }
+  int inflight() const { return inflight_.load(); }
+  void Start() { draining_ = true; }
+  bool draining() const { return draining_.load(); }
+
+ private:
+  std::atomic<int> inflight_{0};
+  std::atomic<bool> draining_{false};
+};
+
+/// What every handler needs: auth, metrics, drain state.
 struct ServiceEnv {
   Metrics* metrics = nullptr;
   const Authenticator* auth = nullptr;
-  std::atomic<bool>* shutting_down = nullptr;
+  Drain* drain = nullptr;
 };
 
 /// Tracks one RPC from start to Finish; Finish() logs and records metrics exactly once.
 class RpcScope {
  public:
   RpcScope(const ServiceEnv& env, const grpc::ServerContextBase& context, std::string method);
+  ~RpcScope();
+  RpcScope(const RpcScope&) = delete;
+  RpcScope& operator=(const RpcScope&) = delete;
+  /// Admission: UNAVAILABLE while the server drains, else the bearer-token check.
+  grpc::Status Begin(const grpc::ServerContextBase& context) const;
   void AddBytes(uint64_t n) { bytes_ += n; }
   uint64_t bytes() const { return bytes_; }
   /// Logs and records `status`, then returns it (so handlers can write `Finish(scope.Done(s))`).

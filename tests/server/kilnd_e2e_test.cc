@@ -1,0 +1,348 @@
+// End-to-end tests of the real kilnd binary on 127.0.0.1 with ephemeral ports.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "common/sha256.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "kiln/v1/model.grpc.pb.h"
+#include "tests/server/kilnd_process.h"
+#include "tests/server/onnx_bytes.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln::testing {
+namespace {
+
+using kiln::v1::ModelService;
+
+class KilndE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("kiln-e2e-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (::testing::Test::HasFailure() || std::getenv("KILN_TEST_LOGS")) {
+      std::ifstream log(dir_ / "kilnd.log");
+      std::cerr << "---- kilnd log ----\n" << log.rdbuf() << "\n";
+    }
+    fs::remove_all(dir_);
+  }
+
+  std::unique_ptr<KilndProcess> Start(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+                                     "--data-dir", (dir_ / "data").string(),
+                                     "--shutdown-grace", "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<KilndProcess>(KILND_BINARY, args, (dir_ / "kilnd.log").string());
+  }
+
+  static std::shared_ptr<grpc::Channel> Channel(const KilndProcess& k) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(64 << 20);
+    return grpc::CreateCustomChannel(k.grpc_address(), grpc::InsecureChannelCredentials(), args);
+  }
+
+  // Uploads `bytes` in 1 MiB chunks.
+  static grpc::Status Upload(ModelService::Stub& stub, const std::string& name,
+                             const std::string& bytes, kiln::v1::UploadModelResponse* resp,
+                             const std::string& token = "") {
+    grpc::ClientContext ctx;
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    auto writer = stub.UploadModel(&ctx, resp);
+    kiln::v1::UploadModelRequest req;
+    req.mutable_header()->set_name(name);
+    req.mutable_header()->set_size_bytes(bytes.size());
+    req.mutable_header()->set_sha256(Sha256Hex(bytes));
+    writer->Write(req);
+    for (size_t off = 0; off < bytes.size(); off += 1 << 20) {
+      req.set_chunk(bytes.substr(off, 1 << 20));
+      if (!writer->Write(req)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  static std::string ReadBack(ModelService::Stub& stub, const std::string& id) {
+    grpc::ClientContext ctx;
+    kiln::v1::ReadModelRequest req;
+    req.set_model_id(id);
+    auto reader = stub.ReadModel(&ctx, req);
+    kiln::v1::ReadModelResponse resp;
+    std::string out;
+    while (reader->Read(&resp)) out += resp.chunk();
+    EXPECT_TRUE(reader->Finish().ok());
+    return out;
+  }
+
+  // Parses the Prometheus text format into "name{labels}" -> value.
+  static std::map<std::string, double> Scrape(const KilndProcess& k) {
+    std::string body = HttpGet(k.metrics_address(), "/metrics");
+    std::map<std::string, double> out;
+    std::istringstream in(body);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      auto sp = line.rfind(' ');
+      out[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
+    }
+    return out;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(KilndE2E, UploadTwentyMiBReadBackAndSurviveRestart) {
+  std::string bytes = MakeOnnxBytes(20 << 20);
+  std::string id;
+  {
+    auto k = Start();
+    auto stub = ModelService::NewStub(Channel(*k));
+    kiln::v1::UploadModelResponse resp;
+    grpc::Status st = Upload(*stub, "big", bytes, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    id = resp.model().model_id();
+    EXPECT_EQ(id, Sha256Hex(bytes));
+    EXPECT_EQ(resp.model().size_bytes(), bytes.size());
+    EXPECT_EQ(ReadBack(*stub, id), bytes);
+    EXPECT_EQ(k->Stop(), 0);
+  }
+  auto k = Start();
+  auto stub = ModelService::NewStub(Channel(*k));
+  grpc::ClientContext ctx;
+  kiln::v1::ListModelsResponse list;
+  ASSERT_TRUE(stub->ListModels(&ctx, {}, &list).ok());
+  ASSERT_EQ(list.models_size(), 1);
+  EXPECT_EQ(list.models(0).model_id(), id);
+  EXPECT_EQ(list.models(0).names(0), "big");
+  EXPECT_EQ(ReadBack(*stub, "big"), bytes);
+  // Small models also come back inline from GetModel.
+  std::string small = MakeOnnxBytes(1000, 3);
+  kiln::v1::UploadModelResponse resp;
+  ASSERT_TRUE(Upload(*stub, "small", small, &resp).ok());
+  grpc::ClientContext gctx;
+  kiln::v1::GetModelRequest greq;
+  greq.set_model_id("small");
+  greq.set_include_bytes(true);
+  kiln::v1::GetModelResponse gresp;
+  ASSERT_TRUE(stub->GetModel(&gctx, greq, &gresp).ok());
+  EXPECT_EQ(gresp.model_bytes(), small);
+  EXPECT_EQ(gresp.model().opset(), 13);
+  EXPECT_EQ(k->Stop(), 0);
+}
+
+TEST_F(KilndE2E, BadUploadsGetClearErrors) {
+  auto k = Start({"--max-model-bytes", "100000"});
+  auto stub = ModelService::NewStub(Channel(*k));
+  kiln::v1::UploadModelResponse resp;
+  grpc::Status st = Upload(*stub, "junk", std::string(5000, 'j'), &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("not an ONNX model"), std::string::npos) << st.error_message();
+  st = Upload(*stub, "huge", MakeOnnxBytes(200000), &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(st.error_message().find("max_model_bytes"), std::string::npos);
+  grpc::ClientContext ctx;
+  kiln::v1::GetModelRequest req;
+  req.set_model_id("nope");
+  kiln::v1::GetModelResponse gresp;
+  EXPECT_EQ(stub->GetModel(&ctx, req, &gresp).error_code(), grpc::StatusCode::NOT_FOUND);
+  grpc::ClientContext lctx;
+  kiln::v1::ListModelsResponse list;
+  ASSERT_TRUE(stub->ListModels(&lctx, {}, &list).ok());
+  EXPECT_EQ(list.models_size(), 0);
+  EXPECT_EQ(k->Stop(), 0);
+}
+
+TEST_F(KilndE2E, TokenAuthentication) {
+  auto k = Start({"--token", "s3cret"});
+  auto channel = Channel(*k);
+  auto stub = ModelService::NewStub(channel);
+  std::string bytes = MakeOnnxBytes(1000);
+  kiln::v1::UploadModelResponse resp;
+  EXPECT_EQ(Upload(*stub, "m", bytes, &resp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Upload(*stub, "m", bytes, &resp, "wrong").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(Upload(*stub, "m", bytes, &resp, "s3cret").ok());
+  {
+    grpc::ClientContext ctx;
+    kiln::v1::ListModelsResponse list;
+    EXPECT_EQ(stub->ListModels(&ctx, {}, &list).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer s3cret");
+    kiln::v1::ListModelsResponse list;
+    ASSERT_TRUE(stub->ListModels(&ctx, {}, &list).ok());
+    EXPECT_EQ(list.models_size(), 1);
+  }
+  // Health needs no token.
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext hctx;
+  grpc::health::v1::HealthCheckResponse hresp;
+  ASSERT_TRUE(health->Check(&hctx, {}, &hresp).ok());
+  EXPECT_EQ(hresp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_EQ(k->Stop(), 0);
+}
+
+TEST_F(KilndE2E, TlsWithSelfSignedCertificate) {
+  std::string cert = (dir_ / "cert.pem").string(), key = (dir_ / "key.pem").string();
+  std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+                    "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " + key +
+                    " -out " + cert + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  auto k = Start({"--tls-cert", cert, "--tls-key", key});
+  std::ifstream in(cert);
+  std::stringstream pem;
+  pem << in.rdbuf();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = pem.str();
+  auto channel = grpc::CreateChannel(k->grpc_address(), grpc::SslCredentials(ssl));
+  auto stub = ModelService::NewStub(channel);
+  kiln::v1::UploadModelResponse resp;
+  std::string bytes = MakeOnnxBytes(3000);
+  grpc::Status st = Upload(*stub, "tls", bytes, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(resp.model().model_id(), Sha256Hex(bytes));
+  // A plaintext client cannot talk to the TLS port.
+  auto plain = ModelService::NewStub(Channel(*k));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  kiln::v1::ListModelsResponse list;
+  EXPECT_FALSE(plain->ListModels(&ctx, {}, &list).ok());
+  EXPECT_EQ(k->Stop(), 0);
+}
+
+TEST_F(KilndE2E, MetricsCountersRise) {
+  auto k = Start();
+  auto before = Scrape(*k);
+  ASSERT_FALSE(before.empty());
+  EXPECT_EQ(before["kiln_build_info{version=\"" KILN_VERSION "\"}"], 1);
+  EXPECT_EQ(before["kiln_model_store_models"], 0);
+  auto stub = ModelService::NewStub(Channel(*k));
+  std::string bytes = MakeOnnxBytes(50000);
+  kiln::v1::UploadModelResponse resp;
+  ASSERT_TRUE(Upload(*stub, "m", bytes, &resp).ok());
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext ctx;
+    kiln::v1::ListModelsResponse list;
+    ASSERT_TRUE(stub->ListModels(&ctx, {}, &list).ok());
+  }
+  auto after = Scrape(*k);
+  const std::string list_ok =
+      "kiln_grpc_requests_total{code=\"OK\",method=\"/kiln.v1.ModelService/ListModels\"}";
+  EXPECT_EQ(after[list_ok] - before[list_ok], 3);
+  EXPECT_EQ(after["kiln_grpc_requests_total{code=\"OK\",method=\"/kiln.v1.ModelService/UploadModel\"}"], 1);
+  EXPECT_EQ(after["kiln_upload_bytes_total"], static_cast<double>(bytes.size()));
+  EXPECT_EQ(after["kiln_model_store_models"], 1);
+  EXPECT_EQ(after["kiln_model_store_bytes"], static_cast<double>(bytes.size()));
+  EXPECT_EQ(after["kiln_grpc_request_duration_seconds_count{method=\"/kiln.v1.ModelService/ListModels\"}"], 3);
+  EXPECT_EQ(k->Stop(), 0);
+}
+
+TEST_F(KilndE2E, SigtermDuringUploadStoresNothingAndExitsZero) {
+  std::string stored = MakeOnnxBytes(1000, 5);
+  std::string bytes = MakeOnnxBytes(8 << 20, 6);
+  {
+    auto k = Start();
+    auto stub = ModelService::NewStub(Channel(*k));
+    kiln::v1::UploadModelResponse resp;
+    ASSERT_TRUE(Upload(*stub, "kept", stored, &resp).ok());
+
+    grpc::ClientContext ctx;
+    auto writer = stub->UploadModel(&ctx, &resp);
+    kiln::v1::UploadModelRequest req;
+    req.mutable_header()->set_name("interrupted");
+    req.mutable_header()->set_size_bytes(bytes.size());
+    req.mutable_header()->set_sha256(Sha256Hex(bytes));
+    ASSERT_TRUE(writer->Write(req));
+    req.set_chunk(bytes.substr(0, 1 << 20));
+    ASSERT_TRUE(writer->Write(req));
+    // Wait until the server has the upload open (it counts received bytes).
+    for (int i = 0; i < 200 && Scrape(*k)["kiln_upload_bytes_total"] < (1 << 20); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    kill(k->pid(), SIGTERM);
+    for (size_t off = 1 << 20; off < bytes.size(); off += 1 << 20) {
+      req.set_chunk(bytes.substr(off, 1 << 20));
+      if (!writer->Write(req)) break;
+    }
+    writer->WritesDone();
+    grpc::Status st = writer->Finish();
+    EXPECT_FALSE(st.ok());
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+    EXPECT_EQ(k->Stop(SIGTERM), 0);
+  }
+  size_t tmp_files = 0;
+  for ([[maybe_unused]] auto& e : fs::directory_iterator(dir_ / "data" / "tmp")) ++tmp_files;
+  EXPECT_EQ(tmp_files, 0u);
+  auto k = Start();
+  auto stub = ModelService::NewStub(Channel(*k));
+  grpc::ClientContext ctx;
+  kiln::v1::ListModelsResponse list;
+  ASSERT_TRUE(stub->ListModels(&ctx, {}, &list).ok());
+  ASSERT_EQ(list.models_size(), 1);
+  EXPECT_EQ(list.models(0).names(0), "kept");
+  EXPECT_EQ(ReadBack(*stub, "kept"), stored);
+  EXPECT_EQ(k->Stop(), 0);
+}
+
+TEST_F(KilndE2E, CliUploadListAndHealth) {
+  auto k = Start();
+  std::string model = (dir_ / "tiny.onnx").string();
+  std::ofstream(model, std::ios::binary) << MakeOnnxBytes(2000);
+  auto run = [&](const std::string& args, int* rc) {
+    std::string cmd = std::string(KILN_BINARY) + " --server " + k->grpc_address() + " " + args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    *rc = WEXITSTATUS(pclose(p));
+    return out;
+  };
+  int rc = -1;
+  std::string out = run("upload " + model + " --name tiny", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("upload 100%"), std::string::npos) << out;
+  out = run("models", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("tiny"), std::string::npos) << out;
+  out = run("health", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(out, "SERVING\n");
+  out = run("rm nope", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("NOT_FOUND"), std::string::npos) << out;
+  EXPECT_EQ(k->Stop(), 0);
+}
+
+TEST_F(KilndE2E, ConfigPrecedenceFlagsOverEnvOverFile) {
+  std::string cfg = (dir_ / "kiln.yaml").string();
+  std::ofstream(cfg) << "max_model_bytes: 10\nlisten: 127.0.0.1:1\n";
+  // The file's listen address is overridden by the flag; its size limit by the environment.
+  std::vector<std::string> args = {"--config", cfg, "--listen", "127.0.0.1:0", "--metrics-listen",
+                                   "127.0.0.1:0", "--data-dir", (dir_ / "data").string()};
+  KilndProcess k(KILND_BINARY, args, (dir_ / "kilnd.log").string(),
+                 {"KILN_MAX_MODEL_BYTES=5000"});
+  auto stub = ModelService::NewStub(Channel(k));
+  kiln::v1::UploadModelResponse resp;
+  EXPECT_TRUE(Upload(*stub, "small", MakeOnnxBytes(1000), &resp).ok());
+  grpc::Status st = Upload(*stub, "big", MakeOnnxBytes(8000), &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(st.error_message().find("5000"), std::string::npos) << st.error_message();
+  EXPECT_EQ(k.Stop(), 0);
+}
+
+}  // namespace
+}  // namespace kiln::testing

@@ -1,0 +1,252 @@
+#include "server/model_store.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/sha256.h"
+#include "tests/server/onnx_bytes.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln::server {
+namespace {
+
+class ModelStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("kiln-store-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::unique_ptr<ModelStore> OpenStore(uint64_t max_model = (2ull << 30) - 1,
+                                        uint64_t max_store = 0) {
+    ModelStoreOptions o;
+    o.dir = dir_;
+    o.max_model_bytes = max_model;
+    o.max_store_bytes = max_store;
+    auto s = ModelStore::Open(o);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+
+  Result<ModelInfo> Put(ModelStore& store, const std::string& name, const std::string& bytes,
+                        bool* already = nullptr, size_t chunk = 4096) {
+    auto up = store.BeginUpload(name, bytes.size(), Sha256Hex(bytes));
+    if (!up.ok()) return up.status();
+    for (size_t off = 0; off < bytes.size(); off += chunk) {
+      Status st = (*up)->Append(bytes.data() + off, std::min(chunk, bytes.size() - off));
+      if (!st.ok()) return st;
+    }
+    return (*up)->Commit(already);
+  }
+
+  size_t FilesIn(const char* sub) {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_ / sub)) ++n;
+    return n;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ModelStoreTest, StoresAndDescribesModel) {
+  auto store = OpenStore();
+  std::string bytes = testing::MakeOnnxBytes(1000);
+  auto info = Put(*store, "relu", bytes);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->model_id, Sha256Hex(bytes));
+  EXPECT_EQ(info->size_bytes, bytes.size());
+  EXPECT_EQ(info->opset, 13);
+  EXPECT_EQ(info->node_count, 1);
+  ASSERT_EQ(info->inputs.size(), 1u);
+  EXPECT_EQ(info->inputs[0], "x");
+  EXPECT_EQ(store->model_count(), 1u);
+  EXPECT_EQ(store->total_bytes(), bytes.size());
+  auto reader = store->Open("relu");
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ((*reader)->ReadAll().value(), bytes);
+  EXPECT_EQ(FilesIn("tmp"), 0u);
+}
+
+TEST_F(ModelStoreTest, CrashBeforeRenameLeavesNothingAfterRestart) {
+  std::string bytes = testing::MakeOnnxBytes(5000);
+  {
+    auto store = OpenStore();
+    auto up = store->BeginUpload("crashy", bytes.size(), Sha256Hex(bytes));
+    ASSERT_TRUE(up.ok());
+    ASSERT_TRUE((*up)->Append(bytes.data(), bytes.size()).ok());
+    // A crash: the Upload is never committed nor destroyed, its temp file stays behind.
+    (void)std::move(up).value().release();
+    EXPECT_EQ(FilesIn("tmp"), 1u);
+  }
+  // A crash after the object rename but before the index write leaves an unindexed object.
+  std::string other = testing::MakeOnnxBytes(3000, 7);
+  {
+    std::ofstream(dir_ / "objects" / (Sha256Hex(other) + ".onnx"), std::ios::binary) << other;
+  }
+  auto store = OpenStore();
+  EXPECT_EQ(store->model_count(), 0u);
+  EXPECT_EQ(store->total_bytes(), 0u);
+  EXPECT_EQ(FilesIn("tmp"), 0u);
+  EXPECT_EQ(FilesIn("objects"), 0u);
+  EXPECT_EQ(store->Get("crashy").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(ModelStoreTest, Sha256MismatchStoresNothing) {
+  auto store = OpenStore();
+  std::string bytes = testing::MakeOnnxBytes(2000);
+  auto up = store->BeginUpload("m", bytes.size(), Sha256Hex("something else"));
+  ASSERT_TRUE(up.ok());
+  ASSERT_TRUE((*up)->Append(bytes.data(), bytes.size()).ok());
+  auto info = (*up)->Commit();
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(info.status().message().find("sha256"), std::string::npos);
+  EXPECT_EQ(store->model_count(), 0u);
+  EXPECT_EQ(FilesIn("tmp"), 0u);
+  EXPECT_EQ(FilesIn("objects"), 0u);
+}
+
+TEST_F(ModelStoreTest, SizeMismatchStoresNothing) {
+  auto store = OpenStore();
+  std::string bytes = testing::MakeOnnxBytes(2000);
+  // Fewer bytes than declared.
+  auto up = store->BeginUpload("short", bytes.size() + 10, Sha256Hex(bytes));
+  ASSERT_TRUE(up.ok());
+  ASSERT_TRUE((*up)->Append(bytes.data(), bytes.size()).ok());
+  auto info = (*up)->Commit();
+  EXPECT_EQ(info.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(info.status().message().find("size_bytes"), std::string::npos);
+  // More bytes than declared.
+  auto up2 = store->BeginUpload("long", bytes.size() - 10, Sha256Hex(bytes));
+  ASSERT_TRUE(up2.ok());
+  EXPECT_EQ((*up2)->Append(bytes.data(), bytes.size()).code(), StatusCode::kResourceExhausted);
+  up2.value().reset();
+  EXPECT_EQ(store->model_count(), 0u);
+  EXPECT_EQ(FilesIn("tmp"), 0u);
+}
+
+TEST_F(ModelStoreTest, NotOnnxIsInvalidArgument) {
+  auto store = OpenStore();
+  std::string junk(1024, '\xff');
+  auto info = Put(*store, "junk", junk);
+  EXPECT_EQ(info.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(info.status().message().find("not an ONNX model"), std::string::npos);
+  EXPECT_EQ(store->model_count(), 0u);
+  EXPECT_EQ(FilesIn("objects"), 0u);
+}
+
+TEST_F(ModelStoreTest, DuplicateUploadStoredOnce) {
+  auto store = OpenStore();
+  std::string bytes = testing::MakeOnnxBytes(4000);
+  bool already = true;
+  ASSERT_TRUE(Put(*store, "a", bytes, &already).ok());
+  EXPECT_FALSE(already);
+  auto second = Put(*store, "b", bytes, &already);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(already);
+  EXPECT_EQ(store->model_count(), 1u);
+  EXPECT_EQ(store->total_bytes(), bytes.size());
+  EXPECT_EQ(FilesIn("objects"), 1u);
+  EXPECT_EQ(second->names, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(store->Get("b")->model_id, store->Get("a")->model_id);
+}
+
+TEST_F(ModelStoreTest, IndexSurvivesRestart) {
+  std::string a = testing::MakeOnnxBytes(1000, 1), b = testing::MakeOnnxBytes(2000, 2);
+  {
+    auto store = OpenStore();
+    ASSERT_TRUE(Put(*store, "a", a).ok());
+    ASSERT_TRUE(Put(*store, "b", b).ok());
+    ASSERT_TRUE(store->Delete("a").ok());
+    ASSERT_TRUE(Put(*store, "c", a).ok());
+  }
+  auto store = OpenStore();
+  EXPECT_EQ(store->model_count(), 2u);
+  EXPECT_EQ(store->total_bytes(), a.size() + b.size());
+  EXPECT_EQ(store->Get("c")->model_id, Sha256Hex(a));
+  EXPECT_EQ(store->Get("b")->model_id, Sha256Hex(b));
+  EXPECT_EQ(store->Get("a").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ((*store->Open("b"))->ReadAll().value(), b);
+}
+
+TEST_F(ModelStoreTest, RejectsIndexOfUnknownFormatVersion) {
+  { auto store = OpenStore(); }
+  std::ofstream(dir_ / "index.yaml") << "format_version: 99\nmodels: []\n";
+  ModelStoreOptions o;
+  o.dir = dir_;
+  auto s = ModelStore::Open(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("format_version 99"), std::string::npos);
+}
+
+TEST_F(ModelStoreTest, ConcurrentUploadsOfDifferentModels) {
+  auto store = OpenStore();
+  constexpr int kThreads = 8;
+  std::vector<std::string> models;
+  for (int i = 0; i < kThreads; ++i) models.push_back(testing::MakeOnnxBytes(50000 + i * 100, i + 1));
+  std::vector<std::thread> threads;
+  std::vector<int> ok(kThreads, 0);
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] { ok[i] = Put(*store, "m" + std::to_string(i), models[i], nullptr, 777).ok(); });
+  }
+  for (auto& t : threads) t.join();
+  uint64_t total = 0;
+  for (int i = 0; i < kThreads; ++i) {
+    EXPECT_TRUE(ok[i]) << i;
+    total += models[i].size();
+    EXPECT_EQ((*store->Open("m" + std::to_string(i)))->ReadAll().value(), models[i]);
+  }
+  EXPECT_EQ(store->model_count(), static_cast<size_t>(kThreads));
+  EXPECT_EQ(store->total_bytes(), total);
+  auto reopened = OpenStore();
+  EXPECT_EQ(reopened->model_count(), static_cast<size_t>(kThreads));
+}
+
+TEST_F(ModelStoreTest, LimitsGiveResourceExhausted) {
+  std::string bytes = testing::MakeOnnxBytes(10000);
+  auto store = OpenStore(/*max_model=*/5000, /*max_store=*/0);
+  auto up = store->BeginUpload("big", bytes.size(), Sha256Hex(bytes));
+  EXPECT_EQ(up.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(up.status().message().find("max_model_bytes"), std::string::npos);
+  store.reset();
+  auto store2 = OpenStore(/*max_model=*/1 << 20, /*max_store=*/15000);
+  ASSERT_TRUE(Put(*store2, "one", bytes).ok());
+  auto second = Put(*store2, "two", testing::MakeOnnxBytes(10000, 9));
+  EXPECT_EQ(second.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(second.status().message().find("max_store_bytes"), std::string::npos);
+  EXPECT_EQ(store2->model_count(), 1u);
+  EXPECT_EQ(FilesIn("tmp"), 0u);
+}
+
+TEST_F(ModelStoreTest, DeleteWhileReadingKeepsReaderWorking) {
+  auto store = OpenStore();
+  std::string bytes = testing::MakeOnnxBytes(100000);
+  ASSERT_TRUE(Put(*store, "m", bytes).ok());
+  auto reader = store->Open("m");
+  ASSERT_TRUE(reader.ok());
+  std::string first;
+  ASSERT_TRUE((*reader)->ReadAt(0, 1000, &first).ok());
+  ASSERT_TRUE(store->Delete("m").ok());
+  EXPECT_EQ(store->Get("m").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ((*reader)->ReadAll().value(), bytes);
+  EXPECT_EQ(FilesIn("objects"), 0u);
+}
+
+TEST_F(ModelStoreTest, RejectsBadNamesAndDigests) {
+  auto store = OpenStore();
+  EXPECT_EQ(store->BeginUpload("../etc", 10, Sha256Hex("x")).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->BeginUpload("ok", 10, "ABC").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->BeginUpload("ok", 0, Sha256Hex("")).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kiln::server
