@@ -1,0 +1,205 @@
+#include "cli/model_commands.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <vector>
+
+#include "common/sha256.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "kiln/v1/model.grpc.pb.h"
+
+namespace kiln::cli {
+namespace {
+
+constexpr size_t kChunk = 1u << 20;
+
+int Fail(const std::string& what, const std::string& why) {
+  std::cerr << "kiln: " << what << ": " << why << "\n";
+  return 1;
+}
+
+// Progress on stderr: a redrawn bar on a terminal, plain "NN%" lines every 10% otherwise.
+class Progress {
+ public:
+  explicit Progress(uint64_t total) : total_(total), tty_(isatty(STDERR_FILENO)) {}
+  void Update(uint64_t done) {
+    int pct = total_ ? static_cast<int>(done * 100 / total_) : 100;
+    if (tty_) {
+      int filled = pct * 30 / 100;
+      std::fprintf(stderr, "\r[%.*s%*s] %3d%% %.1f/%.1f MiB", filled,
+                   "##############################", 30 - filled, "", pct, done / 1048576.0,
+                   total_ / 1048576.0);
+      if (done >= total_) std::fputc('\n', stderr);
+    } else if (pct / 10 > last_ / 10 || (done >= total_ && last_ < 100)) {
+      std::fprintf(stderr, "upload %d%%\n", pct);
+    }
+    last_ = pct;
+  }
+
+ private:
+  uint64_t total_;
+  bool tty_;
+  int last_ = -1;
+};
+
+void PrintModel(const kiln::v1::Model& m) {
+  std::cout << "model_id: " << m.model_id() << "\n";
+  std::cout << "names: ";
+  for (int i = 0; i < m.names_size(); ++i) std::cout << (i ? ", " : "") << m.names(i);
+  std::cout << "\nsize_bytes: " << m.size_bytes() << "\nopset: " << m.opset()
+            << "\nnode_count: " << m.node_count() << "\ninputs: ";
+  for (int i = 0; i < m.inputs_size(); ++i) std::cout << (i ? ", " : "") << m.inputs(i);
+  std::cout << "\noutputs: ";
+  for (int i = 0; i < m.outputs_size(); ++i) std::cout << (i ? ", " : "") << m.outputs(i);
+  std::cout << "\nproducer: " << m.producer_name() << "\n";
+}
+
+int Upload(const ClientOptions& options, const std::string& path, std::string name) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Fail("upload", "cannot open '" + path + "'");
+  std::error_code ec;
+  uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) return Fail("upload", "cannot stat '" + path + "': " + ec.message());
+  if (name.empty()) name = std::filesystem::path(path).stem().string();
+  Sha256 hash;
+  std::vector<char> buf(kChunk);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    hash.Update(buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  std::string sha = hash.HexDigest();
+  in.clear();
+  in.seekg(0);
+
+  auto channel = Connect(options);
+  if (!channel.ok()) return Fail("upload", channel.status().message());
+  auto stub = kiln::v1::ModelService::NewStub(*channel);
+  grpc::ClientContext ctx;
+  Prepare(options, &ctx);
+  kiln::v1::UploadModelResponse response;
+  auto writer = stub->UploadModel(&ctx, &response);
+  kiln::v1::UploadModelRequest req;
+  req.mutable_header()->set_name(name);
+  req.mutable_header()->set_size_bytes(size);
+  req.mutable_header()->set_sha256(sha);
+  Progress progress(size);
+  bool ok = writer->Write(req);
+  uint64_t sent = 0;
+  while (ok && sent < size) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    size_t n = static_cast<size_t>(in.gcount());
+    if (n == 0) break;
+    req.set_chunk(buf.data(), n);
+    ok = writer->Write(req);
+    sent += n;
+    progress.Update(sent);
+  }
+  writer->WritesDone();
+  grpc::Status st = writer->Finish();
+  if (!st.ok()) return Fail("upload " + path, Describe(st));
+  std::cout << response.model().model_id() << (response.already_stored() ? " (already stored)" : "")
+            << "\n";
+  return 0;
+}
+
+int ListModels(const ClientOptions& options) {
+  auto channel = Connect(options);
+  if (!channel.ok()) return Fail("models", channel.status().message());
+  auto stub = kiln::v1::ModelService::NewStub(*channel);
+  grpc::ClientContext ctx;
+  Prepare(options, &ctx);
+  kiln::v1::ListModelsResponse response;
+  grpc::Status st = stub->ListModels(&ctx, {}, &response);
+  if (!st.ok()) return Fail("models", Describe(st));
+  std::printf("%-64s  %12s  %5s  %5s  %s\n", "MODEL_ID", "SIZE_BYTES", "OPSET", "NODES", "NAMES");
+  for (const auto& m : response.models()) {
+    std::string names;
+    for (int i = 0; i < m.names_size(); ++i) names += (i ? "," : "") + m.names(i);
+    std::printf("%-64s  %12llu  %5lld  %5lld  %s\n", m.model_id().c_str(),
+                static_cast<unsigned long long>(m.size_bytes()), static_cast<long long>(m.opset()),
+                static_cast<long long>(m.node_count()), names.c_str());
+  }
+  return 0;
+}
+
+int GetModel(const ClientOptions& options, const std::string& id) {
+  auto channel = Connect(options);
+  if (!channel.ok()) return Fail("model", channel.status().message());
+  auto stub = kiln::v1::ModelService::NewStub(*channel);
+  grpc::ClientContext ctx;
+  Prepare(options, &ctx);
+  kiln::v1::GetModelRequest req;
+  req.set_model_id(id);
+  kiln::v1::GetModelResponse response;
+  grpc::Status st = stub->GetModel(&ctx, req, &response);
+  if (!st.ok()) return Fail("model " + id, Describe(st));
+  PrintModel(response.model());
+  return 0;
+}
+
+int DeleteModel(const ClientOptions& options, const std::string& id) {
+  auto channel = Connect(options);
+  if (!channel.ok()) return Fail("rm", channel.status().message());
+  auto stub = kiln::v1::ModelService::NewStub(*channel);
+  grpc::ClientContext ctx;
+  Prepare(options, &ctx);
+  kiln::v1::DeleteModelRequest req;
+  req.set_model_id(id);
+  kiln::v1::DeleteModelResponse response;
+  grpc::Status st = stub->DeleteModel(&ctx, req, &response);
+  if (!st.ok()) return Fail("rm " + id, Describe(st));
+  std::cout << "deleted " << id << "\n";
+  return 0;
+}
+
+int Health(const ClientOptions& options, const std::string& service) {
+  auto channel = Connect(options);
+  if (!channel.ok()) return Fail("health", channel.status().message());
+  auto stub = grpc::health::v1::Health::NewStub(*channel);
+  grpc::ClientContext ctx;
+  ClientOptions o = options;
+  if (o.timeout_seconds <= 0) o.timeout_seconds = 5;
+  Prepare(o, &ctx);
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status st = stub->Check(&ctx, req, &response);
+  if (!st.ok()) return Fail("health", Describe(st));
+  std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status()) << "\n";
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
+}
+
+}  // namespace
+
+void AddModelCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
+  auto* upload = app.add_subcommand("upload", "upload an ONNX model; prints its model id");
+  static std::string file, name;
+  upload->add_option("FILE", file, "ONNX file")->required();
+  upload->add_option("--name", name, "name to store it under (default: file stem)");
+  upload->callback([&options, exit_code] { *exit_code = Upload(options, file, name); });
+
+  auto* models = app.add_subcommand("models", "list stored models");
+  models->callback([&options, exit_code] { *exit_code = ListModels(options); });
+
+  static std::string id;
+  auto* model = app.add_subcommand("model", "show one model");
+  model->add_option("ID", id, "model id or name")->required();
+  model->callback([&options, exit_code] { *exit_code = GetModel(options, id); });
+
+  auto* rm = app.add_subcommand("rm", "delete a model");
+  rm->add_option("ID", id, "model id or name")->required();
+  rm->callback([&options, exit_code] { *exit_code = DeleteModel(options, id); });
+
+  static std::string service;
+  auto* health = app.add_subcommand("health", "check grpc.health.v1; exit 0 when SERVING");
+  health->add_option("--service", service, "service name (default: the whole server)");
+  health->callback([&options, exit_code] { *exit_code = Health(options, service); });
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,174 @@
+#include "server/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <optional>
+
+namespace kiln::server {
+namespace {
+
+// One configurable setting, reachable by flag, environment variable and YAML key.
+struct Setting {
+  const char* flag;
+  const char* env;
+  const char* yaml;
+  const char* help;
+  // Applies a textual value; returns an error message or "".
+  std::string (*apply)(Config&, const std::string&);
+};
+
+std::string ParseU64(const std::string& v, uint64_t* out) {
+  try {
+    size_t pos = 0;
+    unsigned long long x = std::stoull(v, &pos);
+    if (pos != v.size() || v.find('-') != std::string::npos) return "not an unsigned integer";
+    *out = x;
+    return "";
+  } catch (...) {
+    return "not an unsigned integer";
+  }
+}
+
+const std::vector<Setting>& Settings() {
+  static const std::vector<Setting> kSettings = {
+      {"--listen", "KILN_LISTEN", "listen", "gRPC listen address host:port (port 0 = any free port)",
+       [](Config& c, const std::string& v) {
+         c.listen = v;
+         return SplitHostPort(v).ok() ? std::string() : std::string("expected host:port");
+       }},
+      {"--metrics-listen", "KILN_METRICS_LISTEN", "metrics_listen",
+       "Prometheus /metrics listen address host:port",
+       [](Config& c, const std::string& v) {
+         c.metrics_listen = v;
+         return SplitHostPort(v).ok() ? std::string() : std::string("expected host:port");
+       }},
+      {"--data-dir", "KILN_DATA_DIR", "data_dir", "model store directory",
+       [](Config& c, const std::string& v) {
+         c.data_dir = v;
+         return v.empty() ? std::string("must not be empty") : std::string();
+       }},
+      {"--max-model-bytes", "KILN_MAX_MODEL_BYTES", "max_model_bytes",
+       "largest accepted model in bytes",
+       [](Config& c, const std::string& v) { return ParseU64(v, &c.max_model_bytes); }},
+      {"--max-store-bytes", "KILN_MAX_STORE_BYTES", "max_store_bytes",
+       "total bytes the model store may hold (0 = unlimited)",
+       [](Config& c, const std::string& v) { return ParseU64(v, &c.max_store_bytes); }},
+      {"--tls-cert", "KILN_TLS_CERT", "tls_cert", "PEM certificate chain; enables TLS with --tls-key",
+       [](Config& c, const std::string& v) { c.tls_cert = v; return std::string(); }},
+      {"--tls-key", "KILN_TLS_KEY", "tls_key", "PEM private key for --tls-cert",
+       [](Config& c, const std::string& v) { c.tls_key = v; return std::string(); }},
+      {"--token", "KILN_TOKEN", "token",
+       "require 'authorization: Bearer <token>' on every RPC but health",
+       [](Config& c, const std::string& v) { c.token = v; return std::string(); }},
+      {"--shutdown-grace", "KILN_SHUTDOWN_GRACE", "shutdown_grace_seconds",
+       "seconds in-flight RPCs get to finish on SIGTERM/SIGINT",
+       [](Config& c, const std::string& v) {
+         try {
+           size_t pos = 0;
+           c.shutdown_grace_seconds = std::stod(v, &pos);
+           if (pos != v.size() || c.shutdown_grace_seconds < 0) return std::string("expected seconds >= 0");
+           return std::string();
+         } catch (...) {
+           return std::string("expected seconds >= 0");
+         }
+       }},
+      {"--log-level", "KILN_LOG_LEVEL", "log_level", "trace|debug|info|warn|error",
+       [](Config& c, const std::string& v) {
+         c.log_level = v;
+         static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+         for (const char* l : kLevels) {
+           if (v == l) return std::string();
+         }
+         return std::string("expected trace|debug|info|warn|error|critical|off");
+       }},
+  };
+  return kSettings;
+}
+
+}  // namespace
+
+Result<std::pair<std::string, int>> SplitHostPort(const std::string& address) {
+  auto colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
+    return InvalidArgument("address '" + address + "' is not host:port");
+  }
+  std::string host = address.substr(0, colon);
+  if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  try {
+    size_t pos = 0;
+    port = std::stoi(address.substr(colon + 1), &pos);
+    if (pos != address.size() - colon - 1) throw std::invalid_argument("port");
+  } catch (...) {
+    return InvalidArgument("address '" + address + "' has a bad port");
+  }
+  if (port < 0 || port > 65535) return InvalidArgument("address '" + address + "' port out of range");
+  return std::make_pair(host, port);
+}
+
+Result<Config> LoadConfig(int argc, char** argv) {
+  CLI::App app{"kilnd: the Kiln model-compilation server"};
+  std::string config_path;
+  app.add_option("--config", config_path, "YAML configuration file (env KILN_CONFIG)");
+  std::map<std::string, std::string> flag_values;
+  for (const auto& s : Settings()) app.add_option(s.flag, flag_values[s.flag], s.help);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return Cancelled("help printed");
+  } catch (const CLI::ParseError& e) {
+    return InvalidArgument(std::string("command line: ") + e.what());
+  }
+
+  Config config;
+  if (config_path.empty()) {
+    if (const char* env = std::getenv("KILN_CONFIG")) config_path = env;
+  }
+  if (!config_path.empty()) {
+    YAML::Node root;
+    try {
+      root = YAML::LoadFile(config_path);
+    } catch (const std::exception& e) {
+      return InvalidArgument("config file " + config_path + ": " + e.what());
+    }
+    if (root && !root.IsNull() && !root.IsMap()) {
+      return InvalidArgument("config file " + config_path + ": top level must be a mapping");
+    }
+    for (const auto& kv : root) {
+      std::string key = kv.first.as<std::string>();
+      const Setting* found = nullptr;
+      for (const auto& s : Settings()) {
+        if (key == s.yaml) found = &s;
+      }
+      if (!found) return InvalidArgument("config file " + config_path + ": unknown key '" + key + "'");
+      if (!kv.second.IsScalar()) {
+        return InvalidArgument("config file " + config_path + ": key '" + key + "' must be a scalar");
+      }
+      std::string err = found->apply(config, kv.second.Scalar());
+      if (!err.empty()) return InvalidArgument("config file " + config_path + ": " + key + ": " + err);
+    }
+  }
+  for (const auto& s : Settings()) {
+    if (const char* env = std::getenv(s.env)) {
+      std::string err = s.apply(config, env);
+      if (!err.empty()) return InvalidArgument(std::string("environment ") + s.env + ": " + err);
+    }
+  }
+  for (const auto& s : Settings()) {
+    if (app.count(s.flag) > 0) {
+      std::string err = s.apply(config, flag_values[s.flag]);
+      if (!err.empty()) return InvalidArgument(std::string(s.flag) + ": " + err);
+    }
+  }
+  if (config.tls_cert.empty() != config.tls_key.empty()) {
+    return InvalidArgument("--tls-cert and --tls-key must be given together");
+  }
+  return config;
+}
+
+}  // namespace kiln::server

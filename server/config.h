@@ -1,0 +1,48 @@
+// kilnd configuration: defaults, then an optional YAML file (--config / KILN_CONFIG), then
+// environment variables (KILN_*), then command-line flags; a later source overrides an earlier one.
+//
+// | flag               | env                   | YAML key               | default          |
+// |--------------------|-----------------------|------------------------|------------------|
+// | --listen           | KILN_LISTEN           | listen                 | 127.0.0.1:50051  |
+// | --metrics-listen   | KILN_METRICS_LISTEN   | metrics_listen         | 127.0.0.1:9464   |
+// | --data-dir         | KILN_DATA_DIR         | data_dir               | ./var/kiln       |
+// | --max-model-bytes  | KILN_MAX_MODEL_BYTES  | max_model_bytes        | 2147483647       |
+// | --max-store-bytes  | KILN_MAX_STORE_BYTES  | max_store_bytes        | 68719476736      |
+// | --tls-cert         | KILN_TLS_CERT         | tls_cert               | (none)           |
+// | --tls-key          | KILN_TLS_KEY          | tls_key                | (none)           |
+// | --token            | KILN_TOKEN            | token                  | (none: no auth)  |
+// | --shutdown-grace   | KILN_SHUTDOWN_GRACE   | shutdown_grace_seconds | 10 (seconds)     |
+// | --log-level        | KILN_LOG_LEVEL        | log_level              | info             |
+// Port 0 in either listen address picks a free port.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kiln::server {
+
+struct Config {
+  std::string listen = "127.0.0.1:50051";
+  std::string metrics_listen = "127.0.0.1:9464";
+  std::string data_dir = "./var/kiln";
+  uint64_t max_model_bytes = (2ull << 30) - 1;
+  uint64_t max_store_bytes = 64ull << 30;
+  std::string tls_cert;  ///< PEM file; with tls_key enables TLS
+  std::string tls_key;
+  std::string token;     ///< bearer token; empty = no authentication
+  double shutdown_grace_seconds = 10;
+  std::string log_level = "info";
+};
+
+/// Builds the configuration from argv, the environment and the YAML file named by --config or
+/// KILN_CONFIG. INVALID_ARGUMENT names the flag, variable or key that is wrong. When --help is
+/// given, returns CANCELLED after printing the help text to stdout.
+Result<Config> LoadConfig(int argc, char** argv);
+
+/// Splits "host:port" (IPv6 as "[::1]:port"). INVALID_ARGUMENT when malformed.
+Result<std::pair<std::string, int>> SplitHostPort(const std::string& address);
+
+}  // namespace kiln::server

@@ -1,0 +1,103 @@
+#include "server/daemon.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+namespace kiln::server {
+
+const char* KilnVersion() { return KILN_VERSION; }
+
+namespace {
+Result<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidArgument(std::string("cannot read ") + what + " file '" + path + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+Daemon::Daemon(Config config) : config_(std::move(config)) {}
+
+Daemon::~Daemon() {
+  if (server_) Shutdown();
+}
+
+Status Daemon::Start() {
+  metrics_ = std::make_unique<Metrics>(KilnVersion());
+  ModelStoreOptions store_options;
+  store_options.dir = config_.data_dir;
+  store_options.max_model_bytes = config_.max_model_bytes;
+  store_options.max_store_bytes = config_.max_store_bytes;
+  auto store = ModelStore::Open(store_options);
+  if (!store.ok()) return store.status().WithContext("model store " + config_.data_dir);
+  store_ = std::move(store).value();
+  auth_ = std::make_unique<Authenticator>(config_.token);
+
+  ServiceEnv env{metrics_.get(), auth_.get(), &shutting_down_};
+  model_service_ = std::make_unique<ModelServiceImpl>(store_.get(), env);
+
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (!config_.tls_cert.empty()) {
+    auto cert = ReadFile(config_.tls_cert, "TLS certificate");
+    if (!cert.ok()) return cert.status();
+    auto key = ReadFile(config_.tls_key, "TLS key");
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    creds = grpc::SslServerCredentials(ssl);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+
+  auto hp = SplitHostPort(config_.listen);
+  if (!hp.ok()) return hp.status();
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(config_.listen, creds, &port);
+  // Uploads come in 1 MiB chunks; leave headroom for framing and inline model bytes.
+  builder.SetMaxReceiveMessageSize(4 << 20);
+  builder.SetMaxSendMessageSize(4 << 20);
+  builder.RegisterService(model_service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || port == 0) {
+    server_.reset();
+    return Unavailable("cannot listen on " + config_.listen + " (address in use or invalid)");
+  }
+  std::string host = hp->first.find(':') != std::string::npos ? "[" + hp->first + "]" : hp->first;
+  grpc_address_ = host + ":" + std::to_string(port);
+
+  auto metrics_addr = metrics_->Serve(config_.metrics_listen);
+  if (!metrics_addr.ok()) {
+    server_->Shutdown();
+    server_.reset();
+    return metrics_addr.status();
+  }
+  metrics_address_ = *metrics_addr;
+  spdlog::info("model store {}: {} models, {} bytes", config_.data_dir, store_->model_count(),
+               store_->total_bytes());
+  return Status::Ok();
+}
+
+void Daemon::Shutdown() {
+  if (!server_) return;
+  shutting_down_ = true;
+  spdlog::info("shutting down: draining for up to {} s", config_.shutdown_grace_seconds);
+  if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
+  model_service_->CancelUploads();
+  auto deadline = std::chrono::system_clock::now() +
+                  std::chrono::milliseconds(static_cast<int64_t>(config_.shutdown_grace_seconds * 1000));
+  server_->Shutdown(deadline);
+  server_->Wait();
+  server_.reset();
+  spdlog::info("shutdown complete");
+}
+
+}  // namespace kiln::server

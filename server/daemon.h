@@ -1,0 +1,51 @@
+// kilnd's composition root: opens the model store, starts the metrics exposer and the gRPC
+// server (callback services, grpc.health.v1, reflection), and drains them on shutdown.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "server/config.h"
+#include "server/metrics.h"
+#include "server/model_service.h"
+#include "server/model_store.h"
+#include "server/rpc_context.h"
+
+namespace kiln::server {
+
+/// Version string reported by kiln_build_info and `kilnd --version`.
+const char* KilnVersion();
+
+class Daemon {
+ public:
+  explicit Daemon(Config config);
+  ~Daemon();
+
+  /// Binds both listeners and starts serving. UNAVAILABLE when an address cannot be bound,
+  /// INVALID_ARGUMENT for unreadable TLS files, FAILED_PRECONDITION for a bad store.
+  Status Start();
+  /// "host:port" actually bound (after Start).
+  const std::string& grpc_address() const { return grpc_address_; }
+  const std::string& metrics_address() const { return metrics_address_; }
+
+  /// Graceful drain: health goes NOT_SERVING, open uploads end with UNAVAILABLE, in-flight unary
+  /// RPCs get `shutdown_grace_seconds` to finish, then everything left is cancelled.
+  void Shutdown();
+
+ private:
+  Config config_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<ModelStore> store_;
+  std::unique_ptr<Authenticator> auth_;
+  std::atomic<bool> shutting_down_{false};
+  std::unique_ptr<ModelServiceImpl> model_service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string grpc_address_;
+  std::string metrics_address_;
+};
+
+}  // namespace kiln::server

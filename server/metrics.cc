@@ -1,0 +1,67 @@
+#include "server/metrics.h"
+
+#include "server/config.h"
+
+namespace kiln::server {
+
+Metrics::Metrics(const std::string& version)
+    : registry_(std::make_shared<prometheus::Registry>()),
+      requests_(prometheus::BuildCounter()
+                    .Name("kiln_grpc_requests_total")
+                    .Help("gRPC requests handled, by full method name and status code")
+                    .Register(*registry_)),
+      durations_(prometheus::BuildHistogram()
+                     .Name("kiln_grpc_request_duration_seconds")
+                     .Help("gRPC request latency from start to final status, by method")
+                     .Register(*registry_)),
+      upload_bytes_(prometheus::BuildCounter()
+                        .Name("kiln_upload_bytes_total")
+                        .Help("Model bytes received by UploadModel, stored or not")
+                        .Register(*registry_)
+                        .Add({})),
+      store_models_(prometheus::BuildGauge()
+                        .Name("kiln_model_store_models")
+                        .Help("Models in the model store")
+                        .Register(*registry_)
+                        .Add({})),
+      store_bytes_(prometheus::BuildGauge()
+                       .Name("kiln_model_store_bytes")
+                       .Help("Bytes of model data in the model store")
+                       .Register(*registry_)
+                       .Add({})) {
+  prometheus::BuildGauge()
+      .Name("kiln_build_info")
+      .Help("Always 1; the version label says which kilnd is running")
+      .Register(*registry_)
+      .Add({{"version", version}})
+      .Set(1);
+}
+
+void Metrics::ObserveRpc(const std::string& method, const std::string& code, double seconds) {
+  requests_.Add({{"method", method}, {"code", code}}).Increment();
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+  durations_.Add({{"method", method}}, kBuckets).Observe(seconds);
+}
+
+void Metrics::SetStore(size_t models, uint64_t bytes) {
+  store_models_.Set(static_cast<double>(models));
+  store_bytes_.Set(static_cast<double>(bytes));
+}
+
+Result<std::string> Metrics::Serve(const std::string& address) {
+  auto hp = SplitHostPort(address);
+  if (!hp.ok()) return hp.status();
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
+  } catch (const std::exception& e) {
+    return Unavailable("metrics listener " + address + ": " + e.what());
+  }
+  exposer_->RegisterCollectable(registry_);
+  auto ports = exposer_->GetListeningPorts();
+  if (ports.empty()) return Unavailable("metrics listener " + address + " bound no port");
+  std::string host = hp->first.find(':') != std::string::npos ? "[" + hp->first + "]" : hp->first;
+  return host + ":" + std::to_string(ports.front());
+}
+
+}  // namespace kiln::server

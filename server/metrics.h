@@ -1,0 +1,49 @@
+// Prometheus metrics of kilnd (prometheus-cpp), served by an Exposer on its own address.
+// Names follow Prometheus conventions: base units (seconds, bytes), counters end in _total.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace kiln::server {
+
+class Metrics {
+ public:
+  explicit Metrics(const std::string& version);
+
+  /// Registry other modules add their own families to (device pool, compiler, ...).
+  prometheus::Registry& registry() { return *registry_; }
+  std::shared_ptr<prometheus::Registry> shared_registry() { return registry_; }
+
+  /// One finished RPC: kiln_grpc_requests_total{method,code} and
+  /// kiln_grpc_request_duration_seconds{method}.
+  void ObserveRpc(const std::string& method, const std::string& code, double seconds);
+  /// kiln_upload_bytes_total: bytes received by UploadModel (stored or not).
+  void AddUploadBytes(uint64_t bytes) { upload_bytes_.Increment(static_cast<double>(bytes)); }
+  /// kiln_model_store_models and kiln_model_store_bytes.
+  void SetStore(size_t models, uint64_t bytes);
+
+  /// Starts serving GET /metrics on `address` ("host:port", port 0 = free port).
+  /// Returns the bound "host:port". UNAVAILABLE when the address cannot be bound.
+  Result<std::string> Serve(const std::string& address);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& durations_;
+  prometheus::Counter& upload_bytes_;
+  prometheus::Gauge& store_models_;
+  prometheus::Gauge& store_bytes_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+};
+
+}  // namespace kiln::server

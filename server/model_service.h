@@ -1,0 +1,58 @@
+// kiln.v1.ModelService over the gRPC callback API, backed by ModelStore.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+
+#include "kiln/v1/model.grpc.pb.h"
+#include "server/model_store.h"
+#include "server/rpc_context.h"
+
+namespace kiln::server {
+
+/// Largest chunk UploadModel accepts in one message.
+inline constexpr size_t kMaxUploadChunkBytes = 1u << 20;
+/// Largest model GetModel returns inline (include_bytes); larger ones are read with ReadModel.
+inline constexpr size_t kMaxInlineModelBytes = 3u << 20;
+
+class ModelServiceImpl final : public kiln::v1::ModelService::CallbackService {
+ public:
+  ModelServiceImpl(ModelStore* store, ServiceEnv env);
+  ~ModelServiceImpl() override;
+
+  /// Ends every open upload with UNAVAILABLE (nothing of it is stored) and refuses new ones.
+  /// Called on SIGTERM/SIGINT before the server drains unary calls.
+  void CancelUploads();
+
+  grpc::ServerReadReactor<kiln::v1::UploadModelRequest>* UploadModel(
+      grpc::CallbackServerContext* context, kiln::v1::UploadModelResponse* response) override;
+  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
+                                     const kiln::v1::GetModelRequest* request,
+                                     kiln::v1::GetModelResponse* response) override;
+  grpc::ServerWriteReactor<kiln::v1::ReadModelResponse>* ReadModel(
+      grpc::CallbackServerContext* context, const kiln::v1::ReadModelRequest* request) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const kiln::v1::ListModelsRequest* request,
+                                       kiln::v1::ListModelsResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteModel(grpc::CallbackServerContext* context,
+                                        const kiln::v1::DeleteModelRequest* request,
+                                        kiln::v1::DeleteModelResponse* response) override;
+
+ private:
+  class UploadReactor;
+  class ReadReactor;
+  friend class UploadReactor;
+  void UpdateStoreMetrics();
+
+  ModelStore* store_;
+  ServiceEnv env_;
+  std::mutex uploads_mu_;
+  std::unordered_set<UploadReactor*> uploads_;
+  bool uploads_closed_ = false;
+};
+
+/// Fills a kiln.v1.Model from store metadata.
+void ToProto(const ModelInfo& info, kiln::v1::Model* out);
+
+}  // namespace kiln::server

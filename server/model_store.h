@@ -1,0 +1,155 @@
+// Durable, content-addressed store of uploaded ONNX models.
+//
+// On-disk layout under the store directory:
+//   objects/<sha256>.onnx   model bytes, named by the lowercase hex SHA-256 of their content
+//   tmp/                    uploads in progress (removed at start-up: leftovers of a crash)
+//   index.yaml              format_version + models (id, names, metadata); replaced atomically
+// Every write goes to a temp file in the same file system, is fsync'ed, renamed over its target,
+// and the directory is fsync'ed, so a crash at any point leaves either the old or the new state.
+// Objects that no index entry names (a crash between rename and index write) are removed at
+// start-up. Thread-safe: any number of uploads, reads and deletes may run at once.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/sha256.h"
+#include "common/status.h"
+
+namespace kiln::server {
+
+/// What the store knows of one model (also what ListModels returns).
+struct ModelInfo {
+  std::string model_id;            ///< lowercase hex SHA-256 of the bytes
+  std::vector<std::string> names;  ///< names it was uploaded under
+  uint64_t size_bytes = 0;
+  int64_t opset = 0;               ///< default-domain opset import (0 if absent)
+  std::vector<std::string> inputs;   ///< graph inputs that are not initializers
+  std::vector<std::string> outputs;
+  int64_t node_count = 0;
+  std::string producer_name;
+  int64_t created_unix_seconds = 0;
+};
+
+struct ModelStoreOptions {
+  std::filesystem::path dir;
+  /// Largest accepted model. protobuf cannot parse a message of 2 GiB or more, so this is also
+  /// the ceiling of what can be stored.
+  uint64_t max_model_bytes = (2ull << 30) - 1;
+  /// Sum of all stored model sizes (in-flight uploads reserve their declared size). 0 = no limit.
+  uint64_t max_store_bytes = 64ull << 30;
+};
+
+class ModelStore;
+
+/// One upload in progress: bytes go to a temp file; Commit() verifies and publishes them.
+/// Destroying an Upload that was not committed removes its temp file (nothing is stored).
+class Upload {
+ public:
+  ~Upload();
+  Upload(const Upload&) = delete;
+  Upload& operator=(const Upload&) = delete;
+
+  /// Appends bytes. RESOURCE_EXHAUSTED when more than the declared size arrives;
+  /// INTERNAL on a write error (the upload is then dead).
+  Status Append(const void* data, size_t size);
+  uint64_t received_bytes() const { return received_; }
+  uint64_t declared_bytes() const { return declared_size_; }
+
+  /// Verifies size (INVALID_ARGUMENT on mismatch), SHA-256 (DATA_LOSS on mismatch) and that the
+  /// bytes parse as an onnx ModelProto (INVALID_ARGUMENT), then stores the object and maps the
+  /// name to it. `already_stored` is set when identical bytes were stored before.
+  Result<ModelInfo> Commit(bool* already_stored = nullptr);
+
+  /// Discards the upload now (idempotent).
+  void Abort();
+
+ private:
+  friend class ModelStore;
+  Upload(ModelStore* store, std::string name, uint64_t size, std::string sha256,
+         std::filesystem::path tmp_path, int fd);
+
+  ModelStore* store_;
+  std::string name_;
+  uint64_t declared_size_;
+  std::string declared_sha256_;
+  std::filesystem::path tmp_path_;
+  int fd_;
+  uint64_t received_ = 0;
+  Sha256 hash_;
+  bool finished_ = false;
+};
+
+/// Bytes of one model, read while the model existed. Reading is unaffected by a concurrent
+/// delete: the file descriptor keeps the unlinked inode alive until the reader closes it.
+class ModelReader {
+ public:
+  ~ModelReader();
+  ModelReader(const ModelReader&) = delete;
+  ModelReader& operator=(const ModelReader&) = delete;
+  uint64_t size() const { return size_; }
+  /// Reads up to `max` bytes at `offset` into `out` (replacing its content).
+  Status ReadAt(uint64_t offset, size_t max, std::string* out) const;
+  /// Reads the whole model.
+  Result<std::string> ReadAll() const;
+
+ private:
+  friend class ModelStore;
+  ModelReader(int fd, uint64_t size) : fd_(fd), size_(size) {}
+  int fd_;
+  uint64_t size_;
+};
+
+class ModelStore {
+ public:
+  /// Opens (creating if needed) the store in options.dir: removes leftover temp files and
+  /// unindexed objects, loads the index. FAILED_PRECONDITION for an index of an unknown
+  /// format_version or that cannot be parsed; INTERNAL for I/O errors.
+  static Result<std::unique_ptr<ModelStore>> Open(const ModelStoreOptions& options);
+
+  /// Starts an upload. INVALID_ARGUMENT for a bad name or sha256 string; RESOURCE_EXHAUSTED
+  /// when `size_bytes` exceeds max_model_bytes or would push the store past max_store_bytes.
+  Result<std::unique_ptr<Upload>> BeginUpload(const std::string& name, uint64_t size_bytes,
+                                              const std::string& sha256_hex);
+
+  /// Looks a model up by id or by name. NOT_FOUND if neither matches.
+  Result<ModelInfo> Get(const std::string& id_or_name) const;
+  /// Opens a model's bytes for reading. NOT_FOUND if absent.
+  Result<std::unique_ptr<ModelReader>> Open(const std::string& id_or_name) const;
+  /// All models, ordered by id.
+  std::vector<ModelInfo> List() const;
+  /// Removes the model (and all its names). NOT_FOUND if absent.
+  Status Delete(const std::string& id_or_name);
+
+  size_t model_count() const;
+  uint64_t total_bytes() const;
+  const ModelStoreOptions& options() const { return options_; }
+
+  /// Index file format written by this version.
+  static constexpr int kIndexFormatVersion = 1;
+
+ private:
+  friend class Upload;
+  explicit ModelStore(ModelStoreOptions options) : options_(std::move(options)) {}
+  Status LoadIndex();
+  Status WriteIndexLocked();
+  Result<ModelInfo> Publish(Upload* upload, ModelInfo info, bool* already_stored);
+  void ReleaseReservation(uint64_t bytes);
+  const ModelInfo* FindLocked(const std::string& id_or_name) const;
+  std::filesystem::path ObjectPath(const std::string& id) const;
+
+  ModelStoreOptions options_;
+  mutable std::mutex mu_;
+  std::vector<ModelInfo> models_;  // sorted by id
+  uint64_t total_bytes_ = 0;
+  uint64_t reserved_bytes_ = 0;    // declared sizes of uploads in flight
+};
+
+/// True for a valid model name: 1..128 of [A-Za-z0-9._-], not starting with '.'.
+bool IsValidModelName(const std::string& name);
+
+}  // namespace kiln::server
