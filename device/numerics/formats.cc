@@ -1,0 +1,147 @@
+#include "device/numerics/formats.h"
+
+#include <cmath>
+
+namespace kiln::numerics {
+
+namespace {
+inline bool IsNanBits(uint32_t u) { return (u & 0x7FFFFFFFu) > 0x7F800000u; }
+inline bool IsNanBf16(uint16_t t) { return (t & 0x7FFFu) > 0x7F80u; }
+}  // namespace
+
+uint16_t HostFp32ToBf16(uint32_t u, HostBf16Rounding mode) {
+  if (mode == HostBf16Rounding::kTruncate) return static_cast<uint16_t>(u >> 16);
+  if (IsNanBits(u)) return 0x7FC0;
+  uint32_t r = u + 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(r >> 16);
+}
+
+BfpGroup HostEncodeBfpGroup(std::span<const uint32_t, 16> in, BfpFormat fmt, HostBfpRounding mode) {
+  const int mag_bits = BfpCodeBits(fmt) - 1;  // 7 or 3
+  const int k = 24 - mag_bits;                // low bits to drop
+  const uint32_t half = 1u << (k - 1);
+  const uint32_t low_mask = (1u << k) - 1;
+  const uint32_t qmax = (1u << mag_bits) - 1;
+  BfpGroup g;
+  uint32_t e_max = 0;
+  for (uint32_t u : in) e_max = std::max(e_max, (u >> 23) & 0xFFu);
+  g.exp = static_cast<uint8_t>(e_max);
+  for (int i = 0; i < 16; ++i) {
+    uint32_t u = in[i];
+    uint32_t e = (u >> 23) & 0xFFu;
+    uint32_t f = u & 0x7FFFFFu;
+    uint32_t s = u >> 31;
+    bool zero = (mode == HostBfpRounding::kCurrent) ? (e == 0) : ((u & 0x7FFFFFFFu) == 0);
+    if (zero) {
+      g.codes[i] = 0;
+      continue;
+    }
+    uint32_t m = 0x800000u | f;
+    uint32_t shift = e_max - e;
+    m = shift >= 32 ? 0 : (m >> shift);
+    uint32_t q;
+    if (mode == HostBfpRounding::kHalfUp) {
+      q = (m + half) >> k;
+    } else {
+      uint32_t r = m & low_mask;
+      q = m >> k;
+      if (r > half || (r == half && (q & 1u))) ++q;
+    }
+    if (q > qmax) q = qmax;
+    g.codes[i] = static_cast<uint8_t>(q | ((q != 0 && s) ? (1u << mag_bits) : 0u));
+  }
+  return g;
+}
+
+float DecodeBfpValue(uint8_t exp, uint8_t code, BfpFormat fmt) {
+  const int w = BfpCodeBits(fmt);
+  const uint32_t m = code & ((1u << (w - 1)) - 1);
+  const bool neg = (code >> (w - 1)) & 1u;
+  double v = std::ldexp(static_cast<double>(m), static_cast<int>(exp) - 127 - (w - 2));
+  float f = static_cast<float>(v);
+  return neg ? -f : f;
+}
+
+uint16_t PackFp32DstToBf16(uint32_t u) {
+  if (IsNanBits(u)) u = (u & 0x80000000u) | 0x7F800000u;
+  uint16_t b = static_cast<uint16_t>((u + 0x8000u) >> 16);
+  if ((b & 0x7F80u) == 0) return 0;
+  return b;
+}
+
+uint16_t PackBf16DstToBf16(uint16_t t) {
+  if (IsNanBf16(t)) return static_cast<uint16_t>((t & 0x8000u) | 0x7F80u);
+  if ((t & 0x7F80u) == 0) return 0;
+  return t;
+}
+
+uint16_t PackE8M6FromFp32Dst(uint32_t u) {
+  if (IsNanBits(u)) u = (u & 0x80000000u) | 0x7F800000u;
+  uint32_t t = u >> 16;
+  t = (t + 1u) & ~1u;
+  t &= 0xFFFFu;
+  if ((t & 0x7F80u) == 0) return 0;
+  return static_cast<uint16_t>(t);
+}
+
+uint16_t PackE8M6FromBf16Dst(uint16_t t16) {
+  uint32_t t = t16;
+  if (IsNanBf16(t16)) t = (t & 0x8000u) | 0x7F80u;
+  if ((t & 0x7F80u) == 0) return 0;
+  t = (t + 1u) & ~1u;
+  return static_cast<uint16_t>(t & 0xFFFFu);
+}
+
+BfpGroup PackBfpStageB(std::span<const uint16_t, 16> v, BfpFormat fmt) {
+  BfpGroup g;
+  uint32_t e_max = 0;
+  for (uint16_t t : v) e_max = std::max<uint32_t>(e_max, (t >> 7) & 0xFFu);
+  g.exp = static_cast<uint8_t>(e_max);
+  const int sign_bit = BfpCodeBits(fmt) - 1;
+  for (int i = 0; i < 16; ++i) {
+    uint32_t t = v[i];
+    uint32_t e = (t >> 7) & 0xFFu;
+    uint32_t S = (e != 0 ? 128u : 0u) | (t & 0x7Fu);
+    uint32_t d = e_max - e;
+    uint32_t m = d >= 8 ? 0 : ((S + (1u << d)) >> (d + 1));
+    if (m == 128) m = 127;
+    if (fmt == BfpFormat::kBfp4) m >>= 4;
+    uint32_t s = (t >> 15) & 1u;
+    g.codes[i] = static_cast<uint8_t>(m | ((m != 0 && s) ? (1u << sign_bit) : 0u));
+  }
+  return g;
+}
+
+BfpGroup PackBfpFromFp32Dst(std::span<const uint32_t, 16> dst, BfpFormat fmt) {
+  std::array<uint16_t, 16> a;
+  for (int i = 0; i < 16; ++i) a[i] = PackE8M6FromFp32Dst(dst[i]);
+  return PackBfpStageB(a, fmt);
+}
+
+BfpGroup PackBfpFromBf16Dst(std::span<const uint16_t, 16> dst, BfpFormat fmt) {
+  std::array<uint16_t, 16> a;
+  for (int i = 0; i < 16; ++i) a[i] = PackE8M6FromBf16Dst(dst[i]);
+  return PackBfpStageB(a, fmt);
+}
+
+uint16_t UnpackFp32ToBf16(uint32_t u) {
+  if ((u & 0x7FFFFFFFu) < 0x800000u) u &= 0x80000000u;
+  return static_cast<uint16_t>(u >> 16);
+}
+
+uint16_t UnpackBfpToBf16(uint8_t exp, uint8_t code, BfpFormat fmt) {
+  uint32_t c8 = fmt == BfpFormat::kBfp4 ? (static_cast<uint32_t>(code & 0xFu) << 4) : code;
+  uint32_t s = (c8 >> 7) & 1u;
+  uint32_t m = c8 & 0x7Fu;
+  if (m == 0) return s ? 0xFF80 : 0x0000;
+  int z = 0;
+  while (!(m & 0x40u)) {
+    m <<= 1;
+    ++z;
+  }
+  uint32_t e = (static_cast<uint32_t>(exp) - static_cast<uint32_t>(z)) & 0xFFu;
+  uint32_t mant = (m & 0x3Fu) << 1;
+  return static_cast<uint16_t>((s << 15) | (e << 7) | mant);
+}
+
+}  // namespace kiln::numerics

@@ -1,0 +1,214 @@
+#include "device/numerics/fpu.h"
+
+#include <algorithm>
+#include <bit>
+#include <cfloat>
+#include <cmath>
+#include <cstdlib>
+
+namespace kiln::numerics {
+
+std::string_view MathFidelityName(MathFidelity f) {
+  switch (f) {
+    case MathFidelity::kLoFi: return "LoFi";
+    case MathFidelity::kHiFi2: return "HiFi2";
+    case MathFidelity::kHiFi3: return "HiFi3";
+    case MathFidelity::kHiFi4: return "HiFi4";
+  }
+  return "?";
+}
+
+FpuSlice SliceA(uint32_t a, int phase) {
+  FpuSlice s;
+  int e = static_cast<int>((a >> 23) & 0xFFu);
+  if (e == 0) return s;  // zero lane: sign 0, exponent 0, slice 0
+  uint32_t sig = 1024u | ((a >> 13) & 0x3FFu);
+  s.slice = (phase & 1) ? ((sig >> 1) & 31u) : (sig >> 6);
+  s.exp = e;
+  s.sign = static_cast<int>(a >> 31);
+  return s;
+}
+
+FpuSlice SliceB(uint32_t b, int phase) {
+  FpuSlice s;
+  int e = static_cast<int>((b >> 23) & 0xFFu);
+  if (e == 0) return s;
+  uint32_t sig = 1024u | ((b >> 13) & 0x3FFu);
+  s.slice = (phase & 2) ? ((sig & 15u) << 3) : (sig >> 4);
+  s.exp = e;
+  s.sign = static_cast<int>(b >> 31);
+  return s;
+}
+
+FpuTerm GroupTerm(const FpuSlice* a8, const FpuSlice* b8, int adj) {
+  int ep[8];
+  int64_t P[8];
+  int sg[8];
+  int G = 0;  // zero lanes count as exponent 0
+  for (int k = 0; k < 8; ++k) {
+    if (a8[k].exp == 0 || b8[k].exp == 0) {
+      ep[k] = 0;
+      P[k] = 0;
+      sg[k] = 0;
+    } else {
+      ep[k] = a8[k].exp + b8[k].exp + adj;
+      P[k] = static_cast<int64_t>(a8[k].slice) * b8[k].slice;
+      sg[k] = a8[k].sign ^ b8[k].sign;
+    }
+    G = std::max(G, ep[k]);
+  }
+  FpuTerm t;
+  if (G <= 0) return t;
+  int64_t S = 0;
+  for (int k = 0; k < 8; ++k) {
+    int d = std::min(G - ep[k], 30);
+    int64_t R = (2 * P[k] + (int64_t{1} << d)) >> (d + 1);
+    S += sg[k] ? -R : R;
+  }
+  t.sign = S < 0 ? 1 : 0;
+  t.exp = G;
+  t.mag = static_cast<uint64_t>(S < 0 ? -S : S) << 13;
+  return t;
+}
+
+uint32_t CombineWithDst(const FpuTerm& g0_in, const FpuTerm& g1_in, uint32_t dst, bool fp32_dst, Arch arch) {
+  FpuTerm g[2] = {g0_in, g1_in};
+  int sd = static_cast<int>(dst >> 31);
+  int ed = static_cast<int>((dst >> 23) & 0xFFu);
+  uint64_t D = ed != 0 ? (0x800000u | (dst & 0x7FFFFFu)) : 0;
+  int X = std::max({g[0].exp, g[1].exp, ed});
+  if (X <= 0) return 0;
+  for (auto& t : g) {
+    if (t.exp < X) {
+      int d = X - t.exp;
+      t.mag = d < 31 ? ((t.mag + (uint64_t{1} << (d - 1)) - static_cast<uint64_t>(t.sign)) >> d) : 0;
+    }
+  }
+  if (ed < X) {
+    int d = X - ed;
+    D = d < 31 ? ((D + (uint64_t{1} << (d - 1))) >> d) : 0;
+  }
+  if (!fp32_dst) {
+    for (auto& t : g) t.mag = (t.mag + 4096u - static_cast<uint64_t>(t.sign)) & ~uint64_t{0x1FFF};
+    D = (D + 4096u) & ~uint64_t{0x1FFF};
+  }
+  int64_t total = static_cast<int64_t>(D);
+  for (auto& t : g) {
+    if (t.sign == sd) total += static_cast<int64_t>(t.mag);
+    else total -= static_cast<int64_t>(t.mag);
+  }
+  int sign = sd;
+  if (total < 0) {
+    total = -total;
+    sign ^= 1;
+  }
+  if (total == 0) return 0;
+  uint32_t v = static_cast<uint32_t>(total);
+  int z = std::countl_zero(v) - 8;
+  if (arch == Arch::kWormholeB0 && sign && v == 1) z = -4;
+  X -= z;
+  int zp = fp32_dst ? z : z - 16;
+  uint64_t w = v;
+  if (zp < 0) {
+    int r = -zp;
+    w = (w + (uint64_t{1} << (r - 1))) >> r;
+  } else {
+    w <<= zp;
+  }
+  if (!fp32_dst) w <<= 16;
+  if (w & (uint64_t{1} << 24)) X += 1;
+  uint32_t mant = static_cast<uint32_t>(w) & 0x7FFFFFu;
+  uint32_t s32 = static_cast<uint32_t>(sign) << 31;
+  if (X <= 0) return 0;
+  if (X >= 255) return s32 | 0x7F800000u;
+  return s32 | (static_cast<uint32_t>(X) << 23) | mant;
+}
+
+uint32_t MvmulPhase(std::span<const uint32_t, 16> a, std::span<const uint32_t, 16> b, uint32_t dst, int phase,
+                    const FpuConfig& cfg) {
+  FpuSlice sa[16], sb[16];
+  for (int k = 0; k < 16; ++k) {
+    sa[k] = SliceA(MaskSrcOperand(a[k], cfg.a_fmt), phase);
+    sb[k] = SliceB(MaskSrcOperand(b[k], cfg.b_fmt), phase);
+  }
+  int adj = PhaseAdjust(phase);
+  FpuTerm g0 = GroupTerm(sa, sb, adj);
+  FpuTerm g1 = GroupTerm(sa + 8, sb + 8, adj);
+  return CombineWithDst(g0, g1, dst, cfg.fp32_dst, cfg.arch);
+}
+
+uint32_t MvmulFidelity(std::span<const uint32_t, 16> a, std::span<const uint32_t, 16> b, uint32_t dst,
+                       MathFidelity fid, const FpuConfig& cfg) {
+  for (int p = 0; p < NumPhases(fid); ++p) dst = MvmulPhase(a, b, dst, p, cfg);
+  return dst;
+}
+
+uint32_t Elwadd(uint32_t a, uint32_t b, uint32_t dst, bool accumulate, const FpuConfig& cfg) {
+  a = MaskSrcOperand(a, cfg.a_fmt);
+  b = MaskSrcOperand(b, cfg.b_fmt);
+  if (((a >> 23) & 0xFFu) == 0) a = 0;
+  if (((b >> 23) & 0xFFu) == 0) b = 0;
+  uint32_t ka = (a >> 13) & 0x3FFFFu;
+  uint32_t kb = (b >> 13) & 0x3FFFFu;
+  if (kb > ka) std::swap(a, b);
+  int ea = static_cast<int>((a >> 23) & 0xFFu);
+  int eb = static_cast<int>((b >> 23) & 0xFFu);
+  uint32_t A = ea ? (1024u | ((a >> 13) & 0x3FFu)) : 0;
+  uint32_t B = eb ? (1024u | ((b >> 13) & 0x3FFu)) : 0;
+  if (eb < ea) {
+    int d = ea - eb;
+    B = d < 12 ? ((B + (1u << (d - 1))) >> d) : 0;
+  }
+  int sa = static_cast<int>(a >> 31), sb = static_cast<int>(b >> 31);
+  uint32_t T = sa == sb ? A + B : A - B;
+  FpuTerm t;
+  t.sign = sa;
+  t.exp = ea;
+  t.mag = static_cast<uint64_t>(T) << 13;
+  return CombineWithDst(t, FpuTerm{}, accumulate ? dst : 0u, cfg.fp32_dst, cfg.arch);
+}
+
+uint32_t PackL1AccFp32(uint32_t old_value, uint32_t new_value) {
+  auto ftz = [](uint32_t u) { return ((u >> 23) & 0xFFu) == 0 ? (u & 0x80000000u) : u; };
+  volatile float x = BitsFloat(ftz(old_value));
+  volatile float y = BitsFloat(ftz(new_value));
+  float r = x + y;
+  uint32_t u = FloatBits(r);
+  if (std::isnan(r)) return 0x7FC00000u;
+  return ftz(u);
+}
+
+uint16_t PackL1AccBf16(uint16_t old_value, uint16_t new_value) {
+  if ((old_value == 0x7F80 && new_value == 0xFF80) || (old_value == 0xFF80 && new_value == 0x7F80)) return 0x7FC0;
+  auto ftz = [](uint16_t t) -> uint16_t { return ((t >> 7) & 0xFFu) == 0 ? static_cast<uint16_t>(t & 0x8000u) : t; };
+  old_value = ftz(old_value);
+  new_value = ftz(new_value);
+  auto is_nan = [](uint16_t t) { return (t & 0x7FFFu) > 0x7F80u; };
+  double x, y;
+  if (is_nan(old_value)) x = (old_value & 0x8000u) ? -DBL_MAX : DBL_MAX;
+  else x = Bf16ToFloat(old_value);
+  if (is_nan(new_value)) {
+    double m = std::ldexp(1.0 + static_cast<double>(new_value & 0x7Fu) / 128.0, 128);
+    y = (new_value & 0x8000u) ? -m : m;
+  } else {
+    y = Bf16ToFloat(new_value);
+  }
+  double s = x + y;
+  uint16_t sign = std::signbit(s) ? 0x8000 : 0;
+  if (std::isinf(s)) return sign | 0x7F80u;
+  if (s == 0.0) return sign;
+  int ex;
+  double fr = std::frexp(std::fabs(s), &ex);  // |s| = fr·2^ex, fr in [0.5, 1)
+  double scaled = std::ldexp(fr, 8);             // [128, 256)
+  double q = std::nearbyint(scaled);             // RNE (default rounding mode)
+  if (q >= 256.0) {
+    q = 128.0;
+    ex += 1;
+  }
+  int biased = ex - 1 + 127;
+  if (biased <= 0) return sign;
+  if (biased >= 255) return sign | 0x7F80u;
+  return static_cast<uint16_t>(sign | (biased << 7) | (static_cast<uint32_t>(q) & 0x7Fu));
+}
+
+}  // namespace kiln::numerics
