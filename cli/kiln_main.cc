@@ -5,6 +5,7 @@
 
 #include "cli/client.h"
 #include "cli/model_commands.h"
+#include "cli/vectors_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln: client for the Kiln model-compilation server"};
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", options.timeout_seconds, "per-call deadline in seconds (0 = none)");
   int exit_code = 0;
   kiln::cli::AddModelCommands(app, options, &exit_code);
+  kiln::cli::AddVectorsCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
