@@ -2,6 +2,8 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+
+#include "server/auth_interceptor.h"
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -67,6 +69,9 @@ Status Daemon::Start() {
   builder.SetMaxReceiveMessageSize(4 << 20);
   builder.SetMaxSendMessageSize(4 << 20);
   builder.RegisterService(model_service_.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<AuthInterceptorFactory>(auth_.get()));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server_ = builder.BuildAndStart();
   if (!server_ || port == 0) {
     server_.reset();

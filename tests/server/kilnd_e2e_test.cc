@@ -12,6 +12,7 @@
 
 #include "common/sha256.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
 #include "tests/server/kilnd_process.h"
 #include "tests/server/onnx_bytes.h"
@@ -186,6 +187,28 @@ TEST_F(KilndE2E, TokenAuthentication) {
     ASSERT_TRUE(stub->ListModels(&ctx, {}, &list).ok());
     EXPECT_EQ(list.models_size(), 1);
   }
+  // Server reflection is guarded too: without the token the call is cut off, with it the
+  // services are listed.
+  auto list_services = [&](const std::string& token, std::vector<std::string>* names) {
+    auto refl = grpc::reflection::v1alpha::ServerReflection::NewStub(channel);
+    grpc::ClientContext ctx;
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    auto stream = refl->ServerReflectionInfo(&ctx);
+    grpc::reflection::v1alpha::ServerReflectionRequest req;
+    req.set_list_services("");
+    stream->Write(req);
+    stream->WritesDone();
+    grpc::reflection::v1alpha::ServerReflectionResponse resp;
+    while (stream->Read(&resp)) {
+      for (const auto& s : resp.list_services_response().service()) names->push_back(s.name());
+    }
+    return stream->Finish();
+  };
+  std::vector<std::string> names;
+  EXPECT_FALSE(list_services("", &names).ok());
+  EXPECT_TRUE(names.empty());
+  ASSERT_TRUE(list_services("s3cret", &names).ok());
+  EXPECT_NE(std::find(names.begin(), names.end(), "kiln.v1.ModelService"), names.end());
   // Health needs no token.
   auto health = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext hctx;
