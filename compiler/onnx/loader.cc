@@ -831,8 +831,15 @@ bool Loader::RunShapeInference() {
   } catch (const std::exception& e) {
     std::string what = e.what();
     ParseNodeInfo(what, err_);
-    const std::string prefix = "Shape inference error(s): ";
-    if (what.rfind(prefix, 0) == 0) what = what.substr(prefix.size());
+    // "[ShapeInferenceError] Shape inference error(s): (op_type:X, node name: n): [..] msg": the
+    // node goes into the structured fields; keep the message.
+    for (const std::string prefix : {"[ShapeInferenceError] ", "[TypeInferenceError] ", "Shape inference error(s): "}) {
+      if (what.rfind(prefix, 0) == 0) what = what.substr(prefix.size());
+    }
+    if (what.rfind("(op_type:", 0) == 0) {
+      const auto end = what.find("): ");
+      if (end != std::string::npos) what = what.substr(end + 3);
+    }
     return Fail(StatusCode::kInvalidArgument, LoadStage::kShapeInference,
                 "shape inference failed: " + FirstLines(what));
   }

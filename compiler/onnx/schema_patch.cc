@@ -98,6 +98,45 @@ void RequireTypedInputs(const OpSchema& schema, InferenceContext& ctx) {
   }
 }
 
+// onnx 1.12's convPoolShapeInference / convTransposeShapeInference (onnx/defs/nn/defs.cc) index
+// dilations/strides/pads by the kernel rank taken from W without checking it against the input
+// rank (an out-of-bounds read, found by fuzzing). Check the ranks before they run.
+void CheckConvPoolRanks(InferenceContext& ctx, int w_index) {
+  const auto* x = ctx.getNumInputs() > 0 ? ctx.getInputType(0) : nullptr;
+  if (x == nullptr || !x->tensor_type().has_shape()) return;
+  const int rank = x->tensor_type().shape().dim_size();
+  if (rank < 3) {
+    fail_shape_inference("input X has rank ", rank, "; it must be at least 3 (N x C x D1 ...)");
+  }
+  const size_t spatial = static_cast<size_t>(rank - 2);
+  if (w_index >= 0 && ctx.getNumInputs() > static_cast<size_t>(w_index)) {
+    const auto* w = ctx.getInputType(static_cast<size_t>(w_index));
+    if (w != nullptr && w->tensor_type().has_shape() && w->tensor_type().shape().dim_size() != rank) {
+      fail_shape_inference("weight W has rank ", w->tensor_type().shape().dim_size(), " but input X has rank ", rank);
+    }
+  }
+  for (const char* name : {"kernel_shape", "strides", "dilations"}) {
+    const auto* a = ctx.getAttribute(name);
+    if (a != nullptr && static_cast<size_t>(a->ints_size()) != spatial) {
+      fail_shape_inference("attribute ", name, " has ", a->ints_size(), " values; input X has ", spatial,
+                           " spatial dims");
+    }
+  }
+  const auto* pads = ctx.getAttribute("pads");
+  if (pads != nullptr && static_cast<size_t>(pads->ints_size()) != 2 * spatial) {
+    fail_shape_inference("attribute pads has ", pads->ints_size(), " values; expected ", 2 * spatial);
+  }
+}
+
+// Input index of W for ops that go through the conv/pool inference helpers; -1: no W.
+int ConvPoolWeightIndex(const std::string& domain, const std::string& name) {
+  if (!domain.empty()) return -2;
+  if (name == "Conv" || name == "ConvTranspose" || name == "ConvInteger") return 1;
+  if (name == "QLinearConv") return 3;
+  if (name == "MaxPool" || name == "AveragePool" || name == "LpPool" || name == "MaxUnpool") return -1;
+  return -2;
+}
+
 }  // namespace
 
 long long PooledSize(long long input, long long pad_begin, long long pad_end, long long kernel, long long stride,
@@ -124,10 +163,12 @@ void InstallSchemaPatches() {
       auto* schema = const_cast<OpSchema*>(found);
       const bool is_pool = domain.empty() && (name == "MaxPool" || name == "AveragePool");
       const bool use_dilation = name == "MaxPool";
+      const int w_index = ConvPoolWeightIndex(domain, name);
       if (schema->has_type_and_shape_inference_function()) {
         auto original = schema->GetTypeAndShapeInferenceFunction();
-        schema->TypeAndShapeInferenceFunction([schema, original, is_pool, use_dilation](InferenceContext& ctx) {
+        schema->TypeAndShapeInferenceFunction([schema, original, is_pool, use_dilation, w_index](InferenceContext& ctx) {
           RequireTypedInputs(*schema, ctx);
+          if (w_index != -2) CheckConvPoolRanks(ctx, w_index);
           original(ctx);
           if (is_pool) FixCeilModePool(ctx, use_dilation);
         });

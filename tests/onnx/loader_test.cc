@@ -824,6 +824,46 @@ TEST(OnnxLoader, ZeroStrideIsRejectedBeforeInference) {
   EXPECT_EQ(err.attribute, "strides");
 }
 
+// Found by the fuzzer (tests/fuzz/corpus/conv_input_rank2_weight_rank4): onnx 1.12's Conv
+// inference reads dilations[i] out of bounds when X and W ranks differ.
+TEST(OnnxLoader, ConvInputRankDifferentFromWeightRankIsAnError) {
+  OnnxModelBuilder b;
+  b.Input("x", TensorProto::FLOAT, {1, 3});
+  b.FloatInitializer("W", {4, 3, 3, 3}, kt::RandomFloats(108, 1));
+  b.Node("Conv", {"x", "W"}, {"y"}, "conv");
+  b.Output("y");
+  LoadError err;
+  auto m = Load(b, &err);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(err.stage, LoadStage::kShapeInference);
+  EXPECT_EQ(err.node, "conv");
+  EXPECT_NE(err.message.find("rank"), std::string::npos) << err.message;
+
+  OnnxModelBuilder b2;
+  b2.Input("x", TensorProto::FLOAT, {1, 3, 8, 8, 8});
+  b2.FloatInitializer("W", {4, 3, 3, 3}, kt::RandomFloats(108, 1));
+  b2.Node("Conv", {"x", "W"}, {"y"}, "conv3d");
+  b2.Output("y");
+  auto m2 = Load(b2, &err);
+  ASSERT_FALSE(m2.ok());
+  EXPECT_EQ(err.node, "conv3d");
+}
+
+TEST(OnnxLoader, PoolAttributeLengthMismatchIsAnError) {
+  OnnxModelBuilder b;
+  b.Input("x", TensorProto::FLOAT, {1, 1, 5, 5});
+  auto& p = b.Node("MaxPool", {"x"}, {"y"}, "pool");
+  kt::SetInts(p, "kernel_shape", {2, 2});
+  kt::SetInts(p, "pads", {1, 1});
+  b.Output("y");
+  LoadError err;
+  auto m = Load(b, &err);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(err.node, "pool");
+  EXPECT_NE(err.message.find("pads"), std::string::npos) << err.message;
+}
+
 TEST(OnnxLoader, ShapeInferenceErrorNamesTheNode) {
   OnnxModelBuilder b;
   b.Input("x", TensorProto::FLOAT, {2, 3});
