@@ -242,10 +242,12 @@ void AllocateProcessors(Network& net, const Ai8xOptions& options) {
       }
     }
   }
-  // Passthrough layers keep their map (output = packed input per x16, max7800x.py L945-962).
+  // Passthrough layers keep their map (output = packed input per x16, max7800x.py L945-962);
+  // depthwise layers too (broadcast mode: no data moves across processors, and their bias bytes
+  // then fill whole quadrants the way kbias.py packs them, as in the hand-written MobileNetV2).
   for (size_t i = 0; i < n; ++i) {
     const Layer& l = net.layers[i];
-    if (l.op != OpKind::kNone) continue;
+    if (l.op != OpKind::kNone && l.groups == 1) continue;
     auto it = readers.find(l.id);
     if (it == readers.end()) continue;
     for (int r : it->second) {
@@ -368,7 +370,7 @@ void AllocateProcessors(Network& net, const Ai8xOptions& options) {
     }
     bool pinned = is_input && (!options.move_l0 || fifo || chw);
     uint32_t avoid = producer_in_instances(r);
-    std::tuple<int64_t, int64_t, int, int> best{INT64_MAX, INT64_MAX, INT_MAX, 0};
+    std::tuple<int64_t, int64_t, int64_t, int, int> best{INT64_MAX, INT64_MAX, INT64_MAX, INT_MAX, 0};
     for (int shift = 0; shift <= std::max(0, max_shift); shift += 4) {
       std::vector<uint64_t> maps(members.size(), make_map(cnt, shift, chw, fifo));
       std::vector<int64_t> f = fill;
@@ -379,11 +381,20 @@ void AllocateProcessors(Network& net, const Ai8xOptions& options) {
         if ((maps[0] >> p) & 1) local = std::max(local, f[p]);
       }
       int overlap = std::popcount(InstanceMask(maps[0]) & avoid);
-      std::tuple<int64_t, int64_t, int, int> cost{global, local, overlap, shift};
+      // Depthwise layers (broadcast mode) take bias bytes for every processor of each quadrant
+      // they touch (kbias.py): keep them in as few quadrants as possible.
+      int64_t dw_bias = 0;
+      for (int m : members) {
+        const Layer& ml = net.layers[m];
+        if (ml.groups <= 1 || !ml.has_bias) continue;
+        int q0 = Ffs(maps[0]) / 16, q1 = Fls(maps[0]) / 16;
+        dw_bias += int64_t{q1 - q0 + 1} * 16 * ComputePasses(ml.out_shape.c).passes;
+      }
+      std::tuple<int64_t, int64_t, int64_t, int, int> cost{global, dw_bias, local, overlap, shift};
       if (cost < best) best = cost;
       if (pinned || fifo) break;
     }
-    uint64_t map = make_map(cnt, std::get<3>(best), chw, fifo);
+    uint64_t map = make_map(cnt, std::get<4>(best), chw, fifo);
     group_map[r] = map;
     std::vector<uint64_t> maps(members.size(), map);
     place_cost(members, maps, fill);

@@ -47,6 +47,8 @@ void CheckRules(Network& net) {
   }
 
   bool quadrant0 = false;
+  bool bits_unknown = false;
+  for (const Layer& l : net.layers) bits_unknown |= l.has_weights() && !l.quantization_known;
   std::vector<int64_t> kfill(64, 0);
   struct BiasItem {
     int64_t bytes;
@@ -301,7 +303,10 @@ void CheckRules(Network& net) {
           Err(net, "AI8X_KERNEL_MEMORY", l,
               "kernel memory exhausted at processor " + std::to_string(p) + ": needs words " + std::to_string(off) + ".." +
                   std::to_string(off + words) + " of " + std::to_string(spec.KernelWords(p)) +
-                  " (izer kernels.py); what would help: fewer weights, lower `quantization`, or spreading layers over more processors");
+                  " (izer kernels.py); what would help: fewer weights, lower `quantization`, or spreading layers over more processors" +
+                  (bits_unknown ? "; note: this export does not carry weight bit widths, 8-bit was assumed: pass "
+                                  "--set LAYER.quantization=N for layers trained with fewer bits"
+                                : ""));
           break;
         }
       }

@@ -1,5 +1,7 @@
 // Developer tool (not a test): compiles one ONNX file with the ai8x back end and prints the YAML
 // and diagnostics. Usage: ai8x_compile_tool MODEL.onnx DEVICE ARCH DATASET [LAYER.KEY=VALUE ...]
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -45,6 +47,14 @@ int main(int argc, char** argv) {
   for (const auto& d : r->diagnostics) {
     std::cerr << kiln::ai8x::SeverityName(d.severity) << " " << d.code << " [" << d.layer << " " << d.layer_name
               << " / " << d.onnx_node << "] " << d.message << "\n";
+  }
+  if (std::getenv("AI8X_TABLE")) {
+    for (const auto& l : r->layers) {
+      std::fprintf(stderr, "%3d %-40s %-20s in %4d out %4d procs %016llx out %016llx in_off %05x out_off %05x data %6lld/%6lld kern %5lld bias %4lld\n",
+                   l.index, l.name.c_str(), l.op.c_str(), l.in_channels, l.out_channels,
+                   (unsigned long long)l.processors, (unsigned long long)l.output_processors, l.in_offset, l.out_offset,
+                   (long long)l.data_in_bytes, (long long)l.data_out_bytes, (long long)l.kernel_words, (long long)l.bias_bytes);
+    }
   }
   std::cerr << "flags:";
   for (const auto& fl : r->izer_flags) std::cerr << " " << fl;
