@@ -284,6 +284,9 @@ class Graph {
   std::span<const NodeIndex> Consumers(std::string_view name) const;
   /// True when `name` is a declared graph output (after alias resolution).
   bool IsGraphOutput(std::string_view name) const;
+  /// Names this (sub)graph reads from enclosing graphs (outer-scope captures), sorted; empty for
+  /// the main graph. The owning node counts as a consumer of each in the parent's Consumers().
+  const std::vector<std::string>& captured() const { return captured_; }
 
   /// Constant data of `node`'s input `i`, or nullptr when the input is absent or not constant.
   const ConstantData* ConstantInput(const Node& node, size_t i) const;
@@ -306,6 +309,7 @@ class Graph {
   std::unordered_map<std::string, std::string> aliases_;
   std::unordered_map<std::string, NodeIndex> producer_;
   std::unordered_map<std::string, std::vector<NodeIndex>> consumers_;
+  std::vector<std::string> captured_;
 };
 
 /// An opset import: domain ("" = ai.onnx) and version.

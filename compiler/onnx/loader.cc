@@ -1,0 +1,1226 @@
+#include "compiler/onnx/loader.h"
+
+#include <google/protobuf/io/coded_stream.h>
+
+#include <algorithm>
+#include <climits>
+#include <functional>
+#include <new>
+#include <optional>
+#include <queue>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "compiler/onnx/schema_patch.h"
+#include "compiler/onnx/tensor_decode.h"
+#include "compiler/onnx/wire_scan.h"
+#include "onnx/checker.h"
+#include "onnx/defs/schema.h"
+#include "onnx/onnx_pb.h"
+#include "onnx/shape_inference/implementation.h"
+
+namespace kiln::onnx_fe {
+
+const char* LoadStageName(LoadStage stage) {
+  switch (stage) {
+    case LoadStage::kLimits: return "limits";
+    case LoadStage::kParse: return "parse";
+    case LoadStage::kStructure: return "structure";
+    case LoadStage::kShapeInference: return "shape inference";
+    case LoadStage::kChecker: return "checker";
+    case LoadStage::kBuild: return "build";
+  }
+  return "?";
+}
+
+Status LoadError::ToStatus() const {
+  std::string m;
+  if (!model.empty()) m += "model '" + model + "': ";
+  if (!node.empty() || !op_type.empty()) {
+    m += "node '" + node + "'";
+    if (!op_type.empty()) m += " (" + op_type + ")";
+    m += ": ";
+  }
+  if (!attribute.empty()) m += "attribute '" + attribute + "': ";
+  if (!tensor.empty()) m += "tensor '" + tensor + "': ";
+  m += message;
+  return Status(code == StatusCode::kOk ? StatusCode::kInternal : code, std::move(m));
+}
+
+// Builds IR objects; friend of Graph and Model.
+class GraphBuilder {
+ public:
+  static std::shared_ptr<Graph> NewGraph() { return std::shared_ptr<Graph>(new Graph()); }
+  static Graph& Mut(Graph& g) { return g; }
+  static std::string& name(Graph& g) { return g.name_; }
+  static std::vector<Node>& nodes(Graph& g) { return g.nodes_; }
+  static std::vector<std::string>& inputs(Graph& g) { return g.inputs_; }
+  static std::vector<GraphOutput>& outputs(Graph& g) { return g.outputs_; }
+  static std::unordered_map<std::string, Tensor>& tensors(Graph& g) { return g.tensors_; }
+  static std::unordered_map<std::string, std::string>& aliases(Graph& g) { return g.aliases_; }
+  static void Index(Graph& g) {
+    g.producer_.clear();
+    g.consumers_.clear();
+    for (NodeIndex i = 0; i < g.nodes_.size(); ++i) {
+      const Node& n = g.nodes_[i];
+      for (const auto& o : n.outputs) {
+        if (!o.empty()) g.producer_[o] = i;
+      }
+      for (const auto& in : n.inputs) {
+        if (in.empty()) continue;
+        auto& v = g.consumers_[in];
+        if (v.empty() || v.back() != i) v.push_back(i);
+      }
+      // Values captured by subgraphs count as consumed by the node that owns the subgraph.
+      for (const auto& [_, a] : n.attributes) {
+        std::vector<const Graph*> subs;
+        if (a.g) subs.push_back(a.g.get());
+        for (const auto& sg : a.graphs) subs.push_back(sg.get());
+        for (const Graph* sg : subs) {
+          for (const std::string& fv : sg->captured_) {
+            auto& v = g.consumers_[fv];
+            if (v.empty() || v.back() != i) v.push_back(i);
+          }
+        }
+      }
+    }
+  }
+  static std::vector<std::string>& captured(Graph& g) { return g.captured_; }
+
+  static Model& Mut(Model& m) { return m; }
+  static std::shared_ptr<Model> NewModel() { return std::shared_ptr<Model>(new Model()); }
+  static int64_t& ir_version(Model& m) { return m.ir_version_; }
+  static int64_t& opset(Model& m) { return m.opset_; }
+  static std::vector<OpsetImport>& opset_imports(Model& m) { return m.opset_imports_; }
+  static std::string& producer_name(Model& m) { return m.producer_name_; }
+  static std::string& producer_version(Model& m) { return m.producer_version_; }
+  static std::shared_ptr<const Graph>& graph(Model& m) { return m.graph_; }
+  static size_t& total_node_count(Model& m) { return m.total_node_count_; }
+  static std::vector<std::string>& warnings(Model& m) { return m.warnings_; }
+};
+
+namespace {
+
+using onnx::AttributeProto;
+using onnx::GraphProto;
+using onnx::ModelProto;
+using onnx::NodeProto;
+using onnx::TensorProto;
+using onnx::TypeProto;
+using onnx::ValueInfoProto;
+using B = GraphBuilder;
+
+constexpr int64_t kMinOpset = 6;
+constexpr int64_t kMaxOpset = 17;  // the newest default-domain opset onnx 1.12 knows
+constexpr size_t kProtobufMaxBytes = static_cast<size_t>(INT_MAX);
+
+std::string FirstLines(const std::string& s, size_t max_chars = 600) {
+  std::string out = s.substr(0, max_chars);
+  // Collapse onnx's multi-line messages.
+  for (char& c : out) {
+    if (c == '\n') c = ' ';
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  if (s.size() > max_chars) out += " ...";
+  return out;
+}
+
+Shape ShapeFromType(const TypeProto* type) {
+  if (type == nullptr || !type->has_tensor_type() || !type->tensor_type().has_shape()) return Shape();
+  std::vector<Dim> dims;
+  const auto& sp = type->tensor_type().shape();
+  dims.reserve(sp.dim_size());
+  for (const auto& d : sp.dim()) {
+    if (d.has_dim_value() && d.dim_value() >= 0) {
+      dims.push_back(Dim::Known(d.dim_value()));
+    } else if (d.has_dim_param() && !d.dim_param().empty()) {
+      dims.push_back(Dim::Symbol(d.dim_param()));
+    } else {
+      dims.push_back(Dim());
+    }
+  }
+  return Shape(std::move(dims));
+}
+
+DataType DTypeFromType(const TypeProto* type) {
+  if (type == nullptr || !type->has_tensor_type()) return DataType::kUndefined;
+  return static_cast<DataType>(type->tensor_type().elem_type());
+}
+
+bool IsDefaultDomain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
+
+struct GraphInfo {
+  GraphProto* proto = nullptr;
+  int parent = -1;
+  size_t depth = 0;
+  std::string original_name;
+  std::string where;  // "main graph" or "subgraph 'x' (attribute 'then_branch' of node 'if1')"
+  std::unordered_set<std::string_view> defined;
+  std::unordered_set<std::string_view> initializers;
+  std::unordered_map<std::string_view, int> producer;
+  std::vector<std::vector<int>> node_children;  // per node (current proto order): child graph infos
+  std::vector<std::string_view> free_vars;
+  std::unordered_map<std::string, std::string> aliases;  // removed Identity/Dropout outputs
+  std::unordered_set<std::string> transparent_outputs;
+};
+
+class Loader {
+ public:
+  explicit Loader(const LoadOptions& options) : opt_(options) { err_.model = options.model_name; }
+
+  bool Run(std::string_view bytes, std::shared_ptr<const Model>* out);
+  LoadError& error() { return err_; }
+
+ private:
+  bool Fail(StatusCode code, LoadStage stage, std::string message) {
+    err_.code = code;
+    err_.stage = stage;
+    err_.message = std::move(message);
+    return false;
+  }
+  bool FailNode(StatusCode code, LoadStage stage, const NodeProto& n, std::string message) {
+    err_.node = n.name();
+    err_.op_type = n.op_type();
+    return Fail(code, stage, std::move(message));
+  }
+  bool FailTensor(StatusCode code, LoadStage stage, const std::string& tensor, std::string message) {
+    err_.tensor = tensor;
+    return Fail(code, stage, std::move(message));
+  }
+
+  bool CheckLimitsAndParse(std::string_view bytes);
+  bool CheckModelLevel();
+  bool CollectGraphs();
+  bool ValidateGraphDefinitions(int gi);
+  bool CheckPayload(const TensorProto& t, const std::string& name, const NodeProto* node, const std::string& attr);
+  bool ValidateNode(GraphInfo& gi, int idx, NodeProto& node);
+  bool ResolveScopesAndSort(int gi);
+  bool ComputeAliases(int gi);
+  void BindSymbols();
+  void DropStaleDeclaredShapes(int gi);
+  bool RunShapeInference();
+  bool RunChecker();
+  bool BuildIR(std::shared_ptr<const Model>* out);
+  bool BuildGraph(int gi, std::shared_ptr<Graph>* out);
+  bool ConvertAttribute(int gi, AttributeProto& a, bool from_default, const NodeProto& node, Attribute* out);
+  std::string Resolve(int gi, const std::string& name) const;
+  bool IsDefinedInAncestors(int gi, std::string_view name) const;
+  const TensorProto* FindConstantTensor(int gi, const std::string& name) const;
+
+  const LoadOptions& opt_;
+  LoadError err_;
+  ModelProto model_;
+  std::unordered_map<std::string, int64_t> imports_;  // domain ("" for default) -> version
+  std::vector<GraphInfo> graphs_;
+  std::unordered_map<const GraphProto*, std::shared_ptr<const Graph>> built_;
+  std::unordered_map<const NodeProto*, std::string> node_names_;
+  uint64_t total_tensor_bytes_ = 0;
+  std::vector<std::string> warnings_;
+  std::vector<ValueInfoProto*> shapeless_io_;  // graph inputs/outputs given an empty shape for the checker
+};
+
+bool Loader::CheckLimitsAndParse(std::string_view bytes) {
+  const auto& lim = opt_.limits;
+  if (bytes.empty()) return Fail(StatusCode::kInvalidArgument, LoadStage::kLimits, "the model is empty (0 bytes)");
+  if (bytes.size() >= kProtobufMaxBytes) {
+    return Fail(StatusCode::kResourceExhausted, LoadStage::kLimits,
+                "the model is " + std::to_string(bytes.size()) +
+                    " bytes; ONNX files of 2 GiB or more cannot be parsed (protobuf's limit) and external "
+                    "data is not accepted");
+  }
+  if (bytes.size() > lim.max_model_bytes) {
+    return Fail(StatusCode::kResourceExhausted, LoadStage::kLimits,
+                "the model is " + std::to_string(bytes.size()) + " bytes, over the limit of " +
+                    std::to_string(lim.max_model_bytes) + " bytes (LoaderLimits::max_model_bytes)");
+  }
+  const internal::WireScan scan = internal::ScanModelWire(bytes, lim.max_nodes, lim.max_graph_depth);
+  switch (scan.outcome) {
+    case internal::WireScan::Outcome::kOk: break;
+    case internal::WireScan::Outcome::kMalformed:
+      return Fail(StatusCode::kInvalidArgument, LoadStage::kParse,
+                  "not a valid ONNX model (the protobuf data is truncated or corrupt: " + scan.detail + ")");
+    case internal::WireScan::Outcome::kTooManyNodes:
+      return Fail(StatusCode::kResourceExhausted, LoadStage::kLimits,
+                  "the model has more than " + std::to_string(lim.max_nodes) +
+                      " nodes (LoaderLimits::max_nodes, counting subgraphs)");
+    case internal::WireScan::Outcome::kTooDeep:
+      return Fail(StatusCode::kResourceExhausted, LoadStage::kLimits,
+                  "subgraphs are nested more than " + std::to_string(lim.max_graph_depth) +
+                      " levels deep (LoaderLimits::max_graph_depth)");
+  }
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                            static_cast<int>(bytes.size()));
+  // ModelProto > GraphProto > NodeProto > AttributeProto > GraphProto ...: 3 message levels per
+  // subgraph level, plus value_info types, tensors and slack.
+  const size_t depth_limit = std::max<size_t>(100, 3 * (lim.max_graph_depth + 1) + 32);
+  in.SetRecursionLimit(static_cast<int>(std::min<size_t>(depth_limit, 10000)));
+  in.SetTotalBytesLimit(INT_MAX);
+  if (!model_.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage()) {
+    return Fail(StatusCode::kInvalidArgument, LoadStage::kParse,
+                "not a valid ONNX model (protobuf parsing failed: the file is truncated, corrupt, nested too "
+                "deeply, or not an ONNX ModelProto)");
+  }
+  if (!model_.has_graph()) {
+    return Fail(StatusCode::kInvalidArgument, LoadStage::kParse,
+                "not a valid ONNX model (no graph; is this an ONNX file?)");
+  }
+  return true;
+}
+
+bool Loader::CheckModelLevel() {
+  if (model_.functions_size() > 0) {
+    return Fail(StatusCode::kFailedPrecondition, LoadStage::kStructure,
+                "the model defines " + std::to_string(model_.functions_size()) +
+                    " model-local function(s), which Kiln does not support; export with functions inlined");
+  }
+  model_.clear_training_info();  // not used for inference
+  for (const auto& imp : model_.opset_import()) {
+    std::string domain = IsDefaultDomain(imp.domain()) ? "" : imp.domain();
+    if (!imports_.emplace(domain, imp.version()).second) {
+      return Fail(StatusCode::kInvalidArgument, LoadStage::kStructure,
+                  "opset_import lists domain '" + imp.domain() + "' more than once");
+    }
+  }
+  auto it = imports_.find("");
+  if (it == imports_.end()) {
+    return Fail(StatusCode::kInvalidArgument, LoadStage::kStructure,
+                "the model does not import the default ONNX domain (opset_import has no entry for '')");
+  }
+  if (it->second < kMinOpset || it->second > kMaxOpset) {
+    return Fail(StatusCode::kFailedPrecondition, LoadStage::kStructure,
+                "default-domain opset " + std::to_string(it->second) + " is not supported; Kiln accepts opsets " +
+                    std::to_string(kMinOpset) + " through " + std::to_string(kMaxOpset) +
+                    " (those onnx 1.12 knows); re-export with one of them");
+  }
+  const auto& ranges = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  for (const auto& [domain, version] : imports_) {
+    if (domain.empty()) continue;
+    auto r = ranges.find(domain);
+    if (r != ranges.end() && (version < r->second.first || version > r->second.second)) {
+      return Fail(StatusCode::kFailedPrecondition, LoadStage::kStructure,
+                  "opset " + std::to_string(version) + " of domain '" + domain + "' is not known to onnx 1.12 (it knows " +
+                      std::to_string(r->second.first) + ".." + std::to_string(r->second.second) + ")");
+    }
+  }
+  return true;
+}
+
+// Breadth-first over the graph and its subgraphs: parents always precede children in graphs_.
+bool Loader::CollectGraphs() {
+  graphs_.push_back(GraphInfo{});
+  graphs_[0].proto = model_.mutable_graph();
+  graphs_[0].where = "main graph";
+  for (size_t gi = 0; gi < graphs_.size(); ++gi) {
+    GraphProto* g = graphs_[gi].proto;
+    graphs_[gi].original_name = g->name();
+    graphs_[gi].node_children.resize(g->node_size());
+    for (int ni = 0; ni < g->node_size(); ++ni) {
+      NodeProto* n = g->mutable_node(ni);
+      for (auto& a : *n->mutable_attribute()) {
+        std::vector<GraphProto*> subs;
+        if (a.has_g()) subs.push_back(a.mutable_g());
+        for (auto& sg : *a.mutable_graphs()) subs.push_back(&sg);
+        for (GraphProto* sg : subs) {
+          GraphInfo child;
+          child.proto = sg;
+          child.parent = static_cast<int>(gi);
+          child.depth = graphs_[gi].depth + 1;
+          child.where = "subgraph '" + sg->name() + "' (attribute '" + a.name() + "' of node '" + n->name() + "' (" +
+                        n->op_type() + "))";
+          if (child.depth > opt_.limits.max_graph_depth) {  // the wire scan already bounds this
+            return FailNode(StatusCode::kResourceExhausted, LoadStage::kLimits, *n,
+                            "subgraphs are nested more than " + std::to_string(opt_.limits.max_graph_depth) +
+                                " levels deep (LoaderLimits::max_graph_depth)");
+          }
+          graphs_[gi].node_children[ni].push_back(static_cast<int>(graphs_.size()));
+          graphs_.push_back(std::move(child));
+        }
+      }
+    }
+  }
+  return true;
+}
+
+bool Loader::CheckPayload(const TensorProto& t, const std::string& name, const NodeProto* node,
+                          const std::string& attr) {
+  const internal::PayloadCheck c = internal::CheckTensorPayload(t);
+  if (c.code != StatusCode::kOk) {
+    if (node != nullptr) {
+      err_.node = node->name();
+      err_.op_type = node->op_type();
+      err_.attribute = attr;
+    }
+    return FailTensor(c.code, LoadStage::kStructure, name, c.error);
+  }
+  total_tensor_bytes_ += c.payload_bytes;
+  if (total_tensor_bytes_ > opt_.limits.max_total_tensor_bytes) {
+    return Fail(StatusCode::kResourceExhausted, LoadStage::kLimits,
+                "the model's constant tensors hold more than " + std::to_string(opt_.limits.max_total_tensor_bytes) +
+                    " bytes (LoaderLimits::max_total_tensor_bytes)");
+  }
+  return true;
+}
+
+bool Loader::IsDefinedInAncestors(int gi, std::string_view name) const {
+  for (int p = graphs_[gi].parent; p >= 0; p = graphs_[p].parent) {
+    if (graphs_[p].defined.count(name)) return true;
+  }
+  return false;
+}
+
+bool Loader::ValidateNode(GraphInfo& info, int idx, NodeProto& node) {
+  const LoadStage st = LoadStage::kStructure;
+  if (node.op_type().empty()) return FailNode(StatusCode::kInvalidArgument, st, node, "the node has no op_type");
+  if (node.output_size() == 0) {
+    return FailNode(StatusCode::kInvalidArgument, st, node, "the node has no outputs");
+  }
+  if (std::all_of(node.output().begin(), node.output().end(), [](const std::string& s) { return s.empty(); })) {
+    return FailNode(StatusCode::kInvalidArgument, st, node, "all of the node's outputs are empty names");
+  }
+  const std::string domain = IsDefaultDomain(node.domain()) ? "" : node.domain();
+  auto imp = imports_.find(domain);
+  if (imp == imports_.end()) {
+    return FailNode(StatusCode::kInvalidArgument, st, node,
+                    "domain '" + node.domain() + "' is not imported by the model (no opset_import entry)");
+  }
+  const onnx::OpSchema* schema =
+      onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(imp->second), domain);
+  if (schema == nullptr) {
+    return FailNode(StatusCode::kFailedPrecondition, st, node,
+                    "operator '" + node.op_type() + "' (domain '" + domain + "', opset " +
+                        std::to_string(imp->second) +
+                        ") is not a standard ONNX operator known to onnx 1.12; Kiln cannot load custom operators");
+  }
+  try {
+    schema->Verify(node);
+  } catch (const std::exception& e) {
+    return FailNode(StatusCode::kInvalidArgument, st, node,
+                    "does not match the schema of " + node.op_type() + "-" + std::to_string(schema->SinceVersion()) +
+                        ": " + FirstLines(e.what()));
+  }
+  for (auto& a : *node.mutable_attribute()) {
+    auto fail_attr = [&](StatusCode code, std::string msg) {
+      err_.attribute = a.name();
+      return FailNode(code, st, node, std::move(msg));
+    };
+    if (a.name().empty()) return FailNode(StatusCode::kInvalidArgument, st, node, "an attribute has no name");
+    if (!a.ref_attr_name().empty()) {
+      return fail_attr(StatusCode::kInvalidArgument, "ref_attr_name is only valid inside function bodies");
+    }
+    switch (a.type()) {
+      case AttributeProto::SPARSE_TENSOR:
+      case AttributeProto::SPARSE_TENSORS:
+      case AttributeProto::TYPE_PROTO:
+      case AttributeProto::TYPE_PROTOS:
+        return fail_attr(StatusCode::kFailedPrecondition, "sparse-tensor and type attributes are not supported");
+      case AttributeProto::TENSOR:
+        if (!CheckPayload(a.t(), a.t().name(), &node, a.name())) return false;
+        break;
+      case AttributeProto::TENSORS:
+        for (const auto& t : a.tensors()) {
+          if (!CheckPayload(t, t.name(), &node, a.name())) return false;
+        }
+        break;
+      default: break;
+    }
+    // Values that onnx 1.12's inference functions divide by or loop on (a zero stride is a
+    // SIGFPE there): they must be positive.
+    if (domain.empty()) {
+      const std::string& an = a.name();
+      if (a.type() == AttributeProto::INTS && (an == "strides" || an == "dilations" || an == "kernel_shape")) {
+        for (int64_t v : a.ints()) {
+          if (v <= 0) return fail_attr(StatusCode::kInvalidArgument, "values must be positive, got " + std::to_string(v));
+        }
+      }
+      if (a.type() == AttributeProto::INT && (an == "blocksize" || an == "group")) {
+        if (a.i() <= 0) return fail_attr(StatusCode::kInvalidArgument, "must be positive, got " + std::to_string(a.i()));
+      }
+    }
+  }
+  if (domain.empty() && node.op_type() == "Constant" && node.attribute_size() == 1) {
+    // Constant-12+ forms value_float(s) / value_int(s) are rewritten to the `value` tensor form
+    // before onnx's shape inference, which only reads `value` as constant data (so that e.g. a
+    // Reshape fed by Constant(value_ints) gets a static output shape).
+    AttributeProto& a = *node.mutable_attribute(0);
+    TensorProto t;
+    bool rewrite = true;
+    if (a.name() == "value_float") {
+      t.set_data_type(TensorProto::FLOAT);
+      t.add_float_data(a.f());
+    } else if (a.name() == "value_floats") {
+      t.set_data_type(TensorProto::FLOAT);
+      t.mutable_float_data()->Add(a.floats().begin(), a.floats().end());
+      t.add_dims(a.floats_size());
+    } else if (a.name() == "value_int") {
+      t.set_data_type(TensorProto::INT64);
+      t.add_int64_data(a.i());
+    } else if (a.name() == "value_ints") {
+      t.set_data_type(TensorProto::INT64);
+      t.mutable_int64_data()->Add(a.ints().begin(), a.ints().end());
+      t.add_dims(a.ints_size());
+    } else if (a.name() == "value_string" || a.name() == "value_strings") {
+      err_.attribute = a.name();
+      return FailNode(StatusCode::kFailedPrecondition, st, node, "string constants are not supported");
+    } else {
+      rewrite = false;
+    }
+    if (rewrite) {
+      a.Clear();
+      a.set_name("value");
+      a.set_type(AttributeProto::TENSOR);
+      *a.mutable_t() = std::move(t);
+    }
+  }
+  for (const auto& out : node.output()) {
+    if (out.empty()) continue;
+    if (info.defined.count(out) || IsDefinedInAncestors(static_cast<int>(&info - graphs_.data()), out)) {
+      err_.tensor = out;
+      return FailNode(StatusCode::kInvalidArgument, st, node,
+                      "output '" + out + "' is already defined (by another node, a graph input or an initializer); "
+                      "ONNX graphs must be in single static assignment form");
+    }
+    info.defined.insert(out);
+    info.producer.emplace(out, idx);
+  }
+  return true;
+}
+
+bool Loader::ValidateGraphDefinitions(int gidx) {
+  GraphInfo& info = graphs_[gidx];
+  GraphProto& g = *info.proto;
+  const LoadStage st = LoadStage::kStructure;
+  if (g.sparse_initializer_size() > 0) {
+    return Fail(StatusCode::kFailedPrecondition, st, info.where + " has sparse initializers, which Kiln does not support");
+  }
+  for (const auto& vi : g.input()) {
+    if (vi.name().empty()) return Fail(StatusCode::kInvalidArgument, st, info.where + " has an input with no name");
+    if (!info.defined.insert(vi.name()).second) {
+      return FailTensor(StatusCode::kInvalidArgument, st, vi.name(), info.where + " lists this input more than once");
+    }
+    if (IsDefinedInAncestors(gidx, vi.name())) {
+      return FailTensor(StatusCode::kInvalidArgument, st, vi.name(),
+                        info.where + " has an input that shadows a name of an enclosing graph");
+    }
+  }
+  for (const auto& t : g.initializer()) {
+    if (t.name().empty()) return Fail(StatusCode::kInvalidArgument, st, info.where + " has an initializer with no name");
+    if (!info.initializers.insert(t.name()).second) {
+      return FailTensor(StatusCode::kInvalidArgument, st, t.name(), "initializer defined more than once");
+    }
+    if (!CheckPayload(t, t.name(), nullptr, "")) return false;
+    if (IsDefinedInAncestors(gidx, t.name())) {
+      return FailTensor(StatusCode::kInvalidArgument, st, t.name(),
+                        "initializer shadows a name of an enclosing graph");
+    }
+    info.defined.insert(t.name());
+  }
+  // Runtime inputs (not initializers) of the main graph need a tensor type.
+  for (const auto& vi : g.input()) {
+    if (info.initializers.count(vi.name())) continue;
+    if (gidx == 0 || vi.has_type()) {
+      if (!vi.has_type() || !vi.type().has_tensor_type()) {
+        return FailTensor(gidx == 0 && !vi.has_type() ? StatusCode::kInvalidArgument : StatusCode::kFailedPrecondition,
+                          st, vi.name(),
+                          vi.has_type() ? "graph input is not a tensor (sequence/map/optional inputs are not supported)"
+                                        : "graph input has no type");
+      }
+      const int32_t et = vi.type().tensor_type().elem_type();
+      if (et == TensorProto::UNDEFINED || DataTypeSize(static_cast<DataType>(et)) == 0 ||
+          et == TensorProto::COMPLEX64 || et == TensorProto::COMPLEX128) {
+        return FailTensor(et == TensorProto::UNDEFINED ? StatusCode::kInvalidArgument : StatusCode::kFailedPrecondition,
+                          st, vi.name(),
+                          std::string("graph input has element type ") + DataTypeName(static_cast<DataType>(et)) +
+                              ", which Kiln does not support");
+      }
+    }
+  }
+  for (int ni = 0; ni < g.node_size(); ++ni) {
+    if (!ValidateNode(info, ni, *g.mutable_node(ni))) return false;
+  }
+  for (const auto& vi : g.output()) {
+    if (vi.name().empty()) return Fail(StatusCode::kInvalidArgument, st, info.where + " has an output with no name");
+  }
+  return true;
+}
+
+bool Loader::ResolveScopesAndSort(int gidx) {
+  GraphInfo& info = graphs_[gidx];
+  GraphProto& g = *info.proto;
+  const LoadStage st = LoadStage::kStructure;
+  const int n = g.node_size();
+
+  // Names this graph reads but does not define (captured from enclosing graphs).
+  std::unordered_set<std::string_view> free;
+  for (int ni = 0; ni < n; ++ni) {
+    const NodeProto& node = g.node(ni);
+    for (const auto& in : node.input()) {
+      if (in.empty() || info.defined.count(in)) continue;
+      if (gidx == 0 || !IsDefinedInAncestors(gidx, in)) {
+        err_.tensor = in;
+        return FailNode(StatusCode::kInvalidArgument, st, node,
+                        "input '" + in + "' is not produced by any node and is not a graph input or initializer" +
+                            (gidx == 0 ? std::string() : " (nor a value of an enclosing graph)") + " [" + info.where + "]");
+      }
+      free.insert(in);
+    }
+    for (int child : info.node_children[ni]) {
+      for (std::string_view fv : graphs_[child].free_vars) {
+        if (!info.defined.count(fv)) free.insert(fv);
+      }
+    }
+  }
+  for (const auto& vi : g.output()) {
+    if (info.defined.count(vi.name())) continue;
+    if (gidx != 0 && IsDefinedInAncestors(gidx, vi.name())) {
+      free.insert(vi.name());
+      continue;
+    }
+    return FailTensor(StatusCode::kInvalidArgument, st, vi.name(),
+                      "graph output is not produced by any node and is not a graph input or initializer [" +
+                          info.where + "]");
+  }
+  for (const auto& vi : g.value_info()) {
+    if (!info.defined.count(vi.name())) {
+      return FailTensor(StatusCode::kInvalidArgument, st, vi.name(),
+                        "value_info describes a tensor that no node, graph input or initializer defines [" +
+                            info.where + "]");
+    }
+  }
+  info.free_vars.assign(free.begin(), free.end());
+  std::sort(info.free_vars.begin(), info.free_vars.end());
+
+  // Kahn's algorithm; ties broken by the model's own order so sorted graphs stay as they are.
+  std::vector<int> indeg(n, 0);
+  std::vector<std::vector<int>> succ(n);
+  auto add_dep = [&](std::string_view name, int consumer) {
+    auto it = info.producer.find(name);
+    if (it == info.producer.end()) return;
+    succ[it->second].push_back(consumer);
+    ++indeg[consumer];
+  };
+  for (int ni = 0; ni < n; ++ni) {
+    for (const auto& in : g.node(ni).input()) {
+      if (!in.empty()) add_dep(in, ni);
+    }
+    for (int child : info.node_children[ni]) {
+      for (std::string_view fv : graphs_[child].free_vars) add_dep(fv, ni);
+    }
+  }
+  std::priority_queue<int, std::vector<int>, std::greater<>> ready;
+  for (int ni = 0; ni < n; ++ni) {
+    if (indeg[ni] == 0) ready.push(ni);
+  }
+  std::vector<int> order;
+  order.reserve(n);
+  while (!ready.empty()) {
+    const int u = ready.top();
+    ready.pop();
+    order.push_back(u);
+    for (int v : succ[u]) {
+      if (--indeg[v] == 0) ready.push(v);
+    }
+  }
+  if (static_cast<int>(order.size()) != n) {
+    // Walk backwards through unemitted predecessors until a node repeats: it lies on a cycle.
+    int v = 0;
+    while (indeg[v] == 0) ++v;
+    std::vector<char> seen(n, 0);
+    while (!seen[v]) {
+      seen[v] = 1;
+      int next = -1;
+      const NodeProto& node = g.node(v);
+      std::vector<std::string_view> deps(node.input().begin(), node.input().end());
+      for (int child : info.node_children[v]) {
+        deps.insert(deps.end(), graphs_[child].free_vars.begin(), graphs_[child].free_vars.end());
+      }
+      for (std::string_view in : deps) {
+        auto it = info.producer.find(in);
+        if (it != info.producer.end() && indeg[it->second] > 0) {
+          next = it->second;
+          break;
+        }
+      }
+      if (next < 0) break;  // cannot happen: every unemitted node has an unemitted predecessor
+      v = next;
+    }
+    return FailNode(StatusCode::kInvalidArgument, st, g.node(v),
+                    "the graph has a cycle through this node (" + info.where + ")");
+  }
+  // Reorder the protobuf nodes (pointer moves only) and the per-node child lists.
+  auto* rep = g.mutable_node();
+  std::vector<NodeProto*> ptrs(n);
+  if (n > 0) rep->ExtractSubrange(0, n, ptrs.data());
+  std::vector<std::vector<int>> children(n);
+  for (int i = 0; i < n; ++i) {
+    rep->AddAllocated(ptrs[order[i]]);
+    children[i] = std::move(info.node_children[order[i]]);
+  }
+  info.node_children = std::move(children);
+  info.producer.clear();  // indices changed; not needed any more
+  return true;
+}
+
+std::string Loader::Resolve(int gi, const std::string& name) const {
+  std::string cur = name;
+  for (int guard = 0; guard < 1'000'000; ++guard) {
+    bool moved = false;
+    for (int g = gi; g >= 0; g = graphs_[g].parent) {
+      auto it = graphs_[g].aliases.find(cur);
+      if (it != graphs_[g].aliases.end()) {
+        cur = it->second;
+        moved = true;
+        break;
+      }
+    }
+    if (!moved) break;
+  }
+  return cur;
+}
+
+const TensorProto* Loader::FindConstantTensor(int gi, const std::string& name) const {
+  for (int g = gi; g >= 0; g = graphs_[g].parent) {
+    for (const auto& t : graphs_[g].proto->initializer()) {
+      if (t.name() == name) return &t;
+    }
+    for (const auto& node : graphs_[g].proto->node()) {
+      if (node.op_type() == "Constant" && IsDefaultDomain(node.domain()) && node.output_size() == 1 &&
+          node.output(0) == name) {
+        for (const auto& a : node.attribute()) {
+          if (a.name() == "value" && a.has_t()) return &a.t();
+        }
+      }
+    }
+  }
+  return nullptr;
+}
+
+// Identity and inference-mode Dropout become aliases (processed in topological order).
+bool Loader::ComputeAliases(int gidx) {
+  GraphInfo& info = graphs_[gidx];
+  const GraphProto& g = *info.proto;
+  std::unordered_set<std::string_view> used;
+  for (const auto& node : g.node()) {
+    for (const auto& in : node.input()) used.insert(in);
+  }
+  for (size_t ni = 0; ni < info.node_children.size(); ++ni) {
+    for (int child : info.node_children[ni]) {
+      for (auto fv : graphs_[child].free_vars) used.insert(fv);
+    }
+  }
+  std::unordered_set<std::string_view> outputs;
+  for (const auto& vi : g.output()) outputs.insert(vi.name());
+
+  for (const auto& node : g.node()) {
+    if (!IsDefaultDomain(node.domain())) continue;
+    const bool identity = node.op_type() == "Identity";
+    const bool dropout = node.op_type() == "Dropout";
+    if (!identity && !dropout) continue;
+    if (node.input_size() < 1 || node.input(0).empty() || node.output(0).empty()) continue;
+    if (dropout) {
+      if (node.output_size() > 1 && !node.output(1).empty()) {
+        const std::string& mask = node.output(1);
+        if (outputs.count(mask)) {
+          err_.tensor = mask;
+          return FailNode(StatusCode::kFailedPrecondition, LoadStage::kBuild, node,
+                          "the Dropout mask is a graph output; Kiln compiles for inference, where Dropout is an "
+                          "identity and has no mask. Remove the mask output and re-export");
+        }
+        if (used.count(mask)) {
+          err_.tensor = mask;
+          return FailNode(StatusCode::kFailedPrecondition, LoadStage::kBuild, node,
+                          "the Dropout mask is used by another node; Kiln compiles for inference, where Dropout has "
+                          "no mask");
+        }
+      }
+      if (node.input_size() >= 3 && !node.input(2).empty()) {  // Dropout-12+: training_mode
+        const TensorProto* tm = FindConstantTensor(gidx, Resolve(gidx, node.input(2)));
+        bool training = true;
+        if (tm != nullptr) {
+          TensorProto copy = *tm;
+          auto data = internal::DecodeTensor(copy);
+          training = data->size() != 1 || data->floats()[0] != 0.0f;
+        }
+        if (training) {
+          err_.tensor = node.input(2);
+          return FailNode(StatusCode::kFailedPrecondition, LoadStage::kBuild, node,
+                          "training_mode must be absent or a constant false; Kiln compiles for inference only");
+        }
+      }
+    }
+    info.aliases[node.output(0)] = Resolve(gidx, node.input(0));
+    info.transparent_outputs.insert(node.output(0));
+  }
+  return true;
+}
+
+void Loader::BindSymbols() {
+  if (opt_.bind_symbols.empty()) return;
+  GraphProto& g = *model_.mutable_graph();
+  auto bind = [&](ValueInfoProto& vi) {
+    if (!vi.has_type() || !vi.type().has_tensor_type() || !vi.type().tensor_type().has_shape()) return;
+    for (auto& d : *vi.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim()) {
+      if (!d.has_dim_param()) continue;
+      auto it = opt_.bind_symbols.find(d.dim_param());
+      if (it != opt_.bind_symbols.end()) d.set_dim_value(it->second);
+    }
+  };
+  for (auto& vi : *g.mutable_input()) bind(vi);
+  for (auto& vi : *g.mutable_output()) bind(vi);
+  for (auto& vi : *g.mutable_value_info()) bind(vi);
+}
+
+// Declared shapes downstream of a ceil_mode pool were probably computed with onnx's old rule;
+// Kiln's inference recomputes them (onnx PR #5741), so the declarations are dropped, not merged.
+void Loader::DropStaleDeclaredShapes(int gidx) {
+  GraphProto& g = *graphs_[gidx].proto;
+  std::unordered_set<std::string_view> tainted;
+  for (const auto& node : g.node()) {
+    bool hit = false;
+    if (IsDefaultDomain(node.domain()) && (node.op_type() == "MaxPool" || node.op_type() == "AveragePool")) {
+      for (const auto& a : node.attribute()) {
+        if (a.name() == "ceil_mode" && a.i() == 1) hit = true;
+      }
+    }
+    for (const auto& in : node.input()) {
+      if (!hit && !in.empty() && tainted.count(in)) hit = true;
+    }
+    if (hit) {
+      for (const auto& o : node.output()) {
+        if (!o.empty()) tainted.insert(o);
+      }
+    }
+  }
+  if (tainted.empty()) return;
+  auto drop = [&](ValueInfoProto& vi) {
+    if (!tainted.count(vi.name()) || !vi.has_type() || !vi.type().has_tensor_type() ||
+        !vi.type().tensor_type().has_shape()) {
+      return;
+    }
+    vi.mutable_type()->mutable_tensor_type()->clear_shape();
+    warnings_.push_back("declared shape of '" + vi.name() +
+                        "' was dropped and re-inferred (it follows a ceil_mode pool; onnx PR #5741 rule)");
+  };
+  for (auto& vi : *g.mutable_value_info()) drop(vi);
+  for (auto& vi : *g.mutable_output()) drop(vi);
+}
+
+void ParseNodeInfo(const std::string& what, LoadError& err) {
+  // onnx: "(op_type:Conv, node name: conv1): [ShapeInferenceError] ..."
+  const auto p = what.find("(op_type:");
+  if (p == std::string::npos) return;
+  const auto end = what.find("): ", p);
+  if (end == std::string::npos) return;
+  std::string inner = what.substr(p + 9, end - p - 9);
+  const auto comma = inner.find(", node name: ");
+  if (comma == std::string::npos) {
+    err.op_type = inner;
+  } else {
+    err.op_type = inner.substr(0, comma);
+    err.node = inner.substr(comma + 13);
+  }
+}
+
+bool Loader::RunShapeInference() {
+  internal::InstallSchemaPatches();
+  try {
+    onnx::ShapeInferenceOptions options(/*check_type=*/false, /*strict_mode=*/1, /*data_prop=*/false);
+    onnx::shape_inference::InferShapes(model_, onnx::OpSchemaRegistry::Instance(), options);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    ParseNodeInfo(what, err_);
+    // "[ShapeInferenceError] Shape inference error(s): (op_type:X, node name: n): [..] msg": the
+    // node goes into the structured fields; keep the message.
+    for (const std::string prefix : {"[ShapeInferenceError] ", "[TypeInferenceError] ", "Shape inference error(s): "}) {
+      if (what.rfind(prefix, 0) == 0) what = what.substr(prefix.size());
+    }
+    if (what.rfind("(op_type:", 0) == 0) {
+      const auto end = what.find("): ");
+      if (end != std::string::npos) what = what.substr(end + 3);
+    }
+    return Fail(StatusCode::kInvalidArgument, LoadStage::kShapeInference,
+                "shape inference failed: " + FirstLines(what));
+  }
+  return true;
+}
+
+bool Loader::RunChecker() {
+  // The checker insists on a graph name and on a shape for graph inputs/outputs; neither matters
+  // to Kiln, so fill them in for the check and restore them afterwards.
+  for (size_t gi = 0; gi < graphs_.size(); ++gi) {
+    GraphProto& g = *graphs_[gi].proto;
+    if (g.name().empty()) g.set_name("kiln_graph_" + std::to_string(gi));
+    for (auto* list : {g.mutable_input(), g.mutable_output()}) {
+      for (auto& vi : *list) {
+        if (vi.has_type() && vi.type().has_tensor_type() && !vi.type().tensor_type().has_shape()) {
+          vi.mutable_type()->mutable_tensor_type()->mutable_shape();
+          shapeless_io_.push_back(&vi);
+        }
+      }
+    }
+  }
+  try {
+    onnx::checker::check_model(model_);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    const auto ctx = what.find("==> Context: Bad node spec for node. Name: ");
+    if (ctx != std::string::npos) {
+      std::string rest = what.substr(ctx + 43);
+      const auto op = rest.find(" OpType: ");
+      if (op != std::string::npos) {
+        err_.node = rest.substr(0, op);
+        err_.op_type = rest.substr(op + 9);
+        while (!err_.op_type.empty() && (err_.op_type.back() == '\n' || err_.op_type.back() == ' ')) {
+          err_.op_type.pop_back();
+        }
+      }
+      what = what.substr(0, ctx);
+    }
+    return Fail(StatusCode::kInvalidArgument, LoadStage::kChecker, "the ONNX checker rejected the model: " + FirstLines(what));
+  }
+  for (ValueInfoProto* vi : shapeless_io_) vi->mutable_type()->mutable_tensor_type()->clear_shape();
+  for (size_t gi = 0; gi < graphs_.size(); ++gi) graphs_[gi].proto->set_name(graphs_[gi].original_name);
+  return true;
+}
+
+AttributeType ToAttrType(int t) { return static_cast<AttributeType>(t); }
+
+bool Loader::ConvertAttribute(int gi, AttributeProto& a, bool from_default, const NodeProto& node, Attribute* out) {
+  (void)gi;
+  out->name = a.name();
+  out->from_default = from_default;
+  out->type = ToAttrType(a.type());
+  switch (a.type()) {
+    case AttributeProto::FLOAT: out->f = a.f(); break;
+    case AttributeProto::INT: out->i = a.i(); break;
+    case AttributeProto::STRING: out->s = a.s(); break;
+    case AttributeProto::FLOATS: out->floats.assign(a.floats().begin(), a.floats().end()); break;
+    case AttributeProto::INTS: out->ints.assign(a.ints().begin(), a.ints().end()); break;
+    case AttributeProto::STRINGS: out->strings.assign(a.strings().begin(), a.strings().end()); break;
+    case AttributeProto::TENSOR: {
+      auto t = std::make_shared<Tensor>();
+      t->name = a.t().name();
+      t->dtype = static_cast<DataType>(a.t().data_type());
+      t->shape = Shape::FromValues(std::vector<int64_t>(a.t().dims().begin(), a.t().dims().end()));
+      t->constant = internal::DecodeTensor(*a.mutable_t());
+      out->t = std::move(t);
+      break;
+    }
+    case AttributeProto::TENSORS:
+      for (auto& tp : *a.mutable_tensors()) {
+        auto t = std::make_shared<Tensor>();
+        t->name = tp.name();
+        t->dtype = static_cast<DataType>(tp.data_type());
+        t->shape = Shape::FromValues(std::vector<int64_t>(tp.dims().begin(), tp.dims().end()));
+        t->constant = internal::DecodeTensor(tp);
+        out->tensors.push_back(std::move(t));
+      }
+      break;
+    case AttributeProto::GRAPH: {
+      auto it = built_.find(&a.g());
+      if (it == built_.end()) {
+        return FailNode(StatusCode::kInternal, LoadStage::kBuild, node, "subgraph was not built");
+      }
+      out->g = it->second;
+      break;
+    }
+    case AttributeProto::GRAPHS:
+      for (const auto& sg : a.graphs()) {
+        auto it = built_.find(&sg);
+        if (it == built_.end()) {
+          return FailNode(StatusCode::kInternal, LoadStage::kBuild, node, "subgraph was not built");
+        }
+        out->graphs.push_back(it->second);
+      }
+      break;
+    default:
+      err_.attribute = a.name();
+      return FailNode(StatusCode::kFailedPrecondition, LoadStage::kBuild, node, "unsupported attribute type");
+  }
+  return true;
+}
+
+bool Loader::BuildGraph(int gidx, std::shared_ptr<Graph>* result) {
+  GraphInfo& info = graphs_[gidx];
+  GraphProto& g = *info.proto;
+  auto graph = B::NewGraph();
+  B::name(*graph) = info.original_name;
+  auto& tensors = B::tensors(*graph);
+
+  std::unordered_map<std::string_view, const TypeProto*> types;
+  for (const auto& vi : g.value_info()) types[vi.name()] = &vi.type();
+  for (const auto& vi : g.input()) types[vi.name()] = &vi.type();
+  for (const auto& vi : g.output()) {
+    if (vi.has_type()) types[vi.name()] = &vi.type();
+  }
+  auto type_of = [&](const std::string& name) -> const TypeProto* {
+    auto it = types.find(name);
+    return it == types.end() ? nullptr : it->second;
+  };
+
+  for (auto& init : *g.mutable_initializer()) {
+    Tensor t;
+    t.name = init.name();
+    t.dtype = static_cast<DataType>(init.data_type());
+    t.shape = Shape::FromValues(std::vector<int64_t>(init.dims().begin(), init.dims().end()));
+    t.constant = internal::DecodeTensor(init);
+    tensors[t.name] = std::move(t);
+  }
+  for (const auto& vi : g.input()) {
+    if (info.initializers.count(vi.name())) continue;
+    B::inputs(*graph).push_back(vi.name());
+    Tensor t;
+    t.name = vi.name();
+    t.dtype = DTypeFromType(&vi.type());
+    t.shape = ShapeFromType(vi.has_type() ? &vi.type() : nullptr);
+    tensors[t.name] = std::move(t);
+  }
+
+  auto& nodes = B::nodes(*graph);
+  nodes.reserve(g.node_size());
+  for (int ni = 0; ni < g.node_size(); ++ni) {
+    NodeProto& np = *g.mutable_node(ni);
+    const bool default_domain = IsDefaultDomain(np.domain());
+    if (default_domain && np.output_size() >= 1 && info.transparent_outputs.count(np.output(0))) continue;
+    if (default_domain && np.op_type() == "Constant") {
+      // value | value_float(s) | value_int(s) become a constant tensor (Constant-1..13 forms).
+      Tensor t;
+      t.name = np.output(0);
+      bool found = false;
+      for (auto& a : *np.mutable_attribute()) {
+        if (a.name() == "value" && a.has_t()) {
+          t.dtype = static_cast<DataType>(a.t().data_type());
+          t.shape = Shape::FromValues(std::vector<int64_t>(a.t().dims().begin(), a.t().dims().end()));
+          t.constant = internal::DecodeTensor(*a.mutable_t());
+          found = true;
+        } else if (a.name() == "value_float" || a.name() == "value_floats" || a.name() == "value_int" ||
+                   a.name() == "value_ints") {
+          TensorProto tp;
+          const bool is_float = a.name().rfind("value_float", 0) == 0;
+          tp.set_data_type(is_float ? TensorProto::FLOAT : TensorProto::INT64);
+          if (a.name() == "value_float") tp.add_float_data(a.f());
+          if (a.name() == "value_int") tp.add_int64_data(a.i());
+          if (a.name() == "value_floats") {
+            tp.mutable_float_data()->Add(a.floats().begin(), a.floats().end());
+            tp.add_dims(a.floats_size());
+          }
+          if (a.name() == "value_ints") {
+            tp.mutable_int64_data()->Add(a.ints().begin(), a.ints().end());
+            tp.add_dims(a.ints_size());
+          }
+          t.dtype = static_cast<DataType>(tp.data_type());
+          t.shape = Shape::FromValues(std::vector<int64_t>(tp.dims().begin(), tp.dims().end()));
+          t.constant = internal::DecodeTensor(tp);
+          found = true;
+        } else {
+          err_.attribute = a.name();
+          return FailNode(StatusCode::kFailedPrecondition, LoadStage::kBuild, np,
+                          "Constant with attribute '" + a.name() + "' is not supported (only value, value_float(s), "
+                          "value_int(s))");
+        }
+      }
+      if (!found) return FailNode(StatusCode::kInvalidArgument, LoadStage::kBuild, np, "Constant has no value");
+      tensors[t.name] = std::move(t);
+      continue;
+    }
+
+    Node n;
+    n.name = node_names_.at(&np);
+    n.original_name = np.name();
+    n.op_type = np.op_type();
+    n.domain = default_domain ? "" : np.domain();
+    n.opset_version = imports_.at(n.domain);
+    n.inputs.reserve(np.input_size());
+    for (const auto& in : np.input()) n.inputs.push_back(in.empty() ? std::string() : Resolve(gidx, in));
+    n.outputs.assign(np.output().begin(), np.output().end());
+    for (auto& a : *np.mutable_attribute()) {
+      Attribute attr;
+      if (!ConvertAttribute(gidx, a, false, np, &attr)) return false;
+      n.attributes.emplace(attr.name, std::move(attr));
+    }
+    const onnx::OpSchema* schema =
+        onnx::OpSchemaRegistry::Schema(np.op_type(), static_cast<int>(n.opset_version), n.domain);
+    if (schema != nullptr) {
+      for (const auto& [aname, sattr] : schema->attributes()) {
+        if (n.attributes.count(aname) || sattr.required) continue;
+        if (sattr.default_value.type() == AttributeProto::UNDEFINED) continue;  // optional, no default
+        AttributeProto def = sattr.default_value;
+        def.set_name(aname);
+        Attribute attr;
+        if (!ConvertAttribute(gidx, def, true, np, &attr)) return false;
+        n.attributes.emplace(aname, std::move(attr));
+      }
+    }
+    for (const auto& o : n.outputs) {
+      if (o.empty()) continue;
+      Tensor t;
+      t.name = o;
+      const TypeProto* tp = type_of(o);
+      t.dtype = DTypeFromType(tp);
+      t.shape = ShapeFromType(tp);
+      tensors[o] = std::move(t);
+    }
+    nodes.push_back(std::move(n));
+  }
+  for (const auto& vi : g.output()) B::outputs(*graph).push_back({vi.name(), Resolve(gidx, vi.name())});
+  auto& aliases = B::aliases(*graph);
+  for (const auto& name : info.transparent_outputs) aliases[name] = Resolve(gidx, name);
+  for (auto fv : info.free_vars) B::captured(*graph).push_back(Resolve(gidx, std::string(fv)));
+  B::Index(*graph);
+  *result = std::move(graph);
+  return true;
+}
+
+bool Loader::BuildIR(std::shared_ptr<const Model>* out) {
+  // Unique node names: keep the first use of a non-empty name, generate the rest.
+  std::unordered_set<std::string> taken;
+  for (const auto& gi : graphs_) {
+    for (const auto& np : gi.proto->node()) {
+      if (!np.name().empty()) taken.insert(np.name());
+    }
+  }
+  std::unordered_set<std::string> assigned;
+  std::unordered_map<std::string, size_t> next_suffix;
+  for (const auto& gi : graphs_) {
+    for (const auto& np : gi.proto->node()) {
+      if (!np.name().empty() && assigned.insert(np.name()).second) {
+        node_names_[&np] = np.name();
+        continue;
+      }
+      const std::string base = np.name().empty() ? np.op_type() : np.name();
+      size_t& k = next_suffix[base];
+      std::string candidate;
+      do {
+        candidate = base + "_" + std::to_string(k++);
+      } while (taken.count(candidate) || assigned.count(candidate));
+      assigned.insert(candidate);
+      node_names_[&np] = candidate;
+    }
+  }
+
+  size_t total_nodes = 0;
+  for (int gi = static_cast<int>(graphs_.size()) - 1; gi >= 0; --gi) {
+    std::shared_ptr<Graph> g;
+    if (!BuildGraph(gi, &g)) return false;
+    total_nodes += g->nodes().size();
+    built_[graphs_[gi].proto] = std::move(g);
+  }
+  auto model = B::NewModel();
+  B::ir_version(*model) = model_.ir_version();
+  B::opset(*model) = imports_.at("");
+  for (const auto& imp : model_.opset_import()) B::opset_imports(*model).push_back({imp.domain(), imp.version()});
+  B::producer_name(*model) = model_.producer_name();
+  B::producer_version(*model) = model_.producer_version();
+  B::graph(*model) = built_.at(graphs_[0].proto);
+  B::total_node_count(*model) = total_nodes;
+  B::warnings(*model) = std::move(warnings_);
+  built_.clear();
+  *out = std::move(model);
+  return true;
+}
+
+bool Loader::Run(std::string_view bytes, std::shared_ptr<const Model>* out) {
+  if (!CheckLimitsAndParse(bytes)) return false;
+  if (!CheckModelLevel()) return false;
+  for (const auto& [sym, value] : opt_.bind_symbols) {
+    if (value < 0) {
+      return Fail(StatusCode::kInvalidArgument, LoadStage::kStructure,
+                  "bind_symbols: symbol '" + sym + "' bound to negative value " + std::to_string(value));
+    }
+  }
+  if (!CollectGraphs()) return false;
+  for (int gi = 0; gi < static_cast<int>(graphs_.size()); ++gi) {
+    if (!ValidateGraphDefinitions(gi)) return false;
+  }
+  for (int gi = static_cast<int>(graphs_.size()) - 1; gi >= 0; --gi) {
+    if (!ResolveScopesAndSort(gi)) return false;
+  }
+  for (int gi = 0; gi < static_cast<int>(graphs_.size()); ++gi) {
+    if (!ComputeAliases(gi)) return false;
+    DropStaleDeclaredShapes(gi);
+  }
+  BindSymbols();
+  if (!RunShapeInference()) return false;
+  if (!RunChecker()) return false;
+  return BuildIR(out);
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const Model>> LoadModel(std::string_view bytes, const LoadOptions& options, LoadError* error) {
+  LoadError local;
+  LoadError& err = error != nullptr ? *error : local;
+  try {
+    Loader loader(options);
+    std::shared_ptr<const Model> model;
+    if (loader.Run(bytes, &model)) return model;
+    err = loader.error();
+  } catch (const std::bad_alloc&) {
+    err = LoadError{};
+    err.model = options.model_name;
+    err.code = StatusCode::kResourceExhausted;
+    err.stage = LoadStage::kBuild;
+    err.message = "out of memory while loading the model";
+  } catch (const std::exception& e) {
+    err = LoadError{};
+    err.model = options.model_name;
+    err.code = StatusCode::kInvalidArgument;
+    err.stage = LoadStage::kBuild;
+    err.message = std::string("the model could not be loaded: ") + FirstLines(e.what());
+  }
+  return err.ToStatus();
+}
+
+Result<std::shared_ptr<const Model>> LoadModel(std::string_view bytes, const LoaderLimits& limits, LoadError* error) {
+  LoadOptions options;
+  options.limits = limits;
+  return LoadModel(bytes, options, error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model::BindSymbols (iterative over nested subgraphs)
+
+Result<std::shared_ptr<const Model>> Model::BindSymbols(const std::map<std::string, int64_t>& values) const {
+  for (const auto& [sym, v] : values) {
+    if (v < 0) return InvalidArgument("BindSymbols: symbol '" + sym + "' bound to negative value " + std::to_string(v));
+  }
+  // Pre-order list of every graph, then rebuild children before parents.
+  std::vector<const Graph*> order{graph_.get()};
+  for (size_t i = 0; i < order.size(); ++i) {
+    for (const Node& n : order[i]->nodes()) {
+      for (const auto& [_, a] : n.attributes) {
+        if (a.g) order.push_back(a.g.get());
+        for (const auto& sg : a.graphs) order.push_back(sg.get());
+      }
+    }
+  }
+  auto bind_shape = [&](Shape& s) {
+    if (!s.has_rank()) return;
+    std::vector<Dim> dims = s.dims();
+    for (Dim& d : dims) {
+      if (!d.is_symbol()) continue;
+      auto it = values.find(d.symbol());
+      if (it != values.end()) d = Dim::Known(it->second);
+    }
+    s = Shape(std::move(dims));
+  };
+  std::unordered_map<const Graph*, std::shared_ptr<const Graph>> rebuilt;
+  for (size_t k = order.size(); k-- > 0;) {
+    auto g = std::make_shared<Graph>(*order[k]);
+    for (auto& [_, t] : B::tensors(*g)) bind_shape(t.shape);
+    for (Node& n : B::nodes(*g)) {
+      for (auto& [_, a] : n.attributes) {
+        if (a.g) a.g = rebuilt.at(a.g.get());
+        for (auto& sg : a.graphs) sg = rebuilt.at(sg.get());
+      }
+    }
+    rebuilt[order[k]] = std::move(g);
+  }
+  auto m = std::make_shared<Model>(*this);
+  m->graph_ = rebuilt.at(graph_.get());
+  return std::shared_ptr<const Model>(std::move(m));
+}
+
+}  // namespace kiln::onnx_fe

@@ -1,0 +1,660 @@
+#include "device/backends/tt_emu/tt_conv.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <dnnl.hpp>
+
+#include "device/numerics/formats.h"
+#include "device/numerics/fpu.h"
+
+namespace kiln::device::tt_emu {
+
+namespace nx = kiln::numerics;
+
+const char* EmuLevelName(EmuLevel level) { return level == EmuLevel::kExact ? "exact" : "fast"; }
+
+Result<EmuLevel> ParseEmuLevel(const std::string& name) {
+  std::string s;
+  for (char c : name) s.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  if (s == "exact") return EmuLevel::kExact;
+  if (s == "fast") return EmuLevel::kFast;
+  return InvalidArgument("unknown tt-emu level '" + name + "' (expected exact, fast)");
+}
+
+namespace {
+
+inline int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+nx::MathFidelity ToNx(MathFidelity f) {
+  switch (f) {
+    case MathFidelity::kLoFi: return nx::MathFidelity::kLoFi;
+    case MathFidelity::kHiFi2: return nx::MathFidelity::kHiFi2;
+    case MathFidelity::kHiFi3: return nx::MathFidelity::kHiFi3;
+    case MathFidelity::kHiFi4: return nx::MathFidelity::kHiFi4;
+  }
+  return nx::MathFidelity::kHiFi4;
+}
+
+nx::Arch ToNx(Arch a) { return a == Arch::kBlackhole ? nx::Arch::kBlackhole : nx::Arch::kWormholeB0; }
+
+struct Geometry {
+  int64_t N, C, H, W, O, G, Cg, Og, kh, kw, sh, sw, dh, dw, pt, pl, OH, OW;
+  int64_t Cin_pad, O_pad, K, M, block_w, nb;
+};
+
+// Host conversion of 16 fp32 patterns (one group) to a device dtype; returns the values as the
+// device unpacker will read them (fp32 patterns; bf16-exact except for float32).
+void HostConvertGroup(const uint32_t* in, int n, DeviceDType dt, uint32_t* out) {
+  switch (dt) {
+    case DeviceDType::kFloat32:
+      for (int i = 0; i < n; ++i) out[i] = in[i];
+      return;
+    case DeviceDType::kBFloat16:
+      for (int i = 0; i < n; ++i) out[i] = static_cast<uint32_t>(nx::HostFp32ToBf16(in[i])) << 16;
+      return;
+    case DeviceDType::kBFloat8B:
+    case DeviceDType::kBFloat4B: {
+      nx::BfpFormat f = dt == DeviceDType::kBFloat8B ? nx::BfpFormat::kBfp8 : nx::BfpFormat::kBfp4;
+      std::array<uint32_t, 16> g{};
+      for (int i = 0; i < n; ++i) g[i] = in[i];
+      nx::BfpGroup enc = nx::HostEncodeBfpGroup(g, f, nx::HostBfpRounding::kCurrent);
+      for (int i = 0; i < n; ++i) out[i] = static_cast<uint32_t>(nx::UnpackBfpToBf16(enc.exp, enc.codes[i], f)) << 16;
+      return;
+    }
+  }
+}
+
+// Unpacks a stored fp32-pattern value of dtype `dt` into the FPU source register (§4).
+inline uint32_t UnpackToSrc(uint32_t v, DeviceDType dt, bool fp32_dst) {
+  if (dt == DeviceDType::kFloat32) {
+    return fp32_dst ? nx::UnpackFp32ToTf32(v) : static_cast<uint32_t>(nx::UnpackFp32ToBf16(v)) << 16;
+  }
+  return v;  // bf16 / unpacked bfp are bf16-exact
+}
+inline nx::SrcFormat SrcFmtOf(DeviceDType dt, bool fp32_dst) {
+  return (dt == DeviceDType::kFloat32 && fp32_dst) ? nx::SrcFormat::kTf32 : nx::SrcFormat::kBf16;
+}
+
+// Device packer of one row of Cout_pad Dst values to dtype `dt` (§3), with the packer ReLU (§3.5).
+// host_view: bfloat8_b values decoded as the host does (§2.3) instead of the device unpacker (§4).
+void PackRow(const uint32_t* dst, int64_t n, DeviceDType dt, bool fp32_dst, bool relu, bool host_view,
+             uint32_t* out) {
+  switch (dt) {
+    case DeviceDType::kFloat32:
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t u = fp32_dst ? dst[i] : nx::PackBf16DstToFp32(static_cast<uint16_t>(dst[i] >> 16));
+        out[i] = relu ? nx::PackerReluFp32(u) : u;
+      }
+      return;
+    case DeviceDType::kBFloat16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t t = fp32_dst ? nx::PackFp32DstToBf16(dst[i]) : nx::PackBf16DstToBf16(static_cast<uint16_t>(dst[i] >> 16));
+        if (relu) t = nx::PackerReluBf16(t);
+        out[i] = static_cast<uint32_t>(t) << 16;
+      }
+      return;
+    case DeviceDType::kBFloat8B:
+    case DeviceDType::kBFloat4B: {
+      nx::BfpFormat f = dt == DeviceDType::kBFloat8B ? nx::BfpFormat::kBfp8 : nx::BfpFormat::kBfp4;
+      for (int64_t g0 = 0; g0 < n; g0 += 16) {
+        std::array<uint16_t, 16> e{};
+        for (int i = 0; i < 16 && g0 + i < n; ++i) {
+          uint32_t d = dst[g0 + i];
+          e[i] = fp32_dst ? nx::PackE8M6FromFp32Dst(d) : nx::PackE8M6FromBf16Dst(static_cast<uint16_t>(d >> 16));
+          if (relu) e[i] = nx::PackerReluBf16(e[i]);
+        }
+        nx::BfpGroup g = nx::PackBfpStageB(e, f);
+        for (int i = 0; i < 16 && g0 + i < n; ++i) {
+          out[g0 + i] = host_view ? nx::FloatBits(nx::DecodeBfpValue(g.exp, g.codes[i], f))
+                                  : static_cast<uint32_t>(nx::UnpackBfpToBf16(g.exp, g.codes[i], f)) << 16;
+        }
+      }
+      return;
+    }
+  }
+}
+
+// Rounds an fp32 value into Dst (fast level): fp32 Dst keeps it (exponent-0 → +0); a bf16 Dst
+// rounds half away from zero to 8 significant bits like §5.5's normaliser.
+inline uint32_t RoundIntoDst(float v, bool fp32_dst) {
+  uint32_t u = nx::FloatBits(v);
+  if (std::isnan(v)) u = (u & 0x80000000u) | 0x7F800000u;
+  if (!fp32_dst) u = (u + 0x8000u) & 0xFFFF0000u;
+  if (((u >> 23) & 0xFFu) == 0) return 0;
+  return u;
+}
+
+bool IsRelu(Activation a) { return a == Activation::kRelu; }
+
+Status MatmulF32(const dnnl::engine& eng, dnnl::stream& strm, const float* src, int64_t M, int64_t Kb, int64_t lda,
+                 const float* wei, int64_t N, int64_t ldw_k, float* dst) {
+  try {
+    using md = dnnl::memory::desc;
+    using dt = dnnl::memory::data_type;
+    md src_md({M, Kb}, dt::f32, dnnl::memory::dims{lda, 1});
+    md wei_md({Kb, N}, dt::f32, dnnl::memory::dims{1, ldw_k});
+    md dst_md({M, N}, dt::f32, dnnl::memory::dims{N, 1});
+    dnnl::matmul::desc d(src_md, wei_md, dst_md);
+    dnnl::matmul::primitive_desc pd(d, eng);
+    dnnl::memory sm(src_md, eng, const_cast<float*>(src));
+    dnnl::memory wm(wei_md, eng, const_cast<float*>(wei));
+    dnnl::memory dm(dst_md, eng, dst);
+    dnnl::matmul(pd).execute(strm, {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, dm}});
+    strm.wait();
+  } catch (const dnnl::error& e) {
+    return Internal(std::string("oneDNN matmul failed: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+// Exact level: a Src operand's phase slice packed in 32 bits (bits 0..7 slice, 8..15 exponent
+// field, 0 for a zero lane; bit 16 sign), and §5.4's group term over 8 packed lanes. Same arithmetic
+// as numerics::GroupTerm (the kacc32 end-to-end test checks this path bit for bit).
+inline uint32_t PackLane(const nx::FpuSlice& s) {
+  return s.exp == 0 ? 0u : (s.slice | (static_cast<uint32_t>(s.exp) << 8) | (static_cast<uint32_t>(s.sign) << 16));
+}
+
+inline nx::FpuTerm GroupTermPacked(const uint32_t* a, const uint32_t* b, int adj) {
+  int ep[8];
+  int64_t P[8];
+  int sg[8];
+  int G = 0;
+  for (int k = 0; k < 8; ++k) {
+    const uint32_t x = a[k], y = b[k];
+    if ((x & 0xFF00u) == 0 || (y & 0xFF00u) == 0) {
+      ep[k] = 0;
+      P[k] = 0;
+      sg[k] = 0;
+    } else {
+      ep[k] = static_cast<int>((x >> 8) & 0xFFu) + static_cast<int>((y >> 8) & 0xFFu) + adj;
+      P[k] = static_cast<int64_t>((x & 0xFFu) * (y & 0xFFu));
+      sg[k] = static_cast<int>(((x ^ y) >> 16) & 1u);
+    }
+    G = std::max(G, ep[k]);
+  }
+  nx::FpuTerm t;
+  if (G <= 0) return t;
+  int64_t S = 0;
+  for (int k = 0; k < 8; ++k) {
+    const int d = std::min(G - ep[k], 30);
+    const int64_t R = (2 * P[k] + (int64_t{1} << d)) >> (d + 1);
+    S += sg[k] ? -R : R;
+  }
+  t.sign = S < 0 ? 1 : 0;
+  t.exp = G;
+  t.mag = static_cast<uint64_t>(S < 0 ? -S : S) << 13;
+  return t;
+}
+
+class Engine {
+ public:
+  Engine(const Geometry& g, const PrecisionConfig& p, Activation act, EmuLevel level)
+      : g_(g), p_(p), act_(act), level_(level) {
+    fp32_dst_ = p.EffectiveFp32DestAcc();
+    fid_ = ToNx(p.math_fidelity);
+    arch_ = ToNx(p.arch);
+  }
+
+  // Device operands. x: NCHW input; w: OIHW weights; bias: [O] or null.
+  void Prepare(const float* x, const float* w, const float* bias) {
+    const Geometry& g = g_;
+    // 1. activations: host conversion per pixel in 16-channel groups, then the tilize into the
+    //    output dtype (device packer), then unpack to SrcB.
+    xdev_.assign(static_cast<size_t>(g.N * g.C * g.H * g.W), 0);
+    const bool in_fp32 = p_.input_dtype == DeviceDType::kFloat32;
+    std::vector<uint32_t> pix(static_cast<size_t>(g.Cin_pad)), conv(static_cast<size_t>(g.Cin_pad));
+    std::vector<uint32_t> tiled(static_cast<size_t>(g.Cin_pad));
+    const int64_t HW = g.H * g.W;
+    for (int64_t n = 0; n < g.N; ++n) {
+      for (int64_t s = 0; s < HW; ++s) {
+        std::fill(pix.begin(), pix.end(), 0u);
+        for (int64_t c = 0; c < g.C; ++c) pix[c] = nx::FloatBits(x[(n * g.C + c) * HW + s]);
+        for (int64_t c0 = 0; c0 < g.Cin_pad; c0 += 16) HostConvertGroup(&pix[c0], 16, p_.input_dtype, &conv[c0]);
+        // Tilize into the output dtype: the packer from a Dst holding the input values.
+        for (int64_t c0 = 0; c0 < g.Cin_pad; c0 += 16) {
+          if (p_.output_dtype == DeviceDType::kFloat32) {
+            std::copy(&conv[c0], &conv[c0] + 16, &tiled[c0]);
+          } else {
+            PackRow(&conv[c0], 16, p_.output_dtype, in_fp32, /*relu=*/false, /*host_view=*/false, &tiled[c0]);
+          }
+        }
+        for (int64_t c = 0; c < g.C; ++c)
+          xdev_[(n * g.C + c) * HW + s] =
+              nx::MaskSrcOperand(UnpackToSrc(tiled[c], p_.output_dtype, fp32_dst_), b_fmt());
+      }
+    }
+    // 2. weights as [K, Cout_pad] with block-diagonal groups; stored o-major wdev_[o*K + k].
+    //    Gathered 16 output channels at a time (one bfp group per K row), reading w row by row.
+    wdev_.assign(static_cast<size_t>(g.O_pad * g.K), 0);
+    std::vector<uint32_t> blk(static_cast<size_t>(16 * g.K));
+    std::vector<uint32_t> row(16), rowc(16);
+    for (int64_t o0 = 0; o0 < g.O_pad; o0 += 16) {
+      std::fill(blk.begin(), blk.end(), 0u);
+      for (int t = 0; t < 16; ++t) {
+        const int64_t o = o0 + t;
+        if (o >= g.O) continue;
+        const int64_t c_base = (o / g.Og) * g.Cg;
+        for (int64_t cl = 0; cl < g.Cg; ++cl)
+          for (int64_t i = 0; i < g.kh; ++i)
+            for (int64_t j = 0; j < g.kw; ++j)
+              blk[t * g.K + (i * g.kw + j) * g.Cin_pad + c_base + cl] =
+                  nx::FloatBits(w[((o * g.Cg + cl) * g.kh + i) * g.kw + j]);
+      }
+      for (int64_t k = 0; k < g.K; ++k) {
+        bool any = false;
+        for (int t = 0; t < 16; ++t) {
+          row[t] = blk[t * g.K + k];
+          any |= row[t] != 0;
+        }
+        if (!any) continue;  // an all-zero group stays zero in every format
+        HostConvertGroup(row.data(), 16, p_.weights_dtype, rowc.data());
+        for (int t = 0; t < 16; ++t)
+          wdev_[(o0 + t) * g.K + k] = nx::MaskSrcOperand(UnpackToSrc(rowc[t], p_.weights_dtype, fp32_dst_), a_fmt());
+      }
+    }
+    // 3. bias row in the weights dtype (groups of 16 output channels), read through SrcB.
+    has_bias_ = bias != nullptr;
+    bdev_.assign(static_cast<size_t>(g.O_pad), 0);
+    if (has_bias_) {
+      for (int64_t o0 = 0; o0 < g.O_pad; o0 += 16) {
+        for (int t = 0; t < 16; ++t) row[t] = o0 + t < g.O ? nx::FloatBits(bias[o0 + t]) : 0u;
+        HostConvertGroup(row.data(), 16, p_.weights_dtype, rowc.data());
+        for (int t = 0; t < 16; ++t) bdev_[o0 + t] = UnpackToSrc(rowc[t], p_.weights_dtype, fp32_dst_);
+      }
+    }
+    l1acc_ = p_.packer_l1_acc && ((has_bias_ && g.nb > 1) || g.nb > 2);
+  }
+
+  nx::SrcFormat a_fmt() const { return SrcFmtOf(p_.weights_dtype, fp32_dst_); }
+  nx::SrcFormat b_fmt() const {
+    // The tilized activations are in the output dtype (§8.2).
+    return SrcFmtOf(p_.output_dtype, fp32_dst_);
+  }
+  bool l1acc() const { return l1acc_; }
+  bool fp32_dst() const { return fp32_dst_; }
+
+  // im2col of one output row m: K device patterns.
+  void Im2colRow(int64_t m, uint32_t* out) const {
+    const Geometry& g = g_;
+    const int64_t n = m / (g.OH * g.OW), r = m % (g.OH * g.OW), oy = r / g.OW, ox = r % g.OW;
+    const int64_t HW = g.H * g.W;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      const int64_t y = oy * g.sh - g.pt + i * g.dh;
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const int64_t xx = ox * g.sw - g.pl + j * g.dw;
+        uint32_t* dstp = out + (i * g.kw + j) * g.Cin_pad;
+        if (y < 0 || y >= g.H || xx < 0 || xx >= g.W) {
+          std::fill(dstp, dstp + g.Cin_pad, 0u);
+          continue;
+        }
+        const uint32_t* src = &xdev_[static_cast<size_t>(n * g.C * HW + y * g.W + xx)];
+        for (int64_t c = 0; c < g.C; ++c) dstp[c] = src[c * HW];
+        std::fill(dstp + g.C, dstp + g.Cin_pad, 0u);
+      }
+    }
+  }
+
+  // Runs the whole conv; out = (M, O) row-major host values (fp32 patterns).
+  Status Run(const CancelToken* cancel, std::vector<uint32_t>* out) {
+    const Geometry& g = g_;
+    out->assign(static_cast<size_t>(g.M * g.O), 0);
+    std::vector<float> sums;  // fast level: block sums, [nb][M][O_pad]
+    if (level_ == EmuLevel::kFast) KILN_RETURN_IF_ERROR(FastBlockSums(cancel, &sums));
+    std::vector<uint32_t> wsl[2];
+    std::vector<uint8_t> wnz;
+    if (level_ == EmuLevel::kExact) {
+      for (int v = 0; v < 2; ++v) {
+        wsl[v].resize(wdev_.size());
+        for (size_t i = 0; i < wdev_.size(); ++i) wsl[v][i] = PackLane(nx::SliceA(wdev_[i], v));
+      }
+      wnz.assign(static_cast<size_t>(g.O_pad * (g.K / 8)), 0);
+      for (int64_t o = 0; o < g.O_pad; ++o)
+        for (int64_t q = 0; q < g.K / 8; ++q)
+          for (int t = 0; t < 8; ++t)
+            if ((wdev_[o * g.K + q * 8 + t] >> 23) & 0xFFu) wnz[o * (g.K / 8) + q] = 1;
+    }
+    std::vector<uint32_t> xrow(static_cast<size_t>(g.K));
+    std::vector<uint32_t> xsl[2];
+    xsl[0].resize(static_cast<size_t>(g.K));
+    xsl[1].resize(static_cast<size_t>(g.K));
+    std::vector<uint8_t> xnz(static_cast<size_t>(g.K / 8));
+    std::vector<uint32_t> dst(static_cast<size_t>(g.O_pad)), part(static_cast<size_t>(g.O_pad)),
+        l1(static_cast<size_t>(g.O_pad)), tmp(static_cast<size_t>(g.O_pad)), fin(static_cast<size_t>(g.O_pad));
+    const int nph = nx::NumPhases(fid_);
+    const DeviceDType part_dt = l1acc_ ? (fp32_dst_ ? DeviceDType::kFloat32 : DeviceDType::kBFloat16) : p_.output_dtype;
+    const nx::FpuConfig elw_cfg{fp32_dst_, arch_, SrcFmtOf(part_dt, fp32_dst_), SrcFmtOf(p_.weights_dtype, fp32_dst_)};
+    const bool relu = IsRelu(act_);
+    for (int64_t m = 0; m < g.M; ++m) {
+      if (cancel && (m % 256) == 0) KILN_RETURN_IF_ERROR(cancel->Check());
+      if (level_ == EmuLevel::kExact) {
+        Im2colRow(m, xrow.data());
+        for (int64_t k = 0; k < g.K; ++k) {
+          xsl[0][k] = PackLane(nx::SliceB(xrow[k], 0));
+          xsl[1][k] = PackLane(nx::SliceB(xrow[k], 2));
+        }
+        for (int64_t q = 0; q < g.K / 8; ++q) {
+          uint8_t nz = 0;
+          for (int t = 0; t < 8; ++t) nz |= ((xrow[q * 8 + t] >> 23) & 0xFFu) != 0;
+          xnz[q] = nz;
+        }
+      }
+      for (int64_t b = 0; b < g.nb; ++b) {
+        const int64_t kb0 = b * g.block_w, kb1 = std::min(g.K, kb0 + g.block_w);
+        for (int64_t o = 0; o < g.O_pad; ++o) {
+          uint32_t d = (b == 0 || l1acc_) ? 0u : part[o];
+          if (o >= g.O) {
+            dst[o] = 0;
+            continue;
+          }
+          if (level_ == EmuLevel::kExact) {
+            const uint8_t* wn = &wnz[o * (g.K / 8)];
+            for (int64_t t0 = kb0; t0 < kb1; t0 += 32) {
+              for (int ph = 0; ph < nph; ++ph) {
+                const uint32_t* A = &wsl[ph & 1][o * g.K];
+                const uint32_t* B = xsl[(ph >> 1) & 1].data();
+                const int adj = nx::PhaseAdjust(ph);
+                for (int64_t k0 = t0; k0 < t0 + 32; k0 += 16) {
+                  const int64_t q0 = k0 / 8, q1 = q0 + 1;
+                  const bool nz0 = wn[q0] && xnz[q0], nz1 = wn[q1] && xnz[q1];
+                  if (!nz0 && !nz1) continue;
+                  nx::FpuTerm t0t = nz0 ? GroupTermPacked(A + k0, B + k0, adj) : nx::FpuTerm{};
+                  nx::FpuTerm t1t = nz1 ? GroupTermPacked(A + k0 + 8, B + k0 + 8, adj) : nx::FpuTerm{};
+                  d = nx::CombineWithDst(t0t, t1t, d, fp32_dst_, arch_);
+                }
+              }
+            }
+          } else {
+            const float s = sums[static_cast<size_t>((b * g.M + m) * g.O_pad + o)];
+            d = RoundIntoDst(nx::BitsFloat(d) + s, fp32_dst_);
+          }
+          dst[o] = d;
+        }
+        const bool last = b == g.nb - 1;
+        if (l1acc_) {
+          for (int64_t o = 0; o < g.O_pad; ++o) {
+            if (fp32_dst_) {
+              l1[o] = b == 0 ? dst[o] : nx::PackL1AccFp32(l1[o], dst[o]);
+            } else {
+              uint16_t nv = nx::PackBf16DstToBf16(static_cast<uint16_t>(dst[o] >> 16));
+              l1[o] = b == 0 ? static_cast<uint32_t>(nv) << 16
+                             : static_cast<uint32_t>(nx::PackL1AccBf16(static_cast<uint16_t>(l1[o] >> 16), nv)) << 16;
+            }
+          }
+          if (last) part = l1;
+        } else if (!last || has_bias_) {
+          PackRow(dst.data(), g.O_pad, p_.output_dtype, fp32_dst_, false, false, part.data());
+        }
+      }
+      // Epilogue: bias (ELWADD on partials), or the L1-accumulated value reloaded, or Dst as is.
+      if (has_bias_) {
+        for (int64_t o = 0; o < g.O_pad; ++o)
+          dst[o] = nx::Elwadd(UnpackToSrc(part[o], part_dt, fp32_dst_), bdev_[o], 0, false, elw_cfg);
+      } else if (l1acc_) {
+        dst = part;  // fp32 / bf16 partial reloaded into Dst exactly
+      }
+      if (act_ != Activation::kNone && !relu) {
+        for (int64_t o = 0; o < g.O_pad; ++o) {
+          float f = ApplyActivation(act_, nx::BitsFloat(dst[o]));
+          dst[o] = fp32_dst_ ? nx::FloatBits(f) : static_cast<uint32_t>(nx::HostFp32ToBf16(nx::FloatBits(f))) << 16;
+        }
+      }
+      PackRow(dst.data(), g.O_pad, p_.output_dtype, fp32_dst_, relu, /*host_view=*/true, fin.data());
+      std::copy(fin.begin(), fin.begin() + g.O, out->begin() + m * g.O);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  // Fast level: sums[b][m][o] = Σ_{k in block b} products of the merged fidelity phases, fp32.
+  Status FastBlockSums(const CancelToken* cancel, std::vector<float>* sums) {
+    const Geometry& g = g_;
+    // Operand variants (§5.2 slices as floats): A0 = top 5 significant bits, A' = all but mantissa
+    // bit 0 (of 10); B0 = top 7 bits; B = all 11 bits; B1 = B − B0.
+    auto mask = [](uint32_t u, uint32_t m) -> float {
+      if (((u >> 23) & 0xFFu) == 0) return 0.0f;
+      return nx::BitsFloat(u & m);
+    };
+    const size_t wn = wdev_.size();
+    std::vector<float> a0, ap;
+    if (fid_ == nx::MathFidelity::kLoFi || fid_ == nx::MathFidelity::kHiFi3) {
+      a0.resize(wn);
+      for (size_t i = 0; i < wn; ++i) a0[i] = mask(wdev_[i], 0xFFF80000u);
+    }
+    if (fid_ != nx::MathFidelity::kLoFi) {
+      ap.resize(wn);
+      for (size_t i = 0; i < wn; ++i) ap[i] = mask(wdev_[i], 0xFFFFC000u);
+    }
+    // im2col in two variants.
+    const bool need_b0 = fid_ != nx::MathFidelity::kHiFi4;
+    const bool need_bf = fid_ == nx::MathFidelity::kHiFi4 || fid_ == nx::MathFidelity::kHiFi3;
+    std::vector<float> xb0, xb1;  // xb1: B (HiFi4) or B1 (HiFi3)
+    if (need_b0) xb0.resize(static_cast<size_t>(g.M * g.K));
+    if (need_bf) xb1.resize(static_cast<size_t>(g.M * g.K));
+    std::vector<uint32_t> row(static_cast<size_t>(g.K));
+    for (int64_t m = 0; m < g.M; ++m) {
+      if (cancel && (m % 4096) == 0) KILN_RETURN_IF_ERROR(cancel->Check());
+      Im2colRow(m, row.data());
+      for (int64_t k = 0; k < g.K; ++k) {
+        const uint32_t u = row[k];
+        const float b0 = mask(u, 0xFFFE0000u);
+        if (need_b0) xb0[m * g.K + k] = b0;
+        if (need_bf) {
+          const float bf = mask(u, 0xFFFFE000u);
+          xb1[m * g.K + k] = fid_ == nx::MathFidelity::kHiFi3 ? bf - b0 : bf;
+        }
+      }
+    }
+    sums->assign(static_cast<size_t>(g.nb * g.M * g.O_pad), 0.0f);
+    try {
+      dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+      dnnl::stream strm(eng);
+      std::vector<float> tmp;
+      if (fid_ == nx::MathFidelity::kHiFi3) tmp.resize(static_cast<size_t>(g.M * g.O_pad));
+      for (int64_t b = 0; b < g.nb; ++b) {
+        if (cancel) KILN_RETURN_IF_ERROR(cancel->Check());
+        const int64_t kb0 = b * g.block_w, kb = std::min(g.K, kb0 + g.block_w) - kb0;
+        float* out = sums->data() + b * g.M * g.O_pad;
+        switch (fid_) {
+          case nx::MathFidelity::kLoFi:
+            KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, xb0.data() + kb0, g.M, kb, g.K, a0.data() + kb0, g.O_pad, g.K, out));
+            break;
+          case nx::MathFidelity::kHiFi2:
+            KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, xb0.data() + kb0, g.M, kb, g.K, ap.data() + kb0, g.O_pad, g.K, out));
+            break;
+          case nx::MathFidelity::kHiFi3:
+            KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, xb0.data() + kb0, g.M, kb, g.K, ap.data() + kb0, g.O_pad, g.K, out));
+            KILN_RETURN_IF_ERROR(
+                MatmulF32(eng, strm, xb1.data() + kb0, g.M, kb, g.K, a0.data() + kb0, g.O_pad, g.K, tmp.data()));
+            for (size_t i = 0; i < tmp.size(); ++i) out[i] += tmp[i];
+            break;
+          case nx::MathFidelity::kHiFi4:
+            KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, xb1.data() + kb0, g.M, kb, g.K, ap.data() + kb0, g.O_pad, g.K, out));
+            break;
+        }
+      }
+    } catch (const dnnl::error& e) {
+      return Internal(std::string("oneDNN: ") + e.what());
+    }
+    return Status::Ok();
+  }
+
+  Geometry g_;
+  PrecisionConfig p_;
+  Activation act_;
+  EmuLevel level_;
+  bool fp32_dst_ = false;
+  bool has_bias_ = false;
+  bool l1acc_ = false;
+  nx::MathFidelity fid_;
+  nx::Arch arch_;
+  std::vector<uint32_t> xdev_, wdev_, bdev_;
+};
+
+std::string BlockingText(const Geometry& g, const PrecisionConfig& p, bool l1acc, bool fp32_dst) {
+  std::string s = "K=" + std::to_string(g.K) + " (kh*kw*Cin_pad = " + std::to_string(g.kh) + "*" + std::to_string(g.kw) +
+                  "*" + std::to_string(g.Cin_pad) + ") in " + std::to_string(g.nb) + " block" + (g.nb > 1 ? "s" : "") +
+                  " of " + std::to_string(g.block_w) + " (act_block_w=" + std::to_string(g.block_w / 32) + " tiles" +
+                  (p.act_block_w == 0 ? ", height-sharded default" : "") + "), partials ";
+  if (l1acc) s += std::string(fp32_dst ? "float32" : "bfloat16") + " accumulated in L1 (packer_l1_acc)";
+  else s += DeviceDTypeName(p.output_dtype);
+  s += std::string(", Dst ") + (fp32_dst ? "fp32" : "bf16");
+  return s;
+}
+
+Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor* bias, const Conv2dParams& params,
+                       const PrecisionConfig& precision, EmuLevel level, const CancelToken* cancel, OpReport* report,
+                       const char* op_name, const std::vector<std::pair<std::string, std::string>>& extra_notes) {
+  auto t_start = std::chrono::steady_clock::now();
+  KILN_RETURN_IF_ERROR(precision.Validate());
+  if (cancel) KILN_RETURN_IF_ERROR(cancel->Check());
+  auto out_shape = ValidateConv2d(input, weights, bias, params);
+  if (!out_shape.ok()) return out_shape.status();
+  Tensor x = input;
+  if (x.layout() != Layout::kNCHW) {
+    auto c = input.ToLayout(Layout::kNCHW);
+    if (!c.ok()) return c.status();
+    x = std::move(*c);
+  }
+  Geometry g{};
+  g.N = x.dim(0);
+  g.C = x.dim(1);
+  g.H = x.dim(2);
+  g.W = x.dim(3);
+  g.O = weights.dim(0);
+  g.G = params.group;
+  g.Cg = g.C / g.G;
+  g.Og = g.O / g.G;
+  g.kh = weights.dim(2);
+  g.kw = weights.dim(3);
+  g.sh = params.strides[0];
+  g.sw = params.strides[1];
+  g.dh = params.dilations[0];
+  g.dw = params.dilations[1];
+  g.pt = params.pads[0];
+  g.pl = params.pads[1];
+  g.OH = (*out_shape)[2];
+  g.OW = (*out_shape)[3];
+  g.Cin_pad = RoundUp(g.C, 32);
+  g.O_pad = RoundUp(g.O, 32);
+  g.K = g.kh * g.kw * g.Cin_pad;
+  g.M = g.N * g.OH * g.OW;
+  g.block_w = precision.act_block_w > 0 ? static_cast<int64_t>(precision.act_block_w) * 32 : RoundUp(g.Cin_pad * g.kw, 32);
+  g.nb = (g.K + g.block_w - 1) / g.block_w;
+  // Memory guard for the fast level's im2col copies (two float copies of M x K).
+  if (level == EmuLevel::kFast && g.M * g.K > (int64_t{1} << 29))
+    return ResourceExhausted("tt-emu fast: im2col of " + std::to_string(g.M) + "x" + std::to_string(g.K) +
+                             " elements is too large");
+
+  Engine eng(g, precision, params.activation, level);
+  eng.Prepare(x.data<float>(), weights.data<float>(), bias ? bias->data<float>() : nullptr);
+  std::vector<uint32_t> out;
+  KILN_RETURN_IF_ERROR(eng.Run(cancel, &out));
+
+  auto t = Tensor::Zeros(*out_shape);
+  if (!t.ok()) return t.status();
+  float* dst = t->data<float>();
+  const int64_t P = g.OH * g.OW;
+  for (int64_t m = 0; m < g.M; ++m) {
+    const int64_t n = m / P, s = m % P;
+    for (int64_t o = 0; o < g.O; ++o) dst[(n * g.O + o) * P + s] = nx::BitsFloat(out[m * g.O + o]);
+  }
+  Tensor result = std::move(*t);
+  if (input.layout() != Layout::kNCHW) {
+    auto c = result.ToLayout(input.layout());
+    if (!c.ok()) return c.status();
+    result = std::move(*c);
+  }
+  if (report) {
+    report->op = op_name;
+    report->backend = "tt-emu";
+    report->implementation = EmuLevelName(level);
+    report->blocking = BlockingText(g, precision, eng.l1acc(), eng.fp32_dst());
+    report->precision = precision;
+    report->output_shape = *out_shape;
+    report->macs = g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw;
+    report->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    report->notes = extra_notes;
+    report->notes.emplace_back("fp32_dest_acc_en", eng.fp32_dst() ? "true" : "false");
+    report->notes.emplace_back("packer_l1_acc_effective", eng.l1acc() ? "true" : "false");
+    report->notes.emplace_back("cin_pad", std::to_string(g.Cin_pad));
+    report->notes.emplace_back("cout_pad", std::to_string(g.O_pad));
+  }
+  return result;
+}
+
+}  // namespace
+
+Result<Tensor> Conv2d(const Tensor& input, const Tensor& weights, const Tensor* bias, const Conv2dParams& params,
+                      const PrecisionConfig& precision, EmuLevel level, const CancelToken* cancel, OpReport* report) {
+  return RunConv(input, weights, bias, params, precision, level, cancel, report, "conv2d", {});
+}
+
+Result<Tensor> ConvTranspose2d(const Tensor& input, const Tensor& weights, const Tensor* bias,
+                               const ConvTranspose2dParams& params, const PrecisionConfig& precision, EmuLevel level,
+                               const CancelToken* cancel, OpReport* report) {
+  auto out_shape = ValidateConvTranspose2d(input, weights, bias, params);
+  if (!out_shape.ok()) return out_shape.status();
+  Tensor x = input;
+  if (x.layout() != Layout::kNCHW) {
+    auto c = input.ToLayout(Layout::kNCHW);
+    if (!c.ok()) return c.status();
+    x = std::move(*c);
+  }
+  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  const int64_t G = params.group, Cg = C / G, Og = weights.dim(1), O = Og * G;
+  const int64_t kh = weights.dim(2), kw = weights.dim(3);
+  const int64_t sh = params.strides[0], sw = params.strides[1], dh = params.dilations[0], dw = params.dilations[1];
+  const int64_t OH = (*out_shape)[2], OW = (*out_shape)[3];
+  // Stride-dilated, padded input: row y' of X' is dilated-input row y' − pbh, pbh = dh·(kh−1) − pad_top.
+  const int64_t Hp = OH + dh * (kh - 1), Wp = OW + dw * (kw - 1);
+  const int64_t pbh = dh * (kh - 1) - params.pads[0], pbw = dw * (kw - 1) - params.pads[1];
+  auto xp = Tensor::Zeros({N, C, Hp, Wp});
+  if (!xp.ok()) return xp.status();
+  const float* xs = x.data<float>();
+  float* xd = xp->data<float>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t y = 0; y < Hp; ++y) {
+        const int64_t ry = y - pbh;
+        if (ry < 0 || ry % sh != 0 || ry / sh >= H) continue;
+        for (int64_t xx = 0; xx < Wp; ++xx) {
+          const int64_t rx = xx - pbw;
+          if (rx < 0 || rx % sw != 0 || rx / sw >= W) continue;
+          xd[((n * C + c) * Hp + y) * Wp + xx] = xs[((n * C + c) * H + ry / sh) * W + rx / sw];
+        }
+      }
+  // Mirrored kernel: W'[o, cl, i, j] = W[g·Cg + cl, o − g·Og, kh−1−i, kw−1−j] (IOHW → OIHW).
+  auto wp = Tensor::Zeros({O, Cg, kh, kw});
+  if (!wp.ok()) return wp.status();
+  const float* ws = weights.data<float>();
+  float* wd = wp->data<float>();
+  for (int64_t o = 0; o < O; ++o) {
+    const int64_t grp = o / Og, ol = o % Og;
+    for (int64_t cl = 0; cl < Cg; ++cl)
+      for (int64_t i = 0; i < kh; ++i)
+        for (int64_t j = 0; j < kw; ++j)
+          wd[((o * Cg + cl) * kh + i) * kw + j] = ws[(((grp * Cg + cl) * Og + ol) * kh + (kh - 1 - i)) * kw + (kw - 1 - j)];
+  }
+  Conv2dParams cp;
+  cp.strides = {1, 1};
+  cp.dilations = {dh, dw};
+  cp.pads = {0, 0, 0, 0};
+  cp.group = G;
+  cp.activation = params.activation;
+  auto r = RunConv(*xp, *wp, bias, cp, precision, level, cancel, report, "conv_transpose2d",
+                   {{"conv_transpose2d", "conv2d over the stride-dilated padded input " + ShapeToString(xp->shape()) +
+                                             " with the mirrored kernel (mirror_kernel=true)"}});
+  if (!r.ok()) return r.status();
+  if (report) report->macs = N * C * H * W * Og * kh * kw;
+  if (input.layout() != Layout::kNCHW) return r->ToLayout(input.layout());
+  return r;
+}
+
+}  // namespace kiln::device::tt_emu

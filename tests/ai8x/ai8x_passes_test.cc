@@ -1,0 +1,474 @@
+// Unit tests of the compiler/ai8x passes on hand-built layer lists (no ONNX involved).
+#include <bit>
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include "compiler/ai8x/compile.h"
+#include "compiler/ai8x/passes.h"
+
+namespace kiln::ai8x {
+namespace {
+
+// Tiny builder for primitive layer lists.
+struct NetBuilder {
+  Network net;
+  explicit NetBuilder(Shape3 input, Device d = Device::kMAX78000) {
+    net.device = d;
+    net.input_shape = input;
+  }
+  Shape3 shape_of(int id) const { return net.OutputShapeOf(id); }
+  int Conv(const std::string& name, int in, int out_c, int k = 3, int pad = 1, bool bias = false) {
+    Layer l;
+    l.id = net.next_id++;
+    l.name = name;
+    l.onnx_nodes = {"/" + name + "/Conv"};
+    l.op = OpKind::kConv2d;
+    l.kernel_h = l.kernel_w = k;
+    l.pad = pad;
+    l.inputs = {in};
+    l.in_shape = shape_of(in);
+    l.out_shape = {out_c, l.in_shape.h + 2 * pad - k + 1, l.in_shape.w + 2 * pad - k + 1};
+    l.has_bias = bias;
+    l.in_channels_w = l.in_shape.c;
+    l.weight_count = int64_t{out_c} * l.in_shape.c * k * k;
+    net.layers.push_back(l);
+    net.Reindex();
+    return l.id;
+  }
+  int Linear(const std::string& name, int in, int out_f) {
+    Layer l;
+    l.id = net.next_id++;
+    l.name = name;
+    l.onnx_nodes = {"/" + name + "/Gemm"};
+    l.op = OpKind::kLinear;
+    l.one_d = true;
+    l.inputs = {in};
+    l.in_shape = shape_of(in);
+    l.flatten = l.in_shape.pixels() > 1;
+    l.in_channels_w = static_cast<int>(l.in_shape.elements());
+    l.out_shape = {out_f, 1, 1};
+    l.weight_count = int64_t{out_f} * l.in_channels_w;
+    net.layers.push_back(l);
+    net.Reindex();
+    return l.id;
+  }
+  int Act(const std::string& name, int in, Activation a = Activation::kRelu) {
+    Layer l;
+    l.id = net.next_id++;
+    l.name = name;
+    l.onnx_nodes = {"/" + name + "/Relu"};
+    l.activation = a;
+    l.inputs = {in};
+    l.in_shape = l.out_shape = shape_of(in);
+    net.layers.push_back(l);
+    net.Reindex();
+    return l.id;
+  }
+  int Pool(const std::string& name, int in, int k, PoolType t = PoolType::kMax) {
+    Layer l;
+    l.id = net.next_id++;
+    l.name = name;
+    l.onnx_nodes = {"/" + name + "/MaxPool"};
+    l.pool = t;
+    l.pool_h = l.pool_w = l.pool_stride_h = l.pool_stride_w = k;
+    l.inputs = {in};
+    l.in_shape = shape_of(in);
+    l.out_shape = {l.in_shape.c, l.in_shape.h / k, l.in_shape.w / k};
+    net.layers.push_back(l);
+    net.Reindex();
+    return l.id;
+  }
+  int Eltwise(const std::string& name, int a, int b, EltwiseOp op = EltwiseOp::kAdd) {
+    Layer l;
+    l.id = net.next_id++;
+    l.name = name;
+    l.onnx_nodes = {"/" + name + "/Add"};
+    l.eltwise = op;
+    l.operands = 2;
+    l.inputs = {a, b};
+    l.in_shape = l.out_shape = shape_of(a);
+    net.layers.push_back(l);
+    net.Reindex();
+    return l.id;
+  }
+  Layer& L(int id) { return *net.Find(id); }
+};
+
+bool HasCode(const Network& net, const std::string& code) {
+  for (const Diagnostic& d : net.diagnostics) {
+    if (d.code == code) return true;
+  }
+  return false;
+}
+
+bool HasError(const Network& net) {
+  for (const Diagnostic& d : net.diagnostics) {
+    if (d.severity == Severity::kError) return true;
+  }
+  return false;
+}
+
+TEST(Ai8xDevice, ConstantsFromTornadocnn) {
+  const DeviceSpec& a = GetDeviceSpec(Device::kMAX78000);
+  const DeviceSpec& b = GetDeviceSpec(Device::kMAX78002);
+  EXPECT_EQ(a.max_layers, 32);
+  EXPECT_EQ(b.max_layers, 128);
+  EXPECT_EQ(a.data_instance_bytes, 0x8000);
+  EXPECT_EQ(b.data_instance_bytes, 0x14000);
+  EXPECT_EQ(a.KernelWords(0), 768);
+  EXPECT_EQ(b.KernelWords(16), 5120);
+  EXPECT_EQ(b.KernelWords(17), 4096);
+  EXPECT_EQ(a.bias_bytes_per_group, 512);
+  EXPECT_EQ(b.bias_bytes_per_group, 2048);
+  EXPECT_FALSE(a.support_depthwise);
+  EXPECT_TRUE(b.support_depthwise);
+  EXPECT_EQ(*ParseDevice("ai87"), Device::kMAX78002);
+  EXPECT_EQ(*ParseDevice("85"), Device::kMAX78000);
+  EXPECT_FALSE(ParseDevice("MAX78003").ok());
+}
+
+TEST(Ai8xPasses, MultipassArithmetic) {
+  // IZER-RULES.md §1.5 examples.
+  EXPECT_EQ(ComputePasses(100).passes, 2);
+  EXPECT_EQ(ComputePasses(100).processors, 52);
+  EXPECT_EQ(ComputePasses(512).processors, 64);
+  EXPECT_EQ(ComputePasses(512).passes, 8);
+  EXPECT_EQ(ComputePasses(96).processors, 48);
+  EXPECT_EQ(ComputePasses(128).processors, 64);
+  EXPECT_EQ(ComputePasses(3).processors, 3);
+}
+
+TEST(Ai8xPasses, FuseActivationIntoConv) {
+  NetBuilder b({3, 8, 8});
+  int c = b.Conv("conv1", kNetworkInput, 8);
+  b.Act("conv1.activate", c);
+  FuseActivation(b.net);
+  ASSERT_EQ(b.net.layers.size(), 1u);
+  EXPECT_EQ(b.net.layers[0].activation, Activation::kRelu);
+  EXPECT_EQ(b.net.layers[0].comment, "conv1 fused with conv1.activate");
+  EXPECT_FALSE(HasError(b.net));
+}
+
+TEST(Ai8xPasses, ActivationAfterPoolingIsAnError) {
+  NetBuilder b({3, 8, 8});
+  int c = b.Conv("conv1", kNetworkInput, 8);
+  int p = b.Pool("pool", c, 2);
+  b.Act("act", p);
+  FuseActivation(b.net);
+  EXPECT_TRUE(HasCode(b.net, "AI8X_ACTIVATION"));
+}
+
+TEST(Ai8xPasses, ActivationNotFusedWhenConvOutputIsShared) {
+  NetBuilder b({3, 8, 8});
+  int c = b.Conv("conv1", kNetworkInput, 8);
+  int a = b.Act("act", c);
+  b.Eltwise("add", a, c);
+  FuseActivation(b.net);
+  EXPECT_TRUE(HasCode(b.net, "AI8X_ACTIVATION"));
+}
+
+TEST(Ai8xPasses, FusePoolingIntoNextConv) {
+  NetBuilder b({3, 16, 16});
+  int c1 = b.Conv("conv1", kNetworkInput, 8);
+  int p = b.Pool("conv2.pool", c1, 2);
+  int c2 = b.Conv("conv2", p, 8);
+  FusePooling(b.net);
+  ASSERT_EQ(b.net.layers.size(), 2u);
+  const Layer& l = b.L(c2);
+  EXPECT_EQ(l.pool, PoolType::kMax);
+  EXPECT_EQ(l.pool_h, 2);
+  EXPECT_EQ(l.inputs, std::vector<int>{c1});
+  EXPECT_EQ(l.in_shape.h, 16);
+  EXPECT_EQ(l.pooled_shape().h, 8);
+}
+
+TEST(Ai8xPasses, PoolingNotFusedIntoFlatteningLinear) {
+  NetBuilder b({3, 16, 16});
+  int c1 = b.Conv("conv1", kNetworkInput, 8);
+  int p = b.Pool("pool", c1, 4, PoolType::kAvg);
+  b.Linear("fc", p, 10);
+  FusePooling(b.net);
+  EXPECT_EQ(b.net.layers.size(), 3u);  // pooling stays a passthrough layer
+}
+
+TEST(Ai8xPasses, FuseEltwiseIntoConvWithPoolLast) {
+  NetBuilder b({16, 16, 16});
+  int c1 = b.Conv("conv1", kNetworkInput, 16);
+  int c2 = b.Conv("conv2", c1, 16);
+  int add = b.Eltwise("resid", c1, c2);
+  int p = b.Pool("conv3.pool", add, 2);
+  int c3 = b.Conv("conv3", p, 16);
+  FusePooling(b.net);
+  FuseEltwise(b.net);
+  const Layer& l = b.L(c3);
+  EXPECT_EQ(l.eltwise, EltwiseOp::kAdd);
+  EXPECT_EQ(l.operands, 2);
+  EXPECT_FALSE(l.pool_first);  // element-wise, then pooling
+  EXPECT_EQ(l.inputs, (std::vector<int>{c1, c2}));
+  EXPECT_EQ(b.net.layers.size(), 3u);
+}
+
+TEST(Ai8xPasses, NoEltwiseFusionIntoBiasedConvOnMax78002) {
+  NetBuilder b({16, 8, 8}, Device::kMAX78002);
+  int c1 = b.Conv("conv1", kNetworkInput, 16, 1, 0, true);
+  int c2 = b.Conv("conv2", c1, 16, 1, 0, true);
+  int add = b.Eltwise("resid", c2, c1);
+  b.Conv("conv3", add, 32, 1, 0, true);
+  FuseEltwise(b.net);
+  EXPECT_EQ(b.net.layers.size(), 4u);  // SUPPORT_MULTIPASS_ELTWISE_CONV_BIAS is false on ai87
+}
+
+TEST(Ai8xPasses, WriteGapOnSoleProducerAndGapLayerForSharedSource) {
+  // ressimplenet pattern: conv2 feeds conv3 and the residual add fused into conv4.
+  NetBuilder b({3, 16, 16});
+  int c1 = b.Conv("conv1", kNetworkInput, 16);
+  int c2 = b.Conv("conv2", c1, 20);
+  int c3 = b.Conv("conv3", c2, 20);
+  int add = b.Eltwise("resid1", c2, c3);
+  int c4 = b.Conv("conv4", add, 20);
+  FuseEltwise(b.net);
+  InsertWriteGaps(b.net);
+  ASSERT_EQ(b.net.layers.size(), 5u);
+  // gap layer right after its source (fused element-wise)
+  EXPECT_EQ(b.net.layers[2].name, "gap_conv2");
+  EXPECT_EQ(b.net.layers[2].op, OpKind::kNone);
+  EXPECT_EQ(b.net.layers[2].write_gap, 1);
+  EXPECT_EQ(b.L(c3).write_gap, 1);
+  EXPECT_EQ(b.L(c2).write_gap, 0);
+  EXPECT_EQ(b.L(c4).inputs, (std::vector<int>{b.net.layers[2].id, c3}));
+}
+
+TEST(Ai8xPasses, GapLayerBeforeStandaloneEltwise) {
+  // MobileNetV2 pattern on MAX78002 with bias: the add stays a layer; the copy goes right before it.
+  NetBuilder b({16, 8, 8}, Device::kMAX78002);
+  int c0 = b.Conv("c0", kNetworkInput, 12, 1, 0, true);
+  int c1 = b.Conv("c1", c0, 72, 1, 0, true);
+  int c2 = b.Conv("c2", c1, 12, 1, 0, true);
+  int add = b.Eltwise("resid", c2, c0);
+  b.Conv("next", add, 72, 1, 0, true);
+  FuseEltwise(b.net);
+  InsertWriteGaps(b.net);
+  ASSERT_EQ(b.net.layers.size(), 6u);
+  EXPECT_EQ(b.net.layers[3].name, "gap_c0");
+  EXPECT_EQ(b.net.layers[4].id, add);
+  EXPECT_EQ(b.L(c2).write_gap, 1);
+}
+
+TEST(Ai8xPasses, SeedDefectGapPassthroughMapIsPacked) {
+  // Seed defect: gap_* output map not the packed input map (izer-baseline.md). Ours: equal maps.
+  NetBuilder b({3, 16, 16});
+  int c1 = b.Conv("conv1", kNetworkInput, 16);
+  int c2 = b.Conv("conv2", c1, 20);
+  int c3 = b.Conv("conv3", c2, 20);
+  int add = b.Eltwise("resid1", c2, c3);
+  b.Conv("conv4", add, 20);
+  FuseEltwise(b.net);
+  InsertWriteGaps(b.net);
+  ChooseInputFormatAndStreaming(b.net, {});
+  AllocateProcessors(b.net, {});
+  PlanDataMemory(b.net);
+  CheckRules(b.net);
+  const Layer& gap = b.net.layers[2];
+  EXPECT_EQ(gap.processors, gap.output_processors);
+  EXPECT_FALSE(HasCode(b.net, "AI8X_PASSTHROUGH_MAP"));
+  // Operands interleaved: base, base+4, consumer in_offset = base.
+  const Layer& conv4 = b.net.layers[4];
+  const Layer* a = b.net.Find(conv4.inputs[0]);
+  const Layer* c = b.net.Find(conv4.inputs[1]);
+  EXPECT_EQ(a->out_offset, conv4.in_offset);
+  EXPECT_EQ(c->out_offset, conv4.in_offset + 4);
+  EXPECT_EQ(a->output_processors, conv4.processors);
+  EXPECT_EQ(c->output_processors, conv4.processors);
+  EXPECT_FALSE(HasError(b.net)) << b.net.diagnostics.front().message;
+}
+
+TEST(Ai8xPasses, PassthroughWithForeignOutputMapIsReported) {
+  NetBuilder b({16, 8, 8});
+  int c1 = b.Conv("conv1", kNetworkInput, 16);
+  b.Pool("pool", c1, 2);
+  ChooseInputFormatAndStreaming(b.net, {});
+  AllocateProcessors(b.net, {});
+  PlanDataMemory(b.net);
+  b.net.layers[1].output_processors = 0x000000000ffff0000ULL;  // the seed's mistake
+  CheckRules(b.net);
+  EXPECT_TRUE(HasCode(b.net, "AI8X_PASSTHROUGH_MAP"));
+}
+
+TEST(Ai8xPasses, ProcessorCountsFollowMultipassRule) {
+  NetBuilder b({3, 8, 8});
+  int c1 = b.Conv("conv1", kNetworkInput, 100);
+  int c2 = b.Conv("conv2", c1, 512, 1, 0);
+  b.Conv("conv3", c2, 10, 1, 0);
+  Ai8xOptions o;
+  o.input_format = InputFormat::kHWC;
+  ChooseInputFormatAndStreaming(b.net, o);
+  AllocateProcessors(b.net, o);
+  EXPECT_EQ(b.net.layers[0].processors, 0x7u);
+  EXPECT_EQ(std::popcount(b.net.layers[1].processors), 52);
+  EXPECT_EQ(std::popcount(b.net.layers[2].processors), 64);
+  EXPECT_EQ(b.net.layers[0].output_processors, b.net.layers[1].processors);
+  EXPECT_EQ(std::popcount(b.net.layers[2].output_processors), 10);
+  for (const Layer& l : b.net.layers) EXPECT_EQ(std::countr_zero(l.processors) % 4, 0);
+}
+
+TEST(Ai8xPasses, ChwInputUsesOneProcessorPerGroup) {
+  NetBuilder b({3, 28, 28});
+  b.Conv("conv1", kNetworkInput, 8);
+  ChooseInputFormatAndStreaming(b.net, {});  // auto: seed rule, <= 16 channels -> CHW
+  AllocateProcessors(b.net, {});
+  EXPECT_TRUE(b.net.layers[0].chw_input);
+  EXPECT_EQ(b.net.layers[0].processors, 0x0000000100010001ULL);
+}
+
+TEST(Ai8xPasses, StreamingForLargeInput) {
+  // cats-dogs pattern: 3x128x128 -> 16ch (65536 B) -> pool -> fits.
+  NetBuilder b({3, 128, 128});
+  int c1 = b.Conv("conv1", kNetworkInput, 16);
+  int a1 = b.Act("a1", c1);
+  int p = b.Pool("conv2.pool", a1, 2);
+  int c2 = b.Conv("conv2", p, 32);
+  int p2 = b.Pool("conv3.pool", c2, 2);
+  b.Conv("conv3", p2, 64);
+  FuseActivation(b.net);
+  FusePooling(b.net);
+  ChooseInputFormatAndStreaming(b.net, {});
+  AllocateProcessors(b.net, {});
+  PlanDataMemory(b.net);
+  CheckRules(b.net);
+  EXPECT_TRUE(b.net.layers[0].streaming);
+  EXPECT_TRUE(b.net.layers[1].streaming);
+  EXPECT_FALSE(b.net.layers[2].streaming);
+  EXPECT_TRUE(b.net.use_fifo);
+  EXPECT_FALSE(b.net.layers[0].chw_input);  // FIFO streaming is HWC
+  EXPECT_FALSE(HasError(b.net)) << b.net.diagnostics.back().message;
+}
+
+TEST(Ai8xPasses, DataMemoryErrorWhenNothingHelps) {
+  // 64 ch x 100x100 input: 40000 B per instance > 32 KiB; 64 channels cannot use the FIFO and the
+  // only layer is the last one, whose output must fit.
+  NetBuilder b({64, 100, 100});
+  b.Conv("conv1", kNetworkInput, 64);
+  ChooseInputFormatAndStreaming(b.net, {});
+  EXPECT_TRUE(HasCode(b.net, "AI8X_DATA_MEMORY"));
+}
+
+TEST(Ai8xPasses, KernelMemoryOverflowIsReported) {
+  // 64 -> 1024 channels 3x3 twice: 1024*9*... words exceed 768 per processor on MAX78000
+  NetBuilder b({64, 4, 4});
+  int c1 = b.Conv("conv1", kNetworkInput, 1024);
+  b.Conv("conv2", c1, 1024);
+  ChooseInputFormatAndStreaming(b.net, {});
+  AllocateProcessors(b.net, {});
+  PlanDataMemory(b.net);
+  CheckRules(b.net);
+  EXPECT_TRUE(HasCode(b.net, "AI8X_KERNEL_MEMORY"));
+}
+
+TEST(Ai8xPasses, RuleChecksReportBadAttributes) {
+  NetBuilder b({8, 8, 8});
+  int c1 = b.Conv("conv5x5", kNetworkInput, 8, 5, 2);
+  int c2 = b.Conv("pad3", c1, 8, 3, 3);
+  b.L(c2).groups = 8;
+  ChooseInputFormatAndStreaming(b.net, {});
+  AllocateProcessors(b.net, {});
+  PlanDataMemory(b.net);
+  CheckRules(b.net);
+  EXPECT_TRUE(HasCode(b.net, "AI8X_KERNEL"));
+  EXPECT_TRUE(HasCode(b.net, "AI8X_PAD"));
+  EXPECT_TRUE(HasCode(b.net, "AI8X_GROUPS"));  // depthwise on MAX78000
+  for (const Diagnostic& d : b.net.diagnostics) {
+    if (d.code == "AI8X_KERNEL") {
+      EXPECT_EQ(d.layer_name, "conv5x5");
+      EXPECT_EQ(d.onnx_node, "/conv5x5/Conv");
+    }
+  }
+}
+
+TEST(Ai8xPasses, LayerCountLimit) {
+  NetBuilder b({8, 4, 4});
+  int prev = kNetworkInput;
+  for (int i = 0; i < 33; ++i) prev = b.Conv("c" + std::to_string(i), prev, 8, 1, 0);
+  ChooseInputFormatAndStreaming(b.net, {});
+  AllocateProcessors(b.net, {});
+  PlanDataMemory(b.net);
+  CheckRules(b.net);
+  EXPECT_TRUE(HasCode(b.net, "AI8X_LAYER_COUNT"));
+  b.net.device = Device::kMAX78002;
+  b.net.diagnostics.clear();
+  CheckRules(b.net);
+  EXPECT_FALSE(HasCode(b.net, "AI8X_LAYER_COUNT"));
+}
+
+TEST(Ai8xPasses, FlattenLimit) {
+  NetBuilder b({8, 32, 32});
+  int c1 = b.Conv("conv1", kNetworkInput, 8);
+  b.Linear("fc", c1, 10);  // flatten of 32x32 = 1024 pixels > 256
+  ChooseInputFormatAndStreaming(b.net, {});
+  AllocateProcessors(b.net, {});
+  PlanDataMemory(b.net);
+  CheckRules(b.net);
+  EXPECT_TRUE(HasCode(b.net, "AI8X_FLATTEN"));
+}
+
+TEST(Ai8xPasses, YamlIsParseableWithSeedFormats) {
+  NetBuilder b({3, 16, 16});
+  int c1 = b.Conv("conv1", kNetworkInput, 16);
+  int c2 = b.Conv("conv2", c1, 20);
+  int c3 = b.Conv("conv3", c2, 20);
+  int add = b.Eltwise("resid1", c2, c3);
+  int c4 = b.Conv("conv4", add, 20);
+  b.Linear("fc", c4, 10);
+  Ai8xOptions o;
+  o.arch = "testnet";
+  o.input_format = InputFormat::kHWC;
+  o.dataset = "test_ds";
+  auto r = CompileAi8xNetwork(b.net, o);
+  ASSERT_TRUE(r.ok());
+  YAML::Node doc = YAML::Load(r->yaml);
+  EXPECT_EQ(doc["arch"].as<std::string>(), "testnet");
+  EXPECT_EQ(doc["dataset"].as<std::string>(), "test_ds");
+  ASSERT_EQ(doc["layers"].size(), 6u);
+  EXPECT_EQ(doc["layers"][2]["name"].as<std::string>(), "gap_conv2");
+  EXPECT_EQ(doc["layers"][2]["op"].as<std::string>(), "passthrough");
+  EXPECT_EQ(doc["layers"][4]["eltwise"].as<std::string>(), "add");
+  EXPECT_EQ(doc["layers"][4]["in_sequences"].size(), 2u);
+  EXPECT_EQ(doc["layers"][5]["flatten"].as<bool>(), true);
+  // hex maps as 0x%016x, offsets as 0x%04x; comments as the seed writes them
+  EXPECT_NE(r->yaml.find("processors: 0x0000000000000007"), std::string::npos) << r->yaml;
+  EXPECT_NE(r->yaml.find("out_offset: 0x"), std::string::npos);
+  EXPECT_NE(r->yaml.find("  # Layer 0\n  - name: conv1"), std::string::npos);
+  EXPECT_NE(r->yaml.find("# input shape: (3, 16, 16)"), std::string::npos);
+  EXPECT_NE(r->yaml.find("# output shape: (10, 1)"), std::string::npos);
+  // every offset string parses as an integer (the izer needs ints, not strings)
+  for (const auto& l : doc["layers"]) {
+    EXPECT_NO_THROW(l["out_offset"].as<int>());
+    EXPECT_NO_THROW(l["processors"].as<uint64_t>());
+  }
+  EXPECT_EQ(r->layers.size(), 6u);
+  EXPECT_EQ(r->izer_flags, (std::vector<std::string>{"--device", "MAX78000"}));
+}
+
+TEST(Ai8xPasses, OverridesValidateAndApply) {
+  NetBuilder b({3, 8, 8});
+  int c1 = b.Conv("conv1", kNetworkInput, 8);
+  b.Conv("conv2", c1, 10, 1, 0);
+  Ai8xOptions o;
+  o.overrides = {{"last", "output_width", "32"}};
+  auto r = CompileAi8xNetwork(b.net, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->yaml.find("output_width: 32"), std::string::npos);
+  o.overrides = {{"conv2", "bogus", "1"}};
+  EXPECT_EQ(CompileAi8xNetwork(b.net, o).status().code(), StatusCode::kInvalidArgument);
+  o.overrides = {{"nope", "quantization", "4"}};
+  EXPECT_EQ(CompileAi8xNetwork(b.net, o).status().code(), StatusCode::kInvalidArgument);
+  o.overrides = {{"conv1", "quantization", "3"}};
+  EXPECT_EQ(CompileAi8xNetwork(b.net, o).status().code(), StatusCode::kInvalidArgument);
+  o.overrides = {{"conv1", "quantization", "4"}};
+  r = CompileAi8xNetwork(b.net, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->yaml.find("quantization: 4"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln::ai8x

@@ -1,0 +1,481 @@
+// tt-emu backend tests:
+//  * end to end bit-exactness of the conv dataflow against kacc32.jsonl (a 1x1 conv of one pixel,
+//    Cin = 32, Cout = 16 is exactly one K tile of MVMULs, then the packer);
+//  * tt-emu against the fp32 reference backend on the tt-metal conv shapes of tt-numerics.md §13
+//    (spatial size and batch scaled down; channels, kernel, stride, pad, dilation, groups kept),
+//    each passing tt-metal's threshold for its precision config (§9);
+//  * PCC(HiFi4) >= PCC(HiFi2) >= PCC(LoFi) on random data; fast vs exact agreement.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "device/backends/reference/reference_backend.h"
+#include "device/backends/tt_emu/tt_conv.h"
+#include "device/backends/tt_emu/tt_emu_backend.h"
+#include "device/numerics/formats.h"
+#include "device/numerics/json_lite.h"
+#include "device/numerics/pcc.h"
+
+namespace kiln::device {
+namespace {
+
+namespace nx = kiln::numerics;
+
+uint32_t HexOf(const nx::JsonValue& v) { return static_cast<uint32_t>(std::stoul(v.text, nullptr, 16)); }
+
+Tensor MakeTensor(std::vector<int64_t> shape, const std::vector<float>& v) {
+  auto t = Tensor::FromFloats(std::move(shape), v);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return std::move(*t);
+}
+
+// torch.randn(..., dtype=bfloat16).float() (§8.1), times `scale`.
+std::vector<float> RandBf16(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> nd;
+  std::vector<float> v(n);
+  for (auto& x : v) x = nx::Bf16ToFloat(nx::HostFp32ToBf16(nx::FloatBits(nd(rng)))) * scale;
+  return v;
+}
+
+struct ShapeCase;
+void PrintTo(const ShapeCase& c, std::ostream* os);
+
+using MF = MathFidelity;
+using DT = DeviceDType;
+constexpr DT kBf16 = DT::kBFloat16, kBfp8 = DT::kBFloat8B, kFp32 = DT::kFloat32;
+
+// ---------------------------------------------------------------------------------------------
+// Bit-exact end to end: kacc32 vectors through the conv dataflow.
+
+TEST(TtEmuExact, Kacc32VectorsThroughConv1x1) {
+  std::ifstream in(std::string(KILN_TEST_DATA) + "/tt-vectors/kacc32.jsonl");
+  ASSERT_TRUE(in);
+  std::string line;
+  int checked = 0;
+  while (std::getline(in, line)) {
+    auto j = nx::ParseJson(line);
+    ASSERT_TRUE(j.ok());
+    const bool tf32 = j->Find("a_fmt")->text == "tf32";
+    std::vector<float> w(16 * 32), x(32);
+    for (int k = 0; k < 32; ++k) {
+      x[k] = nx::BitsFloat(HexOf(j->Find("x")->array[k]));
+      for (int o = 0; o < 16; ++o) w[o * 32 + k] = nx::BitsFloat(HexOf(j->Find("w")->array[k].array[o]));
+    }
+    Tensor xt = MakeTensor({1, 32, 1, 1}, x), wt = MakeTensor({16, 32, 1, 1}, w);
+    for (const char* arch_key : {"wh", "bh"}) {
+      for (const auto& [key, res] : j->Find(arch_key)->object) {
+        const bool fp32 = key.rfind("fp32_", 0) == 0;
+        if (tf32 && !fp32) continue;  // tt-metal only unpacks to tf32 with an fp32 Dst (§8.3)
+        PrecisionConfig p;
+        p.arch = std::string(arch_key) == "wh" ? Arch::kWormholeB0 : Arch::kBlackhole;
+        p.math_fidelity = *ParseMathFidelity(key.substr(5));
+        p.fp32_dest_acc_en = fp32;
+        p.weights_dtype = p.input_dtype = tf32 ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
+        // bfloat8_b outputs also tilize the activations to bfloat8_b (§8.2): covered by the next test.
+        for (DeviceDType out : {DeviceDType::kFloat32, DeviceDType::kBFloat16}) {
+          if (tf32 && out != DeviceDType::kFloat32) continue;  // the activations are tilized into the output dtype
+          p.output_dtype = out;
+          OpReport rep;
+          auto y = tt_emu::Conv2d(xt, wt, nullptr, Conv2dParams{}, p, tt_emu::EmuLevel::kExact, nullptr, &rep);
+          ASSERT_TRUE(y.ok()) << y.status().ToString();
+          const float* yv = y->data<float>();
+          for (int o = 0; o < 16; ++o) {
+            uint32_t want;
+            if (out == DeviceDType::kFloat32) {
+              want = HexOf(res.Find("dst")->array[o]);
+            } else {
+              want = HexOf(res.Find("pack_bf16")->array[o]) << 16;
+            }
+            ASSERT_EQ(nx::FloatBits(yv[o]), want)
+                << "kacc32 id " << j->Find("id")->text << " " << arch_key << "." << key << " out "
+                << DeviceDTypeName(out) << " column " << o << std::hex << ": got " << nx::FloatBits(yv[o])
+                << " want " << want;
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 36 * 2 * 8 * 2 + 12 * 2 * 4);
+}
+
+// bfloat8_b output: activations bfloat8_b-exact (so the tilize is lossless), expected values from
+// the numerics building blocks (themselves checked bit for bit by the vector tests).
+TEST(TtEmuExact, Bfp8OutputMatchesNumericsChain) {
+  std::mt19937 rng(99);
+  auto xs = RandBf16(32, rng), ws = RandBf16(16 * 32, rng);
+  std::array<uint32_t, 32> xq;
+  for (int h = 0; h < 2; ++h) {
+    std::array<uint32_t, 16> grp;
+    for (int i = 0; i < 16; ++i) grp[i] = nx::FloatBits(xs[h * 16 + i]);
+    auto g = nx::HostEncodeBfpGroup(grp, nx::BfpFormat::kBfp8);
+    for (int i = 0; i < 16; ++i) xq[h * 16 + i] = nx::FloatBits(nx::DecodeBfpValue(g.exp, g.codes[i], nx::BfpFormat::kBfp8));
+  }
+  std::vector<float> xv(32);
+  for (int k = 0; k < 32; ++k) xv[k] = nx::BitsFloat(xq[k]);
+  Tensor xt = MakeTensor({1, 32, 1, 1}, xv), wt = MakeTensor({16, 32, 1, 1}, ws);
+  for (bool fp32 : {false, true}) {
+    for (MF f : {MF::kLoFi, MF::kHiFi2, MF::kHiFi3, MF::kHiFi4}) {
+      PrecisionConfig p;
+      p.math_fidelity = f;
+      p.fp32_dest_acc_en = fp32;
+      p.output_dtype = kBfp8;
+      auto y = tt_emu::Conv2d(xt, wt, nullptr, Conv2dParams{}, p, tt_emu::EmuLevel::kExact);
+      ASSERT_TRUE(y.ok());
+      nx::FpuConfig cfg{fp32, nx::Arch::kWormholeB0, nx::SrcFormat::kBf16, nx::SrcFormat::kBf16};
+      std::array<uint32_t, 16> dst;
+      for (int o = 0; o < 16; ++o) {
+        std::array<uint32_t, 16> a0, a1, b0, b1;
+        for (int k = 0; k < 16; ++k) {
+          a0[k] = nx::FloatBits(ws[o * 32 + k]);
+          a1[k] = nx::FloatBits(ws[o * 32 + 16 + k]);
+          b0[k] = xq[k];
+          b1[k] = xq[16 + k];
+        }
+        uint32_t d = 0;
+        const int nph = f == MF::kLoFi ? 1 : static_cast<int>(f);
+        for (int ph = 0; ph < nph; ++ph) {
+          d = nx::MvmulPhase(a0, b0, d, ph, cfg);
+          d = nx::MvmulPhase(a1, b1, d, ph, cfg);
+        }
+        dst[o] = d;
+      }
+      nx::BfpGroup g;
+      if (fp32) {
+        g = nx::PackBfpFromFp32Dst(dst, nx::BfpFormat::kBfp8);
+      } else {
+        std::array<uint16_t, 16> t;
+        for (int i = 0; i < 16; ++i) t[i] = static_cast<uint16_t>(dst[i] >> 16);
+        g = nx::PackBfpFromBf16Dst(t, nx::BfpFormat::kBfp8);
+      }
+      for (int o = 0; o < 16; ++o)
+        EXPECT_EQ(nx::FloatBits(y->data<float>()[o]), nx::FloatBits(nx::DecodeBfpValue(g.exp, g.codes[o], nx::BfpFormat::kBfp8)))
+            << MathFidelityName(f) << " fp32=" << fp32 << " column " << o;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// tt-metal conv shapes (§13), scaled down.
+
+struct ShapeCase {
+  const char* name;
+  int64_t N, C, O, H, W, kh, kw, sh, sw;
+  std::array<int64_t, 4> pads;  // ONNX order (top, left, bottom, right)
+  int64_t dil, group;
+  DeviceDType out, wdt;
+  MathFidelity fid;
+  bool fp32_acc, l1_acc, bias;
+  Activation act = Activation::kNone;
+  float bias_scale = 10.0f;
+  double custom_pcc = 0.0;
+  bool transposed = false;
+  int64_t out_pad = 0;
+  bool fast_compare = false;
+  DeviceDType in = DeviceDType::kBFloat16;
+};
+
+
+void PrintTo(const ShapeCase& c, std::ostream* os) { *os << c.name; }
+
+// Rows of tt-numerics.md §13 (N and H×W reduced).
+const std::vector<ShapeCase>& Cases() {
+  static const std::vector<ShapeCase> cases = {
+      {"r01_features_ws", 1, 384, 353, 8, 8, 3, 3, 2, 2, {1, 2, 2, 3}, 1, 1, kBf16, kBf16, MF::kHiFi4, true, true, true},
+      {"r01_features_ws_bfp8", 1, 384, 353, 8, 8, 3, 3, 2, 2, {1, 2, 2, 3}, 1, 1, kBfp8, kBf16, MF::kHiFi4, false, false, true},
+      {"r02_features_bs", 2, 128, 128, 8, 8, 1, 1, 2, 2, {0, 0, 0, 0}, 1, 1, kBf16, kBf16, MF::kHiFi4, true, false, true},
+      {"r03_features_hs", 1, 16, 16, 16, 16, 5, 5, 2, 2, {2, 3, 4, 5}, 1, 1, kBfp8, kBf16, MF::kHiFi4, false, false, true},
+      {"r04_activation_relu", 1, 256, 256, 8, 8, 3, 3, 2, 2, {1, 1, 1, 1}, 1, 1, kBfp8, kBf16, MF::kHiFi4, true, false, true, Activation::kRelu},
+      {"r04_activation_sigmoid", 1, 256, 256, 8, 8, 3, 3, 2, 2, {1, 1, 1, 1}, 1, 1, kBf16, kBf16, MF::kHiFi4, true, false, true, Activation::kSigmoid},
+      {"r04_activation_tanh", 1, 256, 256, 8, 8, 3, 3, 2, 2, {1, 1, 1, 1}, 1, 1, kBf16, kBf16, MF::kHiFi4, true, false, true, Activation::kTanh},
+      {"r05_activation_gelu", 1, 32, 32, 16, 16, 3, 3, 2, 2, {1, 1, 1, 1}, 1, 1, kBfp8, kBf16, MF::kHiFi4, true, false, true, Activation::kGelu},
+      {"r05_activation_silu", 1, 32, 32, 16, 16, 3, 3, 2, 2, {1, 1, 1, 1}, 1, 1, kBf16, kBf16, MF::kHiFi4, true, false, true, Activation::kSilu},
+      {"r06_resnet50", 1, 16, 64, 12, 12, 4, 4, 1, 1, {0, 0, 0, 0}, 1, 1, kBf16, kBfp8, MF::kLoFi, false, true, true},
+      {"r07_resnet50", 1, 64, 64, 8, 8, 3, 3, 1, 1, {1, 1, 1, 1}, 1, 1, kBfp8, kBfp8, MF::kLoFi, false, true, true},
+      {"r08_resnet50", 1, 128, 128, 8, 8, 3, 3, 2, 2, {1, 1, 1, 1}, 1, 1, kBfp8, kBfp8, MF::kLoFi, false, true, true},
+      {"r09_resnet50", 1, 256, 256, 8, 8, 3, 3, 2, 2, {1, 1, 1, 1}, 1, 1, kBfp8, kBfp8, MF::kLoFi, false, true, true},
+      {"r10_resnet50", 1, 512, 512, 7, 7, 3, 3, 1, 1, {1, 1, 1, 1}, 1, 1, kBfp8, kBfp8, MF::kLoFi, false, true, true},
+      {"r11_resnet50_1x1s2", 1, 64, 256, 8, 8, 1, 1, 2, 2, {0, 0, 0, 0}, 1, 1, kBfp8, kBfp8, MF::kLoFi, false, true, true},
+      {"r12_resnet50_1x1s2", 1, 1024, 2048, 4, 4, 1, 1, 2, 2, {0, 0, 0, 0}, 1, 1, kBfp8, kBfp8, MF::kLoFi, false, true, true},
+      {"r13_segformer", 1, 3, 32, 32, 32, 7, 7, 4, 4, {3, 3, 3, 3}, 1, 1, kBf16, kBf16, MF::kLoFi, false, false, false},
+      {"r14_segformer", 1, 32, 32, 32, 32, 8, 8, 8, 8, {0, 0, 0, 0}, 1, 1, kBf16, kBf16, MF::kLoFi, false, false, false},
+      {"r15_segformer_dw", 1, 128, 128, 16, 16, 3, 3, 1, 1, {1, 1, 1, 1}, 1, 128, kBf16, kBf16, MF::kLoFi, false, false, false},
+      {"r16_segformer_dw", 1, 576, 576, 8, 8, 3, 3, 2, 2, {0, 0, 0, 0}, 1, 576, kBf16, kBf16, MF::kLoFi, false, false, false},
+      {"r17_segformer_1x1", 1, 256, 150, 16, 16, 1, 1, 1, 1, {0, 0, 0, 0}, 1, 1, kBf16, kBf16, MF::kLoFi, false, false, false},
+      {"r18_model_k_dil2", 1, 32, 48, 20, 20, 3, 3, 1, 1, {0, 0, 0, 0}, 2, 1, kBfp8, kBfp8, MF::kLoFi, false, false, true},
+      {"r19_model_k_dil8", 1, 56, 64, 24, 24, 3, 3, 1, 1, {0, 0, 0, 0}, 8, 1, kBfp8, kBfp8, MF::kLoFi, false, false, true},
+      {"r20_unet", 1, 3, 32, 16, 20, 3, 3, 1, 1, {1, 1, 1, 1}, 1, 1, kBfp8, kBf16, MF::kLoFi, false, false, false},
+      {"r21_unet", 1, 512, 512, 6, 8, 3, 3, 1, 1, {1, 1, 1, 1}, 1, 1, kBf16, kBf16, MF::kLoFi, false, false, false},
+      {"r22_unet_cout1", 1, 32, 1, 16, 16, 1, 1, 1, 1, {0, 0, 0, 0}, 1, 1, kBf16, kBf16, MF::kLoFi, false, false, false},
+      {"r23_conv_ws", 1, 2048, 512, 4, 4, 3, 3, 1, 1, {1, 1, 1, 1}, 1, 1, kBfp8, kBf16, MF::kHiFi4, true, true, true, Activation::kNone, 50.0f, 0.99},
+      {"r24_conv_ws_abw2", 1, 4096, 1280, 3, 3, 2, 2, 1, 1, {1, 1, 1, 1}, 1, 1, kBf16, kBf16, MF::kHiFi4, true, true, true, Activation::kNone, 10.0f, 0.99},
+      {"r25_conv_ws_1x1", 1, 1232, 3024, 2, 2, 1, 1, 1, 1, {0, 0, 0, 0}, 1, 1, kBfp8, kBf16, MF::kHiFi4, true, true, true, Activation::kNone, 10.0f, 0.99},
+      {"r26_conv_dram", 1, 10, 64, 32, 16, 4, 4, 2, 2, {1, 1, 1, 1}, 1, 1, kBf16, kBfp8, MF::kLoFi, true, true, true, Activation::kNone, 10.0f, 0.0, false, 0, true, kFp32},
+      {"r27_conv_dram_dil2", 1, 32, 48, 24, 24, 3, 3, 1, 1, {0, 0, 0, 0}, 2, 1, kBf16, kBfp8, MF::kLoFi, true, true, true, Activation::kNone, 10.0f, 0.0, false, 0, true, kBfp8},
+      {"r28_conv_dram_wide", 1, 2944, 2944, 3, 3, 3, 3, 1, 1, {0, 0, 0, 0}, 1, 1, kBf16, kBfp8, MF::kHiFi4, true, true, true, Activation::kNone, 10.0f, 0.0, false, 0, true},
+      {"r29_panoptic", 1, 2048, 256, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, 1, 1, kBf16, kBfp8, MF::kHiFi4, false, false, true},
+      {"r30_panoptic_pad8", 1, 512, 512, 2, 2, 3, 3, 1, 1, {8, 8, 8, 8}, 1, 1, kBf16, kBfp8, MF::kHiFi4, false, false, false},
+      {"r31_panoptic_stem", 1, 3, 64, 16, 32, 3, 3, 2, 2, {1, 1, 1, 1}, 1, 1, kBf16, kBfp8, MF::kHiFi4, false, false, false},
+      {"r32_convT", 1, 64, 64, 8, 8, 3, 3, 2, 2, {1, 1, 1, 1}, 1, 1, kBf16, kBf16, MF::kHiFi4, false, false, true, Activation::kNone, 10.0f, 0.0, true, 1},
+      {"r32_convT_bfp8", 1, 64, 64, 8, 8, 3, 3, 2, 2, {1, 1, 1, 1}, 1, 1, kBfp8, kBf16, MF::kHiFi4, false, false, true, Activation::kNone, 10.0f, 0.0, true, 1},
+      {"r33_convT", 1, 64, 64, 4, 4, 8, 8, 4, 4, {2, 2, 2, 2}, 1, 1, kBf16, kBf16, MF::kHiFi4, false, false, true, Activation::kNone, 10.0f, 0.0, true, 2},
+      {"r34_convT_k2s2", 2, 256, 128, 4, 4, 2, 2, 2, 2, {0, 0, 0, 0}, 1, 1, kBf16, kBf16, MF::kHiFi4, false, false, true, Activation::kNone, 10.0f, 0.0, true, 0},
+  };
+  return cases;
+}
+
+// Multiply-accumulates of a case times its fidelity phases: the exact level's cost.
+int64_t PhaseMacs(const ShapeCase& c, int64_t OH, int64_t OW) {
+  const int64_t cin_pad = (c.C + 31) / 32 * 32;  // the emulator walks padded K (block-diagonal groups)
+  return c.N * OH * OW * c.O * cin_pad * c.kh * c.kw * (c.fid == MF::kLoFi ? 1 : static_cast<int>(c.fid));
+}
+
+class TtMetalShapes : public ::testing::TestWithParam<ShapeCase> {};
+
+TEST_P(TtMetalShapes, PassesTtMetalPccThreshold) {
+  const ShapeCase& c = GetParam();
+  std::mt19937 rng(1234);
+  const int64_t Cg = c.C / c.group;
+  Tensor x = MakeTensor({c.N, c.C, c.H, c.W}, RandBf16(c.N * c.C * c.H * c.W, rng));
+  std::vector<int64_t> wshape = c.transposed ? std::vector<int64_t>{c.C, c.O / c.group, c.kh, c.kw}
+                                             : std::vector<int64_t>{c.O, Cg, c.kh, c.kw};
+  Tensor w = MakeTensor(wshape, RandBf16(c.O * Cg * c.kh * c.kw, rng));
+  Tensor b = MakeTensor({c.O}, RandBf16(c.O, rng, c.bias_scale));
+  const Tensor* bp = c.bias ? &b : nullptr;
+
+  PrecisionConfig p;
+  p.math_fidelity = c.fid;
+  p.weights_dtype = c.wdt;
+  p.input_dtype = c.in;
+  p.output_dtype = c.out;
+  p.fp32_dest_acc_en = c.fp32_acc;
+  p.packer_l1_acc = c.l1_acc;
+
+  auto ref_backend = MakeReferenceBackend();
+  ASSERT_TRUE(ref_backend.ok());
+  ExecContext ref_ctx;
+  Result<Tensor> ref = Status(StatusCode::kUnknown, "unset");
+  Conv2dParams cp;
+  ConvTranspose2dParams tp;
+  if (c.transposed) {
+    tp.strides = {c.sh, c.sw};
+    tp.pads = c.pads;
+    tp.dilations = {c.dil, c.dil};
+    tp.output_padding = {c.out_pad, c.out_pad};
+    tp.group = c.group;
+    tp.activation = c.act;
+    ref = (*ref_backend)->ConvTranspose2d(x, w, bp, tp, ref_ctx);
+  } else {
+    cp.strides = {c.sh, c.sw};
+    cp.pads = c.pads;
+    cp.dilations = {c.dil, c.dil};
+    cp.group = c.group;
+    cp.activation = c.act;
+    ref = (*ref_backend)->Conv2d(x, w, bp, cp, ref_ctx);
+  }
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  const int64_t OH = ref->dim(2), OW = ref->dim(3);
+  // The exact level where it stays cheap, else fast (both share the spill / bias / pack model).
+  const int64_t cost = PhaseMacs(c, c.transposed ? OH : OH, c.transposed ? OW : OW);
+  const auto level = cost <= 40'000'000 ? tt_emu::EmuLevel::kExact : tt_emu::EmuLevel::kFast;
+  OpReport rep;
+  auto out = c.transposed ? tt_emu::ConvTranspose2d(x, w, bp, tp, p, level, nullptr, &rep)
+                          : tt_emu::Conv2d(x, w, bp, cp, p, level, nullptr, &rep);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ASSERT_EQ(out->shape(), ref->shape());
+  EXPECT_FALSE(rep.blocking.empty());
+
+  if (c.fast_compare) {
+    const bool fp32_no_bfp8 = c.fp32_acc && c.in != kBfp8 && c.wdt != kBfp8;
+    auto ok = nx::FastCompare(ref->span<float>(), out->span<float>(), Cg * c.kh * c.kw, fp32_no_bfp8);
+    ASSERT_TRUE(ok.ok());
+    EXPECT_TRUE(*ok) << c.name << " (" << tt_emu::EmuLevelName(level) << ") fails fast_compare; " << rep.blocking;
+    return;
+  }
+  double thr;
+  if (c.transposed) {
+    thr = nx::ConvTransposePccThreshold(c.fp32_acc, c.fid == MF::kLoFi ? nx::MathFidelity::kLoFi : nx::MathFidelity::kHiFi4,
+                                        c.out == kBfp8);
+  } else {
+    nx::ConvPccRuleInput r;
+    r.fp32_accum = c.fp32_acc;
+    r.fidelity = c.fid == MF::kLoFi ? nx::MathFidelity::kLoFi : nx::MathFidelity::kHiFi4;
+    r.bfp8_output = c.out == kBfp8;
+    r.activation = c.act == Activation::kSigmoid ? nx::ConvActivation::kSigmoid
+                   : c.act == Activation::kTanh  ? nx::ConvActivation::kTanh
+                                                 : nx::ConvActivation::kNone;
+    r.cin_kh_kw = c.C * c.kh * c.kw;
+    r.custom = c.custom_pcc;
+    thr = nx::ConvPccThreshold(r);
+  }
+  auto pcc = nx::CompPcc(ref->span<float>(), out->span<float>(), thr);
+  ASSERT_TRUE(pcc.ok());
+  EXPECT_TRUE(pcc->pass) << c.name << " (" << tt_emu::EmuLevelName(level) << "): PCC " << pcc->pcc << " < " << thr
+                         << "; " << rep.blocking;
+  EXPECT_LT(pcc->pcc, 1.0) << "the emulator should not reproduce fp32 exactly";
+  RecordProperty("pcc", std::to_string(pcc->pcc));
+  RecordProperty("level", tt_emu::EmuLevelName(level));
+}
+
+INSTANTIATE_TEST_SUITE_P(Section13, TtMetalShapes, ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<ShapeCase>& i) { return std::string(i.param.name); });
+
+// ---------------------------------------------------------------------------------------------
+
+double PccOf(const Tensor& ref, const Tensor& out) {
+  auto r = nx::CompPcc(ref.span<float>(), out.span<float>(), 0.0);
+  EXPECT_TRUE(r.ok());
+  return r->pcc;
+}
+
+TEST(TtEmuExact, FidelityOrderingOnRandomData) {
+  std::mt19937 rng(7);
+  Tensor x = MakeTensor({1, 64, 8, 8}, RandBf16(64 * 64, rng));
+  Tensor w = MakeTensor({32, 64, 3, 3}, RandBf16(32 * 64 * 9, rng));
+  Conv2dParams cp;
+  cp.pads = {1, 1, 1, 1};
+  auto ref = (*MakeReferenceBackend())->Conv2d(x, w, nullptr, cp, ExecContext{});
+  ASSERT_TRUE(ref.ok());
+  double pcc[5];
+  for (MF f : {MF::kLoFi, MF::kHiFi2, MF::kHiFi3, MF::kHiFi4}) {
+    PrecisionConfig p;
+    p.math_fidelity = f;
+    p.fp32_dest_acc_en = true;
+    p.output_dtype = kFp32;  // keep the fidelity effect visible (no bf16 output rounding)
+    auto y = tt_emu::Conv2d(x, w, nullptr, cp, p, tt_emu::EmuLevel::kExact);
+    ASSERT_TRUE(y.ok()) << y.status().ToString();
+    pcc[static_cast<int>(f)] = PccOf(*ref, *y);
+  }
+  const double lofi = pcc[0], hifi2 = pcc[2], hifi3 = pcc[3], hifi4 = pcc[4];
+  EXPECT_GE(hifi4, hifi2);
+  EXPECT_GE(hifi2, lofi);
+  EXPECT_GE(hifi4, hifi3);
+  EXPECT_GT(hifi4, 0.99999);
+  EXPECT_LT(lofi, hifi4);  // LoFi keeps 5 weight bits and 7 activation bits
+  RecordProperty("pcc_lofi", std::to_string(lofi));
+  RecordProperty("pcc_hifi4", std::to_string(hifi4));
+}
+
+TEST(TtEmuFast, AgreesWithExact) {
+  std::mt19937 rng(11);
+  Tensor x = MakeTensor({1, 64, 8, 8}, RandBf16(64 * 64, rng));
+  Tensor w = MakeTensor({64, 64, 3, 3}, RandBf16(64 * 64 * 9, rng));
+  Tensor b = MakeTensor({64}, RandBf16(64, rng, 10.0f));
+  Conv2dParams cp;
+  cp.pads = {1, 1, 1, 1};
+  for (MF f : {MF::kLoFi, MF::kHiFi2, MF::kHiFi3, MF::kHiFi4}) {
+    for (bool fp32 : {false, true}) {
+      PrecisionConfig p;
+      p.math_fidelity = f;
+      p.fp32_dest_acc_en = fp32;
+      auto e = tt_emu::Conv2d(x, w, &b, cp, p, tt_emu::EmuLevel::kExact);
+      auto q = tt_emu::Conv2d(x, w, &b, cp, p, tt_emu::EmuLevel::kFast);
+      ASSERT_TRUE(e.ok() && q.ok());
+      double pcc = PccOf(*e, *q);
+      EXPECT_GT(pcc, 0.9999) << MathFidelityName(f) << " fp32=" << fp32;
+      // bf16 outputs: the fast level accumulates each block in fp32 instead of the per-MVMUL
+      // alignment and Dst rounding of §5.4-5.5, so outputs differ by a few bf16 ulps; near
+      // cancellation (|y| small against the output range) the ulp count is not meaningful.
+      float max_abs = 0;
+      for (int64_t i = 0; i < e->num_elements(); ++i) max_abs = std::max(max_abs, std::fabs(e->data<float>()[i]));
+      int64_t max_ulp = 0, max_ulp_all = 0, same = 0;
+      for (int64_t i = 0; i < e->num_elements(); ++i) {
+        const int32_t a = static_cast<int32_t>(nx::FloatBits(e->data<float>()[i]) >> 16);
+        const int32_t bq = static_cast<int32_t>(nx::FloatBits(q->data<float>()[i]) >> 16);
+        auto ord = [](int32_t v) { return (v & 0x8000) ? -(v & 0x7FFF) : v; };
+        const int64_t u = std::abs(ord(a) - ord(bq));
+        max_ulp_all = std::max(max_ulp_all, u);
+        if (std::fabs(e->data<float>()[i]) >= max_abs / 64) max_ulp = std::max(max_ulp, u);
+        same += a == bq;
+      }
+      std::printf("fast-vs-exact %s fp32=%d: PCC %.7f, max %lld bf16 ulp where |y| >= max|y|/64 (%lld overall), "
+                  "%.1f%% identical\n",
+                  MathFidelityName(f), fp32, pcc, static_cast<long long>(max_ulp), static_cast<long long>(max_ulp_all),
+                  100.0 * same / e->num_elements());
+      // Bounds measured on this case (fp32 Dst ≤ 20, bf16 Dst ≤ 160), with margin: a 1-ulp flip of a
+      // bf16 partial spill is many ulps of a smaller final value.
+      EXPECT_LE(max_ulp, fp32 ? 64 : 256) << MathFidelityName(f) << " fp32=" << fp32;
+      EXPECT_GT(100.0 * same / e->num_elements(), fp32 ? 80.0 : 10.0) << MathFidelityName(f) << " fp32=" << fp32;
+    }
+  }
+}
+
+TEST(TtEmuBackend, RegistryReportAndErrors) {
+  BackendRegistry reg;
+  ASSERT_TRUE(RegisterTtEmuBackend(reg).ok());
+  auto be = reg.Create("tt-emu", BackendOptions{0, {{"level", "fast"}}});
+  ASSERT_TRUE(be.ok());
+  EXPECT_EQ((*be)->name(), "tt-emu");
+  EXPECT_TRUE((*be)->capabilities().honours_precision);
+  EXPECT_FALSE(reg.Create("tt-emu", BackendOptions{0, {{"level", "turbo"}}}).ok());
+  EXPECT_FALSE(reg.Create("tt-emu", BackendOptions{0, {{"colour", "red"}}}).ok());
+
+  std::mt19937 rng(3);
+  Tensor x = MakeTensor({1, 64, 6, 6}, RandBf16(64 * 36, rng));
+  Tensor w = MakeTensor({16, 64, 3, 3}, RandBf16(16 * 64 * 9, rng));
+  Tensor b = MakeTensor({16}, RandBf16(16, rng));
+  OpReport rep;
+  ExecContext ctx;
+  ctx.report = &rep;
+  ctx.precision.packer_l1_acc = true;
+  auto y = (*be)->Conv2d(x, w, &b, Conv2dParams{}, ctx);
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  EXPECT_EQ(y->shape(), (std::vector<int64_t>{1, 16, 4, 4}));
+  EXPECT_EQ(rep.implementation, "fast");
+  EXPECT_EQ(rep.macs, 16 * 16 * 64 * 9);
+  // K = 3*3*64 in kernel-row blocks of 3*64 = 192; bias + 3 blocks → L1 accumulation effective.
+  EXPECT_NE(rep.blocking.find("K=576"), std::string::npos) << rep.blocking;
+  EXPECT_NE(rep.blocking.find("3 blocks of 192"), std::string::npos) << rep.blocking;
+  EXPECT_NE(rep.blocking.find("accumulated in L1"), std::string::npos) << rep.blocking;
+
+  ctx.precision.act_block_w = 9;  // one block of 288, two blocks
+  ctx.precision.packer_l1_acc = false;
+  y = (*be)->Conv2d(x, w, &b, Conv2dParams{}, ctx);
+  ASSERT_TRUE(y.ok());
+  EXPECT_NE(rep.blocking.find("2 blocks of 288"), std::string::npos) << rep.blocking;
+  EXPECT_NE(rep.blocking.find("partials bfloat16"), std::string::npos) << rep.blocking;
+
+  ctx.precision.output_dtype = DeviceDType::kBFloat4B;
+  EXPECT_EQ((*be)->Conv2d(x, w, &b, Conv2dParams{}, ctx).status().code(), StatusCode::kInvalidArgument);
+  ctx.precision = PrecisionConfig{};
+  Tensor bad_w = MakeTensor({16, 32, 3, 3}, std::vector<float>(16 * 32 * 9, 1.0f));
+  EXPECT_EQ((*be)->Conv2d(x, bad_w, nullptr, Conv2dParams{}, ctx).status().code(), StatusCode::kInvalidArgument);
+  CancelToken tok;
+  tok.Cancel();
+  ctx.cancel = &tok;
+  EXPECT_EQ((*be)->Conv2d(x, w, nullptr, Conv2dParams{}, ctx).status().code(), StatusCode::kCancelled);
+}
+
+TEST(TtEmuExact, PackerReluAndNhwcLayout) {
+  std::mt19937 rng(5);
+  Tensor x = MakeTensor({1, 8, 5, 5}, RandBf16(8 * 25, rng));
+  Tensor w = MakeTensor({4, 8, 3, 3}, RandBf16(4 * 8 * 9, rng));
+  Conv2dParams cp;
+  cp.activation = Activation::kRelu;
+  PrecisionConfig p;
+  auto y = tt_emu::Conv2d(x, w, nullptr, cp, p, tt_emu::EmuLevel::kExact);
+  ASSERT_TRUE(y.ok());
+  cp.activation = Activation::kNone;
+  auto z = tt_emu::Conv2d(x, w, nullptr, cp, p, tt_emu::EmuLevel::kExact);
+  ASSERT_TRUE(z.ok());
+  for (int64_t i = 0; i < y->num_elements(); ++i) {
+    float a = y->data<float>()[i], bb = z->data<float>()[i];
+    EXPECT_EQ(a, bb > 0 ? bb : 0.0f);
+    EXPECT_FALSE(std::signbit(a));
+  }
+  auto xn = x.ToLayout(Layout::kNHWC);
+  ASSERT_TRUE(xn.ok());
+  auto yn = tt_emu::Conv2d(*xn, w, nullptr, cp, p, tt_emu::EmuLevel::kExact);
+  ASSERT_TRUE(yn.ok());
+  EXPECT_EQ(yn->layout(), Layout::kNHWC);
+  auto back = yn->ToLayout(Layout::kNCHW);
+  for (int64_t i = 0; i < z->num_elements(); ++i) EXPECT_EQ(back->data<float>()[i], z->data<float>()[i]);
+}
+
+}  // namespace
+}  // namespace kiln::device
