@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/client.h"
+#include "cli/compile_command.h"
 #include "cli/model_commands.h"
 #include "cli/vectors_command.h"
 
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   kiln::cli::AddModelCommands(app, options, &exit_code);
   kiln::cli::AddVectorsCommand(app, &exit_code);
+  kiln::cli::AddCompileCommand(app, options, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

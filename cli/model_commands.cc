@@ -60,54 +60,6 @@ void PrintModel(const kiln::v1::Model& m) {
   std::cout << "\nproducer: " << m.producer_name() << "\n";
 }
 
-int Upload(const ClientOptions& options, const std::string& path, std::string name) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Fail("upload", "cannot open '" + path + "'");
-  std::error_code ec;
-  uint64_t size = std::filesystem::file_size(path, ec);
-  if (ec) return Fail("upload", "cannot stat '" + path + "': " + ec.message());
-  if (name.empty()) name = std::filesystem::path(path).stem().string();
-  Sha256 hash;
-  std::vector<char> buf(kChunk);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    hash.Update(buf.data(), static_cast<size_t>(in.gcount()));
-  }
-  std::string sha = hash.HexDigest();
-  in.clear();
-  in.seekg(0);
-
-  auto channel = Connect(options);
-  if (!channel.ok()) return Fail("upload", channel.status().message());
-  auto stub = kiln::v1::ModelService::NewStub(*channel);
-  grpc::ClientContext ctx;
-  Prepare(options, &ctx);
-  kiln::v1::UploadModelResponse response;
-  auto writer = stub->UploadModel(&ctx, &response);
-  kiln::v1::UploadModelRequest req;
-  req.mutable_header()->set_name(name);
-  req.mutable_header()->set_size_bytes(size);
-  req.mutable_header()->set_sha256(sha);
-  Progress progress(size);
-  bool ok = writer->Write(req);
-  uint64_t sent = 0;
-  while (ok && sent < size) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    size_t n = static_cast<size_t>(in.gcount());
-    if (n == 0) break;
-    req.set_chunk(buf.data(), n);
-    ok = writer->Write(req);
-    sent += n;
-    progress.Update(sent);
-  }
-  writer->WritesDone();
-  grpc::Status st = writer->Finish();
-  if (!st.ok()) return Fail("upload " + path, Describe(st));
-  std::cout << response.model().model_id() << (response.already_stored() ? " (already stored)" : "")
-            << "\n";
-  return 0;
-}
-
 int ListModels(const ClientOptions& options) {
   auto channel = Connect(options);
   if (!channel.ok()) return Fail("models", channel.status().message());
@@ -175,7 +127,61 @@ int Health(const ClientOptions& options, const std::string& service) {
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
 }
 
+int Upload(const ClientOptions& options, const std::string& path, const std::string& name) {
+  auto id = UploadFile(options, path, name);
+  if (!id.ok()) return Fail("upload " + path, id.status().message());
+  std::cout << *id << "\n";
+  return 0;
+}
+
 }  // namespace
+
+Result<std::string> UploadFile(const ClientOptions& options, const std::string& path,
+                               std::string name) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot open '" + path + "'");
+  std::error_code ec;
+  uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) return NotFound("cannot stat '" + path + "': " + ec.message());
+  if (name.empty()) name = std::filesystem::path(path).stem().string();
+  Sha256 hash;
+  std::vector<char> buf(kChunk);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    hash.Update(buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  std::string sha = hash.HexDigest();
+  in.clear();
+  in.seekg(0);
+
+  auto channel = Connect(options);
+  if (!channel.ok()) return channel.status();
+  auto stub = kiln::v1::ModelService::NewStub(*channel);
+  grpc::ClientContext ctx;
+  Prepare(options, &ctx);
+  kiln::v1::UploadModelResponse response;
+  auto writer = stub->UploadModel(&ctx, &response);
+  kiln::v1::UploadModelRequest req;
+  req.mutable_header()->set_name(name);
+  req.mutable_header()->set_size_bytes(size);
+  req.mutable_header()->set_sha256(sha);
+  Progress progress(size);
+  bool ok = writer->Write(req);
+  uint64_t sent = 0;
+  while (ok && sent < size) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    size_t n = static_cast<size_t>(in.gcount());
+    if (n == 0) break;
+    req.set_chunk(buf.data(), n);
+    ok = writer->Write(req);
+    sent += n;
+    progress.Update(sent);
+  }
+  writer->WritesDone();
+  grpc::Status st = writer->Finish();
+  if (!st.ok()) return Status(static_cast<StatusCode>(st.error_code()), Describe(st));
+  return response.model().model_id();
+}
 
 void AddModelCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   auto* upload = app.add_subcommand("upload", "upload an ONNX model; prints its model id");

@@ -10,4 +10,9 @@ namespace kiln::cli {
 /// Registers the subcommands on `app`; each sets `*exit_code` when it runs (0 = success).
 void AddModelCommands(CLI::App& app, ClientOptions& options, int* exit_code);
 
+/// Streams the file at `path` to UploadModel under `name` (default: the file stem), with
+/// progress on stderr. Returns the model id, or the failure as "CODE: message" in the Status.
+Result<std::string> UploadFile(const ClientOptions& options, const std::string& path,
+                               std::string name);
+
 }  // namespace kiln::cli

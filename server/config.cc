@@ -85,6 +85,15 @@ const std::vector<Setting>& Settings() {
          }
          return std::string("expected trace|debug|info|warn|error|critical|off");
        }},
+      {"--compile-workers", "KILN_COMPILE_WORKERS", "compile_workers",
+       "compiles running at once",
+       [](Config& c, const std::string& v) {
+         std::string err = ParseU64(v, &c.compile_workers);
+         return err.empty() && c.compile_workers == 0 ? std::string("must be >= 1") : err;
+       }},
+      {"--compile-queue", "KILN_COMPILE_QUEUE", "compile_queue",
+       "compiles waiting beyond the running ones; more get RESOURCE_EXHAUSTED",
+       [](Config& c, const std::string& v) { return ParseU64(v, &c.compile_queue); }},
   };
   return kSettings;
 }

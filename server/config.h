@@ -13,6 +13,8 @@
 // | --token            | KILN_TOKEN            | token                  | (none: no auth)  |
 // | --shutdown-grace   | KILN_SHUTDOWN_GRACE   | shutdown_grace_seconds | 10 (seconds)     |
 // | --log-level        | KILN_LOG_LEVEL        | log_level              | info             |
+// | --compile-workers  | KILN_COMPILE_WORKERS  | compile_workers        | 2                |
+// | --compile-queue    | KILN_COMPILE_QUEUE    | compile_queue          | 16               |
 // Port 0 in either listen address picks a free port.
 #pragma once
 
@@ -35,6 +37,8 @@ struct Config {
   std::string token;     ///< bearer token; empty = no authentication
   double shutdown_grace_seconds = 10;
   std::string log_level = "info";
+  uint64_t compile_workers = 2;  ///< compiles running at once
+  uint64_t compile_queue = 16;   ///< compiles waiting; more -> RESOURCE_EXHAUSTED
 };
 
 /// Builds the configuration from argv, the environment and the YAML file named by --config or

@@ -44,6 +44,8 @@ Status Daemon::Start() {
 
   ServiceEnv env{metrics_.get(), auth_.get(), &drain_};
   model_service_ = std::make_unique<ModelServiceImpl>(store_.get(), env);
+  compile_service_ = std::make_unique<CompileServiceImpl>(
+      store_.get(), env, CompileServiceOptions{config_.compile_workers, config_.compile_queue});
 
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!config_.tls_cert.empty()) {
@@ -69,6 +71,7 @@ Status Daemon::Start() {
   builder.SetMaxReceiveMessageSize(4 << 20);
   builder.SetMaxSendMessageSize(4 << 20);
   builder.RegisterService(model_service_.get());
+  builder.RegisterService(compile_service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<AuthInterceptorFactory>(auth_.get()));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));

@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "server/config.h"
+#include "server/compile_service.h"
 #include "server/metrics.h"
 #include "server/model_service.h"
 #include "server/model_store.h"
@@ -43,6 +44,7 @@ class Daemon {
   std::unique_ptr<Authenticator> auth_;
   Drain drain_;
   std::unique_ptr<ModelServiceImpl> model_service_;
+  std::unique_ptr<CompileServiceImpl> compile_service_;
   std::unique_ptr<grpc::Server> server_;
   std::string grpc_address_;
   std::string metrics_address_;

@@ -13,6 +13,7 @@
 #include "common/sha256.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "kiln/v1/compile.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
 #include "tests/server/kilnd_process.h"
 #include "tests/server/onnx_bytes.h"
@@ -365,6 +366,85 @@ TEST_F(KilndE2E, ConfigPrecedenceFlagsOverEnvOverFile) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(st.error_message().find("5000"), std::string::npos) << st.error_message();
   EXPECT_EQ(k.Stop(), 0);
+}
+
+TEST_F(KilndE2E, CompileAi8xByIdAndInline) {
+  auto k = Start({"--compile-workers", "1", "--compile-queue", "0"});
+  auto channel = Channel(*k);
+  auto models = ModelService::NewStub(channel);
+  auto compiler = kiln::v1::CompileService::NewStub(channel);
+  std::ifstream in(std::string(KILN_TEST_DATA) + "/ai8x/models/mnist-ai85net5.qat.onnx",
+                   std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string bytes = ss.str();
+  ASSERT_GT(bytes.size(), 100000u);
+  kiln::v1::UploadModelResponse up;
+  ASSERT_TRUE(Upload(*models, "mnist", bytes, &up).ok());
+
+  auto compile = [&](kiln::v1::CompileAi8xRequest req, kiln::v1::CompileAi8xResponse* resp) {
+    grpc::ClientContext ctx;
+    req.mutable_options()->set_arch("ai85net5");
+    req.mutable_options()->set_dataset("MNIST");
+    return compiler->CompileAi8x(&ctx, req, resp);
+  };
+  kiln::v1::CompileAi8xRequest by_id;
+  by_id.set_model_id("mnist");
+  kiln::v1::CompileAi8xResponse r1;
+  grpc::Status st = compile(by_id, &r1);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_TRUE(r1.ok());
+  EXPECT_EQ(r1.layers_size(), 5);
+  EXPECT_NE(r1.yaml().find("arch: ai85net5"), std::string::npos);
+  EXPECT_EQ(r1.model_id(), Sha256Hex(bytes));
+  EXPECT_EQ(r1.kiln_version(), KILN_VERSION);
+  EXPECT_EQ(r1.resolved_options().arch(), "ai85net5");
+  ASSERT_GE(r1.izer_flags_size(), 2);
+  EXPECT_EQ(r1.izer_flags(0), "--device");
+  EXPECT_EQ(r1.izer_flags(1), "MAX78000");
+
+  kiln::v1::CompileAi8xRequest inline_req;
+  inline_req.set_model_bytes(bytes);
+  kiln::v1::CompileAi8xResponse r2;
+  ASSERT_TRUE(compile(inline_req, &r2).ok());
+  EXPECT_EQ(r2.yaml(), r1.yaml());
+
+  kiln::v1::CompileAi8xRequest junk;
+  junk.set_model_bytes(std::string(3000, 'x'));
+  kiln::v1::CompileAi8xResponse r3;
+  EXPECT_EQ(compile(junk, &r3).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  kiln::v1::CompileAi8xRequest missing;
+  missing.set_model_id("no-such-model");
+  EXPECT_EQ(compile(missing, &r3).error_code(), grpc::StatusCode::NOT_FOUND);
+  kiln::v1::CompileAi8xRequest bad_option = by_id;
+  auto* ov = bad_option.mutable_options()->add_overrides();
+  ov->set_layer("conv1");
+  ov->set_key("no_such_key");
+  ov->set_value("1");
+  EXPECT_EQ(compile(bad_option, &r3).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // One worker, no queue: of concurrent compiles, each either runs or is refused with
+  // RESOURCE_EXHAUSTED; nothing else happens.
+  constexpr int kParallel = 6;
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0}, exhausted{0};
+  for (int i = 0; i < kParallel; ++i) {
+    threads.emplace_back([&] {
+      kiln::v1::CompileAi8xResponse r;
+      grpc::Status s = compile(by_id, &r);
+      if (s.ok()) ok++;
+      if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) exhausted++;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok + exhausted, kParallel);
+  EXPECT_GE(ok.load(), 1);
+
+  auto m = Scrape(*k);
+  EXPECT_EQ(m["kiln_compile_total{result=\"ok\",target=\"ai8x\"}"], 2 + ok.load());
+  EXPECT_EQ(m["kiln_compile_total{result=\"rejected\",target=\"ai8x\"}"], exhausted.load());
+  EXPECT_EQ(m["kiln_compile_duration_seconds_count{target=\"ai8x\"}"], 5 + ok.load());
+  EXPECT_EQ(k->Stop(), 0);
 }
 
 }  // namespace

@@ -1,0 +1,192 @@
+#include "cli/compile_command.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/model_commands.h"
+#include "kiln/v1/compile.grpc.pb.h"
+#include "server/ai8x_job.h"
+
+namespace kiln::cli {
+namespace {
+
+struct CompileArgs {
+  std::string model;  // FILE or stored id/name
+  std::string device = "MAX78000";
+  std::string arch;
+  std::string dataset;
+  std::string input_format = "auto";
+  std::vector<std::string> sets;
+  std::string output;
+  bool local = false;
+  bool use_fifos = false;
+  bool move_l0 = false;
+  bool verbose = false;
+  bool table = false;
+};
+
+std::string Upper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
+  return s;
+}
+
+Result<kiln::v1::CompileAi8xOptions> BuildOptions(const CompileArgs& a) {
+  kiln::v1::CompileAi8xOptions o;
+  std::string dev = Upper(a.device);
+  if (dev == "MAX78000" || dev == "AI85" || dev == "85") {
+    o.set_device(kiln::v1::MAX78000);
+  } else if (dev == "MAX78002" || dev == "AI87" || dev == "87") {
+    o.set_device(kiln::v1::MAX78002);
+  } else {
+    return InvalidArgument("--device must be MAX78000 or MAX78002, got '" + a.device + "'");
+  }
+  std::string fmt = Upper(a.input_format);
+  if (fmt == "AUTO") o.set_input_format(kiln::v1::INPUT_FORMAT_AUTO);
+  else if (fmt == "HWC") o.set_input_format(kiln::v1::INPUT_FORMAT_HWC);
+  else if (fmt == "CHW") o.set_input_format(kiln::v1::INPUT_FORMAT_CHW);
+  else return InvalidArgument("--input-format must be auto, HWC or CHW, got '" + a.input_format + "'");
+  o.set_arch(a.arch);
+  o.set_dataset(a.dataset);
+  o.set_use_fifos(a.use_fifos);
+  o.set_move_l0(a.move_l0);
+  o.set_verbose(a.verbose);
+  for (const auto& s : a.sets) {
+    // LAYER.KEY=VALUE; LAYER may itself contain dots, KEY never does.
+    auto eq = s.find('=');
+    auto dot = eq == std::string::npos ? std::string::npos : s.rfind('.', eq);
+    if (eq == std::string::npos || dot == std::string::npos || dot == 0 || dot + 1 == eq) {
+      return InvalidArgument("--set expects LAYER.KEY=VALUE, got '" + s + "'");
+    }
+    auto* ov = o.add_overrides();
+    ov->set_layer(s.substr(0, dot));
+    ov->set_key(s.substr(dot + 1, eq - dot - 1));
+    ov->set_value(s.substr(eq + 1));
+  }
+  return o;
+}
+
+const char* SeverityWord(kiln::v1::Severity s) {
+  switch (s) {
+    case kiln::v1::ERROR: return "error";
+    case kiln::v1::WARNING: return "warning";
+    default: return "info";
+  }
+}
+
+int Report(const kiln::v1::CompileAi8xResponse& r, const CompileArgs& a) {
+  if (a.table) {
+    std::printf("%-3s %-16s %-14s %18s %18s %7s %7s %8s %6s\n", "#", "LAYER", "OP", "PROCESSORS",
+                "OUTPUT_PROCESSORS", "IN_OFF", "OUT_OFF", "KWORDS", "BIAS");
+    for (const auto& l : r.layers()) {
+      std::printf("%-3d %-16s %-14s 0x%016llx 0x%016llx 0x%04x  0x%04x %8lld %6lld%s\n", l.index(),
+                  l.name().c_str(), l.op().c_str(), static_cast<unsigned long long>(l.processors()),
+                  static_cast<unsigned long long>(l.output_processors()), l.in_offset(),
+                  l.out_offset(), static_cast<long long>(l.kernel_words()),
+                  static_cast<long long>(l.bias_bytes()), l.streaming() ? " streaming" : "");
+    }
+  }
+  int errors = 0;
+  for (const auto& d : r.diagnostics()) {
+    if (d.severity() == kiln::v1::ERROR) ++errors;
+    std::cerr << SeverityWord(d.severity()) << ": " << d.code();
+    if (!d.layer_name().empty()) std::cerr << " layer " << d.layer() << " '" << d.layer_name() << "'";
+    if (!d.onnx_node().empty()) std::cerr << " (ONNX node '" << d.onnx_node() << "')";
+    std::cerr << ": " << d.message() << "\n";
+  }
+  if (!a.output.empty()) {
+    std::ofstream out(a.output, std::ios::binary);
+    if (!out || !(out << r.yaml())) {
+      std::cerr << "kiln: compile: cannot write '" << a.output << "'\n";
+      return 1;
+    }
+  } else if (!a.table) {
+    std::cout << r.yaml();
+  }
+  std::ostringstream flags;
+  for (int i = 0; i < r.izer_flags_size(); ++i) flags << (i ? " " : "") << r.izer_flags(i);
+  std::cerr << (r.ok() ? "ok" : "failed") << ": " << r.layers_size() << " layers, " << errors
+            << " errors; izer flags: " << flags.str();
+  if (!a.output.empty()) std::cerr << "; wrote " << a.output;
+  std::cerr << "\n";
+  return r.ok() ? 0 : 1;
+}
+
+int RunCompile(const ClientOptions& options, const CompileArgs& a) {
+  auto opts = BuildOptions(a);
+  if (!opts.ok()) {
+    std::cerr << "kiln: compile: " << opts.status().message() << "\n";
+    return 2;
+  }
+  bool is_file = std::filesystem::is_regular_file(a.model);
+  if (a.local) {
+    if (!is_file) {
+      std::cerr << "kiln: compile --local: '" << a.model << "' is not a file\n";
+      return 2;
+    }
+    std::ifstream in(a.model, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string name = std::filesystem::path(a.model).stem().string();
+    auto dot = name.find('.');
+    if (dot != std::string::npos) name = name.substr(0, dot);  // "mnist.qat" -> "mnist"
+    auto r = server::CompileAi8xBytes(ss.str(), name, *opts);
+    if (!r.ok()) {
+      std::cerr << "kiln: compile " << a.model << ": " << r.status().ToString() << "\n";
+      return 1;
+    }
+    return Report(*r, a);
+  }
+  std::string id = a.model;
+  if (is_file) {
+    auto up = UploadFile(options, a.model, "");
+    if (!up.ok()) {
+      std::cerr << "kiln: compile: upload " << a.model << ": " << up.status().message() << "\n";
+      return 1;
+    }
+    id = *up;
+  }
+  auto channel = Connect(options);
+  if (!channel.ok()) {
+    std::cerr << "kiln: compile: " << channel.status().message() << "\n";
+    return 1;
+  }
+  auto stub = kiln::v1::CompileService::NewStub(*channel);
+  grpc::ClientContext ctx;
+  Prepare(options, &ctx);
+  kiln::v1::CompileAi8xRequest req;
+  req.set_model_id(id);
+  *req.mutable_options() = *opts;
+  kiln::v1::CompileAi8xResponse resp;
+  grpc::Status st = stub->CompileAi8x(&ctx, req, &resp);
+  if (!st.ok()) {
+    std::cerr << "kiln: compile " << a.model << ": " << Describe(st) << "\n";
+    return 1;
+  }
+  return Report(resp, a);
+}
+
+}  // namespace
+
+void AddCompileCommand(CLI::App& app, ClientOptions& options, int* exit_code) {
+  static CompileArgs a;
+  auto* cmd = app.add_subcommand("compile", "compile a model to ai8x izer YAML (MAX78000/MAX78002)");
+  cmd->add_option("MODEL", a.model, "ONNX file (uploaded first) or a stored model id/name")->required();
+  cmd->add_option("--device", a.device, "MAX78000 or MAX78002")->capture_default_str();
+  cmd->add_option("--arch", a.arch, "YAML arch: the checkpoint's model factory name (e.g. ai85net5)");
+  cmd->add_option("--dataset", a.dataset, "YAML dataset: name");
+  cmd->add_option("--input-format", a.input_format, "auto, HWC or CHW")->capture_default_str();
+  cmd->add_option("--set", a.sets, "per-layer override LAYER.KEY=VALUE (repeatable)");
+  cmd->add_option("-o,--output", a.output, "write the YAML here (default: stdout)");
+  cmd->add_flag("--local", a.local, "compile in process, no server");
+  cmd->add_flag("--fifo", a.use_fifos, "the izer will run with --fifo");
+  cmd->add_flag("--move-l0", a.move_l0, "allow moving layer 0's processors");
+  cmd->add_flag("--verbose", a.verbose, "shapes of every layer as YAML comments");
+  cmd->add_flag("--table", a.table, "print the per-layer plan table");
+  cmd->callback([&options, exit_code] { *exit_code = RunCompile(options, a); });
+}
+
+}  // namespace kiln::cli

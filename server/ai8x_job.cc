@@ -1,0 +1,133 @@
+#include "server/ai8x_job.h"
+
+#include <chrono>
+
+#include "common/sha256.h"
+#include "compiler/ai8x/compile.h"
+#include "compiler/onnx/loader.h"
+
+namespace kiln::server {
+namespace {
+
+ai8x::InputFormat FromProto(kiln::v1::InputFormat f) {
+  switch (f) {
+    case kiln::v1::INPUT_FORMAT_HWC: return ai8x::InputFormat::kHWC;
+    case kiln::v1::INPUT_FORMAT_CHW: return ai8x::InputFormat::kCHW;
+    default: return ai8x::InputFormat::kAuto;
+  }
+}
+
+kiln::v1::InputFormat ToProto(ai8x::InputFormat f) {
+  switch (f) {
+    case ai8x::InputFormat::kHWC: return kiln::v1::INPUT_FORMAT_HWC;
+    case ai8x::InputFormat::kCHW: return kiln::v1::INPUT_FORMAT_CHW;
+    default: return kiln::v1::INPUT_FORMAT_AUTO;
+  }
+}
+
+kiln::v1::Severity ToProto(ai8x::Severity s) {
+  switch (s) {
+    case ai8x::Severity::kError: return kiln::v1::ERROR;
+    case ai8x::Severity::kWarning: return kiln::v1::WARNING;
+    default: return kiln::v1::INFO;
+  }
+}
+
+void ToProto(const ai8x::Ai8xOptions& o, kiln::v1::CompileAi8xOptions* out) {
+  out->set_device(o.device == ai8x::Device::kMAX78002 ? kiln::v1::MAX78002 : kiln::v1::MAX78000);
+  out->set_input_format(ToProto(o.input_format));
+  out->set_use_fifos(o.use_fifos);
+  out->set_move_l0(o.move_l0);
+  out->set_arch(o.arch);
+  out->set_dataset(o.dataset);
+  for (const auto& ov : o.overrides) {
+    auto* p = out->add_overrides();
+    p->set_layer(ov.layer);
+    p->set_key(ov.key);
+    p->set_value(ov.value);
+  }
+  out->set_verbose(o.verbose);
+}
+
+}  // namespace
+
+const char* Ai8xJobKilnVersion() { return KILN_VERSION; }
+
+Result<kiln::v1::CompileAi8xResponse> CompileAi8xBytes(std::string_view bytes,
+                                                       const std::string& model_name,
+                                                       const kiln::v1::CompileAi8xOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  onnx_fe::LoadOptions load;
+  load.model_name = model_name;
+  load.bind_symbols = {};
+  auto model = onnx_fe::LoadModel(bytes, load);
+  if (!model.ok()) return model.status();
+
+  ai8x::Ai8xOptions opts;
+  opts.device = options.device() == kiln::v1::MAX78002 ? ai8x::Device::kMAX78002
+                                                       : ai8x::Device::kMAX78000;
+  opts.input_format = FromProto(options.input_format());
+  opts.use_fifos = options.use_fifos();
+  opts.move_l0 = options.move_l0();
+  opts.arch = options.arch();
+  opts.dataset = options.dataset();
+  opts.default_arch = model_name;
+  for (const auto& ov : options.overrides()) opts.overrides.push_back({ov.layer(), ov.key(), ov.value()});
+  opts.verbose = options.verbose();
+
+  auto result = ai8x::CompileAi8x(**model, opts);
+  if (!result.ok()) return result.status().WithContext("model '" + model_name + "'");
+
+  kiln::v1::CompileAi8xResponse resp;
+  resp.set_ok(result->ok);
+  resp.set_yaml(result->yaml);
+  for (const auto& l : result->layers) {
+    auto* p = resp.add_layers();
+    p->set_index(l.index);
+    p->set_name(l.name);
+    p->set_op(l.op);
+    for (const auto& n : l.onnx_nodes) p->add_onnx_nodes(n);
+    p->set_in_channels(l.in_channels);
+    p->set_out_channels(l.out_channels);
+    p->set_in_shape(l.in_shape);
+    p->set_out_shape(l.out_shape);
+    p->set_processors(l.processors);
+    p->set_output_processors(l.output_processors);
+    p->set_in_offset(l.in_offset);
+    p->set_out_offset(l.out_offset);
+    p->set_data_in_bytes(l.data_in_bytes);
+    p->set_data_out_bytes(l.data_out_bytes);
+    p->set_kernel_words(l.kernel_words);
+    p->set_bias_bytes(l.bias_bytes);
+    p->set_streaming(l.streaming);
+  }
+  for (const auto& d : result->diagnostics) {
+    auto* p = resp.add_diagnostics();
+    p->set_severity(ToProto(d.severity));
+    p->set_code(d.code);
+    p->set_layer(d.layer);
+    p->set_layer_name(d.layer_name);
+    p->set_onnx_node(d.onnx_node);
+    p->set_message(d.message);
+  }
+  const auto& r = result->resources;
+  auto* res = resp.mutable_resources();
+  res->set_layers(r.layers);
+  res->set_max_layers(r.max_layers);
+  res->set_max_kernel_words_used(r.max_kernel_words_used);
+  res->set_kernel_words_per_processor(r.kernel_words_per_processor);
+  res->set_bias_bytes_used(r.bias_bytes_used);
+  res->set_bias_bytes_capacity(r.bias_bytes_capacity);
+  res->set_data_bytes_peak(r.data_bytes_peak);
+  res->set_data_instance_bytes(r.data_instance_bytes);
+  res->set_streaming_layers(r.streaming_layers);
+  for (const auto& f : result->izer_flags) resp.add_izer_flags(f);
+  resp.set_kiln_version(KILN_VERSION);
+  ToProto(result->resolved, resp.mutable_resolved_options());
+  resp.set_model_id(Sha256Hex(bytes));
+  resp.set_compile_seconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return resp;
+}
+
+}  // namespace kiln::server

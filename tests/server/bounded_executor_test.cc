@@ -1,0 +1,33 @@
+#include "server/bounded_executor.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+
+namespace kiln::server {
+namespace {
+
+TEST(BoundedExecutor, RefusesBeyondThreadsPlusQueueAndRecovers) {
+  BoundedExecutor ex(/*threads=*/1, /*queue=*/1);
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  std::atomic<int> ran{0};
+  auto blocking = [&] {
+    gate.wait();
+    ran++;
+  };
+  EXPECT_TRUE(ex.Submit(blocking));   // running
+  EXPECT_TRUE(ex.Submit(blocking));   // queued
+  EXPECT_FALSE(ex.Submit(blocking));  // full
+  EXPECT_EQ(ex.admitted(), 2u);
+  release.set_value();
+  for (int i = 0; i < 1000 && ex.admitted() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(ran.load(), 2);
+  EXPECT_EQ(ex.admitted(), 0u);
+  EXPECT_TRUE(ex.Submit([&] { ran++; }));
+  ex.Join();
+  EXPECT_EQ(ran.load(), 3);
+}
+
+}  // namespace
+}  // namespace kiln::server
