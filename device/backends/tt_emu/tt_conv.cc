@@ -387,10 +387,13 @@ class Engine {
         if (cancel) KILN_RETURN_IF_ERROR(cancel->Check());
         const int64_t rows = std::min(R, g.M - m0);
         const auto t0 = std::chrono::steady_clock::now();
-        for (int64_t r = 0; r < rows; ++r) {
-          if (need_b0) Im2colRow(img0, m0 + r, &c0[r * g.K]);
-          if (need_b1) Im2colRow(img1, m0 + r, &c1[r * g.K]);
-        }
+        KILN_RETURN_IF_ERROR(Parallel(0, rows, g.K * 2, threads, [&](int64_t a, int64_t b) {
+          for (int64_t r = a; r < b; ++r) {
+            if (need_b0) Im2colRow(img0, m0 + r, &c0[r * g.K]);
+            if (need_b1) Im2colRow(img1, m0 + r, &c1[r * g.K]);
+          }
+          return Status::Ok();
+        }));
         for (int64_t b = 0; b < g.nb; ++b) {
           const int64_t kb0 = b * g.block_w, kb = std::min(g.K, kb0 + g.block_w) - kb0;
           float* o = sums.data() + b * rows * g.O_pad;
@@ -576,11 +579,6 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
   g.M = g.N * g.OH * g.OW;
   g.block_w = precision.act_block_w > 0 ? static_cast<int64_t>(precision.act_block_w) * 32 : RoundUp(g.Cin_pad * g.kw, 32);
   g.nb = (g.K + g.block_w - 1) / g.block_w;
-  // Memory guard for the fast level's im2col copies (two float copies of M x K).
-  if (level == EmuLevel::kFast && g.M * g.K > (int64_t{1} << 29))
-    return ResourceExhausted("tt-emu fast: im2col of " + std::to_string(g.M) + "x" + std::to_string(g.K) +
-                             " elements is too large");
-
   Engine eng(g, precision, params.activation, level);
   const auto t_prep = std::chrono::steady_clock::now();
   eng.Prepare(x.data<float>(), weights.data<float>(), bias ? bias->data<float>() : nullptr);
