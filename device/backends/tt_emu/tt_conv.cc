@@ -355,16 +355,20 @@ class Engine {
     };
     const bool lofi = fid_ == nx::MathFidelity::kLoFi, hifi3 = fid_ == nx::MathFidelity::kHiFi3,
                hifi4 = fid_ == nx::MathFidelity::kHiFi4;
+    // The weight variants replace wdev_ (not needed by the fast epilogue) to bound memory on
+    // wide convs: the primary variant is converted in place, HiFi3's second one is a copy.
     const size_t wn = wdev_.size();
-    std::vector<float> a0, ap;
-    if (lofi || hifi3) {
-      a0.resize(wn);
-      for (size_t i = 0; i < wn; ++i) a0[i] = mask(wdev_[i], 0xFFF80000u);
+    std::vector<float> a0_copy;
+    if (hifi3) {
+      a0_copy.resize(wn);
+      for (size_t i = 0; i < wn; ++i) a0_copy[i] = mask(wdev_[i], 0xFFF80000u);
     }
-    if (!lofi) {
-      ap.resize(wn);
-      for (size_t i = 0; i < wn; ++i) ap[i] = mask(wdev_[i], 0xFFFFC000u);
-    }
+    std::vector<uint32_t> wvar = std::move(wdev_);
+    wdev_.clear();
+    for (size_t i = 0; i < wn; ++i) wvar[i] = nx::FloatBits(mask(wvar[i], lofi ? 0xFFF80000u : 0xFFFFC000u));
+    // oneDNN reads these through a void pointer; the bit patterns are floats.
+    const float* w_primary = reinterpret_cast<const float*>(wvar.data());  // A0 (LoFi) or A'
+    const float* w_a0 = hifi3 ? a0_copy.data() : nullptr;
     const bool need_b0 = !hifi4, need_b1 = hifi3 || hifi4;
     std::vector<float> img0, img1;  // NHWC images: B0, and B1 (HiFi3) or B (HiFi4)
     if (need_b0) img0.resize(xdev_.size());
@@ -398,11 +402,10 @@ class Engine {
           const int64_t kb0 = b * g.block_w, kb = std::min(g.K, kb0 + g.block_w) - kb0;
           float* o = sums.data() + b * rows * g.O_pad;
           const float* src = hifi4 ? c1.data() : c0.data();
-          const float* wei = lofi ? a0.data() : ap.data();
-          KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, src + kb0, rows, kb, g.K, wei + kb0, g.O_pad, g.K, o));
+          KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, src + kb0, rows, kb, g.K, w_primary + kb0, g.O_pad, g.K, o));
           if (hifi3) {
             KILN_RETURN_IF_ERROR(
-                MatmulF32(eng, strm, c1.data() + kb0, rows, kb, g.K, a0.data() + kb0, g.O_pad, g.K, tmp.data()));
+                MatmulF32(eng, strm, c1.data() + kb0, rows, kb, g.K, w_a0 + kb0, g.O_pad, g.K, tmp.data()));
             for (int64_t i = 0; i < rows * g.O_pad; ++i) o[i] += tmp[static_cast<size_t>(i)];
           }
         }
