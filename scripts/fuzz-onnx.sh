@@ -32,7 +32,7 @@ nice ninja -C "$BUILD" -j"$JOBS" onnx_loader_fuzzer
 # Seeds: the committed corpus plus every test model small enough to mutate quickly.
 SEEDS="$BUILD/fuzz-seeds"
 WORK="$BUILD/fuzz-work"
-rm -rf "$SEEDS" "$WORK"
+rm -rf "$SEEDS" "$WORK" "$BUILD/artifacts"
 mkdir -p "$SEEDS" "$WORK" "$BUILD/artifacts"
 cp tests/fuzz/corpus/* "$SEEDS"/ 2>/dev/null || true
 find tests/data/onnx -type f -name '*.onnx' -size -"$MAX_LEN"c -exec cp {} "$SEEDS"/ \;

@@ -256,9 +256,7 @@ Layer& Builder::NewLayer(const Node& n, const std::vector<int>& refs, const std:
       l.out_shape = l.in_shape;
     }
   }
-  net_.layers.push_back(std::move(l));
-  net_.Reindex();
-  return net_.layers.back();
+  return net_.Append(std::move(l));
 }
 
 void Builder::MarkOutput(const std::vector<int>& refs) {

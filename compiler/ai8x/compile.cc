@@ -4,6 +4,7 @@
 #include <bit>
 #include <cctype>
 #include <charconv>
+#include <unordered_map>
 
 #include "compiler/ai8x/passes.h"
 
@@ -171,12 +172,12 @@ Result<Ai8xCompileResult> CompileAi8xNetwork(Network net, const Ai8xOptions& opt
   r.resolved = resolved;
   // Diagnostics name final layer positions.
   net.Reindex();
+  std::unordered_map<std::string, int> by_name;
+  for (size_t i = 0; i < net.layers.size(); ++i) by_name[net.layers[i].name] = static_cast<int>(i);
   for (Diagnostic& d : net.diagnostics) {
     if (d.layer_name.empty()) continue;
-    d.layer = -1;
-    for (size_t i = 0; i < net.layers.size(); ++i) {
-      if (net.layers[i].name == d.layer_name) d.layer = static_cast<int>(i);
-    }
+    auto it = by_name.find(d.layer_name);
+    d.layer = it == by_name.end() ? -1 : it->second;  // -1: the layer was fused away
   }
   r.ok = std::none_of(net.diagnostics.begin(), net.diagnostics.end(),
                       [](const Diagnostic& d) { return d.severity == Severity::kError; });

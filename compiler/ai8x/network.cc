@@ -96,6 +96,12 @@ void Network::Reindex() {
   for (size_t i = 0; i < layers.size(); ++i) index_[layers[i].id] = static_cast<int>(i);
 }
 
+Layer& Network::Append(Layer l) {
+  index_[l.id] = static_cast<int>(layers.size());
+  layers.push_back(std::move(l));
+  return layers.back();
+}
+
 std::vector<int> Network::ConsumersOf(int id) const {
   std::vector<int> out;
   for (const Layer& l : layers) {

@@ -150,6 +150,8 @@ struct Network {
   const Layer* Find(int id) const;
   /// Rebuilds the id -> position map; call after inserting or removing layers.
   void Reindex();
+  /// Appends a layer and indexes it (O(1)).
+  Layer& Append(Layer l);
   /// Ids of the layers that read `id`'s output (in sequence order; a layer reading it twice
   /// appears twice).
   std::vector<int> ConsumersOf(int id) const;

@@ -382,13 +382,12 @@ void AllocateProcessors(Network& net, const Ai8xOptions& options) {
       }
       int overlap = std::popcount(InstanceMask(maps[0]) & avoid);
       // Depthwise layers (broadcast mode) take bias bytes for every processor of each quadrant
-      // they touch (kbias.py): keep them in as few quadrants as possible.
+      // they touch, rearranged per quadrant (kbias.py L90-180); maps that start at processor 0,
+      // as in the hand-written MobileNetV2 file, waste the least (padding at the end is trimmed).
       int64_t dw_bias = 0;
       for (int m : members) {
         const Layer& ml = net.layers[m];
-        if (ml.groups <= 1 || !ml.has_bias) continue;
-        int q0 = Ffs(maps[0]) / 16, q1 = Fls(maps[0]) / 16;
-        dw_bias += int64_t{q1 - q0 + 1} * 16 * ComputePasses(ml.out_shape.c).passes;
+        if (ml.groups > 1 && ml.has_bias) dw_bias = shift;
       }
       std::tuple<int64_t, int64_t, int64_t, int, int> cost{global, dw_bias, local, overlap, shift};
       if (cost < best) best = cost;
@@ -461,10 +460,14 @@ void PlanDataMemory(Network& net) {
   net.Reindex();
   const int64_t inst = net.spec().data_instance_bytes;
   constexpr int kForever = INT_MAX;
-  // Last reader position of each producer.
+  // Last reader position and readers of each producer.
   std::unordered_map<int, int> last_use;
+  std::unordered_map<int, std::vector<int>> readers_of;
   for (size_t i = 0; i < n; ++i) {
-    for (int in : net.layers[i].inputs) last_use[in] = std::max(last_use[in], static_cast<int>(i));
+    for (int in : net.layers[i].inputs) {
+      last_use[in] = std::max(last_use[in], static_cast<int>(i));
+      readers_of[in].push_back(net.layers[i].id);
+    }
   }
   int last_stream = -1;
   for (size_t i = 0; i < n; ++i) {
@@ -555,18 +558,8 @@ void PlanDataMemory(Network& net) {
       }
     }
     // Who reads this layer's output?
-    int reader_id = -1;
-    int readers = 0;
-    for (size_t j = i + 1; j < n && readers < 2; ++j) {
-      const Layer& rj = net.layers[j];
-      for (int in : rj.inputs) {
-        if (in == l.id) {
-          ++readers;
-          reader_id = rj.id;
-        }
-      }
-    }
-    const Layer* reader = readers == 1 ? net.Find(reader_id) : nullptr;
+    auto rit = readers_of.find(l.id);
+    const Layer* reader = rit != readers_of.end() && rit->second.size() == 1 ? net.Find(rit->second[0]) : nullptr;
     bool grouped = reader != nullptr && reader->inputs.size() > 1;
     int t1 = last_use.count(l.id) ? last_use[l.id] : static_cast<int>(i);
     if (l.output || i + 1 == n) t1 = kForever;

@@ -8,9 +8,10 @@
 // What the loader guarantees about a Graph (see loader.h for the full pipeline):
 //  * nodes() is a topological order: every node input is a graph input, a constant, an outer-scope
 //    value (subgraphs only), or an output of an earlier node.
-//  * Node names are unique within the model; empty or duplicate names were replaced by generated
-//    ones ("<op_type>_<n>"), the original is kept in Node::original_name. Tensor names are never
-//    changed.
+//  * Node names are unique within the model (main graph and subgraphs): the first node with a
+//    given name keeps it; later duplicates become "<name>_<n>" and empty names "<op_type>_<n>"
+//    (never colliding with any name in the model). The model's name is kept in
+//    Node::original_name. Tensor names are never changed.
 //  * Every attribute that the op's schema (onnx OpSchemaRegistry, for the model's opset) declares
 //    with a default value is present in Node::attributes, so a missing attribute reads as the
 //    schema default, never as protobuf's zero.

@@ -277,6 +277,15 @@ bool Loader::CheckModelLevel() {
                     " model-local function(s), which Kiln does not support; export with functions inlined");
   }
   model_.clear_training_info();  // not used for inference
+  if (model_.ir_version() <= 0) {
+    return Fail(StatusCode::kInvalidArgument, LoadStage::kStructure, "the model has no ir_version");
+  }
+  if (model_.ir_version() > onnx::IR_VERSION) {
+    return Fail(StatusCode::kFailedPrecondition, LoadStage::kStructure,
+                "IR version " + std::to_string(model_.ir_version()) + " is newer than onnx 1.12 understands (" +
+                    std::to_string(static_cast<int>(onnx::IR_VERSION)) +
+                    "); export with an older onnx / opset <= 17");
+  }
   for (const auto& imp : model_.opset_import()) {
     std::string domain = IsDefaultDomain(imp.domain()) ? "" : imp.domain();
     if (!imports_.emplace(domain, imp.version()).second) {

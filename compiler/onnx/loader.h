@@ -8,21 +8,30 @@
 //                  LoaderLimits::max_graph_depth;
 //   3. structure — Kiln's own validation (iterative, never recursive), done *before* onnx's
 //                  library code sees the graph, because onnx 1.12's shape inference, checker and
-//                  IR import crash (not throw) on some malformed graphs. It checks: opset imports
-//                  (default domain 6..17), known ops and their arity against the op schema,
-//                  required inputs present, every input defined (graph input, initializer, node
-//                  output, or outer scope for subgraphs), single assignment, graph outputs
-//                  produced, value_info naming existing tensors, nodes with >= 1 output,
-//                  external-data tensors (rejected, no path is ever opened), tensor payload
-//                  sizes (element count x element size == bytes), caps on total tensor bytes;
-//                  and it orders nodes topologically (a cycle is an error naming a node on it);
-//   4. onnx::shape_inference::InferShapes (strict), with MaxPool/AveragePool output shapes for
-//      ceil_mode=1 computed by the corrected rule of onnx PR #5741 (see below);
+//                  IR import crash (not throw) on some malformed graphs. It checks: ir_version
+//                  (1..8), opset imports (default domain 6..17), no model-local functions or
+//                  sparse tensors, known ops and their arity/attribute types against the op
+//                  schema (OpSchema::Verify), required inputs present, every input defined (graph
+//                  input, initializer, node output, or outer scope for subgraphs), single
+//                  assignment and no shadowing of enclosing names, graph outputs produced,
+//                  value_info naming existing tensors, nodes with >= 1 output, positive
+//                  strides/dilations/kernel_shape/blocksize/group, external-data tensors
+//                  (rejected, no path is ever opened), tensor payload sizes (element count x
+//                  element size == bytes), caps on total tensor bytes; and it orders nodes
+//                  topologically (a cycle is an error naming a node on it);
+//   4. onnx::shape_inference::InferShapes (strict), with every schema's inference function
+//      wrapped (compiler/onnx/schema_patch.h) so that untyped required inputs and conv/pool rank
+//      mismatches fail inference instead of reaching onnx 1.12 code that dereferences or indexes
+//      out of bounds, and MaxPool/AveragePool output shapes for ceil_mode=1 computed by the
+//      corrected rule of onnx PR #5741 (see below);
 //   5. onnx::checker::check_model;
 //   6. IR build — attributes completed with schema defaults from onnx::OpSchemaRegistry for the
 //      model's opset, Constant nodes folded to constant tensors, Identity / inference Dropout
 //      removed, initializer payloads decoded (moved out of the protobuf, not copied).
-// No exception escapes: everything onnx throws becomes a Status.
+// No exception escapes: everything onnx throws becomes a Status. Isolation choice: all of this runs
+// in-process; instead of a child process per load, the known crash classes of onnx 1.12 are
+// rejected up front (steps 1-3) or turned into inference errors (step 4), and the libFuzzer target
+// tests/fuzz/onnx_loader_fuzzer keeps looking for new ones (scripts/fuzz-onnx.sh).
 //
 // Pooling ceil_mode (onnx PR #5741, agreed by PyTorch and ONNX Runtime): with ceil_mode=1 the last
 // pooling window must start inside the input plus the begin padding, i.e.

@@ -71,54 +71,47 @@ FpuTerm GroupTerm(const FpuSlice* a8, const FpuSlice* b8, int adj) {
   return t;
 }
 
-uint32_t CombineWithDst(const FpuTerm& g0_in, const FpuTerm& g1_in, uint32_t dst, bool fp32_dst, Arch arch) {
-  FpuTerm g[2] = {g0_in, g1_in};
-  int sd = static_cast<int>(dst >> 31);
-  int ed = static_cast<int>((dst >> 23) & 0xFFu);
-  uint64_t D = ed != 0 ? (0x800000u | (dst & 0x7FFFFFu)) : 0;
-  int X = std::max({g[0].exp, g[1].exp, ed});
+uint32_t CombineWithDst(const FpuTerm& g0, const FpuTerm& g1, uint32_t dst, bool fp32_dst, Arch arch) {
+  const int sd = static_cast<int>(dst >> 31);
+  const int ed = static_cast<int>((dst >> 23) & 0xFFu);
+  int64_t D = ed != 0 ? static_cast<int64_t>(0x800000u | (dst & 0x7FFFFFu)) : 0;
+  int X = std::max(std::max(g0.exp, g1.exp), ed);
   if (X <= 0) return 0;
-  for (auto& t : g) {
-    if (t.exp < X) {
-      int d = X - t.exp;
-      t.mag = d < 31 ? ((t.mag + (uint64_t{1} << (d - 1)) - static_cast<uint64_t>(t.sign)) >> d) : 0;
-    }
-  }
-  if (ed < X) {
-    int d = X - ed;
-    D = d < 31 ? ((D + (uint64_t{1} << (d - 1))) >> d) : 0;
-  }
-  if (!fp32_dst) {
-    for (auto& t : g) t.mag = (t.mag + 4096u - static_cast<uint64_t>(t.sign)) & ~uint64_t{0x1FFF};
-    D = (D + 4096u) & ~uint64_t{0x1FFF};
-  }
-  int64_t total = static_cast<int64_t>(D);
-  for (auto& t : g) {
-    if (t.sign == sd) total += static_cast<int64_t>(t.mag);
-    else total -= static_cast<int64_t>(t.mag);
-  }
-  int sign = sd;
-  if (total < 0) {
-    total = -total;
-    sign ^= 1;
-  }
+  // Step 2 (alignment to X; group terms: ties toward +inf for the signed value, Dst: ties away)
+  // and step 3 (bf16 Dst: pre-round to multiples of 2^13). Returns the signed magnitude.
+  auto group = [&](const FpuTerm& t) -> int64_t {
+    uint64_t m = t.mag;
+    const int d = X - t.exp;
+    const uint64_t sgn = static_cast<uint64_t>(t.sign);
+    if (d > 0) m = d < 31 ? (m + (uint64_t{1} << (d - 1)) - sgn) >> d : 0;
+    if (!fp32_dst) m = (m + 4096u - sgn) & ~uint64_t{0x1FFF};
+    return t.sign ? -static_cast<int64_t>(m) : static_cast<int64_t>(m);
+  };
+  const int dd = X - ed;
+  if (dd > 0) D = dd < 31 ? ((D + (int64_t{1} << (dd - 1))) >> dd) : 0;
+  if (!fp32_dst) D = (D + 4096) & ~int64_t{0x1FFF};
+  // Step 4: the signed sum; its sign is Dst's sign flipped when the Dst-relative total is negative.
+  int64_t total = (sd ? -D : D) + group(g0) + group(g1);
   if (total == 0) return 0;
-  uint32_t v = static_cast<uint32_t>(total);
+  const int sign = total < 0 ? 1 : 0;
+  const uint32_t v = static_cast<uint32_t>(total < 0 ? -total : total);
+  // Step 5: normalise.
   int z = std::countl_zero(v) - 8;
   if (arch == Arch::kWormholeB0 && sign && v == 1) z = -4;
   X -= z;
-  int zp = fp32_dst ? z : z - 16;
+  const int zp = fp32_dst ? z : z - 16;
   uint64_t w = v;
   if (zp < 0) {
-    int r = -zp;
+    const int r = -zp;
     w = (w + (uint64_t{1} << (r - 1))) >> r;
   } else {
     w <<= zp;
   }
   if (!fp32_dst) w <<= 16;
   if (w & (uint64_t{1} << 24)) X += 1;
-  uint32_t mant = static_cast<uint32_t>(w) & 0x7FFFFFu;
-  uint32_t s32 = static_cast<uint32_t>(sign) << 31;
+  // Step 6: encode.
+  const uint32_t mant = static_cast<uint32_t>(w) & 0x7FFFFFu;
+  const uint32_t s32 = static_cast<uint32_t>(sign) << 31;
   if (X <= 0) return 0;
   if (X >= 255) return s32 | 0x7F800000u;
   return s32 | (static_cast<uint32_t>(X) << 23) | mant;

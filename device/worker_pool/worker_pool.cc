@@ -404,6 +404,12 @@ Result<std::unique_ptr<WorkerPool>> WorkerPool::Create(WorkerPoolOptions options
   if (options.queue_capacity < 1) return InvalidArgument("queue_capacity must be >= 1");
   if (options.max_queued_per_client < 0) return InvalidArgument("max_queued_per_client must be >= 0");
   const BackendRegistry& registry = options.registry ? *options.registry : DefaultBackendRegistry();
+  for (const auto& [name, settings] : options.backend_settings) {
+    if (std::none_of(options.devices.begin(), options.devices.end(),
+                     [&](const DeviceSpec& d) { return d.backend == name; })) {
+      return InvalidArgument("backend_settings for '" + name + "', which has no devices");
+    }
+  }
   auto impl = std::shared_ptr<Impl>(new Impl());
   impl->opts = options;
   impl->per_client_limit = options.max_queued_per_client > 0 ? options.max_queued_per_client
@@ -444,6 +450,9 @@ Result<std::unique_ptr<WorkerPool>> WorkerPool::Create(WorkerPoolOptions options
       d->name = spec.backend + ":" + std::to_string(i);
       BackendOptions bo;
       bo.device_index = i;
+      if (auto st = options.backend_settings.find(spec.backend); st != options.backend_settings.end()) {
+        bo.settings = st->second;
+      }
       auto be = registry.Create(spec.backend, bo);
       if (!be.ok()) return be.status().WithContext("device " + d->name);
       d->description = (*be)->capabilities().description;

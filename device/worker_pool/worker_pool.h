@@ -33,6 +33,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -116,6 +117,9 @@ struct WorkerPoolOptions {
   int queue_capacity = 64;
   /// Queued jobs per client per backend; 0 = queue_capacity / 2 (at least 1).
   int max_queued_per_client = 0;
+  /// Backend-specific settings passed to every device of that backend (BackendOptions::settings),
+  /// e.g. {"reference": {{"threads", "1"}}, "tt-emu": {{"level", "fast"}}}.
+  std::map<std::string, std::map<std::string, std::string>> backend_settings;
   /// Registry to create backends from; null = DefaultBackendRegistry() (device/backends/builtin.h).
   const BackendRegistry* registry = nullptr;
   /// Metrics destination (optional).

@@ -1,8 +1,10 @@
 // Loader tests: every malformed or unusual model gives the right IR or an error status, never a
 // crash. Models are built with tests/support's OnnxModelBuilder.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <atomic>
 #include <random>
@@ -464,6 +466,110 @@ TEST(OnnxLoader, Float16AndBFloat16DecodeSameValuesWithinRounding) {
   // FLOAT16 raw and FLOAT16 in int32_data are bit-identical; BFLOAT16 is within its rounding.
   EXPECT_EQ(decoded[0], decoded[1]);
   for (size_t i = 0; i < values.size(); ++i) EXPECT_NEAR(decoded[0][i], decoded[2][i], 8e-3f);
+}
+
+
+// Integer and double initializers from raw_data (little-endian) and from the typed fields.
+TEST(OnnxLoader, IntegerAndDoubleTensorsDecode) {
+  struct Case {
+    int32_t type;
+    std::string raw;
+    std::vector<int64_t> ints;
+    std::vector<float> floats;
+  };
+  auto le = [](auto... v) {
+    std::string out;
+    (
+        [&](auto x) {
+          char b[sizeof(x)];
+          std::memcpy(b, &x, sizeof(x));
+          out.append(b, sizeof(x));
+        }(v),
+        ...);
+    return out;
+  };
+  const std::vector<Case> cases = {
+      {TensorProto::INT8, le(int8_t{-128}, int8_t{5}), {-128, 5}, {-128.0f, 5.0f}},
+      {TensorProto::UINT8, le(uint8_t{255}, uint8_t{0}), {255, 0}, {255.0f, 0.0f}},
+      {TensorProto::INT32, le(int32_t{-70000}, int32_t{3}), {-70000, 3}, {-70000.0f, 3.0f}},
+      {TensorProto::INT64, le(int64_t{-5}, int64_t{1} << 40), {-5, int64_t{1} << 40}, {-5.0f, 1099511627776.0f}},
+      {TensorProto::DOUBLE, le(0.25, -1.5), {}, {0.25f, -1.5f}},
+  };
+  for (const Case& c : cases) {
+    for (bool raw : {true, false}) {
+      SCOPED_TRACE(std::to_string(c.type) + (raw ? " raw" : " typed"));
+      onnx::TensorProto t;
+      t.set_name("k");
+      t.set_data_type(c.type);
+      t.add_dims(2);
+      if (raw) {
+        t.set_raw_data(c.raw);
+      } else if (c.type == TensorProto::INT64) {
+        for (int64_t v : c.ints) t.add_int64_data(v);
+      } else if (c.type == TensorProto::DOUBLE) {
+        for (float v : c.floats) t.add_double_data(v);
+      } else {
+        for (int64_t v : c.ints) t.add_int32_data(static_cast<int32_t>(v));
+      }
+      OnnxModelBuilder b;
+      b.Initializer(t);
+      auto& cast = b.Node("Cast", {"k"}, {"y"}, "cast");
+      kt::SetInt(cast, "to", TensorProto::FLOAT);
+      b.Output("y");
+      auto m = Load(b);
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      const ConstantData* k = (*m)->graph().ConstantInput((*m)->graph().nodes()[0], 0);
+      ASSERT_NE(k, nullptr);
+      EXPECT_EQ(k->original_type(), static_cast<DataType>(c.type));
+      EXPECT_EQ(std::vector<float>(k->floats().begin(), k->floats().end()), c.floats);
+      EXPECT_EQ(k->ints(), c.ints);
+      EXPECT_EQ(k->is_integer(), c.type != TensorProto::DOUBLE);
+      EXPECT_EQ(StaticShape((*m)->graph(), "y"), (std::vector<int64_t>{2}));
+    }
+  }
+}
+
+TEST(OnnxLoader, StringTensorIsFailedPrecondition) {
+  OnnxModelBuilder b;
+  onnx::TensorProto t;
+  t.set_name("s");
+  t.set_data_type(TensorProto::STRING);
+  t.add_dims(1);
+  t.add_string_data("hello");
+  b.Initializer(t);
+  b.Node("Identity", {"s"}, {"y"}, "id");
+  b.Output("y", TensorProto::STRING);
+  LoadError err;
+  auto m = Load(b, &err);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(err.tensor, "s");
+}
+
+// The size check happens before a single byte is read, so a 2 GiB+ mapping that is never touched
+// (MAP_NORESERVE) is enough to prove the error.
+TEST(OnnxLoader, ModelOf2GiBOrMoreIsAClearError) {
+  const size_t size = (size_t{2} << 30) + 4096;
+  void* p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  LoadOptions opt;
+  opt.limits.max_model_bytes = size_t{4} << 30;
+  auto m = LoadModel(std::string_view(static_cast<const char*>(p), size), opt);
+  munmap(p, size);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(m.status().message().find("2 GiB"), std::string::npos) << m.status().message();
+}
+
+TEST(OnnxLoader, IrVersionNewerThanOnnx112IsFailedPrecondition) {
+  OnnxModelBuilder b(13, /*ir_version=*/9);
+  b.Input("x", TensorProto::FLOAT, {2});
+  b.Node("Relu", {"x"}, {"y"}, "r");
+  b.Output("y");
+  auto m = Load(b);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(m.status().message().find("IR version 9"), std::string::npos) << m.status().message();
 }
 
 TEST(OnnxLoader, FloatWeightsFourBytesShort) {

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
 
 #include "device/backends/conv_geometry.h"
 
@@ -78,6 +79,11 @@ auto Guard(const char* op, Fn&& fn) -> decltype(fn()) {
 }
 
 Status CheckCancel(const ExecContext& ctx) { return ctx.cancel ? ctx.cancel->Check() : Status::Ok(); }
+
+// oneDNN here runs on OpenMP: the calling thread's OpenMP thread count bounds the op's threads.
+void ApplyThreads(int threads) {
+  if (threads > 0 && omp_get_max_threads() != threads) omp_set_num_threads(threads);
+}
 
 void FillReport(const ExecContext& ctx, const char* op, const std::string& impl, const std::vector<int64_t>& out,
                 int64_t macs, std::chrono::steady_clock::time_point t0) {
@@ -266,12 +272,18 @@ void EmbedWithBias(const Tensor& part, Tensor& out, const Tensor* bias, Activati
 class PreparedReferenceConv final : public PreparedConv {
  public:
   PreparedReferenceConv(std::unique_ptr<ConvExec> ex, std::vector<int64_t> x_shape, Layout layout,
-                        PrecisionConfig precision, int64_t macs)
-      : ex_(std::move(ex)), x_shape_(std::move(x_shape)), layout_(layout), precision_(precision), macs_(macs) {}
+                        PrecisionConfig precision, int64_t macs, int threads)
+      : ex_(std::move(ex)),
+        x_shape_(std::move(x_shape)),
+        layout_(layout),
+        precision_(precision),
+        macs_(macs),
+        threads_(threads) {}
 
   Result<Tensor> Run(const Tensor& input, const ExecContext& ctx) override {
     const auto t0 = std::chrono::steady_clock::now();
     KILN_RETURN_IF_ERROR(CheckCancel(ctx));
+    ApplyThreads(threads_);
     if (input.dtype() != DataType::kFloat32 || input.shape() != x_shape_ || input.layout() != layout_) {
       return InvalidArgument("prepared conv expects float32" + ShapeToString(x_shape_) + " " + LayoutName(layout_) +
                              ", got " + input.DebugString());
@@ -294,10 +306,13 @@ class PreparedReferenceConv final : public PreparedConv {
   Layout layout_;
   PrecisionConfig precision_;
   int64_t macs_;
+  int threads_;
 };
 
 class ReferenceBackend final : public Backend {
  public:
+  explicit ReferenceBackend(int threads) : threads_(threads) {}
+
   std::string name() const override { return "reference"; }
 
   BackendCapabilities capabilities() const override {
@@ -321,6 +336,7 @@ class ReferenceBackend final : public Backend {
                         const ExecContext& ctx) override {
     const auto t0 = std::chrono::steady_clock::now();
     KILN_RETURN_IF_ERROR(CheckCancel(ctx));
+    ApplyThreads(threads_);
     auto out = ValidateConv2d(input, weights, bias, p);
     if (!out.ok()) return out.status();
     return Guard("conv2d", [&]() -> Result<Tensor> {
@@ -340,6 +356,7 @@ class ReferenceBackend final : public Backend {
                                  const ConvTranspose2dParams& p, const ExecContext& ctx) override {
     const auto t0 = std::chrono::steady_clock::now();
     KILN_RETURN_IF_ERROR(CheckCancel(ctx));
+    ApplyThreads(threads_);
     auto out = ValidateConvTranspose2d(input, weights, bias, p);
     if (!out.ok()) return out.status();
     return Guard("conv_transpose2d", [&]() -> Result<Tensor> {
@@ -387,6 +404,7 @@ class ReferenceBackend final : public Backend {
   Result<Tensor> Pool2d(const Tensor& input, const Pool2dParams& p, const ExecContext& ctx) override {
     const auto t0 = std::chrono::steady_clock::now();
     KILN_RETURN_IF_ERROR(CheckCancel(ctx));
+    ApplyThreads(threads_);
     auto out = ValidatePool2d(input, p);
     if (!out.ok()) return out.status();
     return Guard("pool2d", [&]() -> Result<Tensor> {
@@ -448,11 +466,13 @@ class ReferenceBackend final : public Backend {
       if (!ex.ok()) return ex.status();
       const int64_t macs = Macs(*out, weights.dim(1), weights.dim(2), weights.dim(3));
       return std::unique_ptr<PreparedConv>(
-          new PreparedReferenceConv(std::move(*ex), std::move(input_shape), input_layout, precision, macs));
+          new PreparedReferenceConv(std::move(*ex), std::move(input_shape), input_layout, precision, macs, threads_));
     });
   }
 
  private:
+  int threads_ = 0;  // 0: OpenMP's default (all cores)
+
   // oneDNN's pooling_avg_include_padding divides every window by kH·kW, also where the window
   // overhangs past the explicit end pad (ceil_mode). ONNX / PyTorch count only taps inside
   // [-pad_begin, in + pad_end): rescale those windows (the count is separable per axis).
@@ -487,12 +507,22 @@ class ReferenceBackend final : public Backend {
 }  // namespace
 
 Result<std::unique_ptr<Backend>> MakeReferenceBackend(const BackendOptions& options) {
-  if (!options.settings.empty()) {
-    return InvalidArgument("reference backend: unknown setting '" + options.settings.begin()->first + "'");
+  int threads = 0;
+  for (const auto& [key, value] : options.settings) {
+    if (key == "threads") {
+      char* end = nullptr;
+      const long n = std::strtol(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || n < 0 || n > 1024) {
+        return InvalidArgument("reference backend: setting threads='" + value + "' is not an integer in 0..1024");
+      }
+      threads = static_cast<int>(n);
+    } else {
+      return InvalidArgument("reference backend: unknown setting '" + key + "' (known: threads)");
+    }
   }
   return Guard("init", [&]() -> Result<std::unique_ptr<Backend>> {
     (void)Engine();  // fail early if oneDNN cannot create a CPU engine
-    return std::unique_ptr<Backend>(new ReferenceBackend());
+    return std::unique_ptr<Backend>(new ReferenceBackend(threads));
   });
 }
 

@@ -26,7 +26,9 @@
 
 namespace kiln::device {
 
-/// A new reference backend. `options.settings` keys: none yet (unknown keys → INVALID_ARGUMENT).
+/// A new reference backend. `options.settings`: "threads" = N — run every op with at most N
+/// OpenMP threads (0 / absent: all cores; set it when several devices share the cores, e.g.
+/// "reference:2" on 2 cores → threads=1). Unknown keys or bad values → INVALID_ARGUMENT.
 Result<std::unique_ptr<Backend>> MakeReferenceBackend(const BackendOptions& options = {});
 
 /// Registers "reference" → MakeReferenceBackend.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <dnnl.hpp>
@@ -161,36 +162,37 @@ inline uint32_t PackLane(const nx::FpuSlice& s) {
   return s.exp == 0 ? 0u : (s.slice | (static_cast<uint32_t>(s.exp) << 8) | (static_cast<uint32_t>(s.sign) << 16));
 }
 
-inline nx::FpuTerm GroupTermPacked(const uint32_t* a, const uint32_t* b, int adj) {
-  int ep[8];
-  int64_t P[8];
-  int sg[8];
-  int G = 0;
-  for (int k = 0; k < 8; ++k) {
+// Both group terms of one 16-lane MVMUL. Branch-free int32 lanes (a shift of 14 or more already
+// rounds a 12-bit product to 0, so d is capped at 14 instead of 30), vectorised where AVX2 exists.
+__attribute__((target_clones("avx2", "default"))) void MvmulTerms(const uint32_t* a, const uint32_t* b, int adj,
+                                                                 nx::FpuTerm* t0, nx::FpuTerm* t1) {
+  int32_t ep[16], P[16], sg[16];
+  for (int k = 0; k < 16; ++k) {
     const uint32_t x = a[k], y = b[k];
-    if ((x & 0xFF00u) == 0 || (y & 0xFF00u) == 0) {
-      ep[k] = 0;
-      P[k] = 0;
-      sg[k] = 0;
-    } else {
-      ep[k] = static_cast<int>((x >> 8) & 0xFFu) + static_cast<int>((y >> 8) & 0xFFu) + adj;
-      P[k] = static_cast<int64_t>((x & 0xFFu) * (y & 0xFFu));
-      sg[k] = static_cast<int>(((x ^ y) >> 16) & 1u);
+    const int32_t xe = static_cast<int32_t>((x >> 8) & 0xFFu), ye = static_cast<int32_t>((y >> 8) & 0xFFu);
+    const int32_t nz = (xe != 0) & (ye != 0);
+    ep[k] = nz ? xe + ye + adj : 0;
+    P[k] = static_cast<int32_t>((x & 0xFFu) * (y & 0xFFu));  // zero lanes have slice 0
+    sg[k] = static_cast<int32_t>(((x ^ y) >> 16) & 1u);
+  }
+  nx::FpuTerm* out[2] = {t0, t1};
+  for (int h = 0; h < 2; ++h) {
+    int32_t G = 0;
+    for (int k = 0; k < 8; ++k) G = std::max(G, ep[h * 8 + k]);
+    nx::FpuTerm t;
+    if (G > 0) {
+      int32_t S = 0;
+      for (int k = 0; k < 8; ++k) {
+        const int32_t d = std::min(G - ep[h * 8 + k], 14);
+        const int32_t R = (2 * P[h * 8 + k] + (1 << d)) >> (d + 1);
+        S += sg[h * 8 + k] ? -R : R;
+      }
+      t.sign = S < 0 ? 1 : 0;
+      t.exp = G;
+      t.mag = static_cast<uint64_t>(S < 0 ? -S : S) << 13;
     }
-    G = std::max(G, ep[k]);
+    *out[h] = t;
   }
-  nx::FpuTerm t;
-  if (G <= 0) return t;
-  int64_t S = 0;
-  for (int k = 0; k < 8; ++k) {
-    const int d = std::min(G - ep[k], 30);
-    const int64_t R = (2 * P[k] + (int64_t{1} << d)) >> (d + 1);
-    S += sg[k] ? -R : R;
-  }
-  t.sign = S < 0 ? 1 : 0;
-  t.exp = G;
-  t.mag = static_cast<uint64_t>(S < 0 ? -S : S) << 13;
-  return t;
 }
 
 class Engine {
@@ -207,7 +209,7 @@ class Engine {
     const Geometry& g = g_;
     // 1. activations: host conversion per pixel in 16-channel groups, then the tilize into the
     //    output dtype (device packer), then unpack to SrcB.
-    xdev_.assign(static_cast<size_t>(g.N * g.C * g.H * g.W), 0);
+    xdev_.assign(static_cast<size_t>(g.N * g.H * g.W * g.Cin_pad), 0);  // NHWC, channels padded
     const bool in_fp32 = p_.input_dtype == DeviceDType::kFloat32;
     std::vector<uint32_t> pix(static_cast<size_t>(g.Cin_pad)), conv(static_cast<size_t>(g.Cin_pad));
     std::vector<uint32_t> tiled(static_cast<size_t>(g.Cin_pad));
@@ -226,7 +228,7 @@ class Engine {
           }
         }
         for (int64_t c = 0; c < g.C; ++c)
-          xdev_[(n * g.C + c) * HW + s] =
+          xdev_[(n * HW + s) * g.Cin_pad + c] =
               nx::MaskSrcOperand(UnpackToSrc(tiled[c], p_.output_dtype, fp32_dst_), b_fmt());
       }
     }
@@ -278,63 +280,166 @@ class Engine {
     return SrcFmtOf(p_.output_dtype, fp32_dst_);
   }
   bool l1acc() const { return l1acc_; }
+  double fast_sums_seconds() const { return fast_sums_s_; }
   bool fp32_dst() const { return fp32_dst_; }
 
-  // im2col of one output row m: K device patterns.
-  void Im2colRow(int64_t m, uint32_t* out) const {
+  // im2col of one output row m from an NHWC image with Cin_pad channels: K values, K order
+  // (kh, kw, cin); spatial padding gives zeros.
+  template <typename T>
+  void Im2colRow(const std::vector<T>& img, int64_t m, T* out) const {
     const Geometry& g = g_;
     const int64_t n = m / (g.OH * g.OW), r = m % (g.OH * g.OW), oy = r / g.OW, ox = r % g.OW;
-    const int64_t HW = g.H * g.W;
     for (int64_t i = 0; i < g.kh; ++i) {
       const int64_t y = oy * g.sh - g.pt + i * g.dh;
       for (int64_t j = 0; j < g.kw; ++j) {
         const int64_t xx = ox * g.sw - g.pl + j * g.dw;
-        uint32_t* dstp = out + (i * g.kw + j) * g.Cin_pad;
+        T* dstp = out + (i * g.kw + j) * g.Cin_pad;
         if (y < 0 || y >= g.H || xx < 0 || xx >= g.W) {
-          std::fill(dstp, dstp + g.Cin_pad, 0u);
+          std::fill(dstp, dstp + g.Cin_pad, T{});
           continue;
         }
-        const uint32_t* src = &xdev_[static_cast<size_t>(n * g.C * HW + y * g.W + xx)];
-        for (int64_t c = 0; c < g.C; ++c) dstp[c] = src[c * HW];
-        std::fill(dstp + g.C, dstp + g.Cin_pad, 0u);
+        const T* src = &img[static_cast<size_t>(((n * g.H + y) * g.W + xx) * g.Cin_pad)];
+        std::copy(src, src + g.Cin_pad, dstp);
       }
     }
   }
 
-  // Runs the whole conv; out = (M, O) row-major host values (fp32 patterns).
-  Status Run(const CancelToken* cancel, std::vector<uint32_t>* out) {
+  // Runs the whole conv; out = (M, O) row-major host values (fp32 patterns). Output rows are
+  // independent, so they are split over up to `threads` worker threads.
+  Status Run(const CancelToken* cancel, int threads, std::vector<uint32_t>* out) {
     const Geometry& g = g_;
     out->assign(static_cast<size_t>(g.M * g.O), 0);
-    std::vector<float> sums;  // fast level: block sums, [nb][M][O_pad]
-    if (level_ == EmuLevel::kFast) KILN_RETURN_IF_ERROR(FastBlockSums(cancel, &sums));
-    std::vector<uint32_t> wsl[2];
-    std::vector<uint8_t> wnz;
-    if (level_ == EmuLevel::kExact) {
-      for (int v = 0; v < 2; ++v) {
-        wsl[v].resize(wdev_.size());
-        for (size_t i = 0; i < wdev_.size(); ++i) wsl[v][i] = PackLane(nx::SliceA(wdev_[i], v));
-      }
-      wnz.assign(static_cast<size_t>(g.O_pad * (g.K / 8)), 0);
-      for (int64_t o = 0; o < g.O_pad; ++o)
-        for (int64_t q = 0; q < g.K / 8; ++q)
-          for (int t = 0; t < 8; ++t)
-            if ((wdev_[o * g.K + q * 8 + t] >> 23) & 0xFFu) wnz[o * (g.K / 8) + q] = 1;
+    if (level_ == EmuLevel::kFast) return RunFast(cancel, threads, out);
+    for (int v = 0; v < 2; ++v) {
+      wsl_[v].resize(wdev_.size());
+      for (size_t i = 0; i < wdev_.size(); ++i) wsl_[v][i] = PackLane(nx::SliceA(wdev_[i], v));
     }
+    wnz_.assign(static_cast<size_t>(g.O_pad * (g.K / 8)), 0);
+    for (int64_t o = 0; o < g.O_pad; ++o)
+      for (int64_t q = 0; q < g.K / 8; ++q)
+        for (int t = 0; t < 8; ++t)
+          if ((wdev_[o * g.K + q * 8 + t] >> 23) & 0xFFu) wnz_[o * (g.K / 8) + q] = 1;
+    const int64_t per_row = g.O * g.K * nx::NumPhases(fid_);
+    return Parallel(0, g.M, per_row, threads, [&](int64_t a, int64_t b) { return RunRows(a, b, cancel, out, nullptr, 0, 0); });
+  }
+
+  // Splits rows [m0, m1) over up to `threads` threads when the work is worth it.
+  template <typename Fn>
+  static Status Parallel(int64_t m0, int64_t m1, int64_t per_row, int threads, const Fn& fn) {
+    const int64_t rows = m1 - m0;
+    int n = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, rows * per_row / 200000)));
+    n = static_cast<int>(std::min<int64_t>(n, rows));
+    if (n <= 1) return fn(m0, m1);
+    // OpenMP (the runtime oneDNN uses here) rather than std::thread: oneDNN's idle OpenMP workers
+    // spin after each matmul and would compete with separate threads for the same cores.
+    std::vector<Status> st(static_cast<size_t>(n));
+#pragma omp parallel for num_threads(n) schedule(static, 1)
+    for (int t = 0; t < n; ++t) {
+      const int64_t a = m0 + rows * t / n, b = m0 + rows * (t + 1) / n;
+      st[static_cast<size_t>(t)] = fn(a, b);
+    }
+    for (const Status& s : st) KILN_RETURN_IF_ERROR(s);
+    return Status::Ok();
+  }
+
+  // Fast level, in chunks of output rows: im2col of the fidelity-slice images, one oneDNN fp32
+  // matmul per K block (two for HiFi3), then the exact spill / bias / pack epilogue per row.
+  Status RunFast(const CancelToken* cancel, int threads, std::vector<uint32_t>* out) {
+    const Geometry& g = g_;
+    // Operand variants (§5.2 slices as floats): A0 = top 5 significant bits, A' = all but mantissa
+    // bit 0 (of 10); B0 = top 7 bits; B = all 11 bits; B1 = B − B0. Products of these are exact
+    // in fp32 (at most 10 x 11 significant bits).
+    auto mask = [](uint32_t u, uint32_t m) -> float {
+      if (((u >> 23) & 0xFFu) == 0) return 0.0f;
+      return nx::BitsFloat(u & m);
+    };
+    const bool lofi = fid_ == nx::MathFidelity::kLoFi, hifi3 = fid_ == nx::MathFidelity::kHiFi3,
+               hifi4 = fid_ == nx::MathFidelity::kHiFi4;
+    // The weight variants replace wdev_ (not needed by the fast epilogue) to bound memory on
+    // wide convs: the primary variant is converted in place, HiFi3's second one is a copy.
+    const size_t wn = wdev_.size();
+    std::vector<float> a0_copy;
+    if (hifi3) {
+      a0_copy.resize(wn);
+      for (size_t i = 0; i < wn; ++i) a0_copy[i] = mask(wdev_[i], 0xFFF80000u);
+    }
+    std::vector<uint32_t> wvar = std::move(wdev_);
+    wdev_.clear();
+    for (size_t i = 0; i < wn; ++i) wvar[i] = nx::FloatBits(mask(wvar[i], lofi ? 0xFFF80000u : 0xFFFFC000u));
+    // oneDNN reads these through a void pointer; the bit patterns are floats.
+    const float* w_primary = reinterpret_cast<const float*>(wvar.data());  // A0 (LoFi) or A'
+    const float* w_a0 = hifi3 ? a0_copy.data() : nullptr;
+    const bool need_b0 = !hifi4, need_b1 = hifi3 || hifi4;
+    std::vector<float> img0, img1;  // NHWC images: B0, and B1 (HiFi3) or B (HiFi4)
+    if (need_b0) img0.resize(xdev_.size());
+    if (need_b1) img1.resize(xdev_.size());
+    for (size_t i = 0; i < xdev_.size(); ++i) {
+      const float b0 = mask(xdev_[i], 0xFFFE0000u);
+      if (need_b0) img0[i] = b0;
+      if (need_b1) img1[i] = hifi3 ? mask(xdev_[i], 0xFFFFE000u) - b0 : mask(xdev_[i], 0xFFFFE000u);
+    }
+    // Chunk of rows: im2col of R x K floats (about 16 MiB), large enough for efficient matmuls.
+    const int64_t R = std::min<int64_t>(g.M, std::max<int64_t>(64, (int64_t{4} << 20) / std::max<int64_t>(1, g.K)));
+    std::vector<float> c0, c1, sums(static_cast<size_t>(g.nb * R * g.O_pad)), tmp;
+    if (need_b0) c0.resize(static_cast<size_t>(R * g.K));
+    if (need_b1) c1.resize(static_cast<size_t>(R * g.K));
+    if (hifi3) tmp.resize(static_cast<size_t>(R * g.O_pad));
+    try {
+      dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+      dnnl::stream strm(eng);
+      for (int64_t m0 = 0; m0 < g.M; m0 += R) {
+        if (cancel) KILN_RETURN_IF_ERROR(cancel->Check());
+        const int64_t rows = std::min(R, g.M - m0);
+        const auto t0 = std::chrono::steady_clock::now();
+        KILN_RETURN_IF_ERROR(Parallel(0, rows, g.K * 2, threads, [&](int64_t a, int64_t b) {
+          for (int64_t r = a; r < b; ++r) {
+            if (need_b0) Im2colRow(img0, m0 + r, &c0[r * g.K]);
+            if (need_b1) Im2colRow(img1, m0 + r, &c1[r * g.K]);
+          }
+          return Status::Ok();
+        }));
+        for (int64_t b = 0; b < g.nb; ++b) {
+          const int64_t kb0 = b * g.block_w, kb = std::min(g.K, kb0 + g.block_w) - kb0;
+          float* o = sums.data() + b * rows * g.O_pad;
+          const float* src = hifi4 ? c1.data() : c0.data();
+          KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, src + kb0, rows, kb, g.K, w_primary + kb0, g.O_pad, g.K, o));
+          if (hifi3) {
+            KILN_RETURN_IF_ERROR(
+                MatmulF32(eng, strm, c1.data() + kb0, rows, kb, g.K, w_a0 + kb0, g.O_pad, g.K, tmp.data()));
+            for (int64_t i = 0; i < rows * g.O_pad; ++i) o[i] += tmp[static_cast<size_t>(i)];
+          }
+        }
+        fast_sums_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        KILN_RETURN_IF_ERROR(Parallel(m0, m0 + rows, g.O_pad * (g.nb + 4) * 8, threads, [&](int64_t a, int64_t b) {
+          return RunRows(a, b, cancel, out, sums.data(), m0, rows);
+        }));
+      }
+    } catch (const dnnl::error& e) {
+      return Internal(std::string("oneDNN: ") + e.what());
+    }
+    return Status::Ok();
+  }
+
+  // Rows [m_begin, m_end): the MVMUL chain per K block (exact) or the block sums `sums`
+  // ([nb][sums_rows][O_pad] for rows from sums_m0, fast), then spills, bias, activation, pack.
+  Status RunRows(int64_t m_begin, int64_t m_end, const CancelToken* cancel, std::vector<uint32_t>* out,
+                 const float* sums, int64_t sums_m0, int64_t sums_rows) const {
+    const Geometry& g = g_;
     std::vector<uint32_t> xrow(static_cast<size_t>(g.K));
     std::vector<uint32_t> xsl[2];
     xsl[0].resize(static_cast<size_t>(g.K));
     xsl[1].resize(static_cast<size_t>(g.K));
     std::vector<uint8_t> xnz(static_cast<size_t>(g.K / 8));
     std::vector<uint32_t> dst(static_cast<size_t>(g.O_pad)), part(static_cast<size_t>(g.O_pad)),
-        l1(static_cast<size_t>(g.O_pad)), tmp(static_cast<size_t>(g.O_pad)), fin(static_cast<size_t>(g.O_pad));
+        l1(static_cast<size_t>(g.O_pad)), fin(static_cast<size_t>(g.O_pad));
     const int nph = nx::NumPhases(fid_);
     const DeviceDType part_dt = l1acc_ ? (fp32_dst_ ? DeviceDType::kFloat32 : DeviceDType::kBFloat16) : p_.output_dtype;
     const nx::FpuConfig elw_cfg{fp32_dst_, arch_, SrcFmtOf(part_dt, fp32_dst_), SrcFmtOf(p_.weights_dtype, fp32_dst_)};
     const bool relu = IsRelu(act_);
-    for (int64_t m = 0; m < g.M; ++m) {
-      if (cancel && (m % 256) == 0) KILN_RETURN_IF_ERROR(cancel->Check());
+    for (int64_t m = m_begin; m < m_end; ++m) {
+      if (cancel && ((m - m_begin) % 64) == 0) KILN_RETURN_IF_ERROR(cancel->Check());
       if (level_ == EmuLevel::kExact) {
-        Im2colRow(m, xrow.data());
+        Im2colRow(xdev_, m, xrow.data());
         for (int64_t k = 0; k < g.K; ++k) {
           xsl[0][k] = PackLane(nx::SliceB(xrow[k], 0));
           xsl[1][k] = PackLane(nx::SliceB(xrow[k], 2));
@@ -354,24 +459,24 @@ class Engine {
             continue;
           }
           if (level_ == EmuLevel::kExact) {
-            const uint8_t* wn = &wnz[o * (g.K / 8)];
+            const uint8_t* wn = &wnz_[o * (g.K / 8)];
             for (int64_t t0 = kb0; t0 < kb1; t0 += 32) {
               for (int ph = 0; ph < nph; ++ph) {
-                const uint32_t* A = &wsl[ph & 1][o * g.K];
+                const uint32_t* A = &wsl_[ph & 1][o * g.K];
                 const uint32_t* B = xsl[(ph >> 1) & 1].data();
                 const int adj = nx::PhaseAdjust(ph);
                 for (int64_t k0 = t0; k0 < t0 + 32; k0 += 16) {
                   const int64_t q0 = k0 / 8, q1 = q0 + 1;
                   const bool nz0 = wn[q0] && xnz[q0], nz1 = wn[q1] && xnz[q1];
                   if (!nz0 && !nz1) continue;
-                  nx::FpuTerm t0t = nz0 ? GroupTermPacked(A + k0, B + k0, adj) : nx::FpuTerm{};
-                  nx::FpuTerm t1t = nz1 ? GroupTermPacked(A + k0 + 8, B + k0 + 8, adj) : nx::FpuTerm{};
+                  nx::FpuTerm t0t, t1t;
+                  MvmulTerms(A + k0, B + k0, adj, &t0t, &t1t);
                   d = nx::CombineWithDst(t0t, t1t, d, fp32_dst_, arch_);
                 }
               }
             }
           } else {
-            const float s = sums[static_cast<size_t>((b * g.M + m) * g.O_pad + o)];
+            const float s = sums[static_cast<size_t>((b * sums_rows + (m - sums_m0)) * g.O_pad + o)];
             d = RoundIntoDst(nx::BitsFloat(d) + s, fp32_dst_);
           }
           dst[o] = d;
@@ -412,89 +517,19 @@ class Engine {
   }
 
  private:
-  // Fast level: sums[b][m][o] = Σ_{k in block b} products of the merged fidelity phases, fp32.
-  Status FastBlockSums(const CancelToken* cancel, std::vector<float>* sums) {
-    const Geometry& g = g_;
-    // Operand variants (§5.2 slices as floats): A0 = top 5 significant bits, A' = all but mantissa
-    // bit 0 (of 10); B0 = top 7 bits; B = all 11 bits; B1 = B − B0.
-    auto mask = [](uint32_t u, uint32_t m) -> float {
-      if (((u >> 23) & 0xFFu) == 0) return 0.0f;
-      return nx::BitsFloat(u & m);
-    };
-    const size_t wn = wdev_.size();
-    std::vector<float> a0, ap;
-    if (fid_ == nx::MathFidelity::kLoFi || fid_ == nx::MathFidelity::kHiFi3) {
-      a0.resize(wn);
-      for (size_t i = 0; i < wn; ++i) a0[i] = mask(wdev_[i], 0xFFF80000u);
-    }
-    if (fid_ != nx::MathFidelity::kLoFi) {
-      ap.resize(wn);
-      for (size_t i = 0; i < wn; ++i) ap[i] = mask(wdev_[i], 0xFFFFC000u);
-    }
-    // im2col in two variants.
-    const bool need_b0 = fid_ != nx::MathFidelity::kHiFi4;
-    const bool need_bf = fid_ == nx::MathFidelity::kHiFi4 || fid_ == nx::MathFidelity::kHiFi3;
-    std::vector<float> xb0, xb1;  // xb1: B (HiFi4) or B1 (HiFi3)
-    if (need_b0) xb0.resize(static_cast<size_t>(g.M * g.K));
-    if (need_bf) xb1.resize(static_cast<size_t>(g.M * g.K));
-    std::vector<uint32_t> row(static_cast<size_t>(g.K));
-    for (int64_t m = 0; m < g.M; ++m) {
-      if (cancel && (m % 4096) == 0) KILN_RETURN_IF_ERROR(cancel->Check());
-      Im2colRow(m, row.data());
-      for (int64_t k = 0; k < g.K; ++k) {
-        const uint32_t u = row[k];
-        const float b0 = mask(u, 0xFFFE0000u);
-        if (need_b0) xb0[m * g.K + k] = b0;
-        if (need_bf) {
-          const float bf = mask(u, 0xFFFFE000u);
-          xb1[m * g.K + k] = fid_ == nx::MathFidelity::kHiFi3 ? bf - b0 : bf;
-        }
-      }
-    }
-    sums->assign(static_cast<size_t>(g.nb * g.M * g.O_pad), 0.0f);
-    try {
-      dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-      dnnl::stream strm(eng);
-      std::vector<float> tmp;
-      if (fid_ == nx::MathFidelity::kHiFi3) tmp.resize(static_cast<size_t>(g.M * g.O_pad));
-      for (int64_t b = 0; b < g.nb; ++b) {
-        if (cancel) KILN_RETURN_IF_ERROR(cancel->Check());
-        const int64_t kb0 = b * g.block_w, kb = std::min(g.K, kb0 + g.block_w) - kb0;
-        float* out = sums->data() + b * g.M * g.O_pad;
-        switch (fid_) {
-          case nx::MathFidelity::kLoFi:
-            KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, xb0.data() + kb0, g.M, kb, g.K, a0.data() + kb0, g.O_pad, g.K, out));
-            break;
-          case nx::MathFidelity::kHiFi2:
-            KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, xb0.data() + kb0, g.M, kb, g.K, ap.data() + kb0, g.O_pad, g.K, out));
-            break;
-          case nx::MathFidelity::kHiFi3:
-            KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, xb0.data() + kb0, g.M, kb, g.K, ap.data() + kb0, g.O_pad, g.K, out));
-            KILN_RETURN_IF_ERROR(
-                MatmulF32(eng, strm, xb1.data() + kb0, g.M, kb, g.K, a0.data() + kb0, g.O_pad, g.K, tmp.data()));
-            for (size_t i = 0; i < tmp.size(); ++i) out[i] += tmp[i];
-            break;
-          case nx::MathFidelity::kHiFi4:
-            KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, xb1.data() + kb0, g.M, kb, g.K, ap.data() + kb0, g.O_pad, g.K, out));
-            break;
-        }
-      }
-    } catch (const dnnl::error& e) {
-      return Internal(std::string("oneDNN: ") + e.what());
-    }
-    return Status::Ok();
-  }
-
   Geometry g_;
   PrecisionConfig p_;
   Activation act_;
   EmuLevel level_;
   bool fp32_dst_ = false;
+  double fast_sums_s_ = 0;
   bool has_bias_ = false;
   bool l1acc_ = false;
   nx::MathFidelity fid_;
   nx::Arch arch_;
   std::vector<uint32_t> xdev_, wdev_, bdev_;
+  std::vector<uint32_t> wsl_[2];  // exact: packed SrcA lanes per phase variant (p & 1)
+  std::vector<uint8_t> wnz_;      // exact: per (o, 8-lane group) any non-zero weight
 };
 
 std::string BlockingText(const Geometry& g, const PrecisionConfig& p, bool l1acc, bool fp32_dst) {
@@ -547,15 +582,13 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
   g.M = g.N * g.OH * g.OW;
   g.block_w = precision.act_block_w > 0 ? static_cast<int64_t>(precision.act_block_w) * 32 : RoundUp(g.Cin_pad * g.kw, 32);
   g.nb = (g.K + g.block_w - 1) / g.block_w;
-  // Memory guard for the fast level's im2col copies (two float copies of M x K).
-  if (level == EmuLevel::kFast && g.M * g.K > (int64_t{1} << 29))
-    return ResourceExhausted("tt-emu fast: im2col of " + std::to_string(g.M) + "x" + std::to_string(g.K) +
-                             " elements is too large");
-
   Engine eng(g, precision, params.activation, level);
+  const auto t_prep = std::chrono::steady_clock::now();
   eng.Prepare(x.data<float>(), weights.data<float>(), bias ? bias->data<float>() : nullptr);
+  const auto t_run = std::chrono::steady_clock::now();
   std::vector<uint32_t> out;
-  KILN_RETURN_IF_ERROR(eng.Run(cancel, &out));
+  KILN_RETURN_IF_ERROR(eng.Run(cancel, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), &out));
+  const auto t_done = std::chrono::steady_clock::now();
 
   auto t = Tensor::Zeros(*out_shape);
   if (!t.ok()) return t.status();
@@ -585,6 +618,10 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
     report->notes.emplace_back("packer_l1_acc_effective", eng.l1acc() ? "true" : "false");
     report->notes.emplace_back("cin_pad", std::to_string(g.Cin_pad));
     report->notes.emplace_back("cout_pad", std::to_string(g.O_pad));
+    auto secs = [](auto a, auto b) { return std::to_string(std::chrono::duration<double>(b - a).count()); };
+    report->notes.emplace_back("prepare_s", secs(t_prep, t_run));
+    report->notes.emplace_back("run_s", secs(t_run, t_done));
+    if (level == EmuLevel::kFast) report->notes.emplace_back("fast_matmul_s", std::to_string(eng.fast_sums_seconds()));
   }
   return result;
 }

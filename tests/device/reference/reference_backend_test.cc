@@ -328,6 +328,11 @@ TEST_F(ReferenceBackendTest, CapabilitiesAndRegistry) {
   EXPECT_EQ((*b)->name(), "reference");
   BackendOptions bad;
   bad.settings["level"] = "exact";
+  BackendOptions threads;
+  threads.settings["threads"] = "1";
+  EXPECT_TRUE(registry.Create("reference", threads).ok());
+  threads.settings["threads"] = "x";
+  EXPECT_EQ(registry.Create("reference", threads).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(registry.Create("reference", bad).status().code(), StatusCode::kInvalidArgument);
   auto missing = registry.Create("no-such");
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);

@@ -160,6 +160,133 @@ TEST(TtEmuExact, Bfp8OutputMatchesNumericsChain) {
   }
 }
 
+// K blocking, partial spills, packer L1 accumulation and the bias ELWADD (§8.4-8.6) against a
+// straightforward chain of numerics calls: a 1x1 conv of one pixel, Cin = 96 (three 32-deep K
+// tiles), Cout = 32 (two bfp groups), act_block_w = 1 → three K blocks, act_block_w = 2 → two
+// (64 + 32; there packer_l1_acc is effective only with a bias).
+TEST(TtEmuExact, BlockSpillsL1AccAndBiasMatchNumericsChain) {
+  std::mt19937 rng(2024);
+  auto xs = RandBf16(96, rng), ws = RandBf16(32 * 96, rng), bs = RandBf16(32, rng, 10.0f);
+  // bfloat8_b-exact activations (the tilize into a bfloat8_b output is then lossless).
+  for (int h = 0; h < 6; ++h) {
+    std::array<uint32_t, 16> grp;
+    for (int i = 0; i < 16; ++i) grp[i] = nx::FloatBits(xs[h * 16 + i]);
+    auto g = nx::HostEncodeBfpGroup(grp, nx::BfpFormat::kBfp8);
+    for (int i = 0; i < 16; ++i) xs[h * 16 + i] = nx::DecodeBfpValue(g.exp, g.codes[i], nx::BfpFormat::kBfp8);
+  }
+  Tensor xt = MakeTensor({1, 96, 1, 1}, xs), wt = MakeTensor({32, 96, 1, 1}, ws), bt = MakeTensor({32}, bs);
+  int checked = 0;
+  for (bool fp32 : {false, true})
+    for (bool l1 : {false, true})
+      for (bool with_bias : {false, true})
+        for (DT out : {kBf16, kBfp8, kFp32})
+          for (MF f : {MF::kLoFi, MF::kHiFi4})
+            for (int abw : {1, 2}) {
+            PrecisionConfig p;
+            p.math_fidelity = f;
+            p.fp32_dest_acc_en = fp32;
+            p.packer_l1_acc = l1;
+            p.output_dtype = out;
+            p.act_block_w = abw;
+            p.arch = Arch::kBlackhole;
+            OpReport rep;
+            auto y = tt_emu::Conv2d(xt, wt, with_bias ? &bt : nullptr, Conv2dParams{}, p, tt_emu::EmuLevel::kExact,
+                                    nullptr, &rep);
+            ASSERT_TRUE(y.ok()) << y.status().ToString();
+            const int nb = abw == 1 ? 3 : 2;
+            const bool l1_eff = l1 && ((with_bias && nb > 1) || nb > 2);
+            const nx::FpuConfig cfg{fp32, nx::Arch::kBlackhole, nx::SrcFormat::kBf16, nx::SrcFormat::kBf16};
+            const int nph = f == MF::kLoFi ? 1 : 4;
+            // Packs 32 Dst values to `dt` as the device unpacker reads them back (or the host, for the output).
+            auto pack = [&](const std::array<uint32_t, 32>& d, DT dt, bool host) {
+              std::array<uint32_t, 32> r{};
+              if (dt == kFp32) {
+                for (int o = 0; o < 32; ++o) r[o] = fp32 ? d[o] : (d[o] & 0xFFFF0000u);
+              } else if (dt == kBf16) {
+                for (int o = 0; o < 32; ++o)
+                  r[o] = static_cast<uint32_t>(fp32 ? nx::PackFp32DstToBf16(d[o])
+                                                    : nx::PackBf16DstToBf16(static_cast<uint16_t>(d[o] >> 16)))
+                         << 16;
+              } else {
+                for (int g0 = 0; g0 < 32; g0 += 16) {
+                  nx::BfpGroup g;
+                  if (fp32) {
+                    std::array<uint32_t, 16> t;
+                    for (int i = 0; i < 16; ++i) t[i] = d[g0 + i];
+                    g = nx::PackBfpFromFp32Dst(t, nx::BfpFormat::kBfp8);
+                  } else {
+                    std::array<uint16_t, 16> t;
+                    for (int i = 0; i < 16; ++i) t[i] = static_cast<uint16_t>(d[g0 + i] >> 16);
+                    g = nx::PackBfpFromBf16Dst(t, nx::BfpFormat::kBfp8);
+                  }
+                  for (int i = 0; i < 16; ++i)
+                    r[g0 + i] = host ? nx::FloatBits(nx::DecodeBfpValue(g.exp, g.codes[i], nx::BfpFormat::kBfp8))
+                                     : static_cast<uint32_t>(nx::UnpackBfpToBf16(g.exp, g.codes[i], nx::BfpFormat::kBfp8))
+                                           << 16;
+                }
+              }
+              return r;
+            };
+            std::array<uint32_t, 32> dst{}, part{}, acc{};
+            for (int b = 0; b < nb; ++b) {
+              const int t_begin = b * abw, t_end = std::min(3, t_begin + abw);
+              for (int o = 0; o < 32; ++o) {
+                uint32_t d = (b == 0 || l1_eff) ? 0u : part[o];
+                for (int t = t_begin; t < t_end; ++t) {  // K tiles in order, phases inside each tile (§5.6)
+                  std::array<uint32_t, 16> a0, a1, b0, b1;
+                  for (int k = 0; k < 16; ++k) {
+                    a0[k] = nx::FloatBits(ws[o * 96 + t * 32 + k]);
+                    a1[k] = nx::FloatBits(ws[o * 96 + t * 32 + 16 + k]);
+                    b0[k] = nx::FloatBits(xs[t * 32 + k]);
+                    b1[k] = nx::FloatBits(xs[t * 32 + 16 + k]);
+                  }
+                  for (int ph = 0; ph < nph; ++ph) {
+                    d = nx::MvmulPhase(a0, b0, d, ph, cfg);
+                    d = nx::MvmulPhase(a1, b1, d, ph, cfg);
+                  }
+                }
+                dst[o] = d;
+              }
+              if (l1_eff) {
+                for (int o = 0; o < 32; ++o) {
+                  if (fp32) {
+                    acc[o] = b == 0 ? dst[o] : nx::PackL1AccFp32(acc[o], dst[o]);
+                  } else {
+                    const uint16_t nv = nx::PackBf16DstToBf16(static_cast<uint16_t>(dst[o] >> 16));
+                    acc[o] = static_cast<uint32_t>(b == 0 ? nv : nx::PackL1AccBf16(static_cast<uint16_t>(acc[o] >> 16), nv))
+                             << 16;
+                  }
+                }
+                part = acc;
+              } else if (b < nb - 1 || with_bias) {
+                part = pack(dst, out, false);
+              }
+            }
+            const DT part_dt = l1_eff ? (fp32 ? kFp32 : kBf16) : out;
+            if (with_bias) {
+              nx::FpuConfig ecfg = cfg;
+              if (part_dt == kFp32 && fp32) ecfg.a_fmt = nx::SrcFormat::kTf32;
+              for (int o = 0; o < 32; ++o) {
+                uint32_t a = part[o];
+                if (part_dt == kFp32) a = fp32 ? (a & 0xFFFFE000u) : (static_cast<uint32_t>(nx::UnpackFp32ToBf16(a)) << 16);
+                const uint32_t bias_dev = static_cast<uint32_t>(nx::HostFp32ToBf16(nx::FloatBits(bs[o]))) << 16;
+                dst[o] = nx::Elwadd(a, bias_dev, 0, false, ecfg);
+              }
+            } else if (l1_eff) {
+              dst = part;
+            }
+            const auto want = pack(dst, out, true);
+            for (int o = 0; o < 32; ++o)
+              ASSERT_EQ(nx::FloatBits(y->data<float>()[o]), want[o])
+                  << "fp32=" << fp32 << " l1=" << l1 << " bias=" << with_bias << " out=" << DeviceDTypeName(out) << " "
+                  << MathFidelityName(f) << " column " << o << "; " << rep.blocking;
+            EXPECT_NE(rep.blocking.find(nb == 3 ? "3 blocks of 32" : "2 blocks of 64"), std::string::npos) << rep.blocking;
+            EXPECT_EQ(rep.blocking.find("accumulated in L1") != std::string::npos, l1_eff) << rep.blocking;
+            ++checked;
+          }
+  EXPECT_EQ(checked, 96);
+}
+
 // ---------------------------------------------------------------------------------------------
 // tt-metal conv shapes (§13), scaled down.
 

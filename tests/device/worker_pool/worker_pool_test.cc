@@ -126,6 +126,13 @@ TEST(WorkerPoolTest, CreateErrors) {
   EXPECT_NE(p.status().message().find("broken:0"), std::string::npos);
   o.devices = {{"nope", 1}};
   EXPECT_EQ(WorkerPool::Create(o).status().code(), StatusCode::kNotFound);
+  o.devices = {{"reference", 1}};
+  o.backend_settings["reference"] = {{"bogus", "1"}};
+  EXPECT_EQ(WorkerPool::Create(o).status().code(), StatusCode::kInvalidArgument);  // from the factory
+  o.backend_settings = {{"tt-emu", {{"level", "fast"}}}};
+  EXPECT_EQ(WorkerPool::Create(o).status().code(), StatusCode::kInvalidArgument);  // no such devices
+  o.backend_settings = {{"reference", {{"threads", "1"}}}};
+  EXPECT_TRUE(WorkerPool::Create(o).ok());
 }
 
 TEST(WorkerPoolTest, RunsJobsOnTheirBackendAndReportsDevices) {
@@ -350,7 +357,15 @@ TEST(WorkerPoolTest, ThrowingJobFailsAloneAndWorkerKeepsServing) {
 }
 
 TEST(WorkerPoolTest, ThirtyTwoConcurrentClientsGetCorrectResults) {
-  auto pool = MakePool({{"reference", 2}}, 64, 4);
+  WorkerPoolOptions o;
+  o.devices = {{"reference", 2}};
+  o.queue_capacity = 64;
+  o.max_queued_per_client = 4;
+  o.registry = &TestRegistry();
+  o.backend_settings["reference"] = {{"threads", "1"}};  // two devices share two cores
+  auto created = WorkerPool::Create(o);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto pool = std::move(*created);
   std::atomic<int> ok{0};
   std::vector<std::thread> clients;
   for (int c = 0; c < 32; ++c) {

@@ -1,0 +1,183 @@
+// tt-emu benchmark (issue 5):
+//   --speed : the 3x3 64->64 56x56 batch-8 conv: reference (fp32 oneDNN, one-shot Conv2d) vs
+//             tt-emu fast at LoFi/HiFi2/HiFi4 (ratio to reference, time breakdown), and tt-emu exact
+//             MAC/s (HiFi4 and LoFi, N=1 28x28 to keep the run short).
+//   --table : fast vs exact on scaled-down tt-metal conv shapes (tt-numerics.md §13): PCC(fast,
+//             exact), max ulp difference in the output dtype (all outputs, and outputs with
+//             |y| >= max|y|/64), share of bit-identical outputs, PCC of each against fp32.
+// Usage: kiln_tt_emu_bench [--speed] [--table] [--reps N]   (default: both)
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "device/backends/reference/reference_backend.h"
+#include "device/backends/tt_emu/tt_conv.h"
+#include "device/numerics/formats.h"
+#include "device/numerics/pcc.h"
+
+namespace {
+
+using namespace kiln::device;
+namespace nx = kiln::numerics;
+
+Tensor RandBf16(std::vector<int64_t> shape, std::mt19937& rng, float scale = 1.0f) {
+  auto t = Tensor::Zeros(std::move(shape));
+  std::normal_distribution<float> d;
+  for (float& v : t->span<float>()) v = nx::Bf16ToFloat(nx::HostFp32ToBf16(nx::FloatBits(d(rng)))) * scale;
+  return std::move(*t);
+}
+
+double Best(int reps, const std::function<bool()>& fn) {
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!fn()) return -1;
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+std::string Note(const OpReport& r, const char* key) {
+  for (const auto& [k, v] : r.notes)
+    if (k == key) return v;
+  return "-";
+}
+
+void Speed(int reps) {
+  const int64_t N = 8, C = 64, O = 64, H = 56, W = 56;
+  const double macs = 1.0 * N * O * H * W * C * 9;
+  std::mt19937 rng(7);
+  Tensor x = RandBf16({N, C, H, W}, rng), w = RandBf16({O, C, 3, 3}, rng), b = RandBf16({O}, rng, 10.f);
+  Conv2dParams p;
+  p.pads = {1, 1, 1, 1};
+  auto ref = MakeReferenceBackend();
+  (void)(*ref)->Conv2d(x, w, &b, p, {});
+  const double tr = Best(reps, [&] { return (*ref)->Conv2d(x, w, &b, p, {}).ok(); });
+  std::printf("conv N=8 64->64 56x56 k3 p1 (%.2f GFLOP)\n", 2 * macs / 1e9);
+  std::printf("  reference (one-shot Conv2d)  : %7.1f ms  %6.1f GFLOP/s\n", tr * 1e3, 2 * macs / tr / 1e9);
+  for (MathFidelity f : {MathFidelity::kLoFi, MathFidelity::kHiFi2, MathFidelity::kHiFi4}) {
+    PrecisionConfig pc;
+    pc.math_fidelity = f;
+    OpReport rep;
+    (void)tt_emu::Conv2d(x, w, &b, p, pc, tt_emu::EmuLevel::kFast, nullptr, &rep);
+    const double te = Best(reps, [&] { return tt_emu::Conv2d(x, w, &b, p, pc, tt_emu::EmuLevel::kFast, nullptr, &rep).ok(); });
+    std::printf("  tt-emu fast %-5s            : %7.1f ms  %6.1f GFLOP/s  ratio to reference %.2f  "
+                "(last run: prepare %s s, matmuls %s s, total run %s s)\n",
+                MathFidelityName(f), te * 1e3, 2 * macs / te / 1e9, tr / te, Note(rep, "prepare_s").c_str(),
+                Note(rep, "fast_matmul_s").c_str(), Note(rep, "run_s").c_str());
+  }
+  Tensor xs = RandBf16({1, C, 28, 28}, rng);
+  const double macs_s = 1.0 * O * 28 * 28 * C * 9;
+  for (MathFidelity f : {MathFidelity::kHiFi4, MathFidelity::kLoFi}) {
+    PrecisionConfig pc;
+    pc.math_fidelity = f;
+    const double te = Best(2, [&] { return tt_emu::Conv2d(xs, w, &b, p, pc, tt_emu::EmuLevel::kExact).ok(); });
+    std::printf("  tt-emu exact %-5s (N=1 28x28): %7.1f ms  %6.3f GMAC/s  (%.3f G phase-MAC/s)\n", MathFidelityName(f),
+                te * 1e3, macs_s / te / 1e9, macs_s * (f == MathFidelity::kLoFi ? 1 : static_cast<int>(f)) / te / 1e9);
+  }
+}
+
+struct Row {
+  const char* name;
+  int64_t N, C, O, H, W, k, s, pad, dil, g;
+  DeviceDType out, wdt;
+  MathFidelity fid;
+  bool fp32, l1, bias;
+};
+
+int64_t UlpDiff(float a, float b, DeviceDType dt) {
+  auto ord = [](int64_t v, int bits) { return (v >> (bits - 1)) & 1 ? -(v & ((int64_t{1} << (bits - 1)) - 1)) : v; };
+  if (dt == DeviceDType::kFloat32) return std::llabs(ord(nx::FloatBits(a), 32) - ord(nx::FloatBits(b), 32));
+  return std::llabs(ord(nx::FloatBits(a) >> 16, 16) - ord(nx::FloatBits(b) >> 16, 16));
+}
+
+void Table() {
+  using DT = DeviceDType;
+  using MF = MathFidelity;
+  const std::vector<Row> rows = {
+      {"r01 384->353 k3s2 HiFi4 fp32/l1", 1, 384, 353, 8, 8, 3, 2, 1, 1, 1, DT::kBFloat16, DT::kBFloat16, MF::kHiFi4, true, true, true},
+      {"r01 bfp8 out HiFi4 bf16 Dst", 1, 384, 353, 8, 8, 3, 2, 1, 1, 1, DT::kBFloat8B, DT::kBFloat16, MF::kHiFi4, false, false, true},
+      {"r03 16->16 k5s2 HiFi4", 1, 16, 16, 16, 16, 5, 2, 2, 1, 1, DT::kBFloat16, DT::kBFloat16, MF::kHiFi4, true, false, true},
+      {"r04 256->256 k3s2 bfp8 fp32", 1, 256, 256, 8, 8, 3, 2, 1, 1, 1, DT::kBFloat8B, DT::kBFloat16, MF::kHiFi4, true, false, true},
+      {"r06 16->64 k4 LoFi bfp8w l1", 1, 16, 64, 12, 12, 4, 1, 0, 1, 1, DT::kBFloat16, DT::kBFloat8B, MF::kLoFi, false, true, true},
+      {"r07 64->64 k3 LoFi bfp8/bfp8", 1, 64, 64, 8, 8, 3, 1, 1, 1, 1, DT::kBFloat8B, DT::kBFloat8B, MF::kLoFi, false, true, true},
+      {"r09 256->256 k3s2 LoFi bfp8", 1, 256, 256, 8, 8, 3, 2, 1, 1, 1, DT::kBFloat8B, DT::kBFloat8B, MF::kLoFi, false, true, true},
+      {"r10 512->512 k3 LoFi bfp8", 1, 512, 512, 7, 7, 3, 1, 1, 1, 1, DT::kBFloat8B, DT::kBFloat8B, MF::kLoFi, false, true, true},
+      {"r13 3->32 k7s4 LoFi", 1, 3, 32, 32, 32, 7, 4, 3, 1, 1, DT::kBFloat16, DT::kBFloat16, MF::kLoFi, false, false, false},
+      {"r15 128 dw k3 LoFi", 1, 128, 128, 16, 16, 3, 1, 1, 1, 128, DT::kBFloat16, DT::kBFloat16, MF::kLoFi, false, false, false},
+      {"r17 256->150 1x1 LoFi", 1, 256, 150, 16, 16, 1, 1, 0, 1, 1, DT::kBFloat16, DT::kBFloat16, MF::kLoFi, false, false, false},
+      {"r18 32->48 k3 d2 LoFi bfp8", 1, 32, 48, 20, 20, 3, 1, 0, 2, 1, DT::kBFloat8B, DT::kBFloat8B, MF::kLoFi, false, false, true},
+      {"r21 512->512 k3 LoFi", 1, 512, 512, 6, 8, 3, 1, 1, 1, 1, DT::kBFloat16, DT::kBFloat16, MF::kLoFi, false, false, false},
+      {"r29 2048->256 1x1 HiFi4 bfp8w", 1, 2048, 256, 1, 1, 1, 1, 0, 1, 1, DT::kBFloat16, DT::kBFloat8B, MF::kHiFi4, false, false, true},
+      {"r31 3->64 k3s2 HiFi4 bfp8w", 1, 3, 64, 16, 32, 3, 2, 1, 1, 1, DT::kBFloat16, DT::kBFloat8B, MF::kHiFi4, false, false, false},
+      {"bench 64->64 k3 HiFi4 fp32 out", 1, 64, 64, 14, 14, 3, 1, 1, 1, 1, DT::kFloat32, DT::kBFloat16, MF::kHiFi4, true, false, true},
+  };
+  auto ref = MakeReferenceBackend();
+  std::printf("| shape (scaled) | out | fid | Dst | PCC(fast,exact) | max ulp (|y|>=max/64) | max ulp (all) | identical | PCC exact vs fp32 | PCC fast vs fp32 |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    std::mt19937 rng(42);
+    Tensor x = RandBf16({r.N, r.C, r.H, r.W}, rng), w = RandBf16({r.O, r.C / r.g, r.k, r.k}, rng),
+           b = RandBf16({r.O}, rng, 10.f);
+    Conv2dParams p;
+    p.strides = {r.s, r.s};
+    p.pads = {r.pad, r.pad, r.pad, r.pad};
+    p.dilations = {r.dil, r.dil};
+    p.group = r.g;
+    PrecisionConfig pc;
+    pc.math_fidelity = r.fid;
+    pc.weights_dtype = r.wdt;
+    pc.output_dtype = r.out;
+    pc.fp32_dest_acc_en = r.fp32;
+    pc.packer_l1_acc = r.l1;
+    const Tensor* bp = r.bias ? &b : nullptr;
+    auto y_ref = (*ref)->Conv2d(x, w, bp, p, {});
+    auto e = tt_emu::Conv2d(x, w, bp, p, pc, tt_emu::EmuLevel::kExact);
+    auto f = tt_emu::Conv2d(x, w, bp, p, pc, tt_emu::EmuLevel::kFast);
+    if (!y_ref.ok() || !e.ok() || !f.ok()) {
+      std::printf("| %s | failed |\n", r.name);
+      continue;
+    }
+    float max_abs = 0;
+    for (float v : e->span<float>()) max_abs = std::max(max_abs, std::fabs(v));
+    int64_t mu = 0, mu_all = 0, same = 0;
+    for (int64_t i = 0; i < e->num_elements(); ++i) {
+      const float a = e->data<float>()[i], q = f->data<float>()[i];
+      const int64_t u = UlpDiff(a, q, r.out);
+      mu_all = std::max(mu_all, u);
+      if (std::fabs(a) >= max_abs / 64) mu = std::max(mu, u);
+      same += nx::FloatBits(a) == nx::FloatBits(q);
+    }
+    auto pcc = [](const Tensor& a, const Tensor& b) { return nx::CompPcc(a.span<float>(), b.span<float>(), 0.0)->pcc; };
+    std::printf("| %s | %s | %s | %s | %.7f | %lld | %lld | %.1f%% | %.6f | %.6f |\n", r.name, DeviceDTypeName(r.out),
+                MathFidelityName(r.fid), r.fp32 ? "fp32" : "bf16", pcc(*e, *f), static_cast<long long>(mu),
+                static_cast<long long>(mu_all), 100.0 * same / e->num_elements(), pcc(*y_ref, *e), pcc(*y_ref, *f));
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool speed = false, table = false;
+  int reps = 5;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--speed")) speed = true;
+    else if (!std::strcmp(argv[i], "--table")) table = true;
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: %s [--speed] [--table] [--reps N]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (!speed && !table) speed = table = true;
+  if (speed) Speed(reps);
+  if (table) Table();
+  return 0;
+}
