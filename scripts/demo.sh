@@ -43,8 +43,18 @@ done
 step "kiln models"
 "$KILN" models
 
+step "kiln compile: ai8x YAML for MAX78000 (stored model, by name)"
+"$KILN" compile mnist-ai85net5.qat --device MAX78000 --arch ai85net5 --dataset MNIST --table \
+  -o "$WORK/mnist.yaml"
+echo "--- $WORK/mnist.yaml (first 24 lines)"
+head -24 "$WORK/mnist.yaml"
+"$KILN" compile cifar10-ai85net5.qat --device MAX78000 --arch ai85net5 --dataset CIFAR10 \
+  -o "$WORK/cifar10.yaml"
+"$KILN" compile kws20-ai85kws20netv3.qat --device MAX78000 --arch ai85kws20netv3 --dataset KWS_20 \
+  -o "$WORK/kws20.yaml"
+
 if [[ -x "$ROOT/scripts/demo-jobs.sh" ]]; then
-  step "jobs"
+  step "device jobs"
   bash "$ROOT/scripts/demo-jobs.sh" "$ROOT" "$KILN"
 fi
 

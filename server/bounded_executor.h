@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <functional>
+#include <utility>
 
 namespace kiln::server {
 
@@ -18,16 +19,19 @@ class BoundedExecutor {
       : pool_(threads == 0 ? 1 : threads), capacity_((threads == 0 ? 1 : threads) + queue) {}
   ~BoundedExecutor() { pool_.join(); }
 
-  /// Runs `job` on a worker, or returns false at once when the pool is full.
-  bool Submit(std::function<void()> job) {
+  /// Runs `job` on a worker, or returns false at once when the pool is full. The job may return
+  /// a continuation, which runs after the job's slot is released: reply to the client there, so
+  /// that a client which sends its next request as soon as it has the answer finds a free slot.
+  bool Submit(std::function<std::function<void()>()> job) {
     size_t now = admitted_.fetch_add(1);
     if (now >= capacity_) {
       admitted_.fetch_sub(1);
       return false;
     }
     boost::asio::post(pool_, [this, job = std::move(job)] {
-      job();
+      std::function<void()> then = job();
       admitted_.fetch_sub(1);
+      if (then) then();
     });
     return true;
   }

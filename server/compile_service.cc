@@ -35,10 +35,13 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(
     reactor->Finish(scope->Done(st));
     return reactor;
   }
-  auto job = [this, context, request, response, reactor, scope] {
+  // The job computes the reply; the continuation it returns sends it once the slot is free.
+  auto job = [this, context, request, response, reactor, scope]() -> std::function<void()> {
+    auto finish = [reactor, scope](grpc::Status status) -> std::function<void()> {
+      return [reactor, scope, status] { reactor->Finish(scope->Done(status)); };
+    };
     if (context->IsCancelled()) {
-      reactor->Finish(scope->Done(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled before start")));
-      return;
+      return finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled before start"));
     }
     auto start = std::chrono::steady_clock::now();
     std::string bytes;
@@ -51,21 +54,16 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(
       auto info = store_->Get(request->model_id());
       if (!reader.ok() || !info.ok()) {
         totals_.Add({{"target", "ai8x"}, {"result", "invalid"}}).Increment();
-        reactor->Finish(scope->Done(ToGrpc(reader.ok() ? info.status() : reader.status())));
-        return;
+        return finish(ToGrpc(reader.ok() ? info.status() : reader.status()));
       }
       auto all = (*reader)->ReadAll();
-      if (!all.ok()) {
-        reactor->Finish(scope->Done(ToGrpc(all.status())));
-        return;
-      }
+      if (!all.ok()) return finish(ToGrpc(all.status()));
       bytes = std::move(all).value();
       name = info->names.empty() ? info->model_id.substr(0, 12) : info->names.front();
     }
     if (bytes.empty()) {
-      reactor->Finish(scope->Done(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                               "request names no model: set model_id or model_bytes")));
-      return;
+      return finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "request names no model: set model_id or model_bytes"));
     }
     scope->AddBytes(bytes.size());
     Result<kiln::v1::CompileAi8xResponse> result = Internal("compile did not run");
@@ -83,12 +81,11 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(
         .Observe(seconds);
     if (!result.ok()) {
       totals_.Add({{"target", "ai8x"}, {"result", "invalid"}}).Increment();
-      reactor->Finish(scope->Done(ToGrpc(result.status())));
-      return;
+      return finish(ToGrpc(result.status()));
     }
     *response = std::move(result).value();
     totals_.Add({{"target", "ai8x"}, {"result", response->ok() ? "ok" : "rule_errors"}}).Increment();
-    reactor->Finish(scope->Done(grpc::Status::OK));
+    return finish(grpc::Status::OK);
   };
   if (!executor_.Submit(job)) {
     totals_.Add({{"target", "ai8x"}, {"result", "rejected"}}).Increment();

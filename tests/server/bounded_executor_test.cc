@@ -12,9 +12,10 @@ TEST(BoundedExecutor, RefusesBeyondThreadsPlusQueueAndRecovers) {
   std::promise<void> release;
   std::shared_future<void> gate = release.get_future().share();
   std::atomic<int> ran{0};
-  auto blocking = [&] {
+  auto blocking = [&]() -> std::function<void()> {
     gate.wait();
     ran++;
+    return nullptr;
   };
   EXPECT_TRUE(ex.Submit(blocking));   // running
   EXPECT_TRUE(ex.Submit(blocking));   // queued
@@ -24,7 +25,15 @@ TEST(BoundedExecutor, RefusesBeyondThreadsPlusQueueAndRecovers) {
   for (int i = 0; i < 1000 && ex.admitted() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(ran.load(), 2);
   EXPECT_EQ(ex.admitted(), 0u);
-  EXPECT_TRUE(ex.Submit([&] { ran++; }));
+  // The continuation runs after the slot is free: a new job is admitted from inside it.
+  std::promise<bool> admitted_from_continuation;
+  EXPECT_TRUE(ex.Submit([&]() -> std::function<void()> {
+    ran++;
+    return [&] {
+      admitted_from_continuation.set_value(ex.Submit([]() -> std::function<void()> { return nullptr; }));
+    };
+  }));
+  EXPECT_TRUE(admitted_from_continuation.get_future().get());
   ex.Join();
   EXPECT_EQ(ran.load(), 3);
 }
