@@ -378,6 +378,18 @@ class Engine {
       if (need_b0) img0[i] = b0;
       if (need_b1) img1[i] = hifi3 ? mask(xdev_[i], 0xFFFFE000u) - b0 : mask(xdev_[i], 0xFFFFE000u);
     }
+    // Default blocking (one K block per kernel row) without groups: one oneDNN convolution per
+    // kernel row over the padded NHWC image, no im2col. Otherwise im2col + matmul in row chunks.
+    if (g.G == 1 && g.nb == g.kh && g.block_w == g.Cin_pad * g.kw) {
+      std::vector<float> sums(static_cast<size_t>(g.nb * g.M * g.O_pad));
+      const auto t0 = std::chrono::steady_clock::now();
+      KILN_RETURN_IF_ERROR(
+          ConvRowSums(hifi4 ? img1 : img0, w_primary, hifi3 ? &img1 : nullptr, w_a0, sums.data()));
+      fast_sums_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (cancel) KILN_RETURN_IF_ERROR(cancel->Check());
+      return Parallel(0, g.M, g.O_pad * (g.nb + 4) * 8, threads,
+                      [&](int64_t a, int64_t b) { return RunRows(a, b, cancel, out, sums.data(), 0, g.M); });
+    }
     // Chunk of rows: im2col of R x K floats (about 16 MiB), large enough for efficient matmuls.
     const int64_t R = std::min<int64_t>(g.M, std::max<int64_t>(64, (int64_t{4} << 20) / std::max<int64_t>(1, g.K)));
     std::vector<float> c0, c1, sums(static_cast<size_t>(g.nb * R * g.O_pad)), tmp;
@@ -416,6 +428,80 @@ class Engine {
       }
     } catch (const dnnl::error& e) {
       return Internal(std::string("oneDNN: ") + e.what());
+    }
+    return Status::Ok();
+  }
+
+  // sums[i][m][o] = Σ_{j, c} W[o, c, i, j]·X[n, y(oy, i), x(ox, j), c] for every kernel row i, with
+  // oneDNN f32 convolutions (kernel 1 x kW) on the zero-padded NHWC image of `img` (Cin_pad
+  // channels, only C used); `w` is the [O_pad][K] variant matrix. With `img2`/`w2` (HiFi3) a second
+  // product is added.
+  Status ConvRowSums(const std::vector<float>& img, const float* w, const std::vector<float>* img2, const float* w2,
+                     float* sums) const {
+    const Geometry& g = g_;
+    const int64_t Hp = (g.OH - 1) * g.sh + (g.kh - 1) * g.dh + 1, Wp = (g.OW - 1) * g.sw + (g.kw - 1) * g.dw + 1;
+    const int64_t Hv = (g.OH - 1) * g.sh + 1;
+    auto pad_image = [&](const std::vector<float>& src) {
+      std::vector<float> xp(static_cast<size_t>(g.N * Hp * Wp * g.C), 0.0f);
+      for (int64_t n = 0; n < g.N; ++n)
+        for (int64_t yp = 0; yp < Hp; ++yp) {
+          const int64_t y = yp - g.pt;
+          if (y < 0 || y >= g.H) continue;
+          for (int64_t xq = 0; xq < Wp; ++xq) {
+            const int64_t x = xq - g.pl;
+            if (x < 0 || x >= g.W) continue;
+            const float* s = &src[static_cast<size_t>(((n * g.H + y) * g.W + x) * g.Cin_pad)];
+            std::copy(s, s + g.C, &xp[static_cast<size_t>(((n * Hp + yp) * Wp + xq) * g.C)]);
+          }
+        }
+      return xp;
+    };
+    try {
+      using md = dnnl::memory::desc;
+      using dt = dnnl::memory::data_type;
+      using tag = dnnl::memory::format_tag;
+      dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+      dnnl::stream strm(eng);
+      const md src_md({1, g.C, Hv, Wp}, dt::f32, tag::nhwc);
+      const md wei_any({g.O_pad, g.C, 1, g.kw}, dt::f32, tag::any);
+      const md wei_plain({g.O_pad, g.C, 1, g.kw}, dt::f32, tag::oihw);
+      const md dst_md({1, g.O_pad, g.OH, g.OW}, dt::f32, tag::nhwc);
+      dnnl::convolution_forward::desc cd(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                         src_md, wei_any, dst_md, {g.sh, g.sw}, {0, g.dw - 1}, {0, 0}, {0, 0});
+      dnnl::convolution_forward::primitive_desc pd(cd, eng);
+      dnnl::convolution_forward conv(pd);
+      std::vector<float> tmp;
+      for (int pass = 0; pass < (img2 ? 2 : 1); ++pass) {
+        std::vector<float> xp = pad_image(pass == 0 ? img : *img2);
+        const float* wm = pass == 0 ? w : w2;
+        float* dst_base = sums;
+        if (pass == 1) {
+          tmp.assign(static_cast<size_t>(g.nb * g.M * g.O_pad), 0.0f);
+          dst_base = tmp.data();
+        }
+        for (int64_t i = 0; i < g.kh; ++i) {
+          // Weights of kernel row i as OIHW (O_pad, C, 1, kW), reordered once to the primitive's format.
+          std::vector<float> wi(static_cast<size_t>(g.O_pad * g.C * g.kw));
+          for (int64_t o = 0; o < g.O_pad; ++o)
+            for (int64_t c = 0; c < g.C; ++c)
+              for (int64_t j = 0; j < g.kw; ++j)
+                wi[static_cast<size_t>((o * g.C + c) * g.kw + j)] = wm[o * g.K + (i * g.kw + j) * g.Cin_pad + c];
+          dnnl::memory wplain(wei_plain, eng, wi.data());
+          dnnl::memory wmem(pd.weights_desc(), eng);
+          dnnl::reorder(wplain, wmem).execute(strm, wplain, wmem);
+          for (int64_t n = 0; n < g.N; ++n) {
+            dnnl::memory sm(src_md, eng, &xp[static_cast<size_t>((n * Hp + i * g.dh) * Wp * g.C)]);
+            dnnl::memory dm(dst_md, eng, dst_base + (i * g.M + n * g.OH * g.OW) * g.O_pad);
+            conv.execute(strm, {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_DST, dm}});
+          }
+          strm.wait();
+        }
+      }
+      if (img2) {
+        for (size_t k = 0; k < tmp.size(); ++k) sums[k] += tmp[k];
+      }
+    } catch (const dnnl::error& e) {
+      return Internal(std::string("oneDNN convolution failed: ") + e.what());
     }
     return Status::Ok();
   }
