@@ -440,7 +440,6 @@ class Engine {
                      float* sums) const {
     const Geometry& g = g_;
     const int64_t Hp = (g.OH - 1) * g.sh + (g.kh - 1) * g.dh + 1, Wp = (g.OW - 1) * g.sw + (g.kw - 1) * g.dw + 1;
-    const int64_t Hv = (g.OH - 1) * g.sh + 1;
     auto pad_image = [&](const std::vector<float>& src) {
       std::vector<float> xp(static_cast<size_t>(g.N * Hp * Wp * g.C), 0.0f);
       for (int64_t n = 0; n < g.N; ++n)
@@ -462,17 +461,19 @@ class Engine {
       using tag = dnnl::memory::format_tag;
       dnnl::engine eng(dnnl::engine::kind::cpu, 0);
       dnnl::stream strm(eng);
-      const md src_md({1, g.C, Hv, Wp}, dt::f32, tag::nhwc);
+      // Kernel row i reads padded rows i·dH + oy·sH: they are gathered into a dense (N, OH, Wp, C)
+      // image, so one convolution (kernel 1 x kW, stride (1, sW)) covers the whole batch.
+      const md src_md({g.N, g.C, g.OH, Wp}, dt::f32, tag::nhwc);
       const md wei_any({g.O_pad, g.C, 1, g.kw}, dt::f32, tag::any);
       const md wei_plain({g.O_pad, g.C, 1, g.kw}, dt::f32, tag::oihw);
-      const md dst_md({1, g.O_pad, g.OH, g.OW}, dt::f32, tag::nhwc);
+      const md dst_md({g.N, g.O_pad, g.OH, g.OW}, dt::f32, tag::nhwc);
       dnnl::convolution_forward::desc cd(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                         src_md, wei_any, dst_md, {g.sh, g.sw}, {0, g.dw - 1}, {0, 0}, {0, 0});
+                                         src_md, wei_any, dst_md, {1, g.sw}, {0, g.dw - 1}, {0, 0}, {0, 0});
       dnnl::convolution_forward::primitive_desc pd(cd, eng);
       dnnl::convolution_forward conv(pd);
-      std::vector<float> tmp;
+      std::vector<float> tmp, rows(static_cast<size_t>(g.N * g.OH * Wp * g.C));
       for (int pass = 0; pass < (img2 ? 2 : 1); ++pass) {
-        std::vector<float> xp = pad_image(pass == 0 ? img : *img2);
+        const std::vector<float> xp = pad_image(pass == 0 ? img : *img2);
         const float* wm = pass == 0 ? w : w2;
         float* dst_base = sums;
         if (pass == 1) {
@@ -480,7 +481,7 @@ class Engine {
           dst_base = tmp.data();
         }
         for (int64_t i = 0; i < g.kh; ++i) {
-          // Weights of kernel row i as OIHW (O_pad, C, 1, kW), reordered once to the primitive's format.
+          // Weights of kernel row i as OIHW (O_pad, C, 1, kW), reordered to the primitive's format.
           std::vector<float> wi(static_cast<size_t>(g.O_pad * g.C * g.kw));
           for (int64_t o = 0; o < g.O_pad; ++o)
             for (int64_t c = 0; c < g.C; ++c)
@@ -489,11 +490,15 @@ class Engine {
           dnnl::memory wplain(wei_plain, eng, wi.data());
           dnnl::memory wmem(pd.weights_desc(), eng);
           dnnl::reorder(wplain, wmem).execute(strm, wplain, wmem);
-          for (int64_t n = 0; n < g.N; ++n) {
-            dnnl::memory sm(src_md, eng, &xp[static_cast<size_t>((n * Hp + i * g.dh) * Wp * g.C)]);
-            dnnl::memory dm(dst_md, eng, dst_base + (i * g.M + n * g.OH * g.OW) * g.O_pad);
-            conv.execute(strm, {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_DST, dm}});
-          }
+          const size_t row_len = static_cast<size_t>(Wp * g.C);
+          for (int64_t n = 0; n < g.N; ++n)
+            for (int64_t oy = 0; oy < g.OH; ++oy) {
+              const float* s = &xp[static_cast<size_t>(n * Hp + i * g.dh + oy * g.sh) * row_len];
+              std::copy(s, s + row_len, &rows[static_cast<size_t>(n * g.OH + oy) * row_len]);
+            }
+          dnnl::memory sm(src_md, eng, rows.data());
+          dnnl::memory dm(dst_md, eng, dst_base + i * g.M * g.O_pad);
+          conv.execute(strm, {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_DST, dm}});
           strm.wait();
         }
       }
