@@ -126,10 +126,9 @@ void PackRow(const uint32_t* dst, int64_t n, DeviceDType dt, bool fp32_dst, bool
 // rounds half away from zero to 8 significant bits like §5.5's normaliser.
 inline uint32_t RoundIntoDst(float v, bool fp32_dst) {
   uint32_t u = nx::FloatBits(v);
-  if (std::isnan(v)) u = (u & 0x80000000u) | 0x7F800000u;
-  if (!fp32_dst) u = (u + 0x8000u) & 0xFFFF0000u;
-  if (((u >> 23) & 0xFFu) == 0) return 0;
-  return u;
+  u = (u & 0x7FFFFFFFu) > 0x7F800000u ? ((u & 0x80000000u) | 0x7F800000u) : u;  // NaN → ±Inf
+  u = fp32_dst ? u : ((u + 0x8000u) & 0xFFFF0000u);
+  return ((u >> 23) & 0xFFu) == 0 ? 0u : u;
 }
 
 bool IsRelu(Activation a) { return a == Activation::kRelu; }
@@ -543,32 +542,37 @@ class Engine {
       }
       for (int64_t b = 0; b < g.nb; ++b) {
         const int64_t kb0 = b * g.block_w, kb1 = std::min(g.K, kb0 + g.block_w);
-        for (int64_t o = 0; o < g.O_pad; ++o) {
-          uint32_t d = (b == 0 || l1acc_) ? 0u : part[o];
+        const bool from_zero = b == 0 || l1acc_;
+        if (level_ == EmuLevel::kFast) {
+          // Padded channels have zero weights, so their sums (and Dst) are 0 like the card's.
+          const float* sb = sums + (b * sums_rows + (m - sums_m0)) * g.O_pad;
+          if (from_zero) {
+            for (int64_t o = 0; o < g.O_pad; ++o) dst[o] = RoundIntoDst(sb[o], fp32_dst_);
+          } else {
+            for (int64_t o = 0; o < g.O_pad; ++o) dst[o] = RoundIntoDst(nx::BitsFloat(part[o]) + sb[o], fp32_dst_);
+          }
+        }
+        for (int64_t o = 0; o < g.O_pad && level_ == EmuLevel::kExact; ++o) {
+          uint32_t d = from_zero ? 0u : part[o];
           if (o >= g.O) {
             dst[o] = 0;
             continue;
           }
-          if (level_ == EmuLevel::kExact) {
-            const uint8_t* wn = &wnz_[o * (g.K / 8)];
-            for (int64_t t0 = kb0; t0 < kb1; t0 += 32) {
-              for (int ph = 0; ph < nph; ++ph) {
-                const uint32_t* A = &wsl_[ph & 1][o * g.K];
-                const uint32_t* B = xsl[(ph >> 1) & 1].data();
-                const int adj = nx::PhaseAdjust(ph);
-                for (int64_t k0 = t0; k0 < t0 + 32; k0 += 16) {
-                  const int64_t q0 = k0 / 8, q1 = q0 + 1;
-                  const bool nz0 = wn[q0] && xnz[q0], nz1 = wn[q1] && xnz[q1];
-                  if (!nz0 && !nz1) continue;
-                  nx::FpuTerm t0t, t1t;
-                  MvmulTerms(A + k0, B + k0, adj, &t0t, &t1t);
-                  d = nx::CombineWithDst(t0t, t1t, d, fp32_dst_, arch_);
-                }
+          const uint8_t* wn = &wnz_[o * (g.K / 8)];
+          for (int64_t t0 = kb0; t0 < kb1; t0 += 32) {
+            for (int ph = 0; ph < nph; ++ph) {
+              const uint32_t* A = &wsl_[ph & 1][o * g.K];
+              const uint32_t* B = xsl[(ph >> 1) & 1].data();
+              const int adj = nx::PhaseAdjust(ph);
+              for (int64_t k0 = t0; k0 < t0 + 32; k0 += 16) {
+                const int64_t q0 = k0 / 8, q1 = q0 + 1;
+                const bool nz0 = wn[q0] && xnz[q0], nz1 = wn[q1] && xnz[q1];
+                if (!nz0 && !nz1) continue;
+                nx::FpuTerm t0t, t1t;
+                MvmulTerms(A + k0, B + k0, adj, &t0t, &t1t);
+                d = nx::CombineWithDst(t0t, t1t, d, fp32_dst_, arch_);
               }
             }
-          } else {
-            const float s = sums[static_cast<size_t>((b * sums_rows + (m - sums_m0)) * g.O_pad + o)];
-            d = RoundIntoDst(nx::BitsFloat(d) + s, fp32_dst_);
           }
           dst[o] = d;
         }
