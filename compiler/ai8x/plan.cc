@@ -406,6 +406,13 @@ void AllocateProcessors(Network& net, const Ai8xOptions& options) {
     auto it = readers.find(l.id);
     uint64_t out = 0;
     if (it != readers.end()) {
+      bool concat_reader = false, other_reader = false;
+      for (int r : it->second) (is_concat(net.layers[r]) ? concat_reader : other_reader) = true;
+      if (concat_reader && (other_reader || it->second.size() > 1)) {
+        net.Report(Severity::kError, "AI8X_CONCAT", &l,
+                   "this output is concatenated and also read elsewhere; a layer writes one output map, so "
+                   "the concatenation cannot take it (copy it with a separate layer first)");
+      }
       for (int r : it->second) {
         const Layer& reader = net.layers[r];
         if (!is_concat(reader)) {

@@ -301,7 +301,7 @@ class Graph {
   Result<std::vector<int64_t>> StaticOutputShape(const Node& node, size_t i) const;
 
  private:
-  friend class GraphBuilder;  // the loader's builder (compiler/onnx/graph_builder.h)
+  friend class GraphBuilder;  // the loader's builder (compiler/onnx/loader.cc)
   std::string name_;
   std::vector<Node> nodes_;
   std::vector<std::string> inputs_;

@@ -4,18 +4,6 @@
 
 namespace kiln::numerics {
 
-namespace {
-inline bool IsNanBits(uint32_t u) { return (u & 0x7FFFFFFFu) > 0x7F800000u; }
-inline bool IsNanBf16(uint16_t t) { return (t & 0x7FFFu) > 0x7F80u; }
-}  // namespace
-
-uint16_t HostFp32ToBf16(uint32_t u, HostBf16Rounding mode) {
-  if (mode == HostBf16Rounding::kTruncate) return static_cast<uint16_t>(u >> 16);
-  if (IsNanBits(u)) return 0x7FC0;
-  uint32_t r = u + 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(r >> 16);
-}
-
 BfpGroup HostEncodeBfpGroup(std::span<const uint32_t, 16> in, BfpFormat fmt, HostBfpRounding mode) {
   const int mag_bits = BfpCodeBits(fmt) - 1;  // 7 or 3
   const int k = 24 - mag_bits;                // low bits to drop
@@ -62,35 +50,9 @@ float DecodeBfpValue(uint8_t exp, uint8_t code, BfpFormat fmt) {
   return neg ? -f : f;
 }
 
-uint16_t PackFp32DstToBf16(uint32_t u) {
-  if (IsNanBits(u)) u = (u & 0x80000000u) | 0x7F800000u;
-  uint16_t b = static_cast<uint16_t>((u + 0x8000u) >> 16);
-  if ((b & 0x7F80u) == 0) return 0;
-  return b;
-}
 
-uint16_t PackBf16DstToBf16(uint16_t t) {
-  if (IsNanBf16(t)) return static_cast<uint16_t>((t & 0x8000u) | 0x7F80u);
-  if ((t & 0x7F80u) == 0) return 0;
-  return t;
-}
 
-uint16_t PackE8M6FromFp32Dst(uint32_t u) {
-  if (IsNanBits(u)) u = (u & 0x80000000u) | 0x7F800000u;
-  uint32_t t = u >> 16;
-  t = (t + 1u) & ~1u;
-  t &= 0xFFFFu;
-  if ((t & 0x7F80u) == 0) return 0;
-  return static_cast<uint16_t>(t);
-}
 
-uint16_t PackE8M6FromBf16Dst(uint16_t t16) {
-  uint32_t t = t16;
-  if (IsNanBf16(t16)) t = (t & 0x8000u) | 0x7F80u;
-  if ((t & 0x7F80u) == 0) return 0;
-  t = (t + 1u) & ~1u;
-  return static_cast<uint16_t>(t & 0xFFFFu);
-}
 
 BfpGroup PackBfpStageB(std::span<const uint16_t, 16> v, BfpFormat fmt) {
   BfpGroup g;
@@ -124,24 +86,6 @@ BfpGroup PackBfpFromBf16Dst(std::span<const uint16_t, 16> dst, BfpFormat fmt) {
   return PackBfpStageB(a, fmt);
 }
 
-uint16_t UnpackFp32ToBf16(uint32_t u) {
-  if ((u & 0x7FFFFFFFu) < 0x800000u) u &= 0x80000000u;
-  return static_cast<uint16_t>(u >> 16);
-}
 
-uint16_t UnpackBfpToBf16(uint8_t exp, uint8_t code, BfpFormat fmt) {
-  uint32_t c8 = fmt == BfpFormat::kBfp4 ? (static_cast<uint32_t>(code & 0xFu) << 4) : code;
-  uint32_t s = (c8 >> 7) & 1u;
-  uint32_t m = c8 & 0x7Fu;
-  if (m == 0) return s ? 0xFF80 : 0x0000;
-  int z = 0;
-  while (!(m & 0x40u)) {
-    m <<= 1;
-    ++z;
-  }
-  uint32_t e = (static_cast<uint32_t>(exp) - static_cast<uint32_t>(z)) & 0xFFu;
-  uint32_t mant = (m & 0x3Fu) << 1;
-  return static_cast<uint16_t>((s << 15) | (e << 7) | mant);
-}
 
 }  // namespace kiln::numerics

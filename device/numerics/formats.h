@@ -43,7 +43,7 @@ enum class HostBf16Rounding {
   kRne,       ///< current tt-metal / torch: RNE, NaN → 0x7FC0, overflow → ±Inf, denormals rounded
   kTruncate,  ///< legacy bfloat16(float): keep the top 16 bits
 };
-uint16_t HostFp32ToBf16(uint32_t u, HostBf16Rounding mode = HostBf16Rounding::kRne);
+inline uint16_t HostFp32ToBf16(uint32_t u, HostBf16Rounding mode = HostBf16Rounding::kRne);
 
 /// Host fp32 → bfp rounding variants (§2.2).
 enum class HostBfpRounding {
@@ -62,15 +62,15 @@ float DecodeBfpValue(uint8_t exp, uint8_t code, BfpFormat fmt);
 // §3 Device packer (Dst → L1)
 
 /// §3.1 fp32 Dst → bf16: NaN → ±Inf, round half away from zero, exponent-0 result → +0.
-uint16_t PackFp32DstToBf16(uint32_t u);
+inline uint16_t PackFp32DstToBf16(uint32_t u);
 /// §3.2 bf16 Dst → bf16: NaN → ±Inf, exponent-0 → +0, otherwise unchanged.
-uint16_t PackBf16DstToBf16(uint16_t t);
+inline uint16_t PackBf16DstToBf16(uint16_t t);
 /// §3.3 fp32 output from a bf16 Dst (fp32 Dst → fp32 is the identity).
 inline uint32_t PackBf16DstToFp32(uint16_t t) { return static_cast<uint32_t>(t) << 16; }
 /// §3.4 stage A from an fp32 Dst: the E8M6 bf16 pattern (`dev_pack_e8m6`).
-uint16_t PackE8M6FromFp32Dst(uint32_t u);
+inline uint16_t PackE8M6FromFp32Dst(uint32_t u);
 /// §3.4 stage A from a bf16 Dst (flush before the +1 step).
-uint16_t PackE8M6FromBf16Dst(uint16_t t);
+inline uint16_t PackE8M6FromBf16Dst(uint16_t t);
 /// §3.4 stage B: block-encodes 16 E8M6 values of one face row.
 BfpGroup PackBfpStageB(std::span<const uint16_t, 16> e8m6, BfpFormat fmt);
 /// §3.4 stages A+B for 16 fp32 Dst values (`dev_fp32dst`).
@@ -88,9 +88,9 @@ inline uint32_t PackerReluFp32(uint32_t u) { return (u & 0x80000000u) ? 0 : u; }
 /// fp32 → tf32: drop the low 13 mantissa bits, no rounding, no flush (fp32 pattern returned).
 inline uint32_t UnpackFp32ToTf32(uint32_t u) { return u & 0xFFFFE000u; }
 /// fp32 → bf16: denormal → signed zero, then truncate.
-uint16_t UnpackFp32ToBf16(uint32_t u);
+inline uint16_t UnpackFp32ToBf16(uint32_t u);
 /// bfp → bf16 (§4): m==0 → +0 (or −Inf 0xFF80 when the sign bit is set); exponent wraps mod 256.
-uint16_t UnpackBfpToBf16(uint8_t exp, uint8_t code, BfpFormat fmt);
+inline uint16_t UnpackBfpToBf16(uint8_t exp, uint8_t code, BfpFormat fmt);
 
 /// Source-register operand format seen by the FPU (§4 "FPU operand masking").
 enum class SrcFormat {
@@ -100,6 +100,71 @@ enum class SrcFormat {
 /// Masks an fp32 pattern to what the FPU sees for that operand format.
 inline uint32_t MaskSrcOperand(uint32_t u, SrcFormat f) {
   return u & (f == SrcFormat::kTf32 ? 0xFFFFE000u : 0xFFFF0000u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inline definitions (hot in the emulator's inner loops).
+
+namespace detail {
+inline bool IsNanBits(uint32_t u) { return (u & 0x7FFFFFFFu) > 0x7F800000u; }
+inline bool IsNanBf16(uint16_t t) { return (t & 0x7FFFu) > 0x7F80u; }
+}  // namespace detail
+
+inline uint16_t HostFp32ToBf16(uint32_t u, HostBf16Rounding mode) {
+  if (mode == HostBf16Rounding::kTruncate) return static_cast<uint16_t>(u >> 16);
+  if (detail::IsNanBits(u)) return 0x7FC0;
+  uint32_t r = u + 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(r >> 16);
+}
+
+inline uint16_t PackFp32DstToBf16(uint32_t u) {
+  if (detail::IsNanBits(u)) u = (u & 0x80000000u) | 0x7F800000u;
+  uint16_t b = static_cast<uint16_t>((u + 0x8000u) >> 16);
+  if ((b & 0x7F80u) == 0) return 0;
+  return b;
+}
+
+inline uint16_t PackBf16DstToBf16(uint16_t t) {
+  if (detail::IsNanBf16(t)) return static_cast<uint16_t>((t & 0x8000u) | 0x7F80u);
+  if ((t & 0x7F80u) == 0) return 0;
+  return t;
+}
+
+inline uint16_t PackE8M6FromFp32Dst(uint32_t u) {
+  if (detail::IsNanBits(u)) u = (u & 0x80000000u) | 0x7F800000u;
+  uint32_t t = u >> 16;
+  t = (t + 1u) & ~1u;
+  t &= 0xFFFFu;
+  if ((t & 0x7F80u) == 0) return 0;
+  return static_cast<uint16_t>(t);
+}
+
+inline uint16_t PackE8M6FromBf16Dst(uint16_t t16) {
+  uint32_t t = t16;
+  if (detail::IsNanBf16(t16)) t = (t & 0x8000u) | 0x7F80u;
+  if ((t & 0x7F80u) == 0) return 0;
+  t = (t + 1u) & ~1u;
+  return static_cast<uint16_t>(t & 0xFFFFu);
+}
+
+inline uint16_t UnpackFp32ToBf16(uint32_t u) {
+  if ((u & 0x7FFFFFFFu) < 0x800000u) u &= 0x80000000u;
+  return static_cast<uint16_t>(u >> 16);
+}
+
+inline uint16_t UnpackBfpToBf16(uint8_t exp, uint8_t code, BfpFormat fmt) {
+  uint32_t c8 = fmt == BfpFormat::kBfp4 ? (static_cast<uint32_t>(code & 0xFu) << 4) : code;
+  uint32_t s = (c8 >> 7) & 1u;
+  uint32_t m = c8 & 0x7Fu;
+  if (m == 0) return s ? 0xFF80 : 0x0000;
+  int z = 0;
+  while (!(m & 0x40u)) {
+    m <<= 1;
+    ++z;
+  }
+  uint32_t e = (static_cast<uint32_t>(exp) - static_cast<uint32_t>(z)) & 0xFFu;
+  uint32_t mant = (m & 0x3Fu) << 1;
+  return static_cast<uint16_t>((s << 15) | (e << 7) | mant);
 }
 
 }  // namespace kiln::numerics

@@ -71,51 +71,6 @@ FpuTerm GroupTerm(const FpuSlice* a8, const FpuSlice* b8, int adj) {
   return t;
 }
 
-uint32_t CombineWithDst(const FpuTerm& g0, const FpuTerm& g1, uint32_t dst, bool fp32_dst, Arch arch) {
-  const int sd = static_cast<int>(dst >> 31);
-  const int ed = static_cast<int>((dst >> 23) & 0xFFu);
-  int64_t D = ed != 0 ? static_cast<int64_t>(0x800000u | (dst & 0x7FFFFFu)) : 0;
-  int X = std::max(std::max(g0.exp, g1.exp), ed);
-  if (X <= 0) return 0;
-  // Step 2 (alignment to X; group terms: ties toward +inf for the signed value, Dst: ties away)
-  // and step 3 (bf16 Dst: pre-round to multiples of 2^13). Returns the signed magnitude.
-  auto group = [&](const FpuTerm& t) -> int64_t {
-    uint64_t m = t.mag;
-    const int d = X - t.exp;
-    const uint64_t sgn = static_cast<uint64_t>(t.sign);
-    if (d > 0) m = d < 31 ? (m + (uint64_t{1} << (d - 1)) - sgn) >> d : 0;
-    if (!fp32_dst) m = (m + 4096u - sgn) & ~uint64_t{0x1FFF};
-    return t.sign ? -static_cast<int64_t>(m) : static_cast<int64_t>(m);
-  };
-  const int dd = X - ed;
-  if (dd > 0) D = dd < 31 ? ((D + (int64_t{1} << (dd - 1))) >> dd) : 0;
-  if (!fp32_dst) D = (D + 4096) & ~int64_t{0x1FFF};
-  // Step 4: the signed sum; its sign is Dst's sign flipped when the Dst-relative total is negative.
-  int64_t total = (sd ? -D : D) + group(g0) + group(g1);
-  if (total == 0) return 0;
-  const int sign = total < 0 ? 1 : 0;
-  const uint32_t v = static_cast<uint32_t>(total < 0 ? -total : total);
-  // Step 5: normalise.
-  int z = std::countl_zero(v) - 8;
-  if (arch == Arch::kWormholeB0 && sign && v == 1) z = -4;
-  X -= z;
-  const int zp = fp32_dst ? z : z - 16;
-  uint64_t w = v;
-  if (zp < 0) {
-    const int r = -zp;
-    w = (w + (uint64_t{1} << (r - 1))) >> r;
-  } else {
-    w <<= zp;
-  }
-  if (!fp32_dst) w <<= 16;
-  if (w & (uint64_t{1} << 24)) X += 1;
-  // Step 6: encode.
-  const uint32_t mant = static_cast<uint32_t>(w) & 0x7FFFFFu;
-  const uint32_t s32 = static_cast<uint32_t>(sign) << 31;
-  if (X <= 0) return 0;
-  if (X >= 255) return s32 | 0x7F800000u;
-  return s32 | (static_cast<uint32_t>(X) << 23) | mant;
-}
 
 uint32_t MvmulPhase(std::span<const uint32_t, 16> a, std::span<const uint32_t, 16> b, uint32_t dst, int phase,
                     const FpuConfig& cfg) {
@@ -136,30 +91,6 @@ uint32_t MvmulFidelity(std::span<const uint32_t, 16> a, std::span<const uint32_t
   return dst;
 }
 
-uint32_t Elwadd(uint32_t a, uint32_t b, uint32_t dst, bool accumulate, const FpuConfig& cfg) {
-  a = MaskSrcOperand(a, cfg.a_fmt);
-  b = MaskSrcOperand(b, cfg.b_fmt);
-  if (((a >> 23) & 0xFFu) == 0) a = 0;
-  if (((b >> 23) & 0xFFu) == 0) b = 0;
-  uint32_t ka = (a >> 13) & 0x3FFFFu;
-  uint32_t kb = (b >> 13) & 0x3FFFFu;
-  if (kb > ka) std::swap(a, b);
-  int ea = static_cast<int>((a >> 23) & 0xFFu);
-  int eb = static_cast<int>((b >> 23) & 0xFFu);
-  uint32_t A = ea ? (1024u | ((a >> 13) & 0x3FFu)) : 0;
-  uint32_t B = eb ? (1024u | ((b >> 13) & 0x3FFu)) : 0;
-  if (eb < ea) {
-    int d = ea - eb;
-    B = d < 12 ? ((B + (1u << (d - 1))) >> d) : 0;
-  }
-  int sa = static_cast<int>(a >> 31), sb = static_cast<int>(b >> 31);
-  uint32_t T = sa == sb ? A + B : A - B;
-  FpuTerm t;
-  t.sign = sa;
-  t.exp = ea;
-  t.mag = static_cast<uint64_t>(T) << 13;
-  return CombineWithDst(t, FpuTerm{}, accumulate ? dst : 0u, cfg.fp32_dst, cfg.arch);
-}
 
 uint32_t PackL1AccFp32(uint32_t old_value, uint32_t new_value) {
   auto ftz = [](uint32_t u) { return ((u >> 23) & 0xFFu) == 0 ? (u & 0x80000000u) : u; };

@@ -126,10 +126,9 @@ void PackRow(const uint32_t* dst, int64_t n, DeviceDType dt, bool fp32_dst, bool
 // rounds half away from zero to 8 significant bits like §5.5's normaliser.
 inline uint32_t RoundIntoDst(float v, bool fp32_dst) {
   uint32_t u = nx::FloatBits(v);
-  if (std::isnan(v)) u = (u & 0x80000000u) | 0x7F800000u;
-  if (!fp32_dst) u = (u + 0x8000u) & 0xFFFF0000u;
-  if (((u >> 23) & 0xFFu) == 0) return 0;
-  return u;
+  u = (u & 0x7FFFFFFFu) > 0x7F800000u ? ((u & 0x80000000u) | 0x7F800000u) : u;  // NaN → ±Inf
+  u = fp32_dst ? u : ((u + 0x8000u) & 0xFFFF0000u);
+  return ((u >> 23) & 0xFFu) == 0 ? 0u : u;
 }
 
 bool IsRelu(Activation a) { return a == Activation::kRelu; }
@@ -378,6 +377,18 @@ class Engine {
       if (need_b0) img0[i] = b0;
       if (need_b1) img1[i] = hifi3 ? mask(xdev_[i], 0xFFFFE000u) - b0 : mask(xdev_[i], 0xFFFFE000u);
     }
+    // Default blocking (one K block per kernel row) without groups: one oneDNN convolution per
+    // kernel row over the padded NHWC image, no im2col. Otherwise im2col + matmul in row chunks.
+    if (g.G == 1 && g.nb == g.kh && g.block_w == g.Cin_pad * g.kw) {
+      std::vector<float> sums(static_cast<size_t>(g.nb * g.M * g.O_pad));
+      const auto t0 = std::chrono::steady_clock::now();
+      KILN_RETURN_IF_ERROR(
+          ConvRowSums(hifi4 ? img1 : img0, w_primary, hifi3 ? &img1 : nullptr, w_a0, sums.data()));
+      fast_sums_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (cancel) KILN_RETURN_IF_ERROR(cancel->Check());
+      return Parallel(0, g.M, g.O_pad * (g.nb + 4) * 8, threads,
+                      [&](int64_t a, int64_t b) { return RunRows(a, b, cancel, out, sums.data(), 0, g.M); });
+    }
     // Chunk of rows: im2col of R x K floats (about 16 MiB), large enough for efficient matmuls.
     const int64_t R = std::min<int64_t>(g.M, std::max<int64_t>(64, (int64_t{4} << 20) / std::max<int64_t>(1, g.K)));
     std::vector<float> c0, c1, sums(static_cast<size_t>(g.nb * R * g.O_pad)), tmp;
@@ -420,6 +431,85 @@ class Engine {
     return Status::Ok();
   }
 
+  // sums[i][m][o] = Σ_{j, c} W[o, c, i, j]·X[n, y(oy, i), x(ox, j), c] for every kernel row i, with
+  // oneDNN f32 convolutions (kernel 1 x kW) on the zero-padded NHWC image of `img` (Cin_pad
+  // channels, only C used); `w` is the [O_pad][K] variant matrix. With `img2`/`w2` (HiFi3) a second
+  // product is added.
+  Status ConvRowSums(const std::vector<float>& img, const float* w, const std::vector<float>* img2, const float* w2,
+                     float* sums) const {
+    const Geometry& g = g_;
+    const int64_t Hp = (g.OH - 1) * g.sh + (g.kh - 1) * g.dh + 1, Wp = (g.OW - 1) * g.sw + (g.kw - 1) * g.dw + 1;
+    auto pad_image = [&](const std::vector<float>& src) {
+      std::vector<float> xp(static_cast<size_t>(g.N * Hp * Wp * g.C), 0.0f);
+      for (int64_t n = 0; n < g.N; ++n)
+        for (int64_t yp = 0; yp < Hp; ++yp) {
+          const int64_t y = yp - g.pt;
+          if (y < 0 || y >= g.H) continue;
+          for (int64_t xq = 0; xq < Wp; ++xq) {
+            const int64_t x = xq - g.pl;
+            if (x < 0 || x >= g.W) continue;
+            const float* s = &src[static_cast<size_t>(((n * g.H + y) * g.W + x) * g.Cin_pad)];
+            std::copy(s, s + g.C, &xp[static_cast<size_t>(((n * Hp + yp) * Wp + xq) * g.C)]);
+          }
+        }
+      return xp;
+    };
+    try {
+      using md = dnnl::memory::desc;
+      using dt = dnnl::memory::data_type;
+      using tag = dnnl::memory::format_tag;
+      dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+      dnnl::stream strm(eng);
+      // Kernel row i reads padded rows i·dH + oy·sH: they are gathered into a dense (N, OH, Wp, C)
+      // image, so one convolution (kernel 1 x kW, stride (1, sW)) covers the whole batch.
+      const md src_md({g.N, g.C, g.OH, Wp}, dt::f32, tag::nhwc);
+      const md wei_any({g.O_pad, g.C, 1, g.kw}, dt::f32, tag::any);
+      const md wei_plain({g.O_pad, g.C, 1, g.kw}, dt::f32, tag::oihw);
+      const md dst_md({g.N, g.O_pad, g.OH, g.OW}, dt::f32, tag::nhwc);
+      dnnl::convolution_forward::desc cd(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                         src_md, wei_any, dst_md, {1, g.sw}, {0, g.dw - 1}, {0, 0}, {0, 0});
+      dnnl::convolution_forward::primitive_desc pd(cd, eng);
+      dnnl::convolution_forward conv(pd);
+      std::vector<float> tmp, rows(static_cast<size_t>(g.N * g.OH * Wp * g.C));
+      for (int pass = 0; pass < (img2 ? 2 : 1); ++pass) {
+        const std::vector<float> xp = pad_image(pass == 0 ? img : *img2);
+        const float* wm = pass == 0 ? w : w2;
+        float* dst_base = sums;
+        if (pass == 1) {
+          tmp.assign(static_cast<size_t>(g.nb * g.M * g.O_pad), 0.0f);
+          dst_base = tmp.data();
+        }
+        for (int64_t i = 0; i < g.kh; ++i) {
+          // Weights of kernel row i as OIHW (O_pad, C, 1, kW), reordered to the primitive's format.
+          std::vector<float> wi(static_cast<size_t>(g.O_pad * g.C * g.kw));
+          for (int64_t o = 0; o < g.O_pad; ++o)
+            for (int64_t c = 0; c < g.C; ++c)
+              for (int64_t j = 0; j < g.kw; ++j)
+                wi[static_cast<size_t>((o * g.C + c) * g.kw + j)] = wm[o * g.K + (i * g.kw + j) * g.Cin_pad + c];
+          dnnl::memory wplain(wei_plain, eng, wi.data());
+          dnnl::memory wmem(pd.weights_desc(), eng);
+          dnnl::reorder(wplain, wmem).execute(strm, wplain, wmem);
+          const size_t row_len = static_cast<size_t>(Wp * g.C);
+          for (int64_t n = 0; n < g.N; ++n)
+            for (int64_t oy = 0; oy < g.OH; ++oy) {
+              const float* s = &xp[static_cast<size_t>(n * Hp + i * g.dh + oy * g.sh) * row_len];
+              std::copy(s, s + row_len, &rows[static_cast<size_t>(n * g.OH + oy) * row_len]);
+            }
+          dnnl::memory sm(src_md, eng, rows.data());
+          dnnl::memory dm(dst_md, eng, dst_base + i * g.M * g.O_pad);
+          conv.execute(strm, {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_DST, dm}});
+          strm.wait();
+        }
+      }
+      if (img2) {
+        for (size_t k = 0; k < tmp.size(); ++k) sums[k] += tmp[k];
+      }
+    } catch (const dnnl::error& e) {
+      return Internal(std::string("oneDNN convolution failed: ") + e.what());
+    }
+    return Status::Ok();
+  }
+
   // Rows [m_begin, m_end): the MVMUL chain per K block (exact) or the block sums `sums`
   // ([nb][sums_rows][O_pad] for rows from sums_m0, fast), then spills, bias, activation, pack.
   Status RunRows(int64_t m_begin, int64_t m_end, const CancelToken* cancel, std::vector<uint32_t>* out,
@@ -452,32 +542,37 @@ class Engine {
       }
       for (int64_t b = 0; b < g.nb; ++b) {
         const int64_t kb0 = b * g.block_w, kb1 = std::min(g.K, kb0 + g.block_w);
-        for (int64_t o = 0; o < g.O_pad; ++o) {
-          uint32_t d = (b == 0 || l1acc_) ? 0u : part[o];
+        const bool from_zero = b == 0 || l1acc_;
+        if (level_ == EmuLevel::kFast) {
+          // Padded channels have zero weights, so their sums (and Dst) are 0 like the card's.
+          const float* sb = sums + (b * sums_rows + (m - sums_m0)) * g.O_pad;
+          if (from_zero) {
+            for (int64_t o = 0; o < g.O_pad; ++o) dst[o] = RoundIntoDst(sb[o], fp32_dst_);
+          } else {
+            for (int64_t o = 0; o < g.O_pad; ++o) dst[o] = RoundIntoDst(nx::BitsFloat(part[o]) + sb[o], fp32_dst_);
+          }
+        }
+        for (int64_t o = 0; o < g.O_pad && level_ == EmuLevel::kExact; ++o) {
+          uint32_t d = from_zero ? 0u : part[o];
           if (o >= g.O) {
             dst[o] = 0;
             continue;
           }
-          if (level_ == EmuLevel::kExact) {
-            const uint8_t* wn = &wnz_[o * (g.K / 8)];
-            for (int64_t t0 = kb0; t0 < kb1; t0 += 32) {
-              for (int ph = 0; ph < nph; ++ph) {
-                const uint32_t* A = &wsl_[ph & 1][o * g.K];
-                const uint32_t* B = xsl[(ph >> 1) & 1].data();
-                const int adj = nx::PhaseAdjust(ph);
-                for (int64_t k0 = t0; k0 < t0 + 32; k0 += 16) {
-                  const int64_t q0 = k0 / 8, q1 = q0 + 1;
-                  const bool nz0 = wn[q0] && xnz[q0], nz1 = wn[q1] && xnz[q1];
-                  if (!nz0 && !nz1) continue;
-                  nx::FpuTerm t0t, t1t;
-                  MvmulTerms(A + k0, B + k0, adj, &t0t, &t1t);
-                  d = nx::CombineWithDst(t0t, t1t, d, fp32_dst_, arch_);
-                }
+          const uint8_t* wn = &wnz_[o * (g.K / 8)];
+          for (int64_t t0 = kb0; t0 < kb1; t0 += 32) {
+            for (int ph = 0; ph < nph; ++ph) {
+              const uint32_t* A = &wsl_[ph & 1][o * g.K];
+              const uint32_t* B = xsl[(ph >> 1) & 1].data();
+              const int adj = nx::PhaseAdjust(ph);
+              for (int64_t k0 = t0; k0 < t0 + 32; k0 += 16) {
+                const int64_t q0 = k0 / 8, q1 = q0 + 1;
+                const bool nz0 = wn[q0] && xnz[q0], nz1 = wn[q1] && xnz[q1];
+                if (!nz0 && !nz1) continue;
+                nx::FpuTerm t0t, t1t;
+                MvmulTerms(A + k0, B + k0, adj, &t0t, &t1t);
+                d = nx::CombineWithDst(t0t, t1t, d, fp32_dst_, arch_);
               }
             }
-          } else {
-            const float s = sums[static_cast<size_t>((b * sums_rows + (m - sums_m0)) * g.O_pad + o)];
-            d = RoundIntoDst(nx::BitsFloat(d) + s, fp32_dst_);
           }
           dst[o] = d;
         }

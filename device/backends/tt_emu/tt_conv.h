@@ -25,15 +25,19 @@
 //
 // Levels:
 //  * kExact: the bit-level model above (every MVMUL of §5).
-//  * kFast: per K block, the sum of the fidelity phases' products computed with oneDNN fp32 matmuls
-//    over the same device operands. Every phase's operand slices have at most 7 significant bits and
-//    their products at most 21, so the products are exact in fp32 (the property the issue relies on
-//    for a bf16 conv with fp32 accumulation; this CPU has no AVX512-BF16/AMX, so fp32 is also the
-//    fastest exact-product path). Phases that share an operand slice are merged: LoFi = A0·B0,
+//  * kFast: per K block, the sum of the fidelity phases' products computed with oneDNN fp32
+//    primitives over the same device operands: one convolution (kernel 1 x kW) per kernel row for
+//    the default blocking of an ungrouped conv, else im2col + one matmul per K block, in row
+//    chunks. Every phase's operand slices have at most 7 significant bits, and the merged ones at
+//    most 10 x 11, so every product is exact in fp32 (the property the issue relies on for a bf16
+//    conv with fp32 accumulation; this CPU has no AVX512-BF16/AMX, so fp32 is also the fastest
+//    exact-product path here). Phases that share an operand slice are merged: LoFi = A0·B0,
 //    HiFi2 = A'·B0, HiFi3 = A'·B0 + A0·B1, HiFi4 = A'·B (A' = weight without mantissa bit 0).
-//    The per-MVMUL alignment/rounding of §5.4–5.5 is replaced by fp32 accumulation; the Dst
+//    The per-MVMUL alignment and Dst rounding of §5.4–5.5 are replaced by fp32 accumulation; the Dst
 //    rounding per block, spills, L1 accumulation, bias ELWADD, activation and final pack are the
-//    exact ones.
+//    exact ones. With an fp32 Dst most outputs match the exact level bit for bit; with a bf16 Dst
+//    (which the card rounds after every MVMUL) the fast level is more accurate than the card.
+// Row loops run on OpenMP threads (the runtime oneDNN uses), up to std::thread::hardware_concurrency.
 #pragma once
 
 #include <string>

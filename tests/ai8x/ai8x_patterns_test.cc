@@ -1,0 +1,458 @@
+// One focused test per recognised export pattern and per model-level diagnostic, on small ONNX
+// models built in the test (kiln_test_support) and loaded through the real ONNX front end.
+#include <bit>
+#include <set>
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include "compiler/ai8x/compile.h"
+#include "compiler/onnx/loader.h"
+#include "tests/support/onnx_model_builder.h"
+
+namespace kiln::ai8x {
+namespace {
+
+using kiln::testing::OnnxModelBuilder;
+using kiln::testing::SetInt;
+using kiln::testing::SetInts;
+
+// Builds ai8x-style exports: node names carry the module scope (/conv1/Conv), weights are
+// `<layer>.op.weight` initializers, optionally behind the QAT weight-quantize chain.
+class Export {
+ public:
+  explicit Export(std::vector<kiln::testing::TestDim> input_dims, int opset = 13) : b_(opset) {
+    b_.Input("x", onnx::TensorProto::FLOAT, std::move(input_dims));
+  }
+
+  // Weight tensor name to feed the op: plain initializer, or the QAT chain with 2^(bits-1).
+  std::string Weight(const std::string& layer, std::vector<int64_t> dims, int qat_bits = 0) {
+    size_t n = 1;
+    for (int64_t d : dims) n *= static_cast<size_t>(d);
+    std::string w = layer + ".op.weight";
+    b_.FloatInitializer(w, dims, kiln::testing::RandomFloats(n, seed_++));
+    if (qat_bits == 0) return w;
+    std::string s = "/" + layer + "/quantize_weight/";
+    Const(s + "c", static_cast<float>(1 << (qat_bits - 1)));
+    b_.Node("Mul", {w, s + "c"}, {s + "mul"}, s + "Mul");
+    b_.Node("Round", {s + "mul"}, {s + "round"}, s + "Round");
+    b_.Node("Div", {s + "round", s + "c"}, {s + "div"}, s + "Div");
+    return s + "div";
+  }
+
+  std::string Conv(const std::string& layer, const std::string& in, int cin, int cout, std::vector<int64_t> k,
+                   int pad, int qat_bits = 0, int group = 1, bool bias = false) {
+    std::vector<int64_t> wd{cout, cin / group};
+    wd.insert(wd.end(), k.begin(), k.end());
+    std::string w = Weight(layer, wd, qat_bits);
+    std::vector<std::string> ins{in, w};
+    if (bias) {
+      b_.FloatInitializer(layer + ".op.bias", {cout}, kiln::testing::RandomFloats(cout, seed_++));
+      ins.push_back(layer + ".op.bias");
+    }
+    std::string out = "/" + layer + "/Conv_output_0";
+    auto& n = b_.Node("Conv", ins, {out}, "/" + layer + "/Conv");
+    SetInts(n, "kernel_shape", k);
+    SetInts(n, "pads", std::vector<int64_t>(k.size() * 2, pad));
+    SetInt(n, "group", group);
+    return out;
+  }
+
+  std::string Unary(const std::string& op, const std::string& scope, const std::string& in) {
+    std::string out = scope + "/" + op + "_output_0";
+    b_.Node(op, {in}, {out}, scope + "/" + op);
+    return out;
+  }
+
+  std::string Binary(const std::string& op, const std::string& scope, const std::string& a, const std::string& c) {
+    std::string out = scope + "/" + op + "_output_0";
+    b_.Node(op, {a, c}, {out}, scope + "/" + op);
+    return out;
+  }
+
+  std::string Pool(const std::string& op, const std::string& scope, const std::string& in, int k, int dims = 2) {
+    std::string out = scope + "/" + op + "_output_0";
+    auto& n = b_.Node(op, {in}, {out}, scope + "/" + op);
+    SetInts(n, "kernel_shape", std::vector<int64_t>(dims, k));
+    SetInts(n, "strides", std::vector<int64_t>(dims, k));
+    return out;
+  }
+
+  // ai8x clamp: Clip(x, lo, none) then Clip(x, none, hi).
+  std::string Clamp(const std::string& scope, const std::string& in, float lo, float hi) {
+    Const(scope + "/lo", lo);
+    Const(scope + "/hi", hi);
+    b_.Node("Clip", {in, scope + "/lo", ""}, {scope + "/c0"}, scope + "/Clip");
+    b_.Node("Clip", {scope + "/c0", "", scope + "/hi"}, {scope + "/c1"}, scope + "/Clip_1");
+    return scope + "/c1";
+  }
+
+  void Const(const std::string& name, float v) {
+    if (consts_.insert(name).second) b_.FloatInitializer(name, {}, {v});
+  }
+
+  OnnxModelBuilder& b() { return b_; }
+
+  Result<Ai8xCompileResult> Compile(const std::string& output, Device d = Device::kMAX78000,
+                                    std::vector<LayerOverride> overrides = {}) {
+    b_.Output(output);
+    auto model = onnx_fe::LoadModel(b_.Serialize());
+    if (!model.ok()) return model.status();
+    Ai8xOptions o;
+    o.device = d;
+    o.arch = "test";
+    o.dataset = "test";
+    o.input_format = InputFormat::kHWC;
+    o.overrides = std::move(overrides);
+    return CompileAi8x(**model, o);
+  }
+
+ private:
+  OnnxModelBuilder b_;
+  uint32_t seed_ = 1;
+  std::set<std::string> consts_;
+};
+
+const Diagnostic* Find(const Ai8xCompileResult& r, const std::string& code) {
+  for (const Diagnostic& d : r.diagnostics) {
+    if (d.code == code) return &d;
+  }
+  return nullptr;
+}
+
+std::string Dump(const Ai8xCompileResult& r) {
+  std::string s = r.yaml;
+  for (const Diagnostic& d : r.diagnostics) s += "\n" + d.code + ": " + d.message;
+  return s;
+}
+
+TEST(Ai8xPatterns, QatWeightBitsFromQuantizeChain) {
+  Export e({1, 8, 16, 16});
+  auto c1 = e.Conv("conv1", "x", 8, 16, {3, 3}, 1, /*bits=*/4);
+  auto r1 = e.Unary("Relu", "/conv1/activate", c1);
+  auto c2 = e.Conv("conv2", r1, 16, 16, {3, 3}, 1, /*bits=*/8);
+  auto r = e.Compile(c2);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  YAML::Node l = YAML::Load(r->yaml)["layers"];
+  ASSERT_EQ(l.size(), 2u) << Dump(*r);
+  EXPECT_EQ(l[0]["quantization"].as<int>(), 4);
+  EXPECT_FALSE(l[1]["quantization"]);  // 8-bit is the default: not written
+  EXPECT_EQ(Find(*r, "AI8X_BITS_NOT_DERIVED"), nullptr);
+}
+
+TEST(Ai8xPatterns, PlainWeightsWarnBitsNotDerived) {
+  Export e({1, 8, 16, 16});
+  auto c1 = e.Conv("conv1", "x", 8, 16, {3, 3}, 1);
+  auto cl = e.Clamp("/conv1/clamp", c1, -1.0f, 127.0f / 128);
+  auto r = e.Compile(cl);
+  ASSERT_TRUE(r.ok());
+  const Diagnostic* d = Find(*r, "AI8X_BITS_NOT_DERIVED");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->severity, Severity::kWarning);
+}
+
+TEST(Ai8xPatterns, WideClampMarksOutputWidth32) {
+  Export e({1, 8, 8, 8});
+  auto c1 = e.Conv("conv1", "x", 8, 16, {3, 3}, 1);
+  auto r1 = e.Unary("Relu", "/conv1/activate", c1);
+  auto q1 = e.Clamp("/conv1/clamp", r1, -1.0f, 127.0f / 128);
+  auto c2 = e.Conv("conv2", q1, 16, 10, {1, 1}, 0);
+  auto q2 = e.Clamp("/conv2/clamp", c2, -32768.0f, 32768.0f);
+  auto r = e.Compile(q2);
+  ASSERT_TRUE(r.ok());
+  YAML::Node l = YAML::Load(r->yaml)["layers"];
+  EXPECT_FALSE(l[0]["output_width"]);
+  EXPECT_EQ(l[1]["output_width"].as<int>(), 32);
+  EXPECT_EQ(Find(*r, "AI8X_WIDTH_NOT_DERIVED"), nullptr);
+}
+
+TEST(Ai8xPatterns, NoClampsWarnWidthNotDerivedAndOverrideSetsIt) {
+  Export e({1, 8, 8, 8});
+  auto c1 = e.Conv("conv1", "x", 8, 16, {3, 3}, 1);
+  auto c2 = e.Conv("conv2", c1, 16, 10, {1, 1}, 0);
+  auto r = e.Compile(c2, Device::kMAX78000, {{"last", "output_width", "32"}});
+  ASSERT_TRUE(r.ok());
+  ASSERT_NE(Find(*r, "AI8X_WIDTH_NOT_DERIVED"), nullptr);
+  EXPECT_EQ(YAML::Load(r->yaml)["layers"][1]["output_width"].as<int>(), 32);
+}
+
+TEST(Ai8xPatterns, SubExportedAsNegAddIsEltwiseSubWithOperandOrder) {
+  // Seed defect (IZER-RULES.md §2.5): y = c2(c1(x)); z = y - c1(x) became `eltwise: Add`.
+  Export e({1, 16, 8, 8});
+  auto a = e.Conv("conv1", "x", 16, 16, {3, 3}, 1);
+  auto y = e.Conv("conv2", a, 16, 16, {3, 3}, 1);
+  auto neg = e.Unary("Neg", "/sub", a);
+  auto z = e.Binary("Add", "/sub", y, neg);
+  auto c3 = e.Conv("conv3", z, 16, 16, {3, 3}, 1);
+  auto r = e.Compile(c3);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r->ok) << Dump(*r);
+  YAML::Node l = YAML::Load(r->yaml)["layers"];
+  // conv1, gap_conv1 (conv1 also feeds conv2), conv2 (write_gap), conv3 (+sub)
+  ASSERT_EQ(l.size(), 4u) << r->yaml;
+  EXPECT_EQ(l[3]["eltwise"].as<std::string>(), "sub");
+  ASSERT_EQ(l[3]["in_sequences"].size(), 2u);
+  // minuend first: y (conv2), then the copy of conv1
+  EXPECT_EQ(l[l[3]["in_sequences"][0].as<int>()]["name"].as<std::string>(), "conv2");
+  EXPECT_EQ(l[l[3]["in_sequences"][1].as<int>()]["name"].as<std::string>(), "gap_conv1");
+}
+
+TEST(Ai8xPatterns, ResidualOffsetsAreInterleaved) {
+  // Seed defect: residual operands in different ping-pong halves, no in_offset.
+  Export e({1, 16, 8, 8});
+  auto a = e.Conv("conv1", "x", 16, 16, {3, 3}, 1);
+  auto y = e.Conv("conv2", a, 16, 16, {3, 3}, 1);
+  auto z = e.Binary("Add", "/resid", a, y);
+  auto c3 = e.Conv("conv3", z, 16, 16, {3, 3}, 1);
+  auto r = e.Compile(c3);
+  ASSERT_TRUE(r.ok() && r->ok) << (r.ok() ? Dump(*r) : r.status().ToString());
+  YAML::Node l = YAML::Load(r->yaml)["layers"];
+  const YAML::Node& add = l[3];
+  int base = add["in_offset"].as<int>();
+  int p0 = add["in_sequences"][0].as<int>(), p1 = add["in_sequences"][1].as<int>();
+  EXPECT_EQ(l[p0]["out_offset"].as<int>(), base);
+  EXPECT_EQ(l[p1]["out_offset"].as<int>(), base + 4);
+  EXPECT_EQ(l[p0]["write_gap"].as<int>(), 1);
+  EXPECT_EQ(l[p1]["write_gap"].as<int>(), 1);
+}
+
+TEST(Ai8xPatterns, BiasLessLinearAsTransposeMatMulWithFlatten) {
+  Export e({1, 8, 4, 4});
+  auto c1 = e.Conv("conv1", "x", 8, 12, {3, 3}, 1);
+  e.b().Node("Reshape", {c1, "shape"}, {"/Reshape_output_0"}, "/Reshape");
+  e.b().Initializer(kiln::testing::Int64Tensor("shape", {2}, {1, -1}));
+  auto w = e.Weight("fc", {10, 12 * 16});
+  auto& t = e.b().Node("Transpose", {w}, {"/fc/Transpose_output_0"}, "/fc/Transpose");
+  SetInts(t, "perm", {1, 0});
+  auto mm = e.Binary("MatMul", "/fc", "/Reshape_output_0", "/fc/Transpose_output_0");
+  auto r = e.Compile(mm);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  YAML::Node l = YAML::Load(r->yaml)["layers"];
+  ASSERT_EQ(l.size(), 2u) << Dump(*r);
+  EXPECT_EQ(l[1]["op"].as<std::string>(), "linear");
+  EXPECT_TRUE(l[1]["flatten"].as<bool>());
+  EXPECT_EQ(l[1]["name"].as<std::string>(), "fc");
+  EXPECT_EQ(std::popcount(l[1]["processors"].as<uint64_t>()), 12);  // channels before flattening
+  EXPECT_FALSE(l[1]["kernel_size"]);  // fatal for linear layers in the izer
+  EXPECT_EQ(r->layers[1].bias_bytes, 0);
+}
+
+TEST(Ai8xPatterns, AvgPoolAsPadPlusAveragePoolFusesIntoConv) {
+  Export e({1, 8, 16, 16});
+  auto c1 = e.Conv("conv1", "x", 8, 16, {3, 3}, 1);
+  e.b().Initializer(kiln::testing::Int64Tensor("/conv2/pool/pads", {8}, {0, 0, 0, 0, 0, 0, 0, 0}));
+  e.b().Node("Pad", {c1, "/conv2/pool/pads"}, {"/conv2/pool/Pad_output_0"}, "/conv2/pool/Pad");
+  auto p = e.Pool("AveragePool", "/conv2/pool", "/conv2/pool/Pad_output_0", 2);
+  auto c2 = e.Conv("conv2", p, 16, 16, {3, 3}, 1);
+  auto r = e.Compile(c2);
+  ASSERT_TRUE(r.ok());
+  YAML::Node l = YAML::Load(r->yaml)["layers"];
+  ASSERT_EQ(l.size(), 2u) << Dump(*r);
+  EXPECT_EQ(l[1]["avg_pool"].as<int>(), 2);
+  EXPECT_EQ(l[1]["pool_stride"].as<int>(), 2);
+}
+
+TEST(Ai8xPatterns, AbsActivation) {
+  Export e({1, 8, 8, 8});
+  auto c1 = e.Conv("conv1", "x", 8, 8, {3, 3}, 1);
+  auto a = e.Unary("Abs", "/conv1/activate", c1);
+  auto r = e.Compile(a);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(YAML::Load(r->yaml)["layers"][0]["activate"].as<std::string>(), "Abs");
+}
+
+TEST(Ai8xPatterns, Conv1dWithIntegerKernelSize) {
+  Export e({1, 16, 64});
+  auto c1 = e.Conv("conv1", "x", 16, 32, {5}, 2);
+  auto r1 = e.Unary("Relu", "/conv1/activate", c1);
+  auto p = e.Pool("MaxPool", "/conv2/pool", r1, 2, 1);
+  auto c2 = e.Conv("conv2", p, 32, 32, {3}, 0);
+  auto r = e.Compile(c2);
+  ASSERT_TRUE(r.ok());
+  YAML::Node l = YAML::Load(r->yaml)["layers"];
+  ASSERT_EQ(l.size(), 2u) << Dump(*r);
+  EXPECT_EQ(l[0]["op"].as<std::string>(), "conv1d");
+  EXPECT_EQ(l[0]["kernel_size"].as<int>(), 5);
+  EXPECT_EQ(l[0]["pad"].as<int>(), 2);
+  EXPECT_EQ(l[1]["max_pool"].as<int>(), 2);
+  EXPECT_NE(r->yaml.find("# input shape: (16, 64)"), std::string::npos);
+}
+
+TEST(Ai8xPatterns, ConvTranspose2d) {
+  Export e({1, 4, 8, 8});
+  auto c1 = e.Conv("l1", "x", 4, 4, {1, 1}, 0);
+  auto w = e.Weight("l2", {4, 4, 3, 3});
+  auto& n = e.b().Node("ConvTranspose", {c1, w}, {"/l2/out"}, "/l2/ConvTranspose");
+  SetInts(n, "kernel_shape", {3, 3});
+  SetInts(n, "strides", {2, 2});
+  SetInts(n, "pads", {1, 1, 1, 1});
+  SetInts(n, "output_padding", {1, 1});
+  auto r = e.Compile("/l2/out");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->ok) << Dump(*r);
+  YAML::Node l = YAML::Load(r->yaml)["layers"];
+  EXPECT_EQ(l[1]["op"].as<std::string>(), "convtranspose2d");
+  EXPECT_EQ(r->layers[1].out_shape, "(4, 16, 16)");
+}
+
+TEST(Ai8xPatterns, DepthwiseOnlyOnMax78002) {
+  for (Device d : {Device::kMAX78000, Device::kMAX78002}) {
+    Export e({1, 16, 8, 8});
+    auto c1 = e.Conv("dw", "x", 16, 16, {3, 3}, 1, 0, /*group=*/16, /*bias=*/true);
+    auto r = e.Compile(c1, d);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(YAML::Load(r->yaml)["layers"][0]["groups"].as<int>(), 16);
+    const Diagnostic* g = Find(*r, "AI8X_GROUPS");
+    if (d == Device::kMAX78000) {
+      ASSERT_NE(g, nullptr);
+      EXPECT_EQ(g->onnx_node, "/dw/Conv");
+      EXPECT_FALSE(r->ok);
+    } else {
+      EXPECT_EQ(g, nullptr) << Dump(*r);
+      EXPECT_TRUE(r->ok) << Dump(*r);
+    }
+  }
+}
+
+TEST(Ai8xPatterns, MultipassProcessors) {
+  Export e({1, 3, 8, 8});
+  auto c1 = e.Conv("conv1", "x", 3, 100, {3, 3}, 1);
+  auto c2 = e.Conv("conv2", c1, 100, 100, {1, 1}, 0);
+  auto r = e.Compile(c2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->ok) << Dump(*r);
+  YAML::Node l = YAML::Load(r->yaml)["layers"];
+  EXPECT_EQ(std::popcount(l[1]["processors"].as<uint64_t>()), 52);  // 100 ch: 2 passes x 52
+}
+
+TEST(Ai8xPatterns, ConcatenationBecomesInSequences) {
+  Export e({1, 8, 8, 8});
+  auto a = e.Conv("a", "x", 8, 8, {3, 3}, 1);
+  auto b = e.Conv("b", "x", 8, 8, {1, 1}, 0);
+  auto& cat = e.b().Node("Concat", {a, b}, {"/cat/out"}, "/cat/Concat");
+  SetInt(cat, "axis", 1);
+  auto c = e.Conv("c", "/cat/out", 16, 8, {3, 3}, 1);
+  auto r = e.Compile(c);
+  ASSERT_TRUE(r.ok());
+  YAML::Node l = YAML::Load(r->yaml)["layers"];
+  ASSERT_EQ(l.size(), 3u) << Dump(*r);
+  ASSERT_EQ(l[2]["in_sequences"].size(), 2u);
+  EXPECT_EQ(std::popcount(l[2]["processors"].as<uint64_t>()), 16);
+  // parts land on consecutive processors at one offset
+  uint64_t pa = r->layers[0].output_processors, pb = r->layers[1].output_processors;
+  EXPECT_EQ(pa & pb, 0u);
+  EXPECT_EQ(pa | pb, r->layers[2].processors);
+  EXPECT_EQ(r->layers[0].out_offset, r->layers[1].out_offset);
+  EXPECT_TRUE(r->ok) << Dump(*r);
+}
+
+TEST(Ai8xPatterns, ConcatenatedTensorReadElsewhereIsReported) {
+  Export e({1, 8, 8, 8});
+  auto a = e.Conv("a", "x", 8, 8, {3, 3}, 1);
+  auto b = e.Conv("b", a, 8, 8, {3, 3}, 1);
+  auto& cat = e.b().Node("Concat", {a, b}, {"/cat/out"}, "/cat/Concat");
+  SetInt(cat, "axis", 1);
+  auto c = e.Conv("c", "/cat/out", 16, 8, {3, 3}, 1);
+  auto r = e.Compile(c);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->ok);
+  const Diagnostic* d = Find(*r, "AI8X_CONCAT");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->layer_name, "a");
+}
+
+TEST(Ai8xPatterns, HostTailIsReportedAndOutputsMarked) {
+  // Detector-style tail: two heads reshaped, transposed and concatenated on the host.
+  Export e({1, 8, 8, 8});
+  auto a = e.Conv("base", "x", 8, 16, {3, 3}, 1);
+  auto h1 = e.Conv("head1", a, 16, 8, {1, 1}, 0);
+  auto h2 = e.Conv("head2", a, 16, 8, {1, 1}, 0);
+  auto& t1 = e.b().Node("Transpose", {h1}, {"/t1"}, "/head1/Transpose");
+  SetInts(t1, "perm", {0, 2, 3, 1});
+  auto& t2 = e.b().Node("Transpose", {h2}, {"/t2"}, "/head2/Transpose");
+  SetInts(t2, "perm", {0, 2, 3, 1});
+  auto& cat = e.b().Node("Concat", {"/t1", "/t2"}, {"/out"}, "/Concat");
+  SetInt(cat, "axis", 3);
+  auto sm = e.Unary("Softmax", "/post", "/out");
+  auto r = e.Compile(sm);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->ok) << Dump(*r);
+  const Diagnostic* d = Find(*r, "AI8X_HOST_OPS");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->severity, Severity::kInfo);
+  EXPECT_NE(d->message.find("Transpose '/head1/Transpose'"), std::string::npos) << d->message;
+  YAML::Node l = YAML::Load(r->yaml)["layers"];
+  ASSERT_EQ(l.size(), 3u);
+  EXPECT_TRUE(l[1]["output"].as<bool>());
+  EXPECT_TRUE(l[2]["output"].as<bool>());
+  EXPECT_FALSE(l[0]["output"]);
+}
+
+TEST(Ai8xPatterns, LayerNameFromWeightWhenNodeHasNoScope) {
+  Export e({1, 8, 8, 8});
+  auto w = e.Weight("features.block1", {8, 8, 3, 3});
+  auto& n = e.b().Node("Conv", {"x", w}, {"y"}, "");
+  SetInts(n, "kernel_shape", {3, 3});
+  SetInts(n, "pads", {1, 1, 1, 1});
+  auto r = e.Compile("y");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(YAML::Load(r->yaml)["layers"][0]["name"].as<std::string>(), "features.block1");
+}
+
+TEST(Ai8xPatterns, ScopeNamesJoinNestedModules) {
+  Export e({1, 8, 8, 8});
+  std::string w = e.Weight("stage.1.1.conv1", {8, 8, 1, 1});
+  auto& n = e.b().Node("Conv", {"x", w}, {"y"}, "/stage.1/stage.1.1/conv1/Conv");
+  SetInts(n, "kernel_shape", {1, 1});
+  auto r = e.Compile("y");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(YAML::Load(r->yaml)["layers"][0]["name"].as<std::string>(), "stage.1.1.conv1");
+}
+
+TEST(Ai8xPatterns, StrideTwoConvIsAnErrorNamingTheNode) {
+  Export e({1, 8, 8, 8});
+  auto w = e.Weight("conv1", {8, 8, 3, 3});
+  auto& n = e.b().Node("Conv", {"x", w}, {"y"}, "/conv1/Conv");
+  SetInts(n, "kernel_shape", {3, 3});
+  SetInts(n, "pads", {1, 1, 1, 1});
+  SetInts(n, "strides", {2, 2});
+  auto r = e.Compile("y");
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->ok);
+  const Diagnostic* d = Find(*r, "AI8X_STRIDE");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->onnx_node, "/conv1/Conv");
+  EXPECT_EQ(d->layer_name, "conv1");
+  EXPECT_EQ(d->layer, 0);
+}
+
+TEST(Ai8xPatterns, NoHardwareOpIsAnError) {
+  Export e({1, 8, 8, 8});
+  auto s = e.Unary("Softmax", "/sm", "x");
+  auto r = e.Compile(s);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->ok);
+  EXPECT_NE(Find(*r, "AI8X_NO_LAYERS"), nullptr);
+}
+
+TEST(Ai8xPatterns, StreamingNeedsFifoFlag) {
+  Export e({1, 3, 128, 128});
+  auto c1 = e.Conv("conv1", "x", 3, 16, {3, 3}, 1);
+  auto r1 = e.Unary("Relu", "/conv1/activate", c1);
+  auto p = e.Pool("MaxPool", "/conv2/pool", r1, 2);
+  auto c2 = e.Conv("conv2", p, 16, 32, {3, 3}, 1);
+  auto p2 = e.Pool("MaxPool", "/conv3/pool", c2, 2);
+  auto c3 = e.Conv("conv3", p2, 32, 32, {3, 3}, 1);
+  auto r = e.Compile(c3);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->ok) << Dump(*r);
+  YAML::Node l = YAML::Load(r->yaml)["layers"];
+  EXPECT_TRUE(l[0]["streaming"].as<bool>());
+  EXPECT_TRUE(l[1]["streaming"].as<bool>());
+  EXPECT_FALSE(l[2]["streaming"]);
+  EXPECT_EQ(r->izer_flags, (std::vector<std::string>{"--device", "MAX78000", "--fifo"}));
+  EXPECT_NE(Find(*r, "AI8X_STREAMING"), nullptr);
+}
+
+}  // namespace
+}  // namespace kiln::ai8x
