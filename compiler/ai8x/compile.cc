@@ -140,6 +140,7 @@ Result<Ai8xCompileResult> CompileAi8xNetwork(Network net, const Ai8xOptions& opt
   if (resolved.arch.empty()) resolved.arch = resolved.default_arch.empty() ? "unknown" : resolved.default_arch;
   if (resolved.dataset.empty()) resolved.dataset = "unknown";
   net.device = options.device;
+  net.lift_limits = options.lift_layer_limit;
   net.Reindex();
 
   bool build_failed = std::any_of(net.diagnostics.begin(), net.diagnostics.end(),
@@ -157,14 +158,6 @@ Result<Ai8xCompileResult> CompileAi8xNetwork(Network net, const Ai8xOptions& opt
     KILN_RETURN_IF_ERROR(ApplyPlacementOverrides(net, options.overrides));
     if (!build_failed) CheckRules(net);
   }
-  if (options.lift_layer_limit) {
-    net.diagnostics.erase(std::remove_if(net.diagnostics.begin(), net.diagnostics.end(),
-                                         [](const Diagnostic& d) {
-                                           return d.code == "AI8X_LAYER_COUNT" || d.code == "AI8X_KERNEL_MEMORY" ||
-                                                  d.code == "AI8X_BIAS_MEMORY";
-                                         }),
-                          net.diagnostics.end());
-  }
 
   Ai8xCompileResult r;
   resolved.input_format = net.chw_input ? InputFormat::kCHW : InputFormat::kHWC;
@@ -173,7 +166,9 @@ Result<Ai8xCompileResult> CompileAi8xNetwork(Network net, const Ai8xOptions& opt
   // Diagnostics name final layer positions.
   net.Reindex();
   std::unordered_map<std::string, int> by_name;
-  for (size_t i = 0; i < net.layers.size(); ++i) by_name[net.layers[i].name] = static_cast<int>(i);
+  bool named = std::any_of(net.diagnostics.begin(), net.diagnostics.end(),
+                           [](const Diagnostic& d) { return !d.layer_name.empty(); });
+  for (size_t i = 0; named && i < net.layers.size(); ++i) by_name[net.layers[i].name] = static_cast<int>(i);
   for (Diagnostic& d : net.diagnostics) {
     if (d.layer_name.empty()) continue;
     auto it = by_name.find(d.layer_name);
@@ -190,6 +185,7 @@ Result<Ai8xCompileResult> CompileAi8xNetwork(Network net, const Ai8xOptions& opt
   r.resources.bias_bytes_capacity = int64_t{spec.bias_bytes_per_group} * spec.num_groups;
   r.resources.data_instance_bytes = spec.data_instance_bytes;
   std::vector<int64_t> kfill(64, 0);
+  r.layers.reserve(net.layers.size());
   for (size_t i = 0; i < net.layers.size(); ++i) {
     const Layer& l = net.layers[i];
     Ai8xLayerSummary s;

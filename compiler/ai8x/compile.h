@@ -73,8 +73,8 @@ struct Ai8xOptions {
   std::vector<LayerOverride> overrides;
   /// Write shapes for every layer (not only the input and output layers) as YAML comments.
   bool verbose = false;
-  /// Bench/testing only: do not report device limits on layer count (lets synthetic chains of
-  /// 10,000 layers run through every pass). Never set by the service.
+  /// Bench/testing only: do not check the layer count, kernel-memory and bias-memory limits (lets
+  /// synthetic chains of 10,000 layers run through every pass). Never set by the service.
   bool lift_layer_limit = false;
 };
 

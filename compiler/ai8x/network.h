@@ -141,6 +141,7 @@ struct Network {
   bool chw_input = false;  ///< input layer reads CHW data (`data_format: CHW`)
   bool use_fifo = false;   ///< the first layer streams: the izer needs `--fifo`
   int next_id = 0;         ///< next unused Layer::id
+  bool lift_limits = false;  ///< bench only: skip layer-count, kernel- and bias-memory limits
   std::vector<Diagnostic> diagnostics;
 
   const DeviceSpec& spec() const { return GetDeviceSpec(device); }

@@ -340,13 +340,14 @@ void AllocateProcessors(Network& net, const Ai8xOptions& options) {
   for (int r : order) {
     if (r != input_root) rest.push_back(r);
   }
-  auto group_weight = [&](int r) {
+  std::unordered_map<int, int64_t> group_weight;
+  for (int r : rest) {
     int64_t w = 0;
     for (int m : groups[r]) w += est_words(net.layers[m]);
-    return w;
-  };
+    group_weight[r] = w;
+  }
   std::stable_sort(rest.begin(), rest.end(), [&](int a, int b) {
-    int64_t wa = group_weight(a), wb = group_weight(b);
+    int64_t wa = group_weight[a], wb = group_weight[b];
     if (wa != wb) return wa > wb;
     return group_count[a] > group_count[b];
   });
@@ -371,14 +372,31 @@ void AllocateProcessors(Network& net, const Ai8xOptions& options) {
     bool pinned = is_input && (!options.move_l0 || fifo || chw);
     uint32_t avoid = producer_in_instances(r);
     std::tuple<int64_t, int64_t, int64_t, int, int> best{INT64_MAX, INT64_MAX, INT64_MAX, INT_MAX, 0};
+    // Single weight layer (the common case): the fill only grows on the map's processors.
+    int weighted = 0;
+    int64_t single_words = 0;
+    for (int m : members) {
+      int64_t w = est_words(net.layers[m]);
+      if (w > 0) {
+        ++weighted;
+        single_words = w;
+      }
+    }
+    const int64_t global_before = *std::max_element(fill.begin(), fill.end());
+    std::vector<int64_t> f;
     for (int shift = 0; shift <= std::max(0, max_shift); shift += 4) {
       std::vector<uint64_t> maps(members.size(), make_map(cnt, shift, chw, fifo));
-      std::vector<int64_t> f = fill;
-      place_cost(members, maps, f);
-      int64_t global = *std::max_element(f.begin(), f.end());
-      int64_t local = 0;
-      for (int p = 0; p < 64; ++p) {
-        if ((maps[0] >> p) & 1) local = std::max(local, f[p]);
+      int64_t global = 0, local = 0;
+      if (weighted <= 1) {
+        int64_t off = 0;
+        for (uint64_t b = maps[0]; b; b &= b - 1) off = std::max(off, fill[std::countr_zero(b)]);
+        local = weighted ? (off + 3) / 4 * 4 + single_words : off;
+        global = std::max(global_before, local);
+      } else {
+        f = fill;
+        place_cost(members, maps, f);
+        global = *std::max_element(f.begin(), f.end());
+        for (uint64_t b = maps[0]; b; b &= b - 1) local = std::max(local, f[std::countr_zero(b)]);
       }
       int overlap = std::popcount(InstanceMask(maps[0]) & avoid);
       // Depthwise layers (broadcast mode) take bias bytes for every processor of each quadrant

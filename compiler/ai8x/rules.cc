@@ -38,7 +38,7 @@ void CheckRules(Network& net) {
       if (p != nullptr && p->operands > 1) ++hidden;
     }
   }
-  if (static_cast<int>(n) + hidden > spec.max_layers) {
+  if (static_cast<int>(n) + hidden > spec.max_layers && !net.lift_limits) {
     net.diagnostics.push_back({Severity::kError, "AI8X_LAYER_COUNT", -1, "", "",
                                std::to_string(n) + " layers" +
                                    (hidden ? " (+" + std::to_string(hidden) + " hidden avg-pool reset layers)" : "") +
@@ -289,7 +289,7 @@ void CheckRules(Network& net) {
     }
 
     // Kernel memory (izer/kernels.py L221-330): 4-word aligned start, same start on all processors.
-    if (l.has_weights()) {
+    if (l.has_weights() && !net.lift_limits) {
       int64_t words = KernelWords(net, l);
       int64_t off = 0;
       for (int p = 0; p < 64; ++p) {
@@ -354,7 +354,7 @@ void CheckRules(Network& net) {
     if (best < 0) best = 0;
     used[best] += b.bytes;
   }
-  for (int g = 0; g < 4; ++g) {
+  for (int g = 0; g < 4 && !net.lift_limits; ++g) {
     if (used[g] > spec.bias_bytes_per_group) {
       net.diagnostics.push_back({Severity::kError, "AI8X_BIAS_MEMORY", -1, "", "",
                                  "bias memory of quadrant " + std::to_string(g) + " exhausted: " + std::to_string(used[g]) +

@@ -1,0 +1,125 @@
+// Benchmark (not a test; issue 4 "Benchmark"): parse + compile time of the reference models, and
+// per-layer time of the passes on synthetic conv chains of N = 100, 1,000, 10,000 layers (device
+// limits lifted with Ai8xOptions::lift_layer_limit).
+// Usage: ai8x_bench [DATA_DIR]   (default: the source tree's tests/data/ai8x)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "compiler/ai8x/compile.h"
+#include "compiler/ai8x/passes.h"
+#include "compiler/onnx/loader.h"
+
+using namespace kiln::ai8x;
+using Clock = std::chrono::steady_clock;
+
+static double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+static Network Chain(int n) {
+  Network net;
+  net.input_shape = {16, 16, 16};
+  int prev = kNetworkInput;
+  for (int i = 0; i < n; ++i) {
+    Layer l;
+    l.id = net.next_id++;
+    l.name = "conv" + std::to_string(i);
+    l.onnx_nodes = {"/" + l.name + "/Conv"};
+    l.op = OpKind::kConv2d;
+    l.kernel_h = l.kernel_w = 3;
+    l.pad = 1;
+    l.inputs = {prev};
+    l.in_shape = l.out_shape = {16, 16, 16};
+    l.in_channels_w = 16;
+    l.weight_count = 16 * 16 * 9;
+    l.quantization_known = true;
+    net.Append(l);
+    Layer a;
+    a.id = net.next_id++;
+    a.name = l.name + ".activate";
+    a.onnx_nodes = {"/" + l.name + "/activate/Relu"};
+    a.activation = Activation::kRelu;
+    a.inputs = {l.id};
+    a.in_shape = a.out_shape = l.out_shape;
+    net.Append(a);
+    prev = a.id;
+  }
+  return net;
+}
+
+int main(int argc, char** argv) {
+  std::string data = argc > 1 ? argv[1] : std::string(KILN_TEST_DATA) + "/ai8x";
+  YAML::Node m = YAML::LoadFile(data + "/models/manifest.json");
+  std::printf("%-34s %-10s %10s %10s %8s\n", "model", "form", "parse ms", "compile ms", "layers");
+  for (const auto& e : m) {
+    std::string form = e["form"].as<std::string>();
+    if (form != "qat") continue;
+    std::ifstream f(data + "/models/" + e["file"].as<std::string>(), std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    std::string bytes = ss.str();
+    Ai8xOptions o;
+    o.device = *ParseDevice(e["device"].as<std::string>());
+    o.arch = e["factory"].as<std::string>();
+    std::vector<double> parse, comp;
+    size_t layers = 0;
+    for (int rep = 0; rep < 7; ++rep) {
+      auto t0 = Clock::now();
+      auto model = kiln::onnx_fe::LoadModel(bytes);
+      auto t1 = Clock::now();
+      if (!model.ok()) return 1;
+      auto r = CompileAi8x(**model, o);
+      auto t2 = Clock::now();
+      if (!r.ok()) return 1;
+      layers = r->layers.size();
+      parse.push_back(Ms(t1 - t0));
+      comp.push_back(Ms(t2 - t1));
+    }
+    std::sort(parse.begin(), parse.end());
+    std::sort(comp.begin(), comp.end());
+    std::printf("%-34s %-10s %10.2f %10.3f %8zu\n", e["name"].as<std::string>().c_str(), form.c_str(), parse[3], comp[3],
+                layers);
+  }
+  std::printf("\nsynthetic conv+relu chains (passes only, median of 3)\n%8s %12s %14s\n", "N", "total ms", "us per layer");
+  for (int n : {100, 1000, 10000}) {
+    std::vector<double> t;
+    for (int rep = 0; rep < 3; ++rep) {
+      Network net = Chain(n);
+      Ai8xOptions o;
+      o.lift_layer_limit = true;
+      auto t0 = Clock::now();
+      auto r = CompileAi8xNetwork(std::move(net), o);
+      auto t1 = Clock::now();
+      if (!r.ok() || r->layers.size() != static_cast<size_t>(n)) return 1;
+      t.push_back(Ms(t1 - t0));
+    }
+    std::sort(t.begin(), t.end());
+    std::printf("%8d %12.2f %14.2f\n", n, t[1], t[1] * 1000.0 / n);
+  }
+  std::printf("\nper pass, us per layer (N = 100 / 1000 / 10000)\n");
+  const char* names[] = {"fuse_act", "fuse_pool", "fuse_elt", "write_gap", "stream", "procs", "memory", "rules", "yaml"};
+  double per[3][9];
+  int col = 0;
+  for (int n : {100, 1000, 10000}) {
+    Network net = Chain(n);
+    net.lift_limits = true;
+    Ai8xOptions o;
+    std::vector<Clock::time_point> t{Clock::now()};
+    FuseActivation(net); t.push_back(Clock::now());
+    FusePooling(net); t.push_back(Clock::now());
+    FuseEltwise(net); t.push_back(Clock::now());
+    InsertWriteGaps(net); t.push_back(Clock::now());
+    ChooseInputFormatAndStreaming(net, o); t.push_back(Clock::now());
+    AllocateProcessors(net, o); t.push_back(Clock::now());
+    PlanDataMemory(net); t.push_back(Clock::now());
+    CheckRules(net); t.push_back(Clock::now());
+    std::string y = EmitYaml(net, o); t.push_back(Clock::now());
+    for (int k = 0; k < 9; ++k) per[col][k] = Ms(t[k + 1] - t[k]) * 1000.0 / n;
+    ++col;
+  }
+  for (int k = 0; k < 9; ++k) std::printf("%-10s %8.2f %8.2f %8.2f\n", names[k], per[0][k], per[1][k], per[2][k]);
+  return 0;
+}
