@@ -352,6 +352,9 @@ const std::vector<ShapeCase>& Cases() {
       {"r32_convT_bfp8", 1, 64, 64, 8, 8, 3, 3, 2, 2, {1, 1, 1, 1}, 1, 1, kBfp8, kBf16, MF::kHiFi4, false, false, true, Activation::kNone, 10.0f, 0.0, true, 1},
       {"r33_convT", 1, 64, 64, 4, 4, 8, 8, 4, 4, {2, 2, 2, 2}, 1, 1, kBf16, kBf16, MF::kHiFi4, false, false, true, Activation::kNone, 10.0f, 0.0, true, 2},
       {"r34_convT_k2s2", 2, 256, 128, 4, 4, 2, 2, 2, 2, {0, 0, 0, 0}, 1, 1, kBf16, kBf16, MF::kHiFi4, false, false, true, Activation::kNone, 10.0f, 0.0, true, 0},
+      // Not in §13: conv_transpose2d with groups, dilation, asymmetric pads and output_padding.
+      {"x_convT_groups_dil", 1, 32, 16, 6, 6, 3, 3, 2, 2, {1, 0, 0, 2}, 2, 2, kBf16, kBf16, MF::kHiFi4, false, false, true, Activation::kRelu6, 10.0f, 0.0, true, 1},
+      {"x_conv_groups4_dil3", 1, 64, 32, 12, 12, 3, 3, 1, 2, {2, 0, 1, 3}, 3, 4, kBfp8, kBfp8, MF::kHiFi2, false, false, true},
   };
   return cases;
 }
