@@ -217,13 +217,14 @@ void CheckRules(Network& net) {
         Err(net, "AI8X_ELTWISE", l, "pooling after the element-wise operation allows at most 2 operands");
       }
       uint64_t first_map = 0;
+      bool maps_reported = false;
       for (size_t k = 0; k < l.inputs.size(); ++k) {
         const Layer* p = net.Find(l.inputs[k]);
         uint64_t m = p ? p->output_processors : l.processors;
         if (k == 0) first_map = m;
-        if (m != first_map || m != l.processors) {
+        if ((m != first_map || m != l.processors) && !maps_reported) {
           Err(net, "AI8X_ELTWISE", l, "element-wise operands must share the consumer's processors (max7800x.py L759-768)");
-          break;
+          maps_reported = true;
         }
         if (p != nullptr && p->write_gap != l.operands - 1) {
           Err(net, "AI8X_WRITE_GAP", l, "operand " + p->name + " must be written with write_gap " +

@@ -470,5 +470,148 @@ TEST(Ai8xPasses, OverridesValidateAndApply) {
   EXPECT_NE(r->yaml.find("quantization: 4"), std::string::npos);
 }
 
+// One network per remaining rule diagnostic: run the placement passes, break one thing the way a
+// user override or an unusual model would, and expect exactly that code.
+Network Planned(NetBuilder& b, Ai8xOptions o = {}) {
+  o.input_format = o.input_format == InputFormat::kAuto ? InputFormat::kHWC : o.input_format;
+  ChooseInputFormatAndStreaming(b.net, o);
+  AllocateProcessors(b.net, o);
+  PlanDataMemory(b.net);
+  return b.net;
+}
+
+TEST(Ai8xRules, ProcessorCountMismatch) {
+  NetBuilder b({16, 8, 8});
+  int c1 = b.Conv("conv1", kNetworkInput, 16);
+  b.Conv("conv2", c1, 16);
+  Network net = Planned(b);
+  net.layers[1].processors = 0xff;  // 8 bits for 16 channels
+  CheckRules(net);
+  EXPECT_TRUE(HasCode(net, "AI8X_PROCESSORS"));
+}
+
+TEST(Ai8xRules, ChannelsAndLinearFeatures) {
+  NetBuilder b({16, 1, 1});
+  int l1 = b.Linear("fc1", kNetworkInput, 1100);
+  b.Linear("fc2", l1, 10);
+  Network net = Planned(b);
+  CheckRules(net);
+  EXPECT_TRUE(HasCode(net, "AI8X_CHANNELS"));
+  EXPECT_TRUE(HasCode(net, "AI8X_LINEAR"));
+}
+
+TEST(Ai8xRules, Dimensions) {
+  NetBuilder b({1, 2000, 4});
+  b.Conv("conv1", kNetworkInput, 4, 1, 0);
+  Network net = Planned(b);
+  CheckRules(net);
+  EXPECT_TRUE(HasCode(net, "AI8X_DIMENSIONS"));
+}
+
+TEST(Ai8xRules, DilationOnlyForConv1d) {
+  NetBuilder b({8, 8, 8});
+  int c = b.Conv("conv1", kNetworkInput, 8);
+  b.L(c).dilation = 2;
+  Network net = Planned(b);
+  CheckRules(net);
+  EXPECT_TRUE(HasCode(net, "AI8X_DILATION"));
+}
+
+TEST(Ai8xRules, PoolingLimits) {
+  NetBuilder b({8, 64, 64});
+  int p = b.Pool("pool", kNetworkInput, 2);
+  b.L(p).pool_h = b.L(p).pool_w = 20;
+  b.L(p).pool_stride_w = 3;
+  b.L(p).out_shape = {8, 3, 3};
+  Network net = Planned(b);
+  CheckRules(net);
+  EXPECT_TRUE(HasCode(net, "AI8X_POOL"));
+}
+
+TEST(Ai8xRules, OutputWidth32NeedsNoActivation) {
+  NetBuilder b({8, 8, 8});
+  int c = b.Conv("conv1", kNetworkInput, 8);
+  b.L(c).output_width = 32;
+  b.L(c).activation = Activation::kRelu;
+  Network net = Planned(b);
+  CheckRules(net);
+  EXPECT_TRUE(HasCode(net, "AI8X_OUTPUT_WIDTH"));
+}
+
+TEST(Ai8xRules, EltwiseOperandsNeedWriteGapAndSharedMaps) {
+  NetBuilder b({16, 8, 8});
+  int c1 = b.Conv("conv1", kNetworkInput, 16);
+  int c2 = b.Conv("conv2", c1, 16);
+  int add = b.Eltwise("resid", c1, c2);
+  b.Conv("conv3", add, 16);
+  FuseEltwise(b.net);
+  InsertWriteGaps(b.net);
+  Network net = Planned(b);
+  for (Layer& l : net.layers) {
+    if (l.name == "conv2") {
+      l.write_gap = 0;
+      l.output_processors = 0xffff0000;
+    }
+  }
+  CheckRules(net);
+  EXPECT_TRUE(HasCode(net, "AI8X_WRITE_GAP"));
+  EXPECT_TRUE(HasCode(net, "AI8X_ELTWISE"));
+}
+
+TEST(Ai8xRules, EltwiseShapeMismatchFromBuilderIsReportedByConv1d) {
+  // element-wise fused with Conv1d is not allowed (max7800x.py L504-506)
+  NetBuilder b({16, 32, 1});
+  int c1 = b.Conv("conv1", kNetworkInput, 16, 1, 0);
+  b.L(c1).op = OpKind::kConv1d;
+  b.L(c1).operands = 2;
+  b.L(c1).eltwise = EltwiseOp::kAdd;
+  Network net = Planned(b);
+  CheckRules(net);
+  EXPECT_TRUE(HasCode(net, "AI8X_ELTWISE"));
+}
+
+TEST(Ai8xRules, ChwOnlyInFirstLayer) {
+  NetBuilder b({3, 8, 8});
+  int c1 = b.Conv("conv1", kNetworkInput, 8);
+  b.Conv("conv2", c1, 8);
+  Network net = Planned(b);
+  net.layers[1].chw_input = true;
+  CheckRules(net);
+  EXPECT_TRUE(HasCode(net, "AI8X_INPUT_FORMAT"));
+}
+
+TEST(Ai8xRules, FifoProcessors) {
+  NetBuilder b({3, 16, 16});
+  b.Conv("conv1", kNetworkInput, 8);
+  Ai8xOptions o;
+  o.use_fifos = true;
+  Network net = Planned(b, o);
+  net.layers[0].processors = 0x70;  // not on FIFO processors 0-3
+  CheckRules(net);
+  EXPECT_TRUE(HasCode(net, "AI8X_FIFO"));
+}
+
+TEST(Ai8xRules, BiasMemory) {
+  // 8 layers x 1000 biased outputs = 8000 B > 4 x 512 B on MAX78000
+  NetBuilder b({8, 1, 1});
+  int prev = kNetworkInput;
+  for (int i = 0; i < 8; ++i) {
+    prev = b.Conv("c" + std::to_string(i), prev, i % 2 ? 8 : 1000, 1, 0, true);
+  }
+  Network net = Planned(b);
+  CheckRules(net);
+  EXPECT_TRUE(HasCode(net, "AI8X_BIAS_MEMORY"));
+}
+
+TEST(Ai8xRules, StreamingMustBeAPrefix) {
+  NetBuilder b({8, 8, 8});
+  int c1 = b.Conv("conv1", kNetworkInput, 8);
+  b.Conv("conv2", c1, 8);
+  Network net = Planned(b);
+  net.layers[1].streaming = true;
+  CheckRules(net);
+  EXPECT_TRUE(HasCode(net, "AI8X_STREAMING"));
+}
+
 }  // namespace
 }  // namespace kiln::ai8x
