@@ -1,0 +1,194 @@
+// compiler/convplan — IR → ConvPlan (target kiln_convplan).
+//
+// A ConvPlan is the ordered list of operations that runs one ONNX model's conv layers on a device
+// backend (device/backends/backend.h) and everything else on the host in fp32. It is built from the
+// immutable IR of the ONNX front end (compiler/onnx/ir.h) and is independent of any backend: the
+// executor (compiler/convplan/executor.h) runs it on one.
+//
+// Pipeline of BuildConvPlan():
+//   1. CheckSupported — every node's op type must be a device op (Conv, ConvTranspose) or one of
+//      the host ops below; otherwise INVALID_ARGUMENT listing EVERY unsupported node ("op 'name'"),
+//      before any other work.
+//   2. Lowering — one PlanOp per IR node, in the IR's topological order: Conv / ConvTranspose
+//      (1-D and 2-D) become DeviceOps with explicit pads (auto_pad, ConvTranspose output_shape
+//      resolved with device/backends/conv_geometry.h, ONNX Conv-11 / ConvTranspose-11 text), every
+//      other node a HostOp.
+//   3. Rewrite passes (compiler/convplan/passes.h), each a small condition + apply pass in the
+//      style of ONNX Runtime's graph optimizer, repeated to a fixed point:
+//        FoldBatchNorm      Conv/ConvTranspose → BatchNormalization folded into weights and bias
+//        FuseSilu           y = conv; Mul(y, Sigmoid(y))      (both Mul inputs the same y)
+//        FuseGelu           y = conv; 0.5 · y · (1 + Erf(y / √2))   (onnx ≤ 1.12 has no Gelu op)
+//        FuseRelu / FuseRelu6 (Clip(0, 6)) / FuseSigmoid
+//        FuseResidualAdd    Add(conv_out, r) with r of the same shape (an activation after the Add
+//                           is then fused by the activation passes as the residual activation)
+//        KSplitConcat       Concat(axis = 1) read only by a conv → the conv reads the Concat's
+//                           inputs as K parts (sum of partial convs; no concat is built)
+//        MergeSiblingConvs  convs reading the same input with equal geometry → one conv whose
+//                           output channels are split back into the original tensors
+//      A fusion never applies when an intermediate tensor has another consumer or is a graph
+//      output.
+//
+// Host ops (fp32, run by the executor): MaxPool (pads, dilations, ceil_mode), AveragePool
+// (count_include_pad, ceil_mode), GlobalAveragePool, Concat, Gemm, MatMul, BatchNormalization
+// (unfolded), Add / Sub / Mul / Div (numpy broadcasting), Relu, Clip, Sigmoid, Tanh, Erf, Sqrt, Abs,
+// Neg, Cast, Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Pad, Softmax, Identity, Dropout,
+// Constant. (Identity, inference Dropout and Constant are normally already removed by the loader.)
+//
+// Tensor conventions: feature maps NCHW (rank 4) or NCW (rank 3, 1-D convs); device weights are
+// rank 4, OIHW for conv2d and IOHW for conv_transpose2d, 1-D convs carry H = 1 (kernel height 1,
+// pad 0, stride 1, dilation 1 on H) exactly as device/backends/backend.h expects.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
+#include "compiler/onnx/ir.h"
+#include "device/backends/backend.h"
+#include "device/tensor.h"
+
+namespace kiln::convplan {
+
+/// Which backend entry point a DeviceOp calls.
+enum class DeviceOpKind { kConv2d, kConvTranspose2d };
+/// "conv2d" / "conv_transpose2d" (the names OpReport::op uses).
+const char* DeviceOpKindName(DeviceOpKind kind);
+
+/// One output tensor of a DeviceOp: channels [channel_begin, channel_end) of the op's result.
+/// A normal conv has one slice covering all its output channels; merged sibling convs have one per
+/// original conv.
+struct OutputSlice {
+  std::string tensor;
+  int64_t channel_begin = 0;
+  int64_t channel_end = 0;
+};
+
+/// A conv-style op executed on the device backend.
+///
+/// Computation (executor.h), for K parts x_k = inputs[k] with weights[k]:
+///   y   = Σ_k conv(x_k, weights[k]) + bias             (K-split: partial convs summed in fp32 on
+///                                                        the host; one part: a single device call)
+///   y   = activation(y)                                 (fused into the device call when one part)
+///   y   = residual_activation(y + residual)             (only when `residual` is set; host fp32)
+///   outputs[i].tensor = y[:, channel_begin:channel_end]
+struct DeviceOp {
+  DeviceOpKind kind = DeviceOpKind::kConv2d;
+  /// 2 for Conv2d / ConvTranspose2d; 1 for the 1-D forms, whose (N, C, W) tensors are executed as
+  /// (N, C, 1, W).
+  int spatial_rank = 2;
+  /// Input tensor names: one, or several for a K-split (the channel parts of a removed Concat, in
+  /// order).
+  std::vector<std::string> inputs;
+  /// One rank-4 fp32 weight tensor per input: OIHW slices (kConv2d, split along I) or IOHW slices
+  /// (kConvTranspose2d, split along the first dim). BatchNormalization is already folded in.
+  std::vector<device::Tensor> weights;
+  /// [O] fp32, or absent.
+  std::optional<device::Tensor> bias;
+  /// Geometry for kConv2d (activation member = the fused activation); pads already explicit.
+  device::Conv2dParams conv;
+  /// Geometry for kConvTranspose2d (activation member = the fused activation); pads explicit,
+  /// output_shape already turned into pads / output_padding.
+  device::ConvTranspose2dParams conv_transpose;
+  /// Residual tensor added after the activation ("" = none); same shape as the conv output.
+  std::string residual;
+  /// Activation applied after the residual add.
+  device::Activation residual_activation = device::Activation::kNone;
+  std::vector<OutputSlice> outputs;
+
+  /// The fused activation (conv.activation or conv_transpose.activation).
+  device::Activation activation() const;
+  void set_activation(device::Activation a);
+  /// Total output channels O.
+  int64_t out_channels() const;
+  /// Total input channels C (sum over the K parts).
+  int64_t in_channels() const;
+  /// Kernel (kH, kW) of the weights.
+  std::pair<int64_t, int64_t> kernel() const;
+  int64_t group() const;
+};
+
+/// An ONNX node executed on the host in fp32 (see the list in the header comment).
+struct HostOp {
+  /// A copy of the IR node (op type, attributes with schema defaults, inputs, outputs).
+  onnx_fe::Node node;
+};
+
+/// One step of a plan.
+struct PlanOp {
+  /// Name of the op's main ONNX node ("conv1"); merged siblings: names joined with "+".
+  std::string name;
+  /// "conv2d" / "conv_transpose2d" for device ops, the ONNX op type for host ops.
+  std::string op;
+  /// Every ONNX node this op stands for (conv, folded BN, fused activation nodes, Add, Concat...).
+  std::vector<std::string> source_nodes;
+  /// What the passes did to it, e.g. "FoldBatchNorm(bn1)", "FuseRelu(relu1)".
+  std::vector<std::string> fusions;
+  std::variant<DeviceOp, HostOp> body;
+
+  bool on_device() const { return std::holds_alternative<DeviceOp>(body); }
+  DeviceOp& device() { return std::get<DeviceOp>(body); }
+  const DeviceOp& device() const { return std::get<DeviceOp>(body); }
+  HostOp& host() { return std::get<HostOp>(body); }
+  const HostOp& host() const { return std::get<HostOp>(body); }
+  /// Names of the tensors the op reads (device: inputs + residual; host: the node's non-empty
+  /// inputs, constants included).
+  std::vector<std::string> Inputs() const;
+  /// Names of the tensors the op writes.
+  std::vector<std::string> Outputs() const;
+};
+
+/// A runtime input of the plan (graph input that is not an initializer).
+struct PlanInput {
+  std::string name;
+  onnx_fe::DataType dtype = onnx_fe::DataType::kFloat;
+  /// Declared / inferred shape; symbolic dims (e.g. "batch") are bound at run time.
+  onnx_fe::Shape shape;
+};
+
+/// The plan: ops in execution order (every op's inputs are graph inputs, constants or outputs of
+/// earlier ops).
+struct ConvPlan {
+  /// The model the plan was built from; keeps the constant tensors host ops read alive.
+  std::shared_ptr<const onnx_fe::Model> model;
+  std::vector<PlanInput> inputs;
+  /// Graph outputs in model order (name as declared, tensor that carries it).
+  std::vector<onnx_fe::GraphOutput> outputs;
+  std::vector<PlanOp> ops;
+  /// Log of the rewrites applied, in order ("FoldBatchNorm: bn1 into conv1").
+  std::vector<std::string> rewrites;
+
+  size_t num_device_ops() const;
+  /// The constant `name` of the model, or nullptr.
+  const onnx_fe::ConstantData* FindConstant(const std::string& name) const;
+  /// One line per op: "conv1 conv2d [x] -> [y] relu (FoldBatchNorm(bn1), FuseRelu(r1))".
+  std::string ToString() const;
+};
+
+/// Which passes run (all by default; tests switch them off one at a time).
+struct PlanOptions {
+  bool fold_batchnorm = true;
+  bool fuse_activations = true;  ///< Relu, Relu6 (Clip), Sigmoid, SiLU, Gelu
+  bool fuse_residual_add = true;
+  bool ksplit_concat = true;
+  bool merge_sibling_convs = true;
+};
+
+/// Op types the host executes (the list in the header comment), sorted.
+const std::vector<std::string>& HostOpTypes();
+
+/// Step 1 of the pipeline: OK, or INVALID_ARGUMENT "model has N unsupported node(s): Resize 'up1',
+/// LSTM 'lstm'" naming every node (ONNX original name when it had one) whose op type (in the
+/// default domain) is neither Conv / ConvTranspose nor a host op, or whose domain is not ai.onnx.
+Status CheckSupported(const onnx_fe::Graph& graph);
+
+/// Builds the plan (see the header comment). Errors: INVALID_ARGUMENT for unsupported nodes (all
+/// listed), non-constant conv weights / bias, conv ranks other than 1-D / 2-D, inconsistent
+/// attributes (message names the node); never throws.
+Result<ConvPlan> BuildConvPlan(std::shared_ptr<const onnx_fe::Model> model,
+                               const PlanOptions& options = {});
+
+}  // namespace kiln::convplan
