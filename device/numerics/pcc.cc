@@ -48,7 +48,12 @@ Result<PccResult> CompPcc(std::span<const float> golden, std::span<const float> 
   double denom = static_cast<double>(n - 1);
   double cxx = sxx / denom, cyy = syy / denom, cxy = sxy / denom;
   // np.ma.corrcoef: c / sqrt(outer(d, d)); entries dividing by 0 are masked. min over the unmasked.
-  bool x_const = cxx == 0.0, y_const = cyy == 0.0;
+  // A constant tensor is detected directly (its variance can come out as a tiny non-zero number
+  // when the mean is inexact; tt-numerics.md §9.3 specifies the masked outcome).
+  auto constant = [](const std::vector<double>& v) {
+    return std::all_of(v.begin(), v.end(), [&](double e) { return e == v.front(); });
+  };
+  const bool x_const = cxx == 0.0 || constant(x), y_const = cyy == 0.0 || constant(y);
   if (x_const && y_const) return PccResult{true, 1.0};
   if (x_const || y_const) return PccResult{1.0 >= threshold, 1.0};
   double r = cxy / std::sqrt(cxx * cyy);

@@ -34,6 +34,9 @@ TEST(CompPcc, Branches) {
   r = CompPcc(std::vector<float>{2, 2, 2}, std::vector<float>{1, 2, 3}, 0.99);  // one constant → 1.0
   EXPECT_TRUE(r->pass);
   EXPECT_EQ(r->pcc, 1.0);
+  r = CompPcc(std::vector<float>{0.1f, 0.1f, 0.1f}, std::vector<float>{1, 2, 3}, 0.99);  // inexact mean
+  EXPECT_TRUE(r->pass);
+  EXPECT_EQ(r->pcc, 1.0);
   r = CompPcc(a, b, 0.99);
   ASSERT_TRUE(r.ok());
   // numpy.corrcoef([1,2,3,4],[1,2,3,5]) = 0.9827076298239907
