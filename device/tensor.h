@@ -70,7 +70,8 @@ std::string ShapeToString(std::span<const int64_t> shape);
 
 class Tensor {
  public:
-  /// An empty rank-0-less tensor: shape {}, no storage, dtype float32. `empty()` is true.
+  /// A default-constructed tensor: shape {}, no storage, dtype float32; `empty()` is true.
+  /// (A real rank-0 scalar comes from Zeros({}) and has one element.)
   Tensor() = default;
 
   /// A zero-filled tensor. Errors: INVALID_ARGUMENT for a negative dim or kNHWC with a rank other
@@ -96,7 +97,8 @@ class Tensor {
 
   const std::vector<int64_t>& shape() const { return shape_; }
   int rank() const { return static_cast<int>(shape_.size()); }
-  /// Logical dim `i`; negative `i` counts from the end (-1 is the last dim).
+  /// Logical dim `i`; negative `i` counts from the end (-1 is the last dim). Precondition:
+  /// -rank() <= i < rank() (not checked).
   int64_t dim(int i) const { return shape_[static_cast<std::size_t>(i < 0 ? i + rank() : i)]; }
   DataType dtype() const { return dtype_; }
   Layout layout() const { return layout_; }

@@ -85,6 +85,7 @@ class Builder {
   bool AllConstZero(const std::string& t) const;
 
   Layer& NewLayer(const Node& n, const std::vector<int>& refs, const std::string& name);
+  void Reshaped(Layer& l, const Node& n);
   void MakeHost(const Node& n, const std::string& why);
   void MarkOutput(const std::vector<int>& refs);
 
@@ -259,6 +260,30 @@ Layer& Builder::NewLayer(const Node& n, const std::vector<int>& refs, const std:
   return net_.Append(std::move(l));
 }
 
+// A Reshape/Flatten/Squeeze between the producer and a conv or pooling layer (e.g. Conv1d data
+// viewed as 2-D): the layer reads the data with the new dimensions (izer `in_dim`, izer.py
+// L491-504; the element count must match).
+void Builder::Reshaped(Layer& l, const Node& n) {
+  if (l.inputs.size() != 1 || !n.has_input(0)) return;
+  bool od = l.one_d;
+  auto s = TensorShape(n.inputs[0], &od);
+  if (!s || *s == l.in_shape) return;
+  if (s->elements() != l.in_shape.elements()) {
+    net_.Report(Severity::kError, "AI8X_RESHAPE", &l,
+                "the input is reshaped from " + ShapeString(l.in_shape, false) + " to " + ShapeString(*s, false) +
+                    " with a different element count");
+    return;
+  }
+  if (s->c != l.in_shape.c) {
+    net_.Report(Severity::kError, "AI8X_RESHAPE", &l,
+                "the input is reshaped across channels (" + ShapeString(l.in_shape, false) + " -> " +
+                    ShapeString(*s, false) + "); the izer can only change the height/width view (`in_dim`)");
+    return;
+  }
+  l.in_shape = *s;
+  l.in_dim = true;
+}
+
 void Builder::MarkOutput(const std::vector<int>& refs) {
   for (int r : refs) {
     if (r == kNetworkInput) continue;
@@ -311,6 +336,7 @@ void Builder::HandleConv(const Node& n) {
     return;
   }
   Layer& l = NewLayer(n, in->refs, LayerName(n, "conv"));
+  Reshaped(l, n);
   bool one_d = kernel.size() == 1;
   l.op = transpose ? OpKind::kConvTranspose2d : (one_d ? OpKind::kConv1d : OpKind::kConv2d);
   l.one_d = one_d;
@@ -428,6 +454,7 @@ void Builder::HandlePool(const Node& n) {
   auto strides = n.GetInts("strides", std::vector<int64_t>(ks->size(), 1));
   auto dil = n.GetInts("dilations", std::vector<int64_t>(ks->size(), 1));
   Layer& l = NewLayer(n, in->refs, LayerName(n, "pool"));
+  Reshaped(l, n);
   l.pool = n.op_type == "MaxPool" ? PoolType::kMax : PoolType::kAvg;
   l.pool_h = static_cast<int>((*ks)[0]);
   l.pool_w = ks->size() > 1 ? static_cast<int>((*ks)[1]) : 1;

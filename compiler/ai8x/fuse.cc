@@ -99,7 +99,7 @@ void FusePooling(Network& net) {
     if (ci < 0) continue;
     Layer& c = net.layers[ci];
     if (!(c.is_conv()) || c.pool != PoolType::kNone || c.eltwise != EltwiseOp::kNone || c.inputs.size() != 1 ||
-        c.flatten) {
+        c.flatten || c.in_dim) {  // in_dim: reshaped after pooling, keep the pooling layer
       continue;
     }
     c.pool = q.pool;
@@ -110,6 +110,7 @@ void FusePooling(Network& net) {
     c.pool_dilation = q.pool_dilation;
     c.inputs = q.inputs;
     c.in_shape = q.in_shape;
+    c.in_dim = q.in_dim;
     std::vector<std::string> nodes = q.onnx_nodes;
     // keep the conv first: diagnostics name the main node
     c.onnx_nodes.insert(c.onnx_nodes.end(), nodes.begin(), nodes.end());
@@ -137,7 +138,7 @@ void FuseEltwise(Network& net) {
     if (ci < 0) continue;
     Layer& c = net.layers[ci];
     if (c.op != OpKind::kConv2d && c.op != OpKind::kConvTranspose2d) continue;  // not Conv1d/Linear
-    if (c.eltwise != EltwiseOp::kNone || c.inputs.size() != 1 || c.flatten) continue;
+    if (c.eltwise != EltwiseOp::kNone || c.inputs.size() != 1 || c.flatten || c.in_dim) continue;
     if (!spec.support_multipass_eltwise_conv_bias && c.has_bias) continue;
     int passes = ComputePasses(e.in_shape.c).passes;
     if (spec.emulate_eltwise_mp && passes > 1 && e.operands * passes != e.operands + passes) continue;

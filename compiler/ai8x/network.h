@@ -98,6 +98,7 @@ struct Layer {
   bool output = false;        ///< its data leaves the accelerator (`output: true`)
   bool chw_input = false;     ///< first layer only: `data_format: CHW`
   bool gap_layer = false;     ///< inserted write_gap passthrough
+  bool in_dim = false;        ///< the data is reshaped between producer and layer: emit `in_dim`
 
   bool is_conv() const { return op == OpKind::kConv1d || op == OpKind::kConv2d || op == OpKind::kConvTranspose2d; }
   bool has_weights() const { return op != OpKind::kNone; }

@@ -92,6 +92,10 @@ std::string EmitYaml(const Network& net, const Ai8xOptions& options) {
       }
       out.Key("in_sequences", seq + "]");
     }
+    if (l.in_dim) {
+      out.Key("in_dim", l.one_d ? std::to_string(l.in_shape.h)
+                                : "[" + std::to_string(l.in_shape.h) + ", " + std::to_string(l.in_shape.w) + "]");
+    }
     bool output = l.output && (i + 1 < n || any_output);
     if (output) out.Key("output", true);
     out.Key("processors", Hex16(l.processors));

@@ -152,7 +152,8 @@ class WorkerPool {
 
   /// Stops accepting jobs. drain = true: queued and running jobs finish normally; false: queued
   /// jobs complete with UNAVAILABLE and running ones are cancelled. Then joins the threads.
-  /// Idempotent; blocking.
+  /// Idempotent; blocking. Must not be called from inside a job or an OnDone callback that runs
+  /// on a device thread (it joins those threads).
   void Shutdown(bool drain);
 
   std::vector<DeviceInfo> Devices() const;

@@ -278,6 +278,22 @@ TEST(Ai8xPatterns, Conv1dWithIntegerKernelSize) {
   EXPECT_NE(r->yaml.find("# input shape: (16, 64)"), std::string::npos);
 }
 
+TEST(Ai8xPatterns, ReshapeBetweenLayersEmitsInDim) {
+  // Conv1d output (8 x 64) viewed as 8 x 8 x 8 for a Conv2d.
+  Export e({1, 8, 64});
+  auto c1 = e.Conv("conv1", "x", 8, 8, {3}, 1);
+  e.b().Initializer(kiln::testing::Int64Tensor("shape", {4}, {1, 8, 8, 8}));
+  e.b().Node("Reshape", {c1, "shape"}, {"/r"}, "/Reshape");
+  auto c2 = e.Conv("conv2", "/r", 8, 8, {3, 3}, 1);
+  auto r = e.Compile(c2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->ok) << Dump(*r);
+  YAML::Node l = YAML::Load(r->yaml)["layers"];
+  ASSERT_EQ(l[1]["in_dim"].size(), 2u) << r->yaml;
+  EXPECT_EQ(l[1]["in_dim"][0].as<int>(), 8);
+  EXPECT_EQ(r->layers[1].in_shape, "(8, 8, 8)");
+}
+
 TEST(Ai8xPatterns, ConvTranspose2d) {
   Export e({1, 4, 8, 8});
   auto c1 = e.Conv("l1", "x", 4, 4, {1, 1}, 0);

@@ -294,6 +294,10 @@ TEST(OnnxLoader, NestedIfWithinDepthCapLoads) {
   auto b = NestedIf(8);
   auto m = Load(b);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
+  // The If reads x and cond only through its subgraphs: it still counts as their consumer.
+  ASSERT_EQ((*m)->graph().Consumers("x").size(), 1u);
+  EXPECT_EQ((*m)->graph().Consumers("x")[0], 0u);
+  EXPECT_EQ((*m)->graph().Consumers("cond").size(), 1u);
   const Graph* g = &(*m)->graph();
   size_t levels = 0;
   while (true) {
@@ -366,6 +370,18 @@ TEST(OnnxLoader, CycleIsAnErrorNamingANodeOnIt) {
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(err.node == "n_a" || err.node == "n_b" || err.node == "n_c") << err.node;
+  EXPECT_NE(m.status().message().find("cycle"), std::string::npos);
+}
+
+TEST(OnnxLoader, NodeReadingItsOwnOutputIsACycle) {
+  OnnxModelBuilder b;
+  b.Input("x", TensorProto::FLOAT, {2});
+  b.Node("Add", {"x", "a"}, {"a"}, "self");
+  b.Output("a");
+  LoadError err;
+  auto m = Load(b, &err);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(err.node, "self");
   EXPECT_NE(m.status().message().find("cycle"), std::string::npos);
 }
 
