@@ -93,6 +93,9 @@ struct LayerReport {
   bool on_device = false;
   std::vector<std::string> source_nodes;  ///< ONNX nodes folded into this op
   std::string activation;           ///< device ops: fused activation ("relu", "none", ...)
+  std::string residual;             ///< device ops: residual tensor added after it ("" = none)
+  std::string residual_activation;  ///< device ops with a residual: activation after the add
+  int k_parts = 1;                  ///< device ops: number of K-split parts (device calls)
   std::vector<std::vector<int64_t>> input_shapes;   ///< logical, in PlanOp::Inputs() order
   std::vector<std::vector<int64_t>> output_shapes;  ///< logical, in PlanOp::Outputs() order
   double seconds = 0.0;             ///< wall time of the op on the device (device ops, sum over K
