@@ -8,6 +8,7 @@
 #include <iomanip>
 #include <new>
 #include <sstream>
+#include <set>
 #include <unordered_map>
 
 #include "compiler/convplan/host_ops.h"
@@ -139,6 +140,7 @@ struct ConvRun {
   int64_t macs = 0;
   std::string implementation;
   std::string blocking;
+  bool activation_on_host = false;
 };
 
 class Runner {
@@ -177,6 +179,9 @@ class Runner {
       if (!per_layer_) dev_vals_[in.name] = std::move(*t);
     }
     ComputeLastUse();
+    for (const fe::GraphOutput& o : plan_.outputs) graph_outputs_.insert(o.tensor);
+    dev_caps_ = dev_.capabilities();
+    ref_caps_ = &ref_ == &dev_ ? dev_caps_ : ref_.capabilities();
 
     const int64_t total = static_cast<int64_t>(plan_.ops.size());
     for (size_t i = 0; i < plan_.ops.size(); ++i) {
@@ -264,6 +269,12 @@ class Runner {
                        const Tensor* residual) {
     ConvRun r;
     const bool ksplit = d.inputs.size() > 1;
+    const auto& caps = &be == &dev_ ? dev_caps_ : ref_caps_;
+    // The activation runs on the host (fp32) for K-splits (it applies to the sum) and when the
+    // backend does not offer it as a fused activation.
+    const bool host_act = ksplit || std::find(caps.activations.begin(), caps.activations.end(), d.activation()) ==
+                                        caps.activations.end();
+    r.activation_on_host = host_act && d.activation() != Activation::kNone;
     for (size_t k = 0; k < d.inputs.size(); ++k) {
       const Tensor& x = *ins[k];
       if (x.rank() != d.spatial_rank + 2) {
@@ -287,11 +298,11 @@ class Runner {
       Result<Tensor> y = Status(StatusCode::kUnknown, "unset");
       if (d.kind == DeviceOpKind::kConv2d) {
         device::Conv2dParams p = d.conv;
-        if (ksplit) p.activation = Activation::kNone;
+        if (host_act) p.activation = Activation::kNone;
         y = be.Conv2d(*xp, d.weights[k], bias, p, ctx);
       } else {
         device::ConvTranspose2dParams p = d.conv_transpose;
-        if (ksplit) p.activation = Activation::kNone;
+        if (host_act) p.activation = Activation::kNone;
         y = be.ConvTranspose2d(*xp, d.weights[k], bias, p, ctx);
       }
       if (!y.ok()) return y.status();
@@ -313,13 +324,14 @@ class Runner {
       }
     }
     const auto th = Clock::now();
-    if (ksplit) {
+    if (ksplit || host_act) {
+      const Tensor* hb = ksplit && d.bias ? &*d.bias : nullptr;  // single part: bias added on the device
       const int64_t O = r.y.dim(1);
       const int64_t inner = r.y.num_elements() / std::max<int64_t>(1, r.y.dim(0) * O);
       float* y = r.y.data<float>();
       for (int64_t n = 0; n < r.y.dim(0); ++n) {
         for (int64_t o = 0; o < O; ++o) {
-          const float b = d.bias ? d.bias->data<float>()[o] : 0.0f;
+          const float b = hb != nullptr ? hb->data<float>()[o] : 0.0f;
           float* row = y + (n * O + o) * inner;
           for (int64_t e = 0; e < inner; ++e) row[e] = device::ApplyActivation(d.activation(), row[e] + b);
         }
@@ -440,6 +452,7 @@ class Runner {
     rep.macs = dr->macs;
     rep.implementation = dr->implementation;
     rep.blocking = dr->blocking;
+    rep.activation_on_host = dr->activation_on_host;
     auto dev_out = Split(d, std::move(dr->y));
     if (!dev_out.ok()) return dev_out.status();
     for (const auto& t : *dev_out) rep.output_shapes.push_back(t.shape());
@@ -460,8 +473,14 @@ class Runner {
       KILN_RETURN_IF_ERROR(Compare(*dev_out, *ref_out, Threshold(d), rep));
       for (size_t k = 0; k < d.outputs.size(); ++k) ref_vals_[d.outputs[k].tensor] = std::move((*ref_out)[k]);
     }
-    Values& dst = per_layer_ ? dev_out_ : dev_vals_;
-    for (size_t k = 0; k < d.outputs.size(); ++k) dst[d.outputs[k].tensor] = std::move((*dev_out)[k]);
+    for (size_t k = 0; k < d.outputs.size(); ++k) {
+      const std::string& name = d.outputs[k].tensor;
+      if (!per_layer_) {
+        dev_vals_[name] = std::move((*dev_out)[k]);
+      } else if (graph_outputs_.count(name) != 0) {
+        dev_out_[name] = std::move((*dev_out)[k]);  // per_layer keeps device results of graph outputs only
+      }
+    }
     return Status::Ok();
   }
 
@@ -502,6 +521,8 @@ class Runner {
   bool with_ref_ = false;
   bool per_layer_ = false;
   Values dev_vals_, ref_vals_, dev_out_, consts_;
+  std::set<std::string> graph_outputs_;
+  device::BackendCapabilities dev_caps_, ref_caps_;
   std::vector<std::vector<std::string>> release_;
 };
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <stdexcept>
 
 #include "device/backends/builtin.h"
 #include "device/backends/tt_emu/tt_emu_backend.h"
@@ -228,6 +229,64 @@ TEST(Executor, ProgressAndCancellationBetweenOps) {
   auto d = RunConvPlan(p, {}, Reference(), o, &expired);
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), StatusCode::kDeadlineExceeded);
+}
+
+// Delegates to the reference backend; offers only the activations in `acts`; can fail or throw.
+class WrappedBackend : public device::Backend {
+ public:
+  enum class Mode { kDelegate, kFail, kThrow };
+  WrappedBackend(std::vector<device::Activation> acts, Mode mode) : acts_(std::move(acts)), mode_(mode) {}
+  std::string name() const override { return "wrapped"; }
+  device::BackendCapabilities capabilities() const override {
+    auto c = Reference().capabilities();
+    c.activations = acts_;
+    return c;
+  }
+  Result<device::Tensor> Conv2d(const device::Tensor& x, const device::Tensor& w, const device::Tensor* b,
+                                const device::Conv2dParams& p, const device::ExecContext& ctx) override {
+    if (mode_ == Mode::kFail) return Internal("boom");
+    if (mode_ == Mode::kThrow) throw std::runtime_error("thrown");
+    if (std::find(acts_.begin(), acts_.end(), p.activation) == acts_.end()) return Unimplemented("activation");
+    return Reference().Conv2d(x, w, b, p, ctx);
+  }
+  Result<device::Tensor> ConvTranspose2d(const device::Tensor& x, const device::Tensor& w, const device::Tensor* b,
+                                         const device::ConvTranspose2dParams& p,
+                                         const device::ExecContext& ctx) override {
+    if (std::find(acts_.begin(), acts_.end(), p.activation) == acts_.end()) return Unimplemented("activation");
+    return Reference().ConvTranspose2d(x, w, b, p, ctx);
+  }
+
+ private:
+  std::vector<device::Activation> acts_;
+  Mode mode_;
+};
+
+TEST(Executor, ActivationTheBackendLacksRunsOnHost) {
+  ConvPlan p = SmallPlan();
+  WrappedBackend dev({device::Activation::kNone, device::Activation::kRelu}, WrappedBackend::Mode::kDelegate);
+  RunOptions o;
+  o.input_seed = 7;
+  o.reference = &Reference();
+  auto r = RunConvPlan(p, {}, dev, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->layers[0].activation_on_host);  // relu offered
+  EXPECT_TRUE(r->layers[1].activation_on_host);   // sigmoid not offered
+  EXPECT_EQ(r->layers[1].activation, "sigmoid");
+  EXPECT_GT(r->layers[1].pcc, 0.999999);
+  EXPECT_LT(MaxDiff(*r, RunRef(p)), 1e-6);
+}
+
+TEST(Executor, BackendErrorsNameTheOpAndExceptionsDoNotEscape) {
+  ConvPlan p = SmallPlan();
+  WrappedBackend fail({device::Activation::kNone}, WrappedBackend::Mode::kFail);
+  auto r = RunConvPlan(p, {}, fail, RunOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInternal);
+  EXPECT_NE(r.status().message().find("conv1"), std::string::npos) << r.status().message();
+  WrappedBackend thrower({device::Activation::kNone}, WrappedBackend::Mode::kThrow);
+  auto t = RunConvPlan(p, {}, thrower, RunOptions{});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInternal);
 }
 
 TEST(Executor, RunsAsWorkerPoolJob) {
