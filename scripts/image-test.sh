@@ -27,12 +27,21 @@ BUILD_S=$(( $(date +%s) - T0 ))
 
 WORK=$(mktemp -d /tmp/kiln-image-test.XXXXXX)
 CTR="" RUN_PID=""
+descendants() {  # every descendant pid of $1, children first
+  local c
+  for c in $(pgrep -P "$1"); do descendants "$c"; echo "$c"; done
+}
 cleanup() {
   set +e
   if [[ "$ENGINE" == docker ]]; then
     [[ -n "$CTR" ]] && docker rm -f "$CTR" >/dev/null 2>&1
   else
-    [[ -n "$RUN_PID" ]] && kill -KILL "$RUN_PID" 2>/dev/null
+    if [[ -n "$RUN_PID" ]]; then
+      # buildah run -> buildah-chroot-runtime -> buildah-chroot-exec -> kilnd: end them all.
+      local pids
+      pids="$(descendants "$RUN_PID") $RUN_PID"
+      kill -TERM $pids 2>/dev/null; sleep 1; kill -KILL $pids 2>/dev/null
+    fi
     [[ -n "$CTR" ]] && buildah rm "$CTR" >/dev/null 2>&1
   fi
   rm -rf "$WORK"
@@ -52,7 +61,7 @@ else
   SIZE=$(buildah images --format '{{.Size}}' --noheading "$IMAGE" | head -n1)
 fi
 [[ "$USER_CFG" == 10001:10001 ]] || fail "image USER is '$USER_CFG', want 10001:10001"
-[[ "$HC" == *"kiln health"* ]] || fail "image HEALTHCHECK is '$HC', want one running kiln health"
+[[ "$HC" == *"kiln --server"*" health"* ]] || fail "image HEALTHCHECK is '$HC', want one running kiln health"
 step "image $IMAGE: size $SIZE, user $USER_CFG, healthcheck $HC"
 
 # --- start kilnd from the image
@@ -93,9 +102,9 @@ else
   [[ "$HC" == '[CMD-SHELL '* ]] || fail "HEALTHCHECK is not a shell command: $HC"
   exec_in /bin/sh -c "$HC_CMD" || fail "the image's HEALTHCHECK command failed: $HC_CMD"
   step "buildah: HEALTHCHECK command passes inside the image"
-  KILND_PID=$(pgrep -P "$RUN_PID" -x kilnd || true)
-  for _ in 1 2 3; do [[ -n "$KILND_PID" ]] && break
-    for c in $(pgrep -P "$RUN_PID"); do KILND_PID=$(pgrep -P "$c" -x kilnd || true); [[ -n "$KILND_PID" ]] && break; done
+  KILND_PID=""
+  for p in $(descendants "$RUN_PID"); do
+    [[ "$(ps -o comm= -p "$p")" == kilnd ]] && KILND_PID=$p
   done
   [[ -n "$KILND_PID" ]] || fail "cannot find kilnd's pid under buildah run ($RUN_PID)"
   uid=$(ps -o uid= -p "$KILND_PID" | tr -d ' ')
@@ -108,7 +117,7 @@ CLI=${KILN_CLI:-$ROOT/build/cli/kiln}
 [[ -x "$CLI" ]] || fail "no host kiln CLI at $CLI (build it: cmake --build build --target kiln, or set KILN_CLI)"
 kiln() { "$CLI" --server "$GRPC" "$@"; }
 kiln health || fail "kiln health (host CLI $CLI)"
-exec_in kiln health --server "$INNER_GRPC" || fail "kiln health (the image's own CLI)"
+exec_in kiln --server "$INNER_GRPC" health || fail "kiln health (the image's own CLI)"
 ID=$(kiln upload "$ROOT/examples/models/$MODEL.onnx" 2>/dev/null) || fail "kiln upload"
 kiln compile "$MODEL" --device MAX78000 --arch ai85net5 --dataset MNIST -o "$WORK/mnist.yaml" || fail "kiln compile"
 grep -q '^arch: ai85net5' "$WORK/mnist.yaml" || fail "compiled YAML has no 'arch: ai85net5'"

@@ -32,9 +32,11 @@ need("condition: service_healthy" in compose, "Prometheus does not wait for kiln
 need(re.search(r"job_name: kiln\n\s+static_configs:\n\s+- targets: \[\"kilnd:9464\"\]", prom), "prometheus.yml does not scrape kilnd:9464 as job kiln")
 # Dockerfile: the settings compose relies on.
 for want in ("EXPOSE 50051 9464", 'VOLUME ["/var/lib/kiln"]', "KILN_LISTEN=0.0.0.0:50051", "KILN_METRICS_LISTEN=0.0.0.0:9464",
-             "KILN_DATA_DIR=/var/lib/kiln", "USER 10001:10001", 'ENTRYPOINT ["/usr/local/bin/kilnd"]', "HEALTHCHECK", "kiln health",
+             "KILN_DATA_DIR=/var/lib/kiln", "USER 10001:10001", 'ENTRYPOINT ["/usr/local/bin/kilnd"]', "HEALTHCHECK",
              "FROM ${RUNTIME_IMAGE} AS runtime", "ARG RUNTIME_IMAGE=debian:bookworm-slim", "scripts/install-deps.sh"):
     need(want in dockerfile, f"Dockerfile lacks {want!r}")
+need(re.search(r"^HEALTHCHECK .*\\\n\s+CMD kiln --server \"127\.0\.0\.1:\$\{KILN_LISTEN##\*:\}\" .*health", dockerfile, re.M),
+     "HEALTHCHECK does not run `kiln --server 127.0.0.1:<KILN_LISTEN port> ... health`")
 if errors:
     print("\n".join("FAIL " + e for e in errors)); sys.exit(1)
 print("docker-compose.yml, prometheus.yml and Dockerfile agree")
