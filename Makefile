@@ -29,3 +29,12 @@ bench: build
 
 clean:
 	rm -rf $(BUILD_DIR)
+
+# Container image (docker when a daemon answers, else buildah): scripts/image.sh, image-test.sh.
+.PHONY: image image-test
+image:
+	bash scripts/image.sh
+
+image-test: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln
+	KILN_CLI=$(BUILD_DIR)/cli/kiln bash scripts/image-test.sh

@@ -131,6 +131,13 @@ function crossCheck(where, docs, configKeys) {
     if (sp.grpc !== "grpc" && sp.grpc !== 50051) err(where, "Service port 'grpc' does not target the container's grpc port");
     if (sp.metrics !== "metrics" && sp.metrics !== 9464) err(where, "Service port 'metrics' does not target the container's metrics port");
   }
+  // One kilnd per model store: a ReadWriteOnce data volume allows no second pod (rollout or HPA).
+  const claim = data && docs.find((d) => d.kind === "PersistentVolumeClaim" && d.metadata.name === vols.get(data.name)?.persistentVolumeClaim?.claimName);
+  if (claim && !(claim.spec.accessModes || []).includes("ReadWriteMany")) {
+    if (dep.spec.strategy?.type !== "Recreate") err(where, "a ReadWriteOnce model store needs strategy Recreate (no two kilnd pods on one store)");
+    if (hpa && hpa.spec.maxReplicas !== 1) err(where, "a ReadWriteOnce model store needs HPA maxReplicas 1 (kilnd replicas cannot share a store)");
+    if ((dep.spec.replicas ?? 1) !== 1) err(where, "a ReadWriteOnce model store needs replicas: 1");
+  }
   if (hpa) {
     const t = hpa.spec.scaleTargetRef;
     if (t.kind !== "Deployment" || t.name !== dep.metadata.name) err(where, `HPA targets ${t.kind}/${t.name}, not the kilnd Deployment`);

@@ -75,19 +75,11 @@ Status ApplyStructureOverrides(Network& net, const std::vector<LayerOverride>& o
                              "output_processors, out_offset)");
     }
     if (!IsStructureKey(o.key)) continue;
-    // "last" = the last layer with weights before fusion (the final izer layer's main op).
-    Layer* l = nullptr;
-    if (o.layer == "last") {
-      for (auto it = net.layers.rbegin(); it != net.layers.rend(); ++it) {
-        if (it->has_weights()) {
-          l = &*it;
-          break;
-        }
-      }
-    } else {
-      l = FindLayer(net, o.layer);
-    }
+    Layer* l = FindLayer(net, o.layer);
     if (l == nullptr) return InvalidArgument("override " + o.layer + "." + o.key + ": no such layer");
+    if (!l->has_weights() && o.key != "output_width") {
+      return InvalidArgument("override " + o.layer + "." + o.key + ": layer " + l->name + " has no weights");
+    }
     if (o.key == "output_width") {
       auto v = ParseInt(o.value);
       if (!v.ok() || (*v != 8 && *v != 32)) return InvalidArgument("output_width must be 8 or 32");
@@ -147,11 +139,11 @@ Result<Ai8xCompileResult> CompileAi8xNetwork(Network net, const Ai8xOptions& opt
                                   [](const Diagnostic& d) { return d.severity == Severity::kError; }) ||
                       net.layers.empty();
   if (!net.layers.empty()) {
-    KILN_RETURN_IF_ERROR(ApplyStructureOverrides(net, options.overrides));
     FuseActivation(net);
     FusePooling(net);
     FuseEltwise(net);
     InsertWriteGaps(net);
+    KILN_RETURN_IF_ERROR(ApplyStructureOverrides(net, options.overrides));
     ChooseInputFormatAndStreaming(net, options);
     AllocateProcessors(net, options);
     PlanDataMemory(net);

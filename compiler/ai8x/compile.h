@@ -39,14 +39,13 @@ enum class InputFormat {
 Result<InputFormat> ParseInputFormat(const std::string& text);
 
 /// One `--set LAYER.KEY=VALUE` override.
-/// LAYER: a layer name (as in the YAML), a layer index in the final list, or "last".
+/// LAYER: a layer name (as in the YAML), a layer index in the YAML's layer list, or "last".
 /// KEY: output_width (8|32), quantization (1|2|4|8), activate (none|relu|abs),
 ///      streaming (true|false), processors (hex map), output_processors (hex map),
-///      out_offset (int/hex). Structure keys (output_width, quantization, activate) are applied
-///      before fusion and name layers by their pre-fusion names (the conv/linear's name, which the
-///      fused layer keeps); placement keys (streaming, processors, output_processors, out_offset)
-///      are applied to the final layers and replace what Kiln planned, and the rule checks then
-///      judge the result.
+///      out_offset (int/hex). Layer keys (output_width, quantization, activate; the latter two on
+///      conv/linear layers only) are applied after fusion, before placement; placement keys
+///      (streaming, processors, output_processors, out_offset) are applied after planning and
+///      replace what Kiln planned, and the rule checks then judge the result.
 struct LayerOverride {
   std::string layer;
   std::string key;

@@ -30,8 +30,9 @@ namespace kiln::ai8x {
 /// unusable as a whole (no/multiple inputs, no hardware layer, unknown shapes): AI8X_INPUT.
 void BuildLayers(const onnx_fe::Graph& graph, Network& net);
 
-/// Applies LayerOverride entries whose key is a structure key (output_width, quantization,
-/// activate). Returns INVALID_ARGUMENT for unknown keys/values/layers (checked for all keys).
+/// Applies LayerOverride entries whose key is a layer key (output_width, quantization,
+/// activate) to the fused layer list. Returns INVALID_ARGUMENT for unknown keys/values/layers
+/// (keys checked for all entries).
 Status ApplyStructureOverrides(Network& net, const std::vector<LayerOverride>& overrides);
 /// Applies placement keys (streaming, processors, output_processors, out_offset) after planning.
 Status ApplyPlacementOverrides(Network& net, const std::vector<LayerOverride>& overrides);

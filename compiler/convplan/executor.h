@@ -11,7 +11,8 @@
 //   an input with an unknown (not symbolic) dim cannot be generated → INVALID_ARGUMENT.
 //   Unknown input names → INVALID_ARGUMENT.
 // * Device ops go to `device` with RunOptions::precision; fused activations are passed to the
-//   backend. K-split parts run as separate device convs (no bias, no activation) whose partial
+//   backend (when its capabilities().activations lists them; otherwise applied on the host in fp32
+//   and flagged in the report). K-split parts run as separate device convs (no bias, no activation) whose partial
 //   results are summed on the host in fp32, then bias and activation are applied on the host; a
 //   residual add and its activation are always host fp32 (no backend has an eltwise op).
 // * Host ops run in fp32 (MaxPool / AveragePool through the fp32 reference backend, the rest in
@@ -93,6 +94,11 @@ struct LayerReport {
   bool on_device = false;
   std::vector<std::string> source_nodes;  ///< ONNX nodes folded into this op
   std::string activation;           ///< device ops: fused activation ("relu", "none", ...)
+  std::string residual;             ///< device ops: residual tensor added after it ("" = none)
+  std::string residual_activation;  ///< device ops with a residual: activation after the add
+  int k_parts = 1;                  ///< device ops: number of K-split parts (device calls)
+  bool activation_on_host = false;  ///< device ops: the activation was applied on the host in fp32
+                                    ///< (K-split, or the backend does not offer it fused)
   std::vector<std::vector<int64_t>> input_shapes;   ///< logical, in PlanOp::Inputs() order
   std::vector<std::vector<int64_t>> output_shapes;  ///< logical, in PlanOp::Outputs() order
   double seconds = 0.0;             ///< wall time of the op on the device (device ops, sum over K

@@ -12,7 +12,8 @@
 //   2. Lowering — one PlanOp per IR node, in the IR's topological order: Conv / ConvTranspose
 //      (1-D and 2-D) become DeviceOps with explicit pads (auto_pad, ConvTranspose output_shape
 //      resolved with device/backends/conv_geometry.h, ONNX Conv-11 / ConvTranspose-11 text), every
-//      other node a HostOp.
+//      other node a HostOp. Conv weights and bias must be constants (initializers, Constant
+//      nodes, or such a constant behind a Cast to FLOAT).
 //   3. Rewrite passes (compiler/convplan/passes.h), each a small condition + apply pass in the
 //      style of ONNX Runtime's graph optimizer, repeated to a fixed point:
 //        FoldBatchNorm      Conv/ConvTranspose → BatchNormalization folded into weights and bias
@@ -25,6 +26,8 @@
 //                           inputs as K parts (sum of partial convs; no concat is built)
 //        MergeSiblingConvs  convs reading the same input with equal geometry → one conv whose
 //                           output channels are split back into the original tensors
+//        RemoveDeadHostOps  host ops whose outputs nobody reads (e.g. the Cast of FLOAT16 /
+//                           BFLOAT16 conv weights, which lowering reads through)
 //      A fusion never applies when an intermediate tensor has another consumer or is a graph
 //      output.
 //

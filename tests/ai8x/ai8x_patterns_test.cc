@@ -442,6 +442,44 @@ TEST(Ai8xPatterns, StrideTwoConvIsAnErrorNamingTheNode) {
   EXPECT_EQ(d->layer, 0);
 }
 
+TEST(Ai8xPatterns, HardwareOpsAfterHostWorkAreReported) {
+  Export e({1, 8, 8, 8});
+  auto c1 = e.Conv("conv1", "x", 8, 8, {3, 3}, 1);
+  auto sm = e.Unary("Softmax", "/sm", c1);
+  auto c2 = e.Conv("conv2", sm, 8, 8, {3, 3}, 1);
+  auto r = e.Compile(c2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->ok) << Dump(*r);
+  const Diagnostic* d = Find(*r, "AI8X_HOST_AFTER_HOST");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->severity, Severity::kWarning);
+  EXPECT_NE(d->message.find("/conv2/Conv"), std::string::npos) << d->message;
+  EXPECT_EQ(r->layers.size(), 1u);
+}
+
+TEST(Ai8xPatterns, TwoInputsAreAnError) {
+  Export e({1, 8, 8, 8});
+  e.b().Input("y", onnx::TensorProto::FLOAT, {1, 8, 8, 8});
+  auto s = e.Binary("Add", "/add", "x", "y");
+  auto r = e.Compile(s);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->ok);
+  EXPECT_NE(Find(*r, "AI8X_INPUT"), nullptr);
+}
+
+TEST(Ai8xPatterns, EltwiseShapeMismatchIsAnError) {
+  Export e({1, 8, 8, 8});
+  auto a = e.Conv("a", "x", 8, 8, {3, 3}, 1);
+  auto c = e.Conv("c", "x", 8, 1, {3, 3}, 1);  // 1 channel broadcasts in ONNX, not on the device
+  auto s = e.Binary("Add", "/add", a, c);
+  auto r = e.Compile(s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->ok);
+  const Diagnostic* d = Find(*r, "AI8X_ELTWISE");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->onnx_node, "/add/Add");
+}
+
 TEST(Ai8xPatterns, NoHardwareOpIsAnError) {
   Export e({1, 8, 8, 8});
   auto s = e.Unary("Softmax", "/sm", "x");

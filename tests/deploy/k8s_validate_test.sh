@@ -50,6 +50,8 @@ expect_reject api-version hpa.yaml 'autoscaling/v2' 'autoscaling/v9' "no schema 
 expect_reject monitor-port servicemonitor.yaml 'port: metrics' 'port: metric' "ServiceMonitor endpoint port 'metric' is not a Service port"
 expect_reject probe-missing deployment.yaml $'livenessProbe:\n            grpc:\n              port: 50051' \
   $'livenessProbe:\n            tcpSocket:\n              port: 50051' "livenessProbe is not a gRPC probe on 50051"
+expect_reject hpa-scale-out hpa.yaml 'maxReplicas: 1' 'maxReplicas: 4' "needs HPA maxReplicas 1"
+expect_reject rolling-update deployment.yaml 'type: Recreate' 'type: RollingUpdate' "needs strategy Recreate"
 
 if [[ $fails -ne 0 ]]; then echo "$fails broken manifest(s) were not rejected"; exit 1; fi
-echo "deploy/k8s valid; 10 broken variants rejected"
+echo "deploy/k8s valid; 12 broken variants rejected"

@@ -1021,6 +1021,14 @@ TEST(OnnxLoader, SizeAndTensorByteLimits) {
   EXPECT_NE(m.status().message().find("max_total_tensor_bytes"), std::string::npos);
   opt.limits.max_total_tensor_bytes = 108 * 4 + 16;
   EXPECT_TRUE(LoadModel(bytes, opt).ok());
+  // LoaderLimits overload.
+  LoaderLimits limits;
+  limits.max_total_tensor_bytes = 100;
+  LoadError err;
+  auto r = LoadModel(bytes, limits, &err);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(err.code, StatusCode::kResourceExhausted);
+  EXPECT_EQ(err.stage, LoadStage::kLimits);
 }
 
 TEST(OnnxLoader, ErrorStatusCarriesModelName) {

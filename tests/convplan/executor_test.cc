@@ -1,0 +1,317 @@
+// The ConvPlan executor: tt-emu in chained and per_layer modes with the per-layer report
+// (thresholds follow tt-metal's run_conv rules, tt-numerics.md §9.1; pass = PCC >= threshold),
+// inputs (generated / given / wrong), cancellation, progress, and the WorkerPool job wrapper.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+
+#include "device/backends/builtin.h"
+#include "device/backends/tt_emu/tt_emu_backend.h"
+#include "device/worker_pool/worker_pool.h"
+#include "tests/convplan/test_util.h"
+
+namespace kiln::convplan {
+namespace {
+
+using namespace testutil;  // NOLINT
+using kiln::testing::SetInt;
+using kiln::testing::SetInts;
+
+// conv1 (8->16, 3x3) + Relu -> conv2 (16->16, 3x3) + Sigmoid -> MaxPool 2x2 -> ConvTranspose s2 (16->8)
+std::shared_ptr<const onnx_fe::Model> SmallNet() {
+  OnnxModelBuilder b(13);
+  b.Input("x", onnx::TensorProto::FLOAT, {"batch", 8, 16, 16});
+  AddConv(b, "x", "c1", "conv1", 8, 16, 3, 31);
+  b.Node("Relu", {"c1"}, {"r1"}, "relu1");
+  AddConv(b, "r1", "c2", "conv2", 16, 16, 3, 32);
+  b.Node("Sigmoid", {"c2"}, {"s2"}, "sig2");
+  auto& mp = b.Node("MaxPool", {"s2"}, {"p"}, "pool");
+  SetInts(mp, "kernel_shape", {2, 2});
+  SetInts(mp, "strides", {2, 2});
+  b.FloatInitializer("wt", {16, 8, 2, 2}, kiln::testing::RandomFloats(16 * 8 * 4, 33));
+  auto& ct = b.Node("ConvTranspose", {"p", "wt"}, {"y"}, "up");
+  SetInts(ct, "strides", {2, 2});
+  b.Output("y");
+  return Load(b);
+}
+
+ConvPlan SmallPlan() {
+  auto p = BuildConvPlan(SmallNet());
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return std::move(*p);
+}
+
+std::unique_ptr<device::Backend> TtEmu() {
+  device::BackendOptions o;
+  o.settings["level"] = "exact";
+  auto b = device::MakeTtEmuBackend(o);
+  EXPECT_TRUE(b.ok()) << b.status().ToString();
+  return std::move(*b);
+}
+
+TEST(Executor, PlanShape) {
+  ConvPlan p = SmallPlan();
+  ASSERT_EQ(p.ops.size(), 4u) << p.ToString();
+  EXPECT_EQ(p.ops[0].name, "conv1");
+  EXPECT_EQ(p.ops[0].device().activation(), device::Activation::kRelu);
+  EXPECT_EQ(p.ops[1].device().activation(), device::Activation::kSigmoid);
+  EXPECT_EQ(p.ops[2].op, "MaxPool");
+  EXPECT_EQ(p.ops[3].op, "conv_transpose2d");
+}
+
+// Expected threshold from §9.1, written out here independently of the executor.
+double RuleConv(bool fp32, bool lofi_bfp8, bool sigmoid, int64_t cin_khkw) {
+  if (!fp32) return cin_khkw > 10000 ? 0.97 : 0.985;
+  if (lofi_bfp8) return 0.996;
+  if (sigmoid) return 0.995;
+  return 0.997;
+}
+double RuleConvT(bool fp32, bool lofi_bfp8) {
+  if (!fp32) return 0.99;
+  return lofi_bfp8 ? 0.9969 : 0.998;
+}
+
+void CheckReport(const RunResult& r, bool fp32, bool lofi_bfp8) {
+  const bool per_layer = r.mode == RunMode::kPerLayer;
+  ASSERT_EQ(r.layers.size(), 4u);
+  EXPECT_DOUBLE_EQ(r.layers[0].threshold, RuleConv(fp32, lofi_bfp8, false, 8 * 9));
+  EXPECT_DOUBLE_EQ(r.layers[1].threshold, RuleConv(fp32, lofi_bfp8, true, 16 * 9));
+  EXPECT_EQ(r.layers[2].threshold, 0.0);  // host op
+  EXPECT_DOUBLE_EQ(r.layers[3].threshold, RuleConvT(fp32, lofi_bfp8));
+  bool all = true;
+  for (const LayerReport& l : r.layers) {
+    // per_layer runs host ops on the reference chain only: nothing to compare.
+    EXPECT_EQ(l.compared, l.on_device || !per_layer) << l.name;
+    if (l.on_device) {
+      EXPECT_EQ(l.pass, l.pcc >= l.threshold) << l.name;
+      EXPECT_GT(l.pcc, 0.9) << l.name;
+      EXPECT_GT(l.max_abs_error, 0.0) << l.name << ": tt-emu should differ from fp32";
+      EXPECT_GT(l.seconds, 0.0);
+      EXPECT_GT(l.macs, 0);
+      all = all && l.pass;
+    }
+  }
+  EXPECT_EQ(r.all_pass, all);
+  EXPECT_EQ(r.layers[0].input_shapes[0], (std::vector<int64_t>{1, 8, 16, 16}));
+  EXPECT_EQ(r.layers[3].output_shapes[0], (std::vector<int64_t>{1, 8, 16, 16}));
+}
+
+TEST(Executor, TtEmuChainedDefaultsReport) {
+  ConvPlan p = SmallPlan();
+  auto dev = TtEmu();
+  RunOptions o;  // TT-NN defaults: HiFi4, bf16, fp32_dest_acc_en resolved to false
+  auto r = RunConvPlan(p, {}, *dev, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->backend, "tt-emu");
+  EXPECT_TRUE(r->backend_honours_precision);
+  ASSERT_TRUE(r->precision.fp32_dest_acc_en.has_value());
+  EXPECT_FALSE(*r->precision.fp32_dest_acc_en);
+  CheckReport(*r, false, false);
+  EXPECT_TRUE(r->all_pass) << FormatReportTable(*r);
+  std::printf("%s", FormatReportTable(*r).c_str());
+}
+
+TEST(Executor, TtEmuPerLayerFp32AccAndLoFiBfp8Rules) {
+  ConvPlan p = SmallPlan();
+  auto dev = TtEmu();
+  RunOptions o;
+  o.mode = RunMode::kPerLayer;
+  o.precision.fp32_dest_acc_en = true;
+  auto r = RunConvPlan(p, {}, *dev, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  CheckReport(*r, true, false);
+
+  o.precision.math_fidelity = device::MathFidelity::kLoFi;
+  o.precision.output_dtype = device::DeviceDType::kBFloat8B;
+  auto r2 = RunConvPlan(p, {}, *dev, o);
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  CheckReport(*r2, true, true);
+  std::printf("%s", FormatReportTable(*r2).c_str());
+}
+
+TEST(Executor, PerLayerFeedsReferenceInputs) {
+  ConvPlan p = SmallPlan();
+  auto dev = TtEmu();
+  RunOptions chained;
+  RunOptions per_layer;
+  per_layer.mode = RunMode::kPerLayer;
+  auto a = RunConvPlan(p, {}, *dev, chained);
+  auto b = RunConvPlan(p, {}, *dev, per_layer);
+  ASSERT_TRUE(a.ok() && b.ok());
+  // Layer 1 sees the same input in both modes; later layers do not.
+  EXPECT_DOUBLE_EQ(a->layers[0].pcc, b->layers[0].pcc);
+  EXPECT_DOUBLE_EQ(a->layers[0].max_abs_error, b->layers[0].max_abs_error);
+  EXPECT_NE(a->layers[1].max_abs_error, b->layers[1].max_abs_error);
+  // Per-layer: the host MaxPool runs on the reference chain only, so it is not compared.
+  EXPECT_FALSE(b->layers[2].compared);
+  EXPECT_TRUE(a->layers[2].compared);
+  // The chained graph output differs from the per-layer one (errors accumulate).
+  EXPECT_GT(MaxDiff(*a, *b), 0.0);
+}
+
+TEST(Executor, ReferenceOnReferenceIsExact) {
+  ConvPlan p = SmallPlan();
+  RunOptions o;
+  auto r = RunConvPlan(p, {}, Reference(), o);
+  ASSERT_TRUE(r.ok());
+  for (const LayerReport& l : r->layers) {
+    EXPECT_EQ(l.pcc, 1.0) << l.name;
+    EXPECT_EQ(l.max_abs_error, 0.0) << l.name;
+    EXPECT_TRUE(l.pass);
+  }
+  EXPECT_FALSE(r->backend_honours_precision);
+}
+
+TEST(Executor, CustomThresholdOverridesRule) {
+  ConvPlan p = SmallPlan();
+  auto dev = TtEmu();
+  RunOptions o;
+  o.pcc_threshold = 0.99999999;
+  auto r = RunConvPlan(p, {}, *dev, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->layers[0].threshold, 0.99999999);
+  EXPECT_FALSE(r->layers[0].pass);  // bf16 device vs fp32 cannot reach that
+  EXPECT_FALSE(r->all_pass);
+}
+
+TEST(Executor, InputsGivenGeneratedAndRejected) {
+  ConvPlan p = SmallPlan();
+  auto r1 = RunRef(p);
+  auto r2 = RunRef(p);
+  EXPECT_EQ(MaxDiff(r1, r2), 0.0);  // same seed, same data
+  RunOptions o;
+  o.compare_to_reference = false;
+  o.input_seed = 8;
+  auto r3 = RunConvPlan(p, {}, Reference(), o);
+  ASSERT_TRUE(r3.ok());
+  EXPECT_GT(MaxDiff(r1, *r3), 0.0);
+
+  auto x = device::Tensor::Zeros({2, 8, 16, 16});  // batch 2 for the symbolic dim
+  ASSERT_TRUE(x.ok());
+  auto r4 = RunConvPlan(p, {{"x", *x}}, Reference(), o);
+  ASSERT_TRUE(r4.ok()) << r4.status().ToString();
+  EXPECT_TRUE(r4->generated_inputs.empty());
+  EXPECT_EQ(r4->outputs[0].second.shape(), (std::vector<int64_t>{2, 8, 16, 16}));
+
+  auto bad = device::Tensor::Zeros({1, 3, 16, 16});
+  auto r5 = RunConvPlan(p, {{"x", *bad}}, Reference(), o);
+  ASSERT_FALSE(r5.ok());
+  EXPECT_EQ(r5.status().code(), StatusCode::kInvalidArgument);
+  auto r6 = RunConvPlan(p, {{"nope", *x}}, Reference(), o);
+  ASSERT_FALSE(r6.ok());
+  EXPECT_EQ(r6.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Executor, ProgressAndCancellationBetweenOps) {
+  ConvPlan p = SmallPlan();
+  RunOptions o;
+  std::vector<device::JobProgress> seen;
+  auto r = RunConvPlan(p, {}, Reference(), o, nullptr, [&](const device::JobProgress& j) { seen.push_back(j); });
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_EQ(seen[0].step, 1);
+  EXPECT_EQ(seen[3].step, 4);
+  EXPECT_EQ(seen[3].total, 4);
+  EXPECT_NE(seen[0].message.find("conv1"), std::string::npos);
+
+  device::CancelToken token;
+  int calls = 0;
+  auto c = RunConvPlan(p, {}, Reference(), o, &token, [&](const device::JobProgress&) {
+    ++calls;
+    token.Cancel();  // cancelled after the first op
+  });
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kCancelled);
+  EXPECT_EQ(calls, 1);
+
+  device::CancelToken expired(device::CancelToken::Clock::now() - std::chrono::seconds(1));
+  auto d = RunConvPlan(p, {}, Reference(), o, &expired);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kDeadlineExceeded);
+}
+
+// Delegates to the reference backend; offers only the activations in `acts`; can fail or throw.
+class WrappedBackend : public device::Backend {
+ public:
+  enum class Mode { kDelegate, kFail, kThrow };
+  WrappedBackend(std::vector<device::Activation> acts, Mode mode) : acts_(std::move(acts)), mode_(mode) {}
+  std::string name() const override { return "wrapped"; }
+  device::BackendCapabilities capabilities() const override {
+    auto c = Reference().capabilities();
+    c.activations = acts_;
+    return c;
+  }
+  Result<device::Tensor> Conv2d(const device::Tensor& x, const device::Tensor& w, const device::Tensor* b,
+                                const device::Conv2dParams& p, const device::ExecContext& ctx) override {
+    if (mode_ == Mode::kFail) return Internal("boom");
+    if (mode_ == Mode::kThrow) throw std::runtime_error("thrown");
+    if (std::find(acts_.begin(), acts_.end(), p.activation) == acts_.end()) return Unimplemented("activation");
+    return Reference().Conv2d(x, w, b, p, ctx);
+  }
+  Result<device::Tensor> ConvTranspose2d(const device::Tensor& x, const device::Tensor& w, const device::Tensor* b,
+                                         const device::ConvTranspose2dParams& p,
+                                         const device::ExecContext& ctx) override {
+    if (std::find(acts_.begin(), acts_.end(), p.activation) == acts_.end()) return Unimplemented("activation");
+    return Reference().ConvTranspose2d(x, w, b, p, ctx);
+  }
+
+ private:
+  std::vector<device::Activation> acts_;
+  Mode mode_;
+};
+
+TEST(Executor, ActivationTheBackendLacksRunsOnHost) {
+  ConvPlan p = SmallPlan();
+  WrappedBackend dev({device::Activation::kNone, device::Activation::kRelu}, WrappedBackend::Mode::kDelegate);
+  RunOptions o;
+  o.input_seed = 7;
+  o.reference = &Reference();
+  auto r = RunConvPlan(p, {}, dev, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->layers[0].activation_on_host);  // relu offered
+  EXPECT_TRUE(r->layers[1].activation_on_host);   // sigmoid not offered
+  EXPECT_EQ(r->layers[1].activation, "sigmoid");
+  EXPECT_GT(r->layers[1].pcc, 0.999999);
+  EXPECT_LT(MaxDiff(*r, RunRef(p)), 1e-6);
+}
+
+TEST(Executor, BackendErrorsNameTheOpAndExceptionsDoNotEscape) {
+  ConvPlan p = SmallPlan();
+  WrappedBackend fail({device::Activation::kNone}, WrappedBackend::Mode::kFail);
+  auto r = RunConvPlan(p, {}, fail, RunOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInternal);
+  EXPECT_NE(r.status().message().find("conv1"), std::string::npos) << r.status().message();
+  WrappedBackend thrower({device::Activation::kNone}, WrappedBackend::Mode::kThrow);
+  auto t = RunConvPlan(p, {}, thrower, RunOptions{});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInternal);
+}
+
+TEST(Executor, RunsAsWorkerPoolJob) {
+  device::WorkerPoolOptions po;
+  po.devices = {{"reference", 1}};
+  auto pool = device::WorkerPool::Create(po);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  auto plan = std::make_shared<const ConvPlan>(SmallPlan());
+  auto result = std::make_shared<RunResult>();
+  std::atomic<int> progress{0};
+  device::JobRequest req;
+  req.backend = "reference";
+  RunOptions o;
+  o.input_seed = 7;  // as RunRef
+  req.work = MakeRunJob(plan, {}, o, result);
+  req.progress = [&](const device::JobProgress&) { ++progress; };
+  auto h = (*pool)->Submit(std::move(req));
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  Status s = (*h)->Wait();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(result->layers.size(), 4u);
+  EXPECT_EQ(result->outputs.size(), 1u);
+  EXPECT_EQ(progress.load(), 4);
+  EXPECT_EQ(MaxDiff(*result, RunRef(*plan)), 0.0);
+}
+
+}  // namespace
+}  // namespace kiln::convplan

@@ -1,0 +1,225 @@
+// fp32 host ops of the executor (compiler/convplan/host_ops.h), against hand-computed values from
+// the ONNX operator definitions.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "compiler/convplan/host_ops.h"
+#include "tests/convplan/test_util.h"
+
+namespace kiln::convplan {
+namespace {
+
+using device::Tensor;
+using onnx_fe::Attribute;
+using onnx_fe::AttributeType;
+using onnx_fe::Node;
+
+Node MakeNode(const std::string& op, size_t n_in, int64_t opset = 13) {
+  Node n;
+  n.name = op + "_0";
+  n.op_type = op;
+  n.opset_version = opset;
+  for (size_t i = 0; i < n_in; ++i) n.inputs.push_back("in" + std::to_string(i));
+  n.outputs = {"out"};
+  return n;
+}
+
+void SetI(Node& n, const std::string& k, int64_t v) {
+  Attribute a;
+  a.name = k;
+  a.type = AttributeType::kInt;
+  a.i = v;
+  n.attributes[k] = a;
+}
+void SetIs(Node& n, const std::string& k, std::vector<int64_t> v) {
+  Attribute a;
+  a.name = k;
+  a.type = AttributeType::kInts;
+  a.ints = std::move(v);
+  n.attributes[k] = a;
+}
+void SetF(Node& n, const std::string& k, float v) {
+  Attribute a;
+  a.name = k;
+  a.type = AttributeType::kFloat;
+  a.f = v;
+  n.attributes[k] = a;
+}
+void SetS(Node& n, const std::string& k, const std::string& v) {
+  Attribute a;
+  a.name = k;
+  a.type = AttributeType::kString;
+  a.s = v;
+  n.attributes[k] = a;
+}
+
+Tensor T(std::vector<int64_t> shape, std::vector<float> v) {
+  auto t = Tensor::FromFloats(std::move(shape), v);
+  EXPECT_TRUE(t.ok());
+  return std::move(*t);
+}
+
+std::vector<float> Vals(const Tensor& t) { return {t.span<float>().begin(), t.span<float>().end()}; }
+
+Tensor Run1(const Node& n, std::vector<const Tensor*> in) {
+  auto r = RunHostOp(n, in, testutil::Reference());
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return Tensor();
+  return std::move((*r)[0]);
+}
+
+TEST(HostOps, BroadcastArithmetic) {
+  Tensor a = T({2, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor b = T({3}, {10, 20, 30});
+  Tensor c = T({2, 1}, {2, 4});
+  EXPECT_EQ(Vals(Run1(MakeNode("Add", 2), {&a, &b})), (std::vector<float>{11, 22, 33, 14, 25, 36}));
+  EXPECT_EQ(Vals(Run1(MakeNode("Sub", 2), {&a, &c})), (std::vector<float>{-1, 0, 1, 0, 1, 2}));
+  EXPECT_EQ(Vals(Run1(MakeNode("Mul", 2), {&c, &b})), (std::vector<float>{20, 40, 60, 40, 80, 120}));
+  Tensor d = Run1(MakeNode("Div", 2), {&a, &c});
+  EXPECT_EQ(d.shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_FLOAT_EQ(d.data<float>()[5], 1.5f);
+  Tensor bad = T({4}, {1, 2, 3, 4});
+  auto r = RunHostOp(MakeNode("Add", 2), {&a, &bad}, testutil::Reference());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(HostOps, ClipBothOpsetForms) {
+  Tensor x = T({4}, {-2, 0.5, 3, 9});
+  Tensor lo = T({}, {0});
+  Tensor hi = T({}, {6});
+  EXPECT_EQ(Vals(Run1(MakeNode("Clip", 3), {&x, &lo, &hi})), (std::vector<float>{0, 0.5, 3, 6}));
+  EXPECT_EQ(Vals(Run1(MakeNode("Clip", 3), {&x, nullptr, &hi})), (std::vector<float>{-2, 0.5, 3, 6}));
+  Node old = MakeNode("Clip", 1, 6);
+  SetF(old, "min", 1.f);
+  SetF(old, "max", 2.f);
+  EXPECT_EQ(Vals(Run1(old, {&x})), (std::vector<float>{1, 1, 2, 2}));
+}
+
+TEST(HostOps, ReshapeFlattenTransposeSqueeze) {
+  Tensor x = T({2, 3, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  Tensor shape = T({2}, {0, -1});
+  EXPECT_EQ(Run1(MakeNode("Reshape", 2), {&x, &shape}).shape(), (std::vector<int64_t>{2, 6}));
+  Node fl = MakeNode("Flatten", 1);
+  SetI(fl, "axis", 2);
+  EXPECT_EQ(Run1(fl, {&x}).shape(), (std::vector<int64_t>{6, 2}));
+  Node tr = MakeNode("Transpose", 1);
+  SetIs(tr, "perm", {2, 0, 1});
+  Tensor t = Run1(tr, {&x});
+  EXPECT_EQ(t.shape(), (std::vector<int64_t>{2, 2, 3}));
+  // t[1][0][2] = x[0][2][1] = 5
+  EXPECT_EQ(t.data<float>()[1 * 6 + 0 * 3 + 2], 5.f);
+  Tensor y = T({1, 3, 1}, {1, 2, 3});
+  Tensor axes = T({1}, {-1});
+  EXPECT_EQ(Run1(MakeNode("Squeeze", 2), {&y, &axes}).shape(), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(Run1(MakeNode("Squeeze", 1), {&y}).shape(), (std::vector<int64_t>{3}));
+  Tensor ax2 = T({2}, {0, 3});
+  EXPECT_EQ(Run1(MakeNode("Unsqueeze", 2), {&y, &ax2}).shape(), (std::vector<int64_t>{1, 1, 3, 1, 1}));
+  Node un11 = MakeNode("Unsqueeze", 1, 11);
+  SetIs(un11, "axes", {1});
+  EXPECT_EQ(Run1(un11, {&y}).shape(), (std::vector<int64_t>{1, 1, 3, 1}));
+}
+
+TEST(HostOps, PadModes) {
+  Tensor x = T({1, 3}, {1, 2, 3});
+  Tensor pads = T({4}, {0, 2, 0, 1});
+  Tensor v = T({}, {9});
+  EXPECT_EQ(Vals(Run1(MakeNode("Pad", 3), {&x, &pads, &v})), (std::vector<float>{9, 9, 1, 2, 3, 9}));
+  Node refl = MakeNode("Pad", 2);
+  SetS(refl, "mode", "reflect");
+  EXPECT_EQ(Vals(Run1(refl, {&x, &pads})), (std::vector<float>{3, 2, 1, 2, 3, 2}));
+  Node edge = MakeNode("Pad", 2);
+  SetS(edge, "mode", "edge");
+  EXPECT_EQ(Vals(Run1(edge, {&x, &pads})), (std::vector<float>{1, 1, 1, 2, 3, 3}));
+}
+
+TEST(HostOps, SoftmaxAxisRules) {
+  Tensor x = T({2, 2}, {0, std::log(3.f), 1, 1});
+  Tensor y = Run1(MakeNode("Softmax", 1), {&x});
+  EXPECT_NEAR(y.data<float>()[0], 0.25, 1e-6);
+  EXPECT_NEAR(y.data<float>()[1], 0.75, 1e-6);
+  EXPECT_NEAR(y.data<float>()[2], 0.5, 1e-6);
+  // opset 11, axis 0: the whole tensor is one row.
+  Node s11 = MakeNode("Softmax", 1, 11);
+  SetI(s11, "axis", 0);
+  Tensor z = Run1(s11, {&x});
+  double sum = 0;
+  for (float f : z.span<float>()) sum += f;
+  EXPECT_NEAR(sum, 1.0, 1e-6);
+}
+
+TEST(HostOps, GemmAndMatMul) {
+  Tensor a = T({2, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor b = T({2, 3}, {1, 0, 1, 0, 1, 0});  // used transposed
+  Tensor c = T({2}, {10, 20});
+  Node g = MakeNode("Gemm", 3);
+  SetI(g, "transB", 1);
+  SetF(g, "alpha", 2.f);
+  SetF(g, "beta", 0.5f);
+  // A·Bᵀ = [[4, 2], [10, 5]]; 2· + 0.5·C
+  EXPECT_EQ(Vals(Run1(g, {&a, &b, &c})), (std::vector<float>{13, 14, 25, 20}));
+  Tensor m = T({3, 1}, {1, 1, 1});
+  Tensor mm = Run1(MakeNode("MatMul", 2), {&a, &m});
+  EXPECT_EQ(Vals(mm), (std::vector<float>{6, 15}));
+  Tensor batch = T({2, 1, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor v = T({3}, {1, 0, -1});
+  Tensor bm = Run1(MakeNode("MatMul", 2), {&batch, &v});
+  EXPECT_EQ(bm.shape(), (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(Vals(bm), (std::vector<float>{-2, -2}));
+}
+
+TEST(HostOps, PoolingAndBatchNormAndCast) {
+  Tensor x = T({1, 1, 1, 4}, {1, 5, 2, 8});
+  Node mp = MakeNode("MaxPool", 1);
+  SetIs(mp, "kernel_shape", {1, 2});
+  SetIs(mp, "strides", {1, 2});
+  EXPECT_EQ(Vals(Run1(mp, {&x})), (std::vector<float>{5, 8}));
+  Tensor x3 = T({1, 1, 4}, {1, 5, 2, 8});  // 1-D pooling
+  Node ap = MakeNode("AveragePool", 1);
+  SetIs(ap, "kernel_shape", {3});
+  SetIs(ap, "pads", {1, 1});
+  SetI(ap, "count_include_pad", 0);
+  Tensor a = Run1(ap, {&x3});
+  ASSERT_EQ(a.shape(), (std::vector<int64_t>{1, 1, 4}));
+  EXPECT_FLOAT_EQ(a.data<float>()[0], 3.f);
+  EXPECT_FLOAT_EQ(a.data<float>()[3], 5.f);
+  Tensor g = Run1(MakeNode("GlobalAveragePool", 1), {&x});
+  EXPECT_EQ(g.shape(), (std::vector<int64_t>{1, 1, 1, 1}));
+  EXPECT_FLOAT_EQ(g.data<float>()[0], 4.f);
+  Tensor s = T({1}, {2}), bb = T({1}, {1}), mean = T({1}, {1}), var = T({1}, {4});
+  Node bn = MakeNode("BatchNormalization", 5);
+  SetF(bn, "epsilon", 0.f);
+  EXPECT_EQ(Vals(Run1(bn, {&x, &s, &bb, &mean, &var})), (std::vector<float>{1, 5, 2, 8}));
+  Node cast = MakeNode("Cast", 1);
+  SetI(cast, "to", 7);  // INT64
+  Tensor f = T({3}, {-1.7f, 0.2f, 2.9f});
+  EXPECT_EQ(Vals(Run1(cast, {&f})), (std::vector<float>{-1, 0, 2}));
+  Node mpi = MakeNode("MaxPool", 1);
+  mpi.outputs.push_back("indices");
+  SetIs(mpi, "kernel_shape", {1, 2});
+  auto r = RunHostOp(mpi, {&x}, testutil::Reference());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(HostOps, ConcatAndUnaryMath) {
+  Tensor a = T({1, 2, 1}, {1, 2});
+  Tensor b = T({1, 1, 1}, {3});
+  Node cat = MakeNode("Concat", 2);
+  SetI(cat, "axis", -2);
+  EXPECT_EQ(Vals(Run1(cat, {&a, &b})), (std::vector<float>{1, 2, 3}));
+  Tensor x = T({3}, {-1, 0, 4});
+  EXPECT_EQ(Vals(Run1(MakeNode("Abs", 1), {&x})), (std::vector<float>{1, 0, 4}));
+  EXPECT_EQ(Vals(Run1(MakeNode("Neg", 1), {&x})), (std::vector<float>{1, -0.f, -4}));
+  EXPECT_EQ(Run1(MakeNode("Sqrt", 1), {&x}).data<float>()[2], 2.f);
+  EXPECT_NEAR(Run1(MakeNode("Erf", 1), {&x}).data<float>()[0], std::erf(-1.0), 1e-7);
+  EXPECT_NEAR(Run1(MakeNode("Tanh", 1), {&x}).data<float>()[2], std::tanh(4.0), 1e-7);
+  EXPECT_NEAR(Run1(MakeNode("Sigmoid", 1), {&x}).data<float>()[1], 0.5, 1e-7);
+  auto r = RunHostOp(MakeNode("Exp", 1), {&x}, testutil::Reference());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace kiln::convplan
