@@ -6,6 +6,7 @@
 #include "cli/client.h"
 #include "cli/compile_command.h"
 #include "cli/model_commands.h"
+#include "cli/run_command.h"
 #include "cli/vectors_command.h"
 
 int main(int argc, char** argv) {
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   kiln::cli::AddModelCommands(app, options, &exit_code);
   kiln::cli::AddVectorsCommand(app, &exit_code);
   kiln::cli::AddCompileCommand(app, options, &exit_code);
+  kiln::cli::AddRunCommands(app, options, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

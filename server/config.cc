@@ -94,6 +94,30 @@ const std::vector<Setting>& Settings() {
       {"--compile-queue", "KILN_COMPILE_QUEUE", "compile_queue",
        "compiles waiting beyond the running ones; more get RESOURCE_EXHAUSTED",
        [](Config& c, const std::string& v) { return ParseU64(v, &c.compile_queue); }},
+      {"--devices", "KILN_DEVICES", "devices", "device workers, e.g. tt-emu:2,reference:1",
+       [](Config& c, const std::string& v) {
+         c.devices = v;
+         return v.empty() ? std::string("must name at least one backend") : std::string();
+       }},
+      {"--device-queue", "KILN_DEVICE_QUEUE", "device_queue", "queued conv runs per backend",
+       [](Config& c, const std::string& v) {
+         std::string err = ParseU64(v, &c.device_queue);
+         return err.empty() && (c.device_queue == 0 || c.device_queue > 1000000)
+                    ? std::string("must be 1..1000000") : err;
+       }},
+      {"--tt-emu-level", "KILN_TT_EMU_LEVEL", "tt_emu_level",
+       "tt-emu numerics: exact (bit-level model) or fast (oneDNN bf16 per fidelity phase)",
+       [](Config& c, const std::string& v) {
+         c.tt_emu_level = v;
+         return v == "exact" || v == "fast" ? std::string() : std::string("expected exact|fast");
+       }},
+      {"--max-message-bytes", "KILN_MAX_MESSAGE_BYTES", "max_message_bytes",
+       "largest gRPC message received or sent (conv tensors, inline models)",
+       [](Config& c, const std::string& v) {
+         std::string err = ParseU64(v, &c.max_message_bytes);
+         return err.empty() && (c.max_message_bytes < (4u << 20) || c.max_message_bytes > (2047ull << 20))
+                    ? std::string("must be between 4 MiB and 2047 MiB") : err;
+       }},
   };
   return kSettings;
 }

@@ -15,6 +15,10 @@
 // | --log-level        | KILN_LOG_LEVEL        | log_level              | info             |
 // | --compile-workers  | KILN_COMPILE_WORKERS  | compile_workers        | 2                |
 // | --compile-queue    | KILN_COMPILE_QUEUE    | compile_queue          | 16               |
+// | --devices          | KILN_DEVICES          | devices                | tt-emu:1,reference:1 |
+// | --device-queue     | KILN_DEVICE_QUEUE     | device_queue           | 64 (per backend) |
+// | --tt-emu-level     | KILN_TT_EMU_LEVEL     | tt_emu_level           | exact            |
+// | --max-message-bytes| KILN_MAX_MESSAGE_BYTES| max_message_bytes      | 268435456        |
 // Port 0 in either listen address picks a free port.
 #pragma once
 
@@ -39,6 +43,12 @@ struct Config {
   std::string log_level = "info";
   uint64_t compile_workers = 2;  ///< compiles running at once
   uint64_t compile_queue = 16;   ///< compiles waiting; more -> RESOURCE_EXHAUSTED
+  /// Device workers per backend, "tt-emu:2,reference:1" (device/worker_pool ParseDeviceList).
+  std::string devices = "tt-emu:1,reference:1";
+  uint64_t device_queue = 64;    ///< queued conv runs per backend; more -> RESOURCE_EXHAUSTED
+  std::string tt_emu_level = "exact";  ///< tt-emu backend level: exact | fast
+  /// Largest gRPC message in either direction (conv inputs/outputs, inline compile bytes).
+  uint64_t max_message_bytes = 256ull << 20;
 };
 
 /// Builds the configuration from argv, the environment and the YAML file named by --config or

@@ -47,6 +47,26 @@ Status Daemon::Start() {
   compile_service_ = std::make_unique<CompileServiceImpl>(
       store_.get(), env, CompileServiceOptions{config_.compile_workers, config_.compile_queue});
 
+  auto devices = device::ParseDeviceList(config_.devices);
+  if (!devices.ok()) return devices.status().WithContext("--devices");
+  device::WorkerPoolOptions pool_options;
+  pool_options.devices = *devices;
+  pool_options.queue_capacity = static_cast<int>(config_.device_queue);
+  for (const auto& spec : *devices) {
+    if (spec.backend == "tt-emu") pool_options.backend_settings["tt-emu"]["level"] = config_.tt_emu_level;
+    // Each device thread runs one op at a time; with several reference devices give each one
+    // OpenMP thread so they run side by side instead of contending for the same cores.
+    if (spec.backend == "reference" && spec.count > 1) {
+      pool_options.backend_settings["reference"]["threads"] = "1";
+    }
+  }
+  pool_options.metrics = metrics_->shared_registry();
+  auto pool = device::WorkerPool::Create(pool_options);
+  if (!pool.ok()) return pool.status().WithContext("device pool");
+  pool_ = std::move(pool).value();
+  device_service_ = std::make_unique<DeviceServiceImpl>(
+      store_.get(), pool_.get(), static_cast<int>(config_.device_queue), env);
+
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!config_.tls_cert.empty()) {
     auto cert = ReadFile(config_.tls_cert, "TLS certificate");
@@ -67,11 +87,13 @@ Status Daemon::Start() {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(config_.listen, creds, &port);
-  // Uploads come in 1 MiB chunks; leave headroom for framing and inline model bytes.
-  builder.SetMaxReceiveMessageSize(4 << 20);
-  builder.SetMaxSendMessageSize(4 << 20);
+  // One limit for every method: conv tensors and inline models need it large; uploads still
+  // enforce their own 1 MiB chunk size.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(config_.max_message_bytes));
   builder.RegisterService(model_service_.get());
   builder.RegisterService(compile_service_.get());
+  builder.RegisterService(device_service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<AuthInterceptorFactory>(auth_.get()));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
@@ -111,6 +133,8 @@ void Daemon::Shutdown() {
   if (drain_.inflight() > 0) {
     spdlog::warn("grace period over: cancelling {} RPCs still in flight", drain_.inflight());
   }
+  // Cancels whatever device work is left (its RPCs then finish with CANCELLED).
+  if (pool_) pool_->Shutdown(/*drain=*/false);
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   server_->Wait();
   server_.reset();

@@ -10,7 +10,9 @@
 
 #include "common/status.h"
 #include "server/config.h"
+#include "device/worker_pool/worker_pool.h"
 #include "server/compile_service.h"
+#include "server/device_service.h"
 #include "server/metrics.h"
 #include "server/model_service.h"
 #include "server/model_store.h"
@@ -45,6 +47,8 @@ class Daemon {
   Drain drain_;
   std::unique_ptr<ModelServiceImpl> model_service_;
   std::unique_ptr<CompileServiceImpl> compile_service_;
+  std::unique_ptr<device::WorkerPool> pool_;
+  std::unique_ptr<DeviceServiceImpl> device_service_;
   std::unique_ptr<grpc::Server> server_;
   std::string grpc_address_;
   std::string metrics_address_;

@@ -1,0 +1,310 @@
+#include "cli/run_command.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/model_commands.h"
+#include "device/backends/builtin.h"
+#include "device/npy.h"
+#include "kiln/v1/device.grpc.pb.h"
+#include "server/conv_run_job.h"
+#include "server/device_convert.h"
+
+namespace kiln::cli {
+namespace {
+
+struct RunArgs {
+  std::string model;
+  std::vector<std::string> inputs;  // name=path.npy
+  std::string backend = "tt-emu";
+  std::string math_fidelity, weights_dtype, input_dtype, output_dtype, arch;
+  std::string fp32_dest_acc_en, packer_l1_acc, math_approx_mode;  // "", true, false
+  int act_block_w = 0;
+  std::string mode = "chained";
+  std::string out_dir;
+  std::string report = "table";
+  uint64_t seed = 0;
+  bool skip_reference = false;
+  bool local = false;
+  std::string level = "exact";
+};
+
+Result<bool> ParseBool(const std::string& flag, const std::string& v) {
+  if (v == "true" || v == "1" || v == "on") return true;
+  if (v == "false" || v == "0" || v == "off") return false;
+  return InvalidArgument(flag + " expects true or false, got '" + v + "'");
+}
+
+Result<kiln::v1::DataType> DTypeArg(const std::string& flag, const std::string& v) {
+  if (v.empty()) return kiln::v1::DATA_TYPE_UNSPECIFIED;
+  auto d = device::ParseDeviceDType(v);
+  if (!d.ok()) return d.status().WithContext(flag);
+  switch (*d) {
+    case device::DeviceDType::kFloat32: return kiln::v1::FLOAT32;
+    case device::DeviceDType::kBFloat16: return kiln::v1::BFLOAT16;
+    case device::DeviceDType::kBFloat8B: return kiln::v1::BFLOAT8_B;
+    case device::DeviceDType::kBFloat4B: return kiln::v1::BFLOAT4_B;
+  }
+  return kiln::v1::DATA_TYPE_UNSPECIFIED;
+}
+
+Result<kiln::v1::RunConvLayersRequest> BuildRequest(const RunArgs& a) {
+  kiln::v1::RunConvLayersRequest req;
+  req.set_backend(a.backend);
+  auto mode = convplan::ParseRunMode(a.mode);
+  if (!mode.ok()) return mode.status().WithContext("--mode");
+  req.set_mode(*mode == convplan::RunMode::kPerLayer ? kiln::v1::PER_LAYER : kiln::v1::CHAINED);
+  req.set_seed(a.seed);
+  req.set_skip_reference(a.skip_reference);
+  auto* p = req.mutable_precision();
+  if (!a.math_fidelity.empty()) {
+    auto f = device::ParseMathFidelity(a.math_fidelity);
+    if (!f.ok()) return f.status().WithContext("--math-fidelity");
+    switch (*f) {
+      case device::MathFidelity::kLoFi: p->set_math_fidelity(kiln::v1::LOFI); break;
+      case device::MathFidelity::kHiFi2: p->set_math_fidelity(kiln::v1::HIFI2); break;
+      case device::MathFidelity::kHiFi3: p->set_math_fidelity(kiln::v1::HIFI3); break;
+      case device::MathFidelity::kHiFi4: p->set_math_fidelity(kiln::v1::HIFI4); break;
+    }
+  }
+  auto w = DTypeArg("--weights-dtype", a.weights_dtype);
+  auto i = DTypeArg("--input-dtype", a.input_dtype);
+  auto o = DTypeArg("--output-dtype", a.output_dtype);
+  for (const auto* r : {&w, &i, &o}) {
+    if (!r->ok()) return r->status();
+  }
+  p->set_weights_dtype(*w);
+  p->set_input_dtype(*i);
+  p->set_output_dtype(*o);
+  if (!a.arch.empty()) {
+    auto arch = device::ParseArch(a.arch);
+    if (!arch.ok()) return arch.status().WithContext("--arch");
+    p->set_arch(*arch == device::Arch::kBlackhole ? kiln::v1::BLACKHOLE : kiln::v1::WORMHOLE_B0);
+  }
+  if (!a.fp32_dest_acc_en.empty()) {
+    auto b = ParseBool("--fp32-dest-acc-en", a.fp32_dest_acc_en);
+    if (!b.ok()) return b.status();
+    p->set_fp32_dest_acc_en(*b);
+  }
+  if (!a.packer_l1_acc.empty()) {
+    auto b = ParseBool("--packer-l1-acc", a.packer_l1_acc);
+    if (!b.ok()) return b.status();
+    p->set_packer_l1_acc(*b);
+  }
+  if (!a.math_approx_mode.empty()) {
+    auto b = ParseBool("--math-approx-mode", a.math_approx_mode);
+    if (!b.ok()) return b.status();
+    p->set_math_approx_mode(*b);
+  }
+  p->set_act_block_w(a.act_block_w);
+  for (const auto& spec : a.inputs) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return InvalidArgument("--input expects NAME=FILE.npy, got '" + spec + "'");
+    }
+    auto t = device::ReadNpy(spec.substr(eq + 1));
+    if (!t.ok()) return t.status().WithContext("--input " + spec);
+    auto f = t->ToFloat32();
+    if (!f.ok()) return f.status().WithContext("--input " + spec);
+    server::ToProto(spec.substr(0, eq), *f, req.add_inputs());
+  }
+  return req;
+}
+
+std::string Shape(const google::protobuf::RepeatedField<int64_t>& s) {
+  std::string out = "[";
+  for (int i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+int Report(const kiln::v1::RunConvLayersResponse& r, const RunArgs& a) {
+  if (!a.out_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.out_dir, ec);
+    for (const auto& t : r.outputs()) {
+      auto tensor = server::FromProto(t);
+      if (!tensor.ok()) {
+        std::cerr << "kiln: run: output '" << t.name() << "': " << tensor.status().message() << "\n";
+        return 1;
+      }
+      std::string file = t.name();
+      for (char& c : file) {
+        if (c == '/' || c == '\\' || c == ':') c = '_';
+      }
+      std::string path = (std::filesystem::path(a.out_dir) / (file + ".npy")).string();
+      Status st = device::WriteNpy(path, *tensor);
+      if (!st.ok()) {
+        std::cerr << "kiln: run: " << st.message() << "\n";
+        return 1;
+      }
+      std::cerr << "wrote " << path << "\n";
+    }
+  }
+  if (a.report == "json") {
+    kiln::v1::RunConvLayersResponse copy = r;
+    for (auto& t : *copy.mutable_outputs()) t.clear_raw_data();
+    std::string json;
+    google::protobuf::util::JsonPrintOptions opts;
+    opts.add_whitespace = true;
+    opts.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(copy, &json, opts);
+    std::cout << json;
+  } else {
+    std::printf("%-28s %-18s %-20s %10s %10s %12s %9s %s\n", "LAYER", "OP", "OUTPUT_SHAPE", "TIME_MS",
+                "PCC", "MAX_ABS_ERR", "THRESHOLD", "PASS");
+    for (const auto& l : r.layers()) {
+      std::string name = l.name().size() > 28 ? l.name().substr(0, 27) + "~" : l.name();
+      char pcc[32] = "-", err[32] = "-", thr[32] = "-";
+      if (l.compared()) {
+        std::snprintf(pcc, sizeof pcc, "%.6f", l.pcc());
+        std::snprintf(err, sizeof err, "%.3g", l.max_abs_error());
+      }
+      if (l.pcc_threshold() > 0) std::snprintf(thr, sizeof thr, "%.4f", l.pcc_threshold());
+      std::printf("%-28s %-18s %-20s %10.3f %10s %12s %9s %s\n", name.c_str(), l.op().c_str(),
+                  Shape(l.output_shape()).c_str(), l.device_seconds() * 1e3, pcc, err, thr,
+                  l.pcc_threshold() > 0 ? (l.pass() ? "yes" : "NO") : "");
+    }
+    std::printf("backend %s%s%s, precision %s, run %.3f s%s: %s\n", r.backend().c_str(),
+                r.device().empty() ? "" : " on ", r.device().c_str(), r.resolved_precision().c_str(),
+                r.run_seconds(),
+                r.queue_seconds() > 0 ? (", queued " + std::to_string(r.queue_seconds()) + " s").c_str() : "",
+                r.pass() ? "all layers pass" : "SOME LAYERS BELOW THRESHOLD");
+  }
+  return r.pass() ? 0 : 3;
+}
+
+int RunLocal(const RunArgs& a, const kiln::v1::RunConvLayersRequest& req) {
+  std::ifstream in(a.model, std::ios::binary);
+  if (!in) {
+    std::cerr << "kiln: run --local: cannot open '" << a.model << "'\n";
+    return 1;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string name = std::filesystem::path(a.model).stem().string();
+  auto prepared = server::PrepareConvRun(ss.str(), name, req);
+  if (!prepared.ok()) {
+    std::cerr << "kiln: run " << a.model << ": " << prepared.status().ToString() << "\n";
+    return 1;
+  }
+  device::BackendOptions bo;
+  if (prepared->backend == "tt-emu") bo.settings["level"] = a.level;
+  auto backend = device::DefaultBackendRegistry().Create(prepared->backend, bo);
+  if (!backend.ok()) {
+    std::cerr << "kiln: run: " << backend.status().ToString() << "\n";
+    return 1;
+  }
+  prepared->options.reference_threads = 0;  // in process: use every core
+  auto result = convplan::RunConvPlan(*prepared->plan, prepared->inputs, **backend, prepared->options);
+  if (!result.ok()) {
+    std::cerr << "kiln: run " << a.model << ": " << result.status().ToString() << "\n";
+    return 1;
+  }
+  kiln::v1::RunConvLayersResponse resp;
+  server::FillRunResponse(*result, false, &resp);
+  resp.set_device(prepared->backend + " (in process)");
+  return Report(resp, a);
+}
+
+int RunRemote(const ClientOptions& options, const RunArgs& a, kiln::v1::RunConvLayersRequest req) {
+  std::string id = a.model;
+  if (std::filesystem::is_regular_file(a.model)) {
+    auto up = UploadFile(options, a.model, "");
+    if (!up.ok()) {
+      std::cerr << "kiln: run: upload " << a.model << ": " << up.status().message() << "\n";
+      return 1;
+    }
+    id = *up;
+  }
+  req.set_model_id(id);
+  auto channel = Connect(options);
+  if (!channel.ok()) {
+    std::cerr << "kiln: run: " << channel.status().message() << "\n";
+    return 1;
+  }
+  auto stub = kiln::v1::DeviceService::NewStub(*channel);
+  grpc::ClientContext ctx;
+  Prepare(options, &ctx);
+  kiln::v1::RunConvLayersResponse resp;
+  grpc::Status st = stub->RunConvLayers(&ctx, req, &resp);
+  if (!st.ok()) {
+    std::cerr << "kiln: run " << a.model << ": " << Describe(st) << "\n";
+    return 1;
+  }
+  return Report(resp, a);
+}
+
+int Devices(const ClientOptions& options) {
+  auto channel = Connect(options);
+  if (!channel.ok()) {
+    std::cerr << "kiln: devices: " << channel.status().message() << "\n";
+    return 1;
+  }
+  auto stub = kiln::v1::DeviceService::NewStub(*channel);
+  grpc::ClientContext ctx;
+  Prepare(options, &ctx);
+  kiln::v1::ListDevicesResponse resp;
+  grpc::Status st = stub->ListDevices(&ctx, {}, &resp);
+  if (!st.ok()) {
+    std::cerr << "kiln: devices: " << Describe(st) << "\n";
+    return 1;
+  }
+  std::printf("%-14s %-10s %-6s %10s  %s\n", "DEVICE", "BACKEND", "STATE", "JOBS_DONE", "DESCRIPTION");
+  for (const auto& d : resp.devices()) {
+    std::printf("%-14s %-10s %-6s %10llu  %s\n", d.name().c_str(), d.backend().c_str(),
+                d.busy() ? "busy" : "idle", static_cast<unsigned long long>(d.jobs_done()),
+                d.description().c_str());
+  }
+  for (const auto& q : resp.queues()) {
+    std::printf("queue %-10s %d/%d\n", q.backend().c_str(), q.queued(), q.capacity());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddRunCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
+  static RunArgs a;
+  auto* cmd = app.add_subcommand("run", "run a model's conv layers on a device backend");
+  cmd->add_option("MODEL", a.model, "ONNX file (uploaded first unless --local) or stored id/name")
+      ->required();
+  cmd->add_option("--input", a.inputs, "NAME=FILE.npy (repeatable); absent inputs are random");
+  cmd->add_option("--backend", a.backend, "tt-emu or reference")->capture_default_str();
+  cmd->add_option("--math-fidelity", a.math_fidelity, "LoFi, HiFi2, HiFi3, HiFi4 (default HiFi4)");
+  cmd->add_option("--weights-dtype", a.weights_dtype, "float32, bfloat16, bfloat8_b, bfloat4_b");
+  cmd->add_option("--input-dtype", a.input_dtype, "float32, bfloat16, bfloat8_b");
+  cmd->add_option("--output-dtype", a.output_dtype, "float32, bfloat16, bfloat8_b");
+  cmd->add_option("--fp32-dest-acc-en", a.fp32_dest_acc_en, "true|false (default: TT-NN's rule)");
+  cmd->add_option("--packer-l1-acc", a.packer_l1_acc, "true|false (default false)");
+  cmd->add_option("--math-approx-mode", a.math_approx_mode, "true|false (default true)");
+  cmd->add_option("--arch", a.arch, "wormhole_b0 or blackhole");
+  cmd->add_option("--act-block-w", a.act_block_w, "K-block width in tiles (0 = TT-NN default)");
+  cmd->add_option("--mode", a.mode, "chained or per_layer")->capture_default_str();
+  cmd->add_option("--out", a.out_dir, "write outputs as DIR/<graph output>.npy");
+  cmd->add_option("--report", a.report, "table or json")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->capture_default_str();
+  cmd->add_option("--seed", a.seed, "seed for generated inputs");
+  cmd->add_flag("--skip-reference", a.skip_reference, "no fp32 reference, no PCC");
+  cmd->add_flag("--local", a.local, "run in process, no server");
+  cmd->add_option("--tt-emu-level", a.level, "with --local: exact or fast")->capture_default_str();
+  cmd->callback([&options, exit_code] {
+    auto req = BuildRequest(a);
+    if (!req.ok()) {
+      std::cerr << "kiln: run: " << req.status().message() << "\n";
+      *exit_code = 2;
+      return;
+    }
+    *exit_code = a.local ? RunLocal(a, *req) : RunRemote(options, a, *req);
+  });
+
+  auto* devices = app.add_subcommand("devices", "list the server's devices and queues");
+  devices->callback([&options, exit_code] { *exit_code = Devices(options); });
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,16 @@
+// `kiln run`: run a model's conv layers on a device backend (tt-emu, reference) through kilnd, or
+// in process with --local; .npy inputs and outputs; per-layer accuracy report as a table or JSON.
+// `kiln devices`: the server's devices and queues.
+// Exit status of `kiln run`: 0 every compared layer passed its PCC threshold, 1 error,
+// 2 bad command line, 3 the run finished but a layer is below its threshold.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "cli/client.h"
+
+namespace kiln::cli {
+
+void AddRunCommands(CLI::App& app, ClientOptions& options, int* exit_code);
+
+}  // namespace kiln::cli

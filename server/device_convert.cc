@@ -1,0 +1,106 @@
+#include "server/device_convert.h"
+
+#include <cstring>
+
+namespace kiln::server {
+
+Result<device::Tensor> FromProto(const kiln::v1::Tensor& t) {
+  auto dtype = device::ParseDataType(t.datatype().empty() ? "FP32" : t.datatype());
+  if (!dtype.ok()) return dtype.status().WithContext("input tensor '" + t.name() + "'");
+  std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+  auto count = device::ShapeElementCount(shape);
+  if (!count.ok()) return count.status().WithContext("input tensor '" + t.name() + "'");
+  uint64_t expected = static_cast<uint64_t>(*count) * device::DataTypeSize(*dtype);
+  if (t.raw_data().size() != expected) {
+    return InvalidArgument("input tensor '" + t.name() + "' (" + t.datatype() + " " +
+                           device::ShapeToString(shape) + ") needs " + std::to_string(expected) +
+                           " bytes of raw_data, got " + std::to_string(t.raw_data().size()));
+  }
+  auto tensor = device::Tensor::FromBytes(
+      shape, *dtype,
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(t.raw_data().data()),
+                                 t.raw_data().size()));
+  if (!tensor.ok()) return tensor.status().WithContext("input tensor '" + t.name() + "'");
+  if (*dtype == device::DataType::kFloat32) return tensor;
+  return tensor->ToFloat32();
+}
+
+void ToProto(const std::string& name, const device::Tensor& t, kiln::v1::Tensor* out) {
+  out->set_name(name);
+  out->set_datatype("FP32");
+  for (int64_t d : t.shape()) out->add_shape(d);
+  auto raw = t.raw();
+  out->set_raw_data(reinterpret_cast<const char*>(raw.data()), raw.size());
+}
+
+namespace {
+
+Result<device::DeviceDType> DType(kiln::v1::DataType d, device::DeviceDType fallback) {
+  switch (d) {
+    case kiln::v1::DATA_TYPE_UNSPECIFIED: return fallback;
+    case kiln::v1::FLOAT32: return device::DeviceDType::kFloat32;
+    case kiln::v1::BFLOAT16: return device::DeviceDType::kBFloat16;
+    case kiln::v1::BFLOAT8_B: return device::DeviceDType::kBFloat8B;
+    case kiln::v1::BFLOAT4_B: return device::DeviceDType::kBFloat4B;
+    default: return InvalidArgument("unknown DataType " + std::to_string(static_cast<int>(d)));
+  }
+}
+
+kiln::v1::DataType DType(device::DeviceDType d) {
+  switch (d) {
+    case device::DeviceDType::kFloat32: return kiln::v1::FLOAT32;
+    case device::DeviceDType::kBFloat16: return kiln::v1::BFLOAT16;
+    case device::DeviceDType::kBFloat8B: return kiln::v1::BFLOAT8_B;
+    case device::DeviceDType::kBFloat4B: return kiln::v1::BFLOAT4_B;
+  }
+  return kiln::v1::DATA_TYPE_UNSPECIFIED;
+}
+
+}  // namespace
+
+Result<device::PrecisionConfig> FromProto(const kiln::v1::Precision& p) {
+  device::PrecisionConfig c = device::PrecisionConfig::TtnnConvDefaults();
+  switch (p.math_fidelity()) {
+    case kiln::v1::MATH_FIDELITY_UNSPECIFIED: break;
+    case kiln::v1::LOFI: c.math_fidelity = device::MathFidelity::kLoFi; break;
+    case kiln::v1::HIFI2: c.math_fidelity = device::MathFidelity::kHiFi2; break;
+    case kiln::v1::HIFI3: c.math_fidelity = device::MathFidelity::kHiFi3; break;
+    case kiln::v1::HIFI4: c.math_fidelity = device::MathFidelity::kHiFi4; break;
+    default: return InvalidArgument("unknown math_fidelity");
+  }
+  auto w = DType(p.weights_dtype(), c.weights_dtype);
+  if (!w.ok()) return w.status().WithContext("weights_dtype");
+  auto in = DType(p.input_dtype(), c.input_dtype);
+  if (!in.ok()) return in.status().WithContext("input_dtype");
+  auto out = DType(p.output_dtype(), c.output_dtype);
+  if (!out.ok()) return out.status().WithContext("output_dtype");
+  c.weights_dtype = *w;
+  c.input_dtype = *in;
+  c.output_dtype = *out;
+  if (p.has_fp32_dest_acc_en()) c.fp32_dest_acc_en = p.fp32_dest_acc_en();
+  if (p.has_packer_l1_acc()) c.packer_l1_acc = p.packer_l1_acc();
+  if (p.has_math_approx_mode()) c.math_approx_mode = p.math_approx_mode();
+  if (p.arch() == kiln::v1::BLACKHOLE) c.arch = device::Arch::kBlackhole;
+  c.act_block_w = p.act_block_w();
+  KILN_RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
+void ToProto(const device::PrecisionConfig& c, kiln::v1::Precision* out) {
+  switch (c.math_fidelity) {
+    case device::MathFidelity::kLoFi: out->set_math_fidelity(kiln::v1::LOFI); break;
+    case device::MathFidelity::kHiFi2: out->set_math_fidelity(kiln::v1::HIFI2); break;
+    case device::MathFidelity::kHiFi3: out->set_math_fidelity(kiln::v1::HIFI3); break;
+    case device::MathFidelity::kHiFi4: out->set_math_fidelity(kiln::v1::HIFI4); break;
+  }
+  out->set_weights_dtype(DType(c.weights_dtype));
+  out->set_input_dtype(DType(c.input_dtype));
+  out->set_output_dtype(DType(c.output_dtype));
+  out->set_fp32_dest_acc_en(c.EffectiveFp32DestAcc());
+  out->set_packer_l1_acc(c.packer_l1_acc);
+  out->set_math_approx_mode(c.math_approx_mode);
+  out->set_arch(c.arch == device::Arch::kBlackhole ? kiln::v1::BLACKHOLE : kiln::v1::WORMHOLE_B0);
+  out->set_act_block_w(c.act_block_w);
+}
+
+}  // namespace kiln::server
