@@ -53,16 +53,28 @@ function schemaCheck(where, doc) {
   }
 }
 
-// kilnd's YAML keys, from the table at the top of server/config.h.
+// kilnd's YAML keys and the KILN_* variable of each, from the table at the top of server/config.h.
 function kilndKeys(configH) {
   if (!configH || !fs.existsSync(configH)) return null;
-  const keys = new Set();
+  const keys = new Map();
   for (const line of fs.readFileSync(configH, "utf8").split("\n")) {
-    const m = line.match(/^\/\/ \| --[\w-]+(?:, --[\w-]+)?\s*\|[^|]*\|\s*([a-z_]+)(?:, ([a-z_]+))?\s*\|/);
-    if (m) { keys.add(m[1]); if (m[2]) keys.add(m[2]); }
+    const m = line.match(/^\/\/ \| --[\w-]+\s*\|\s*(KILN_[A-Z_]+)\s*\|\s*([a-z_]+)\s*\|/);
+    if (m) keys.set(m[2], m[1]);
   }
   return keys.size ? keys : null;
 }
+
+// KILN_* variables the image sets (docker/Dockerfile ENV): they override the config file.
+function imageEnv(dockerfile) {
+  const names = new Set();
+  if (!fs.existsSync(dockerfile)) return names;
+  const text = fs.readFileSync(dockerfile, "utf8").replace(/\\\n/g, " ");
+  for (const line of text.split("\n")) {
+    if (/^ENV\s/.test(line)) for (const m of line.matchAll(/(KILN_[A-Z_]+)=/g)) names.add(m[1]);
+  }
+  return names;
+}
+const IMAGE_ENV = imageEnv(path.join(here, "..", "docker", "Dockerfile"));
 
 const matches = (selector, labels) =>
   selector && Object.keys(selector).length > 0 &&
@@ -119,7 +131,13 @@ function crossCheck(where, docs, configKeys) {
     if (!text) err(where, `ConfigMap ${cm.metadata.name} has no key '${file}'`);
     else {
       const cfg = YAML.parse(text);
-      if (configKeys) for (const k of Object.keys(cfg || {})) if (!configKeys.has(k)) err(where, `kilnd config key '${k}' is unknown to kilnd (server/config.h)`);
+      const podEnv = new Set((c.env || []).map((e) => e.name));
+      for (const k of Object.keys(cfg || {})) {
+        if (!configKeys) break;
+        const env = configKeys.get(k);
+        if (!env) err(where, `kilnd config key '${k}' is unknown to kilnd (server/config.h)`);
+        else if (IMAGE_ENV.has(env) || podEnv.has(env)) err(where, `kilnd config key '${k}' has no effect: ${env} (${IMAGE_ENV.has(env) ? "image ENV" : "pod env"}) overrides the file`);
+      }
     }
   }
   for (const e of c.env || []) {

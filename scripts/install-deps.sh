@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev ocl-icd-opencl-dev opencl-headers libspdlog-dev libfmt-dev libcli11-dev
   libssl-dev openssl curl ca-certificates python3
+  prometheus nodejs
 )
 
 missing=()

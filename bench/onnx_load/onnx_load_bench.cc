@@ -1,7 +1,9 @@
 // Benchmark: kiln::onnx_fe::LoadModel on a ~100 MB model (42 Conv 256->256 3x3 layers, fp32
 // raw_data weights) against a bare onnx::ModelProto::ParseFromArray of the same bytes, measured
 // side by side in one run. Target (issue 3): LoadModel <= 2x the bare parse.
-// After the benchmarks it prints "ratio load/parse = X" and exits 1 when X > 2.
+// After the benchmarks it prints "ratio load/parse = X" (CPU time per load over CPU time per
+// parse, all repetitions; wall-time ratio too) and exits 1 when X > 2. CPU time is the gate
+// because the machine is shared and wall time includes waiting for a core.
 //   ./onnx_load_bench [--benchmark_min_time=...]   (KILN_BENCH_LAYERS=n for a smaller model)
 #include <benchmark/benchmark.h>
 
@@ -62,18 +64,24 @@ void BM_LoadModel(benchmark::State& state) {
 BENCHMARK(BM_ProtobufParse)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_LoadModel)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// Console output plus the per-iteration real time of each benchmark, for the ratio.
+// Console output plus, per benchmark, the summed real and CPU time and iterations of all
+// repetitions, for the ratio.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
+  struct Sum {
+    double real = 0, cpu = 0, iterations = 0;
+  };
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs) {
-      if (r.run_type == Run::RT_Iteration && r.iterations > 0) {
-        seconds[r.benchmark_name()] = r.real_accumulated_time / static_cast<double>(r.iterations);
-      }
+      if (r.run_type != Run::RT_Iteration || r.iterations <= 0) continue;
+      Sum& s = sums[r.run_name.function_name];
+      s.real += r.real_accumulated_time;
+      s.cpu += r.cpu_accumulated_time;
+      s.iterations += static_cast<double>(r.iterations);
     }
     ConsoleReporter::ReportRuns(runs);
   }
-  std::map<std::string, double> seconds;
+  std::map<std::string, Sum> sums;
 };
 
 }  // namespace
@@ -84,11 +92,17 @@ int main(int argc, char** argv) {
   RatioReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
-  const auto parse = reporter.seconds.find("BM_ProtobufParse/real_time");
-  const auto load = reporter.seconds.find("BM_LoadModel/real_time");
-  if (parse == reporter.seconds.end() || load == reporter.seconds.end()) return 0;  // filtered run
-  const double ratio = load->second / parse->second;
-  std::printf("ratio load/parse = %.2f (parse %.1f ms, load %.1f ms; target <= 2.00)\n", ratio, parse->second * 1e3,
-              load->second * 1e3);
+  const auto parse = reporter.sums.find("BM_ProtobufParse");
+  const auto load = reporter.sums.find("BM_LoadModel");
+  if (parse == reporter.sums.end() || load == reporter.sums.end()) return 0;  // filtered run
+  auto per_iter = [](double total, double n) { return total / n * 1e3; };
+  const double parse_cpu = per_iter(parse->second.cpu, parse->second.iterations);
+  const double load_cpu = per_iter(load->second.cpu, load->second.iterations);
+  const double parse_real = per_iter(parse->second.real, parse->second.iterations);
+  const double load_real = per_iter(load->second.real, load->second.iterations);
+  const double ratio = load_cpu / parse_cpu;
+  std::printf("ratio load/parse = %.2f by CPU time (parse %.1f ms, load %.1f ms); %.2f by wall time (%.1f / %.1f ms); "
+              "target <= 2.00\n",
+              ratio, parse_cpu, load_cpu, load_real / parse_real, parse_real, load_real);
   return ratio <= 2.0 ? 0 : 1;
 }

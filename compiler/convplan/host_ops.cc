@@ -301,8 +301,10 @@ Out Transpose(const fe::Node& n, const Tensor& x) {
   std::vector<int64_t> p = perm->empty() ? rev : *perm;
   if (static_cast<int>(p.size()) != r) return Err(n, "perm has the wrong length");
   Shape s(r);
+  std::vector<bool> seen(r, false);
   for (int i = 0; i < r; ++i) {
-    if (p[i] < 0 || p[i] >= r) return Err(n, "perm value out of range");
+    if (p[i] < 0 || p[i] >= r || seen[p[i]]) return Err(n, "perm is not a permutation of the axes");
+    seen[p[i]] = true;
     s[i] = x.dim(static_cast<int>(p[i]));
   }
   auto y = Make(s);

@@ -12,37 +12,50 @@ using device::Activation;
 // ---------------------------------------------------------------------------------------------
 // PlanGraph
 
-PlanGraph::PlanGraph(ConvPlan plan) : plan_(std::move(plan)), alive_(plan_.ops.size(), true) {}
+PlanGraph::PlanGraph(ConvPlan plan) : plan_(std::move(plan)), alive_(plan_.ops.size(), true) {
+  for (const fe::GraphOutput& o : plan_.outputs) {
+    graph_outputs_.insert(o.tensor);
+    graph_outputs_.insert(o.name);
+  }
+  for (size_t i = 0; i < plan_.ops.size(); ++i) EndEdit(i);
+}
+
+void PlanGraph::EndEdit(size_t i) {
+  if (!alive_.at(i)) return;
+  for (const std::string& in : plan_.ops[i].Inputs()) {
+    std::vector<size_t>& r = readers_[in];
+    auto it = std::lower_bound(r.begin(), r.end(), i);
+    if (it == r.end() || *it != i) r.insert(it, i);
+  }
+  for (const std::string& o : plan_.ops[i].Outputs()) writer_[o] = i;
+}
+
+void PlanGraph::BeginEdit(size_t i) {
+  for (const std::string& in : plan_.ops.at(i).Inputs()) {
+    auto f = readers_.find(in);
+    if (f == readers_.end()) continue;
+    auto it = std::lower_bound(f->second.begin(), f->second.end(), i);
+    if (it != f->second.end() && *it == i) f->second.erase(it);
+  }
+  for (const std::string& o : plan_.ops[i].Outputs()) {
+    auto w = writer_.find(o);
+    if (w != writer_.end() && w->second == i) writer_.erase(w);
+  }
+}
 
 std::vector<size_t> PlanGraph::Consumers(std::string_view tensor) const {
-  std::vector<size_t> out;
-  for (size_t i = 0; i < plan_.ops.size(); ++i) {
-    if (!alive_[i]) continue;
-    for (const std::string& in : plan_.ops[i].Inputs()) {
-      if (in == tensor) {
-        out.push_back(i);
-        break;
-      }
-    }
-  }
-  return out;
+  auto it = readers_.find(std::string(tensor));
+  return it == readers_.end() ? std::vector<size_t>{} : it->second;
 }
 
 std::optional<size_t> PlanGraph::Producer(std::string_view tensor) const {
-  for (size_t i = 0; i < plan_.ops.size(); ++i) {
-    if (!alive_[i]) continue;
-    for (const std::string& o : plan_.ops[i].Outputs()) {
-      if (o == tensor) return i;
-    }
-  }
-  return std::nullopt;
+  auto it = writer_.find(std::string(tensor));
+  if (it == writer_.end()) return std::nullopt;
+  return it->second;
 }
 
 bool PlanGraph::IsGraphOutput(std::string_view tensor) const {
-  for (const fe::GraphOutput& o : plan_.outputs) {
-    if (o.tensor == tensor || o.name == tensor) return true;
-  }
-  return false;
+  return graph_outputs_.count(std::string(tensor)) != 0;
 }
 
 const fe::ConstantData* PlanGraph::Constant(std::string_view tensor) const {
@@ -59,13 +72,19 @@ bool PlanGraph::OnlyReadBy(std::string_view tensor, size_t reader) const {
   return c.size() == 1 && c[0] == reader;
 }
 
-void PlanGraph::Remove(size_t i) { alive_.at(i) = false; }
+void PlanGraph::Remove(size_t i) {
+  BeginEdit(i);
+  alive_.at(i) = false;
+}
 
 void PlanGraph::MoveTo(size_t from, size_t to) {
-  if (from == to) return;
-  plan_.ops.at(to) = std::move(plan_.ops.at(from));
-  alive_.at(to) = true;
-  alive_.at(from) = false;
+  BeginEdit(from);
+  if (from != to) {
+    plan_.ops.at(to) = std::move(plan_.ops.at(from));
+    alive_.at(to) = true;
+    alive_.at(from) = false;
+  }
+  EndEdit(to);
 }
 
 ConvPlan PlanGraph::Compact() && {
@@ -136,6 +155,7 @@ void Absorb(PlanGraph& g, size_t i, const std::vector<size_t>& absorbed, const s
             const std::string& fusion) {
   size_t last = i;
   for (size_t j : absorbed) last = std::max(last, j);
+  g.BeginEdit(i);
   PlanOp& op = g.op(i);
   for (size_t j : absorbed) {
     op.source_nodes.push_back(g.op(j).name);
@@ -421,6 +441,7 @@ class FuseResidualAddPass : public RewritePass {
     if (!j) return Internal("FuseResidualAdd: condition does not hold");
     const fe::Node add = g.op(*j).host().node;
     const std::string& t = g.op(i).device().outputs[0].tensor;
+    g.BeginEdit(i);
     g.op(i).device().residual = add.inputs[0] == t ? add.inputs[1] : add.inputs[0];
     Absorb(g, i, {*j}, add.outputs[0], "FuseResidualAdd(" + add.name + ")");
     return Status::Ok();
@@ -467,6 +488,7 @@ class KSplitConcatPass : public RewritePass {
     auto m = Match(g, i);
     if (!m) return Internal("KSplitConcat: condition does not hold");
     const fe::Node concat = g.op(m->concat).host().node;
+    g.BeginEdit(i);
     DeviceOp& d = g.op(i).device();
     const device::Tensor w = d.weights[0];
     std::vector<device::Tensor> parts;
@@ -500,6 +522,7 @@ class KSplitConcatPass : public RewritePass {
     op.fusions.push_back("KSplitConcat(" + concat.name + ")");
     g.Log("KSplitConcat(" + concat.name + ") into " + op.name);
     g.Remove(m->concat);
+    g.EndEdit(i);
     return Status::Ok();
   }
 
@@ -551,6 +574,7 @@ class MergeSiblingConvsPass : public RewritePass {
   Status Apply(PlanGraph& g, size_t i) const override {
     std::vector<size_t> sib = Siblings(g, i);
     if (sib.empty()) return Internal("MergeSiblingConvs: condition does not hold");
+    g.BeginEdit(i);
     DeviceOp& d = g.op(i).device();
     std::vector<const DeviceOp*> all = {&d};
     for (size_t j : sib) all.push_back(&g.op(j).device());
@@ -595,6 +619,7 @@ class MergeSiblingConvsPass : public RewritePass {
     op.fusions.push_back("MergeSiblingConvs(" + names + ")");
     g.Log("MergeSiblingConvs(" + names + ") into " + op.name);
     for (size_t j : sib) g.Remove(j);
+    g.EndEdit(i);
     return Status::Ok();
   }
 
@@ -609,8 +634,8 @@ class MergeSiblingConvsPass : public RewritePass {
     std::vector<size_t> out;
     if (!Eligible(g, i)) return out;
     const DeviceOp& d = g.op(i).device();
-    for (size_t j = i + 1; j < g.size(); ++j) {
-      if (!Eligible(g, j)) continue;
+    for (size_t j : g.Consumers(d.inputs[0])) {
+      if (j <= i || !Eligible(g, j)) continue;
       const DeviceOp& e = g.op(j).device();
       if (e.inputs[0] != d.inputs[0] || e.spatial_rank != d.spatial_rank || !(e.conv == d.conv)) continue;
       const device::Tensor& a = d.weights[0];

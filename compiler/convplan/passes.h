@@ -53,6 +53,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/status.h"
@@ -89,6 +90,11 @@ class PlanGraph {
   /// Moves op `from` into slot `to` (which must be a removed op's slot or `from` itself); `from`
   /// becomes a tombstone.
   void MoveTo(size_t from, size_t to);
+  /// The consumer / producer index is kept up to date incrementally. A pass that changes an op's
+  /// inputs or outputs calls BeginEdit(i) before and EndEdit(i) after the change (MoveTo also
+  /// ends an edit). Both are idempotent.
+  void BeginEdit(size_t i);
+  void EndEdit(size_t i);
   /// Records a rewrite in ConvPlan::rewrites.
   void Log(std::string line) { plan_.rewrites.push_back(std::move(line)); }
 
@@ -98,6 +104,9 @@ class PlanGraph {
  private:
   ConvPlan plan_;
   std::vector<bool> alive_;
+  std::unordered_map<std::string, std::vector<size_t>> readers_;  // ascending
+  std::unordered_map<std::string, size_t> writer_;
+  std::unordered_set<std::string> graph_outputs_;
 };
 
 /// One rewrite (see the header comment for the rules of each).

@@ -449,6 +449,26 @@ TEST(Ai8xPasses, YamlIsParseableWithSeedFormats) {
   EXPECT_EQ(r->izer_flags, (std::vector<std::string>{"--device", "MAX78000"}));
 }
 
+TEST(Ai8xPasses, VerboseWritesShapesForEveryLayer) {
+  NetBuilder b({3, 8, 8});
+  int c1 = b.Conv("conv1", kNetworkInput, 8);
+  int c2 = b.Conv("conv2", c1, 8);
+  b.Conv("conv3", c2, 8);
+  Ai8xOptions o;
+  auto quiet = CompileAi8xNetwork(b.net, o);
+  o.verbose = true;
+  auto verbose = CompileAi8xNetwork(b.net, o);
+  ASSERT_TRUE(quiet.ok() && verbose.ok());
+  auto count = [](const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(quiet->yaml, "# output shape"), 1u);
+  EXPECT_EQ(count(verbose->yaml, "# output shape"), 3u);
+  EXPECT_EQ(count(verbose->yaml, "# input shape"), 3u);
+}
+
 TEST(Ai8xPasses, OverridesValidateAndApply) {
   NetBuilder b({3, 8, 8});
   int c1 = b.Conv("conv1", kNetworkInput, 8);

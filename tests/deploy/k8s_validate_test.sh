@@ -52,6 +52,7 @@ expect_reject probe-missing deployment.yaml $'livenessProbe:\n            grpc:\
   $'livenessProbe:\n            tcpSocket:\n              port: 50051' "livenessProbe is not a gRPC probe on 50051"
 expect_reject hpa-scale-out hpa.yaml 'maxReplicas: 1' 'maxReplicas: 4' "needs HPA maxReplicas 1"
 expect_reject rolling-update deployment.yaml 'type: Recreate' 'type: RollingUpdate' "needs strategy Recreate"
+expect_reject shadowed-key configmap.yaml 'log_level: info' $'log_level: info\n    data_dir: /data' "kilnd config key 'data_dir' has no effect: KILN_DATA_DIR (image ENV)"
 
 if [[ $fails -ne 0 ]]; then echo "$fails broken manifest(s) were not rejected"; exit 1; fi
-echo "deploy/k8s valid; 12 broken variants rejected"
+echo "deploy/k8s valid; 13 broken variants rejected"
