@@ -170,7 +170,9 @@ int Report(const kiln::v1::RunConvLayersResponse& r, const RunArgs& a) {
                   l.pcc_threshold() > 0 ? (l.pass() ? "yes" : "NO") : "");
     }
     std::printf("backend %s%s%s, precision %s, run %.3f s%s: %s\n", r.backend().c_str(),
-                r.device().empty() ? "" : " on ", r.device().c_str(), r.resolved_precision().c_str(),
+                r.device().empty() ? "" : " on ", r.device().c_str(),
+                r.backend() == "reference" ? "fp32 (reference ignores device precision)"
+                                           : r.resolved_precision().c_str(),
                 r.run_seconds(),
                 r.queue_seconds() > 0 ? (", queued " + std::to_string(r.queue_seconds()) + " s").c_str() : "",
                 r.pass() ? "all layers pass" : "SOME LAYERS BELOW THRESHOLD");

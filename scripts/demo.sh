@@ -53,10 +53,15 @@ head -24 "$WORK/mnist.yaml"
 "$KILN" compile kws20-ai85kws20netv3.qat --device MAX78000 --arch ai85kws20netv3 --dataset KWS_20 \
   -o "$WORK/kws20.yaml"
 
-if [[ -x "$ROOT/scripts/demo-jobs.sh" ]]; then
-  step "device jobs"
-  bash "$ROOT/scripts/demo-jobs.sh" "$ROOT" "$KILN"
-fi
+step "kiln devices"
+"$KILN" devices
+
+step "kiln run: unet_small conv layers on tt-emu (HiFi2, bfloat8_b weights, per_layer) vs fp32"
+"$KILN" run unet_small --backend tt-emu --math-fidelity HiFi2 --weights-dtype bfloat8_b \
+  --mode per_layer --out "$WORK/out-tt-emu"
+
+step "kiln run: the same model on the fp32 reference backend"
+"$KILN" run unet_small --backend reference --skip-reference --out "$WORK/out-reference"
 
 step "metrics (kiln_ lines of http://$METRICS/metrics, histogram buckets omitted)"
 curl -fsS "http://$METRICS/metrics" | grep '^kiln_' | grep -v '_bucket{'
