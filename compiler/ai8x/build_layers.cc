@@ -22,12 +22,6 @@ struct Value {
   bool neg = false;       // Neg(x) of data x (for Sub as Neg+Add)
 };
 
-std::string Trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t");
-  size_t e = s.find_last_not_of(" \t");
-  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
 // "/feature_stage.1/feature_stage.1.1/conv1/Conv" -> "feature_stage.1.1.conv1";
 // "/base/fire3/Conv" -> "base.fire3"; "" when the name has no scope.
 std::string ScopeName(const std::string& node_name) {
@@ -719,8 +713,9 @@ void Builder::Run() {
              "); kernel memory is checked for 8-bit weights and the izer takes the widths from the "
              "checkpoint unless overridden (--set LAYER.quantization=N)"});
   }
-  // Conv/linear layers must appear in weight (state_dict) order: check named initializers.
-  (void)Trim;
+  // Conv/linear layers must appear in weight (state_dict) order (IZER-RULES.md §1.3): they are
+  // emitted in topological (module call) order; the IR does not expose the initializer order to
+  // cross-check it.
 }
 
 }  // namespace

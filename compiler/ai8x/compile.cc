@@ -179,14 +179,14 @@ Result<Ai8xCompileResult> CompileAi8xNetwork(Network net, const Ai8xOptions& opt
   std::vector<int64_t> kfill(64, 0);
   r.layers.reserve(net.layers.size());
   for (size_t i = 0; i < net.layers.size(); ++i) {
-    const Layer& l = net.layers[i];
+    Layer& l = net.layers[i];  // not read after this loop: names and node lists move out
     Ai8xLayerSummary s;
     s.index = static_cast<int>(i);
-    s.name = l.name;
+    s.name = std::move(l.name);
     s.op = l.op == OpKind::kLinear ? "linear" : OpKindName(l.op);
     if (l.operands > 1) s.op += std::string("+") + EltwiseName(l.eltwise);
     if (l.pool != PoolType::kNone) s.op += l.pool == PoolType::kMax ? "+maxpool" : "+avgpool";
-    s.onnx_nodes = l.onnx_nodes;
+    s.onnx_nodes = std::move(l.onnx_nodes);
     s.in_channels = l.in_shape.c;
     s.out_channels = l.out_shape.c;
     s.in_shape = ShapeString(l.in_shape, l.one_d);

@@ -30,7 +30,7 @@ uint64_t Run(int count, int shift) {
 }
 
 // Processors a layer reads with (IZER-RULES.md §1.5); CHW input: one processor per channel.
-int InProcs(const Network& net, const Layer& l) {
+int InProcs(const Layer& l) {
   if (l.chw_input) return l.in_shape.c;
   return ComputePasses(l.in_shape.c).processors;
 }
@@ -267,7 +267,7 @@ void AllocateProcessors(Network& net, const Ai8xOptions& options) {
   for (int r : order) {
     int cnt = -1;
     for (int m : groups[r]) {
-      int need = InProcs(net, net.layers[m]);
+      int need = InProcs(net.layers[m]);
       if (cnt < 0) cnt = need;
       if (need != cnt) {
         net.Report(Severity::kError, "AI8X_PROCESSORS", &net.layers[m],

@@ -3,6 +3,21 @@
 // run, and reports per layer. This is the single entry point of `kiln run --local`, of the
 // DeviceService (wrapped as a WorkerPool job with MakeRunJob) and of tests.
 //
+// Usage (kiln run --local / DeviceService):
+//   auto model = onnx_fe::LoadModel(bytes);                        // compiler/onnx/loader.h
+//   auto plan = convplan::BuildConvPlan(*model);                   // plan.h; cache it per model:
+//   auto shared = std::make_shared<const convplan::ConvPlan>(std::move(*plan));  // immutable
+//   // in process:
+//   auto dev = device::DefaultBackendRegistry().Create("tt-emu");  // device/backends/builtin.h
+//   auto result = convplan::RunConvPlan(*shared, inputs, **dev, options, &token, progress);
+//   // or on the worker pool:
+//   auto out = std::make_shared<convplan::RunResult>();
+//   pool->Submit({.backend = "tt-emu", .client_id = peer,
+//                 .work = convplan::MakeRunJob(shared, inputs, options, out), .progress = fn});
+//   // after the JobHandle is done with OK: *out holds outputs + per-layer report.
+// When the pool runs several devices on few cores, set RunOptions::reference_threads (the fp32
+// reference chain otherwise uses every core inside each job).
+//
 // Execution
 // * Inputs: `RunInputs` by graph input name; any dtype device::Tensor accepts (converted to fp32),
 //   rank and known dims must match the plan's input (INVALID_ARGUMENT otherwise); symbolic dims

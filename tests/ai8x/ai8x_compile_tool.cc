@@ -30,6 +30,11 @@ int main(int argc, char** argv) {
   }
   opts.device = *dev;
   opts.arch = argv[3];
+  if (const char* f = std::getenv("AI8X_INPUT_FORMAT")) {
+    auto fmt = kiln::ai8x::ParseInputFormat(f);
+    if (!fmt.ok()) return 2;
+    opts.input_format = *fmt;
+  }
   opts.dataset = argv[4];
   for (int i = 5; i < argc; ++i) {
     std::string s = argv[i];

@@ -46,6 +46,10 @@ class Fail(Exception):
     pass
 
 
+class Fatal(Fail):
+    """Stops a wait_for at once (the thing waited for can no longer happen)."""
+
+
 def left():
     return DEADLINE - time.monotonic()
 
@@ -107,6 +111,8 @@ def wait_for(what, fn, timeout):
             v = fn()
             if v:
                 return v
+        except Fatal:
+            raise
         except (OSError, Fail, ValueError) as e:
             last = e
         time.sleep(0.25)
@@ -187,7 +193,6 @@ def main():
         log("promtool check metrics: no complaints")
 
         # ---- Prometheus on loopback, scraping kilnd every second, evaluating the alert rules
-        port = free_port()
         cfg = os.path.join(work, "prometheus.yml")
         with open(cfg, "w") as f:
             f.write(f"""global:
@@ -201,15 +206,29 @@ scrape_configs:
     static_configs:
       - targets: [{json.dumps(metrics_addr)}]
 """)
-        prom_log = os.path.join(work, "prometheus.log")
-        prom_proc = subprocess.Popen(
-            [prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={os.path.join(work, 'tsdb')}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
-             "--storage.tsdb.retention.time=1h", "--query.lookback-delta=1m"],
-            stdout=open(prom_log, "w"), stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
-        procs.append(("prometheus", prom_proc, prom_log))
-        prom = Prom(f"http://127.0.0.1:{port}")
-        wait_for("Prometheus ready", lambda: http_get(f"{prom.base}/-/ready")[0] == 200, 30)
+        # A free port can be taken between the probe and Prometheus's bind: then try another.
+        for attempt in range(3):
+            port = free_port()
+            prom_log = os.path.join(work, f"prometheus-{attempt}.log")
+            prom_proc = subprocess.Popen(
+                [prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={os.path.join(work, 'tsdb')}",
+                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
+                 "--storage.tsdb.retention.time=1h", "--query.lookback-delta=1m"],
+                stdout=open(prom_log, "w"), stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+            procs.append(("prometheus", prom_proc, prom_log))
+            prom = Prom(f"http://127.0.0.1:{port}")
+
+            def ready():
+                if prom_proc.poll() is not None:
+                    raise Fatal(f"prometheus exited with status {prom_proc.returncode}")
+                return http_get(f"{prom.base}/-/ready")[0] == 200
+            try:
+                wait_for("Prometheus ready", ready, 30)
+                break
+            except Fail:
+                if prom_proc.poll() is None or attempt == 2:
+                    raise
+                log(f"prometheus did not start on port {port} (exit {prom_proc.returncode}); retrying")
         wait_for("first scrape of kilnd (up == 1)",
                  lambda: prom.query('up{job="kiln"} == 1'), 20)
         log(f"prometheus {port}: scraping kilnd")
