@@ -6,9 +6,28 @@
 
 namespace kiln::server {
 
+Result<std::shared_ptr<const convplan::ConvPlan>> PlanModel(std::string_view bytes,
+                                                            const std::string& model_name) {
+  onnx_fe::LoadOptions load;
+  load.model_name = model_name;
+  auto model = onnx_fe::LoadModel(bytes, load);
+  if (!model.ok()) return model.status();
+  auto plan = convplan::BuildConvPlan(*model);
+  if (!plan.ok()) return plan.status().WithContext("model '" + model_name + "'");
+  return std::make_shared<const convplan::ConvPlan>(std::move(plan).value());
+}
+
 Result<PreparedConvRun> PrepareConvRun(std::string_view bytes, const std::string& model_name,
                                        const kiln::v1::RunConvLayersRequest& request) {
+  auto plan = PlanModel(bytes, model_name);
+  if (!plan.ok()) return plan.status();
+  return PrepareConvRun(std::move(plan).value(), request);
+}
+
+Result<PreparedConvRun> PrepareConvRun(std::shared_ptr<const convplan::ConvPlan> plan,
+                                       const kiln::v1::RunConvLayersRequest& request) {
   PreparedConvRun run;
+  run.plan = std::move(plan);
   run.backend = request.backend().empty() ? "tt-emu" : request.backend();
   auto precision = FromProto(request.precision());
   if (!precision.ok()) return precision.status().WithContext("precision");
@@ -28,14 +47,6 @@ Result<PreparedConvRun> PrepareConvRun(std::string_view bytes, const std::string
     if (!tensor.ok()) return tensor.status();
     run.inputs.emplace(t.name(), std::move(tensor).value());
   }
-
-  onnx_fe::LoadOptions load;
-  load.model_name = model_name;
-  auto model = onnx_fe::LoadModel(bytes, load);
-  if (!model.ok()) return model.status();
-  auto plan = convplan::BuildConvPlan(*model);
-  if (!plan.ok()) return plan.status().WithContext("model '" + model_name + "'");
-  run.plan = std::make_shared<const convplan::ConvPlan>(std::move(plan).value());
   return run;
 }
 

@@ -20,10 +20,18 @@ struct PreparedConvRun {
   std::string backend;  ///< request backend, defaulted to "tt-emu"
 };
 
-/// Loads and plans the model (`bytes`, named `model_name` in errors) and converts the request's
-/// inputs and precision. Errors: the loader's (INVALID_ARGUMENT / FAILED_PRECONDITION /
-/// RESOURCE_EXHAUSTED), INVALID_ARGUMENT listing every unsupported node, bad tensors or
+/// Loads and plans the model (`bytes`, named `model_name` in errors). Errors: the loader's
+/// (INVALID_ARGUMENT / FAILED_PRECONDITION / RESOURCE_EXHAUSTED), INVALID_ARGUMENT listing every
+/// unsupported node. A plan depends on the bytes only, so callers may cache it by model id.
+Result<std::shared_ptr<const convplan::ConvPlan>> PlanModel(std::string_view bytes,
+                                                            const std::string& model_name);
+
+/// Converts the request's inputs and precision for `plan`. INVALID_ARGUMENT for bad tensors or
 /// precision values. Nothing runs on a device here.
+Result<PreparedConvRun> PrepareConvRun(std::shared_ptr<const convplan::ConvPlan> plan,
+                                       const kiln::v1::RunConvLayersRequest& request);
+
+/// PlanModel then PrepareConvRun.
 Result<PreparedConvRun> PrepareConvRun(std::string_view bytes, const std::string& model_name,
                                        const kiln::v1::RunConvLayersRequest& request);
 

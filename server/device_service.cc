@@ -46,20 +46,28 @@ class DeviceServiceImpl::RunReactor final : public grpc::ServerUnaryReactor {
   void Start() {
     grpc::Status st = scope_.Begin(*context_);
     if (!st.ok()) return FinishOnce(st);
-    auto reader = service_->store_->Open(request_->model_id());
     auto info = service_->store_->Get(request_->model_id());
-    if (!reader.ok() || !info.ok()) return FinishOnce(ToGrpc(reader.ok() ? info.status() : reader.status()));
-    auto bytes = (*reader)->ReadAll();
-    if (!bytes.ok()) return FinishOnce(ToGrpc(bytes.status()));
-    std::string name = info->names.empty() ? info->model_id.substr(0, 12) : info->names.front();
-    Result<PreparedConvRun> prepared = Internal("not prepared");
-    try {
-      prepared = PrepareConvRun(*bytes, name, *request_);
-    } catch (const std::exception& e) {
-      prepared = Internal(std::string("planning model '") + name + "' failed: " + e.what());
-    }
-    if (!prepared.ok()) return FinishOnce(ToGrpc(prepared.status()));
+    if (!info.ok()) return FinishOnce(ToGrpc(info.status()));
     model_id_ = info->model_id;
+    std::shared_ptr<const convplan::ConvPlan> plan = service_->CachedPlan(model_id_);
+    if (!plan) {
+      auto reader = service_->store_->Open(model_id_);
+      if (!reader.ok()) return FinishOnce(ToGrpc(reader.status()));
+      auto bytes = (*reader)->ReadAll();
+      if (!bytes.ok()) return FinishOnce(ToGrpc(bytes.status()));
+      std::string name = info->names.empty() ? model_id_.substr(0, 12) : info->names.front();
+      Result<std::shared_ptr<const convplan::ConvPlan>> planned = Internal("not planned");
+      try {
+        planned = PlanModel(*bytes, name);
+      } catch (const std::exception& e) {
+        planned = Internal(std::string("planning model '") + name + "' failed: " + e.what());
+      }
+      if (!planned.ok()) return FinishOnce(ToGrpc(planned.status()));
+      plan = *planned;
+      service_->CachePlan(model_id_, plan);
+    }
+    auto prepared = PrepareConvRun(plan, *request_);
+    if (!prepared.ok()) return FinishOnce(ToGrpc(prepared.status()));
 
     auto state = std::make_shared<RunState>();
     device::JobFn inner = convplan::MakeRunJob(prepared->plan, std::move(prepared->inputs),
@@ -144,6 +152,25 @@ class DeviceServiceImpl::RunReactor final : public grpc::ServerUnaryReactor {
 DeviceServiceImpl::DeviceServiceImpl(ModelStore* store, device::WorkerPool* pool, int queue_capacity,
                                      ServiceEnv env)
     : store_(store), pool_(pool), queue_capacity_(queue_capacity), env_(env) {}
+
+std::shared_ptr<const convplan::ConvPlan> DeviceServiceImpl::CachedPlan(const std::string& model_id) {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  for (auto it = plan_cache_.begin(); it != plan_cache_.end(); ++it) {
+    if (it->first == model_id) {
+      plan_cache_.splice(plan_cache_.begin(), plan_cache_, it);
+      return plan_cache_.front().second;
+    }
+  }
+  return nullptr;
+}
+
+void DeviceServiceImpl::CachePlan(const std::string& model_id,
+                                  std::shared_ptr<const convplan::ConvPlan> plan) {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  std::erase_if(plan_cache_, [&](const auto& e) { return e.first == model_id; });
+  plan_cache_.emplace_front(model_id, std::move(plan));
+  if (plan_cache_.size() > kPlanCacheEntries) plan_cache_.pop_back();
+}
 
 grpc::ServerUnaryReactor* DeviceServiceImpl::RunConvLayers(
     grpc::CallbackServerContext* context, const kiln::v1::RunConvLayersRequest* request,

@@ -4,8 +4,13 @@
 // job (between layers at the latest).
 #pragma once
 
+#include <list>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
 
+#include "compiler/convplan/plan.h"
 #include "device/worker_pool/worker_pool.h"
 #include "kiln/v1/device.grpc.pb.h"
 #include "server/model_store.h"
@@ -25,8 +30,17 @@ class DeviceServiceImpl final : public kiln::v1::DeviceService::CallbackService 
                                         const kiln::v1::ListDevicesRequest* request,
                                         kiln::v1::ListDevicesResponse* response) override;
 
+  /// Plans kept for recently run models (content-addressed, so a plan never goes stale).
+  static constexpr size_t kPlanCacheEntries = 16;
+
  private:
   class RunReactor;
+  /// The cached plan of `model_id`, or null.
+  std::shared_ptr<const convplan::ConvPlan> CachedPlan(const std::string& model_id);
+  void CachePlan(const std::string& model_id, std::shared_ptr<const convplan::ConvPlan> plan);
+
+  std::mutex cache_mu_;
+  std::list<std::pair<std::string, std::shared_ptr<const convplan::ConvPlan>>> plan_cache_;  // MRU first
   ModelStore* store_;
   device::WorkerPool* pool_;
   int queue_capacity_;
