@@ -333,7 +333,9 @@ TEST(FuseSilu, XTimesSigmoidOfYIsNotSilu) {
   // The Mul stays on the host; the Sigmoid alone may fuse into its conv (conv -> Sigmoid only).
   EXPECT_EQ(CountHost(*p, "Mul"), 1u) << p->ToString();
   for (const auto& op : p->ops) {
-    if (op.on_device()) EXPECT_NE(op.device().activation(), device::Activation::kSilu);
+    if (op.on_device()) {
+      EXPECT_NE(op.device().activation(), device::Activation::kSilu);
+    }
   }
   EXPECT_EQ(FindOp(*p, "conv")->device().activation(), device::Activation::kSigmoid);
   EXPECT_EQ(FindOp(*p, "conv2")->device().activation(), device::Activation::kNone);
