@@ -2,10 +2,10 @@
 // (npm kubernetes-models / @kubernetes-models/prometheus-operator, pinned in package.json), then
 // checks that the pieces fit together (selectors, ports, probes, config keys).
 //
-//   node validate-k8s.mjs [--config-h server/config.h] DIR_OR_FILE...
+//   node validate-k8s.mjs [--config-h server/config.h] [--no-render] DIR_OR_FILE...
 //
 // A directory with a kustomization.yaml is checked file by file and, when `kubectl` is on PATH
-// (or $KUBECTL names it), also as rendered by `kubectl kustomize`. Exit 0: all valid; 1: errors
+// (or $KUBECTL names it), also as rendered by `kubectl kustomize` (unless --no-render). Exit 0: all valid; 1: errors
 // (each printed); 2: usage or missing node_modules (run `npm ci` in deploy/).
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
@@ -202,6 +202,7 @@ function checkDir(dir, configKeys) {
   crossCheck(dir, docs, configKeys);
   const kubectl = process.env.KUBECTL || "kubectl";
   let rendered = null;
+  if (noRender) return docs.length;
   try {
     rendered = execFileSync(kubectl, ["kustomize", dir], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
   } catch (e) {
@@ -223,13 +224,15 @@ function checkDir(dir, configKeys) {
 
 const argv = process.argv.slice(2);
 let configH = path.join(here, "..", "server", "config.h");
+let noRender = false;
 const targets = [];
 for (let i = 0; i < argv.length; i++) {
   if (argv[i] === "--config-h") configH = argv[++i];
+  else if (argv[i] === "--no-render") noRender = true;
   else targets.push(argv[i]);
 }
 if (targets.length === 0) {
-  console.error("usage: node validate-k8s.mjs [--config-h server/config.h] DIR_OR_FILE...");
+  console.error("usage: node validate-k8s.mjs [--config-h server/config.h] [--no-render] DIR_OR_FILE...");
   process.exit(2);
 }
 const configKeys = kilndKeys(configH);

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
-RUNS=${FUZZ_RUNS:-40000}
+RUNS=${FUZZ_RUNS:-60000}
 SEED=${FUZZ_SEED:-1}
 JOBS=${FUZZ_JOBS:-2}
 MAX_LEN=${FUZZ_MAX_LEN:-65536}
@@ -20,13 +20,18 @@ CC=${FUZZ_CC:-clang-14}
 CXX=${FUZZ_CXX:-clang++-14}
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 
+if ! command -v "$CXX" >/dev/null; then
+  echo "fuzz-onnx: $CXX not found; install the Debian packages clang-14 libclang-rt-14-dev" >&2
+  exit 1
+fi
+mkdir -p "$BUILD"
 cmake -S . -B "$BUILD" -G Ninja \
   -DCMAKE_BUILD_TYPE=Fuzz \
   -DCMAKE_C_COMPILER="$CC" -DCMAKE_CXX_COMPILER="$CXX" \
   -DCMAKE_C_FLAGS="-O1 -g $SAN -fsanitize=fuzzer-no-link" \
   -DCMAKE_CXX_FLAGS="-O1 -g $SAN -fsanitize=fuzzer-no-link" \
   -DCMAKE_EXE_LINKER_FLAGS="$SAN" \
-  -DKILN_FUZZ=ON >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log"; exit 1; }
+  -DKILN_FUZZ=ON >"$BUILD/configure.log" 2>&1 || { cat "$BUILD/configure.log"; exit 1; }
 nice ninja -C "$BUILD" -j"$JOBS" onnx_loader_fuzzer
 
 # Seeds: the committed corpus plus every test model small enough to mutate quickly.

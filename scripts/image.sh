@@ -9,7 +9,8 @@
 #
 # Environment: KILN_IMAGE, KILN_IMAGE_ENGINE=docker|buildah (default: auto), JOBS (compile jobs
 # inside the build, default nproc), KILN_DEBIAN_MIRROR (debootstrap mirror; default: the host's
-# apt source for bookworm, else debootstrap's own default).
+# apt source for bookworm, else debootstrap's own default), KILN_IMAGE_FROM_GIT=1 (build the
+# committed HEAD instead of the working tree).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 IMAGE=${KILN_IMAGE:-kiln:latest}
@@ -29,12 +30,19 @@ if [[ "$ENGINE" == buildah ]] && ! { command -v buildah && command -v debootstra
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends buildah debootstrap >/dev/null ||
     { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends buildah debootstrap >/dev/null; }
 fi
+CONTEXT=$ROOT
+if [[ "${KILN_IMAGE_FROM_GIT:-0}" == 1 ]]; then
+  CONTEXT=$(mktemp -d /var/tmp/kiln-image-context.XXXXXX)
+  trap 'rm -rf "$CONTEXT"' EXIT
+  git -C "$ROOT" archive --format=tar HEAD | tar -x -C "$CONTEXT"
+  echo "image.sh: context is HEAD $(git -C "$ROOT" rev-parse --short HEAD) (not the working tree)" >&2
+fi
 echo "image.sh: building $IMAGE with $ENGINE (JOBS=$JOBS)" >&2
 START=$(date +%s)
 
 if [[ "$ENGINE" == docker ]]; then
   # BuildKit honours docker/Dockerfile.dockerignore (the legacy builder would send build dirs).
-  DOCKER_BUILDKIT=1 docker build -f "$ROOT/docker/Dockerfile" --build-arg "JOBS=$JOBS" -t "$IMAGE" "$ROOT"
+  DOCKER_BUILDKIT=1 docker build -f "$CONTEXT/docker/Dockerfile" --build-arg "JOBS=$JOBS" -t "$IMAGE" "$CONTEXT"
   SIZE=$(docker image inspect --format '{{.Size}}' "$IMAGE" | numfmt --to=iec)
 else
   export STORAGE_DRIVER=${STORAGE_DRIVER:-vfs}
@@ -100,9 +108,9 @@ CFG
     buildah tag "$SLIM" "$FULL"
   fi
   buildah build --isolation chroot --pull=never --format docker --layers \
-    --ignorefile "$ROOT/docker/Dockerfile.dockerignore" -f "$ROOT/docker/Dockerfile" \
+    --ignorefile "$CONTEXT/docker/Dockerfile.dockerignore" -f "$CONTEXT/docker/Dockerfile" \
     --build-arg "JOBS=$JOBS" --build-arg "BUILD_IMAGE=$FULL" --build-arg "RUNTIME_IMAGE=$SLIM" \
-    -t "$IMAGE" "$ROOT"
+    -t "$IMAGE" "$CONTEXT"
   SIZE=$(buildah images --format '{{.Size}}' --noheading "$IMAGE" | head -n1)
 fi
 echo "image.sh: built $IMAGE with $ENGINE in $(( $(date +%s) - START )) s; size $SIZE" >&2

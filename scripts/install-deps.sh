@@ -9,7 +9,7 @@ PACKAGES=(
   libonnx-dev libyaml-cpp-dev prometheus-cpp-dev libcivetweb-dev
   libboost1.74-dev libboost-system1.74-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libdnnl-dev ocl-icd-opencl-dev opencl-headers libspdlog-dev libfmt-dev libcli11-dev
+  libdnnl-dev ocl-icd-opencl-dev opencl-headers libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libssl-dev openssl curl ca-certificates python3
   prometheus nodejs
 )

@@ -7,8 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${SAN_BUILD_DIR:-build-onnx-asan}
 JOBS=${SAN_JOBS:-2}
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON >"$BUILD.configure.log" 2>&1 ||
-  { cat "$BUILD.configure.log"; exit 1; }
+mkdir -p "$BUILD"
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON >"$BUILD/configure.log" 2>&1 ||
+  { cat "$BUILD/configure.log"; exit 1; }
 nice ninja -C "$BUILD" -j"$JOBS" onnx_loader_test onnx_models_test onnx_fuzz_corpus_replay
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}

@@ -167,7 +167,9 @@ TEST(ConvCasesPlan, SiluVariants) {
   Planned multi = PlanCase("conv_silu_sigmoid_multiuse");
   EXPECT_GE(CountHost(multi.plan, "Sigmoid"), 1u) << multi.plan.ToString();
   for (const auto& op : multi.plan.ops) {
-    if (op.on_device()) EXPECT_NE(op.device().activation(), device::Activation::kSilu);
+    if (op.on_device()) {
+      EXPECT_NE(op.device().activation(), device::Activation::kSilu);
+    }
   }
 }
 
@@ -194,7 +196,9 @@ TEST(ConvCasesPlan, NetworksPlanWithFusions) {
     if (!op.on_device() && op.op == "Concat") {
       for (const auto& reader : sq.plan.ops) {
         for (const auto& in : reader.Inputs()) {
-          if (in == op.host().node.outputs[0]) EXPECT_FALSE(reader.on_device()) << reader.name;
+          if (in == op.host().node.outputs[0]) {
+            EXPECT_FALSE(reader.on_device()) << reader.name;
+          }
         }
       }
     }

@@ -333,7 +333,9 @@ TEST(FuseSilu, XTimesSigmoidOfYIsNotSilu) {
   // The Mul stays on the host; the Sigmoid alone may fuse into its conv (conv -> Sigmoid only).
   EXPECT_EQ(CountHost(*p, "Mul"), 1u) << p->ToString();
   for (const auto& op : p->ops) {
-    if (op.on_device()) EXPECT_NE(op.device().activation(), device::Activation::kSilu);
+    if (op.on_device()) {
+      EXPECT_NE(op.device().activation(), device::Activation::kSilu);
+    }
   }
   EXPECT_EQ(FindOp(*p, "conv")->device().activation(), device::Activation::kSigmoid);
   EXPECT_EQ(FindOp(*p, "conv2")->device().activation(), device::Activation::kNone);
@@ -461,6 +463,29 @@ TEST(KSplitConcat, ConcatFeedingOnlyAConvBecomesKParts) {
   auto full = BuildConvPlan(m);
   ASSERT_TRUE(full.ok());
   EXPECT_EQ(FindOp(*full, "conv")->device().activation(), device::Activation::kRelu);
+}
+
+TEST(KSplitConcat, ConvTransposeReadsKParts) {
+  auto b = Base();
+  AddConv(b, "x", "a", "ca", 4, 3, 1, 8);
+  AddConv(b, "x", "bb", "cb", 4, 5, 3, 9);
+  auto& cat = b.Node("Concat", {"a", "bb"}, {"cat"}, "cat");
+  SetInt(cat, "axis", -3);
+  b.FloatInitializer("wt", {8, 2, 3, 3}, kiln::testing::RandomFloats(8 * 2 * 9, 15));  // IOHW
+  b.FloatInitializer("bt", {2}, {0.5f, -0.5f});
+  auto& ct = b.Node("ConvTranspose", {"cat", "wt", "bt"}, {"y"}, "ct");
+  SetInts(ct, "strides", {2, 2});
+  SetInts(ct, "output_padding", {1, 1});
+  b.Output("y");
+  auto m = Load(b);
+  ConvPlan p = PlanWith(m, MakeKSplitConcat());
+  EXPECT_EQ(CountHost(p, "Concat"), 0u);
+  const PlanOp* op = FindOp(p, "ct");
+  ASSERT_NE(op, nullptr);
+  ASSERT_EQ(op->device().inputs.size(), 2u);
+  EXPECT_EQ(op->device().weights[0].shape(), (std::vector<int64_t>{3, 2, 3, 3}));
+  EXPECT_EQ(op->device().weights[1].shape(), (std::vector<int64_t>{5, 2, 3, 3}));
+  EXPECT_LT(FusedVsUnfused(m), 1e-5);
 }
 
 TEST(KSplitConcat, ConcatThatIsAGraphOutputStays) {
@@ -605,6 +630,44 @@ TEST(ConvPlanScale, LongChainPlansQuickly) {
   EXPECT_EQ(p->num_device_ops(), 1500u);
   EXPECT_LT(secs, 2.0);
   std::printf("[scale] 3000-node chain planned in %.3f s\n", secs);
+}
+
+TEST(Lowering, ConvTranspose1dMatchesDefinition) {
+  OnnxModelBuilder b(13);
+  b.Input("x", kF, {1, 2, 5});
+  auto w = kiln::testing::RandomFloats(2 * 3 * 3, 23);  // (C=2, O=3, k=3)
+  b.FloatInitializer("w", {2, 3, 3}, w);
+  auto& ct = b.Node("ConvTranspose", {"x", "w"}, {"y"}, "ct1d");
+  SetInts(ct, "strides", {2});
+  SetInts(ct, "pads", {1, 0});
+  SetInts(ct, "output_padding", {1});
+  b.Output("y");
+  auto m = Load(b);
+  ASSERT_TRUE(m);
+  auto p = BuildConvPlan(m);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto x = device::Tensor::Zeros({1, 2, 5});
+  ASSERT_TRUE(x.ok());
+  for (int64_t e = 0; e < 10; ++e) x->data<float>()[e] = 0.25f * static_cast<float>(e) - 1.f;
+  RunOptions o;
+  o.compare_to_reference = false;
+  auto r = RunConvPlan(*p, {{"x", *x}}, Reference(), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // out = 2*(5-1) + 1 + 3 - 1 - 0 = 11; y[o, t] = sum_c sum_k x[c, i] w[c, o, k] with t = 2i + k - 1.
+  const auto& y = r->outputs[0].second;
+  ASSERT_EQ(y.shape(), (std::vector<int64_t>{1, 3, 11}));
+  std::vector<double> want(33, 0.0);
+  for (int c = 0; c < 2; ++c) {
+    for (int i = 0; i < 5; ++i) {
+      for (int o2 = 0; o2 < 3; ++o2) {
+        for (int k = 0; k < 3; ++k) {
+          const int t = 2 * i + k - 1;
+          if (t >= 0 && t < 11) want[o2 * 11 + t] += x->data<float>()[c * 5 + i] * w[(c * 3 + o2) * 3 + k];
+        }
+      }
+    }
+  }
+  for (int e = 0; e < 33; ++e) EXPECT_NEAR(y.data<float>()[e], want[e], 1e-5) << e;
 }
 
 TEST(Lowering, NonConstantWeightsRejected) {

@@ -54,12 +54,10 @@ def metric_names(expr):
     return names
 
 
-def main():
+def check(dash, alerts_text):
+    """Every problem found in a dashboard (and the alert rules), as messages."""
     errors = []
     metrics = load_metrics()
-    dashboard = sys.argv[1] if len(sys.argv) > 1 else DASHBOARD
-    with open(dashboard) as f:
-        dash = json.load(f)
 
     for key in ("title", "uid", "panels", "templating", "schemaVersion"):
         if key not in dash:
@@ -108,8 +106,6 @@ def main():
     for n in sorted(set(metrics) - used):
         errors.append(f"no dashboard panel shows {n}")
 
-    with open(ALERTS) as f:
-        alerts_text = f.read()
     for n in metric_names(alerts_text) - set(metrics):
         errors.append(f"alert rules use unknown metric {n}")
     for required in ("KilnInstanceDown", "KilnHighErrorRatio", "KilnHighLatencyP99", "KilnDeviceQueueSaturated"):
@@ -131,12 +127,56 @@ def main():
             if r.returncode != 0:
                 errors.append("promtool rejects a panel query:\n" + r.stdout + r.stderr)
 
+    return errors
+
+
+def self_test(dash, alerts_text):
+    """The checker must catch each of these breakages (so a passing check means something)."""
+    import copy
+    def broken(edit):
+        d = copy.deepcopy(dash)
+        edit(d)
+        return d
+    panels = [p for p in dash["panels"] if p["type"] != "row"]
+    first = dash["panels"].index(panels[0])
+    cases = [
+        ("metric typo", lambda d: d["panels"][first]["targets"][0].update(
+            expr=d["panels"][first]["targets"][0]["expr"] + " + kiln_grpc_request_total"), "unknown metric kiln_grpc_request_total"),
+        ("unparsable query", lambda d: d["panels"][first]["targets"][0].update(
+            expr="sum(rate(kiln_upload_bytes_total{job=\"$job\", instance=~\"$instance\"}[$__rate_interval])"), "promtool rejects a panel query"),
+        ("duplicate id", lambda d: d["panels"][first + 1].update(id=d["panels"][first]["id"]), "duplicate panel id"),
+        ("overlap", lambda d: d["panels"][first + 1].update(gridPos=dict(d["panels"][first]["gridPos"])), "overlaps"),
+        ("no $job", lambda d: d["panels"][first]["targets"][0].update(
+            expr=d["panels"][first]["targets"][0]["expr"].replace('job="$job", ', "")), "ignores $job/$instance"),
+        ("metric not shown", lambda d: d.update(panels=[p for p in d["panels"]
+            if not any("kiln_upload_bytes_total" in t["expr"] for t in p.get("targets", []))]), "no dashboard panel shows kiln_upload_bytes_total"),
+    ]
+    failed = 0
+    for name, edit, want in cases:
+        errs = check(broken(edit), alerts_text)
+        if any(want in e for e in errs):
+            print(f"ok   self-test: {name} caught")
+        else:
+            print(f"FAIL self-test: {name} not caught (want '{want}', got {errs})")
+            failed += 1
+    return failed
+
+
+def main():
+    dashboard = next((a for a in sys.argv[1:] if not a.startswith("--")), DASHBOARD)
+    with open(dashboard) as f:
+        dash = json.load(f)
+    with open(ALERTS) as f:
+        alerts_text = f.read()
+    errors = check(dash, alerts_text)
     if errors:
         for e in errors:
             print("FAIL", e)
         return 1
-    print(f"dashboard: {len(dash['panels'])} panels, {len(queries)} queries parse; "
-          f"{len(metrics)} metrics covered")
+    if "--self-test" in sys.argv and self_test(dash, alerts_text):
+        return 1
+    print(f"dashboard: {len(dash['panels'])} panels, {len(panel_queries(dash))} queries parse; "
+          f"{len(load_metrics())} metrics covered")
     return 0
 
 

@@ -108,5 +108,49 @@ TEST(RunVectorDirectory, MalformedLineAndMissingDirFail) {
   EXPECT_NE(out2.str().find("cannot read directory"), std::string::npos) << out2.str();
 }
 
+// Reader edge cases (the line reader is nlohmann::json): every malformed or suspicious line is one
+// failed case, never an exception or an abort; well-formed lines still pass around them.
+TEST(CheckVectorFile, MalformedLinesCountAsFailures) {
+  TempDir tmp;
+  const std::string good = "{\"fmt\":\"fp32\",\"old\":\"3f800000\",\"new\":\"3f800000\",\"out\":\"40000000\"}";
+  std::string deep = "{\"fmt\":\"fp32\",\"old\":\"3f800000\",\"new\":\"3f800000\",\"out\":\"40000000\",\"id\":";
+  deep += std::string(65, '[') + "1" + std::string(65, ']') + "}";
+  std::string shallow = "{\"fmt\":\"fp32\",\"old\":\"3f800000\",\"new\":\"3f800000\",\"out\":\"40000000\",\"id\":";
+  shallow += std::string(63, '[') + "1" + std::string(63, ']') + "}";
+  {
+    std::ofstream f(tmp.path() / "x.jsonl");
+    f << "\xEF\xBB\xBF" << good << "\n";  // byte order mark: not JSON Lines
+    f << good << "\r\n";  // CRLF is fine
+    f << "   \n";  // blank: not a case
+    f << "{\"fmt\":\"fp32\",\"old\":\n";  // truncated
+    f << "[1,2]\n";  // not an object
+    f << "{\"fmt\":\"bfp8_b\",\"code\":\"00\",\"exp\":1e400,\"unpack_bf16\":\"0000\"}\n";  // number beyond double range
+    f << "{\"fmt\":\"fp32\",\"old\":\"3f800000\",\"new\":\"3f800000\",\"out\":\"40000000\",\"extra\":1}\n";
+    f << deep << "\n";  // a value 65 levels deep
+    f << shallow << "\n";  // 64 levels deep: fine
+    f << "{\"fmt\":\"bfp8_b\",\"code\":\"80\",\"exp\":0,\"unpack_bf16\":\"ff80\",\"id\":\"\\u00e9\"}\n";
+  }
+  auto rep = CheckVectorFile((tmp.path() / "x.jsonl").string());
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->passed, 3u);
+  EXPECT_EQ(rep->failed, 6u);
+  EXPECT_EQ(rep->first_failure.rfind("line 1: JSON: ", 0), 0u) << rep->first_failure;
+
+  // First failure of each kind, one file per line.
+  auto first_failure = [&](const std::string& line) {
+    std::ofstream(tmp.path() / "y.jsonl") << line << "\n";
+    auto r = CheckVectorFile((tmp.path() / "y.jsonl").string());
+    if (!r.ok()) return r.status().ToString();
+    EXPECT_EQ(r->failed, 1u) << line;
+    return r->first_failure;
+  };
+  EXPECT_EQ(first_failure("[1,2]"), "line 1: not a JSON object");
+  EXPECT_EQ(first_failure(good.substr(0, good.size() - 1) + ",\"extra\":1}"),
+            "line 1: unknown field extra; input: fmt=\"fp32\" old=\"3f800000\" new=\"3f800000\"");
+  EXPECT_EQ(first_failure(deep), "line 1: JSON: nesting too deep");
+  EXPECT_EQ(first_failure("{\"fmt\":\"bfp8_b\",\"code\":\"00\",\"exp\":7,\"unpack_bf16\":\"ffff\",\"id\":12}"),
+            "line 1: field unpack_bf16: expected ffff, got 0000; input: id=12 fmt=\"bfp8_b\" exp=7 code=\"00\"");
+}
+
 }  // namespace
 }  // namespace kiln::numerics

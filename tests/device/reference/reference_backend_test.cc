@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <random>
 #include <sstream>
 
@@ -310,6 +312,33 @@ TEST_F(ReferenceBackendTest, CancelledAndExpiredTokensStopBeforeTheOp) {
   CancelToken expired(CancelToken::Clock::now() - std::chrono::seconds(1));
   ctx.cancel = &expired;
   EXPECT_EQ(backend_->ConvTranspose2d(x, w, nullptr, {}, ctx).status().code(), StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(ReferenceBackendTest, OneBackendServesSeveralThreadsAtOnce) {
+  Conv2dParams p;
+  p.pads = {1, 1, 1, 1};
+  p.group = 2;
+  Tensor x = Random({2, 8, 16, 16}, rng_);
+  Tensor w = Random({8, 4, 3, 3}, rng_);
+  const Tensor want = NaiveConv2d(x, w, nullptr, p);
+  Pool2dParams pp;
+  pp.kernel = {3, 3};
+  pp.strides = {2, 2};
+  pp.ceil_mode = true;
+  const Tensor want_pool = NaivePool2d(x, pp);
+  std::atomic<int> good{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10; ++i) {
+        auto y = backend_->Conv2d(x, w, nullptr, p, {});
+        auto yp = backend_->Pool2d(x, pp, {});
+        if (y.ok() && yp.ok() && AllClose(*y, want) && AllClose(*yp, want_pool)) ++good;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(good.load(), 40);
 }
 
 TEST_F(ReferenceBackendTest, CapabilitiesAndRegistry) {

@@ -14,11 +14,12 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "device/backends/reference/reference_backend.h"
 #include "device/backends/tt_emu/tt_conv.h"
 #include "device/backends/tt_emu/tt_emu_backend.h"
 #include "device/numerics/formats.h"
-#include "device/numerics/json_lite.h"
 #include "device/numerics/pcc.h"
 
 namespace kiln::device {
@@ -26,7 +27,7 @@ namespace {
 
 namespace nx = kiln::numerics;
 
-uint32_t HexOf(const nx::JsonValue& v) { return static_cast<uint32_t>(std::stoul(v.text, nullptr, 16)); }
+uint32_t HexOf(const nlohmann::json& v) { return static_cast<uint32_t>(std::stoul(v.get<std::string>(), nullptr, 16)); }
 
 Tensor MakeTensor(std::vector<int64_t> shape, const std::vector<float>& v) {
   auto t = Tensor::FromFloats(std::move(shape), v);
@@ -58,17 +59,17 @@ TEST(TtEmuExact, Kacc32VectorsThroughConv1x1) {
   std::string line;
   int checked = 0;
   while (std::getline(in, line)) {
-    auto j = nx::ParseJson(line);
-    ASSERT_TRUE(j.ok());
-    const bool tf32 = j->Find("a_fmt")->text == "tf32";
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j.is_object()) << line;
+    const bool tf32 = j.at("a_fmt") == "tf32";
     std::vector<float> w(16 * 32), x(32);
     for (int k = 0; k < 32; ++k) {
-      x[k] = nx::BitsFloat(HexOf(j->Find("x")->array[k]));
-      for (int o = 0; o < 16; ++o) w[o * 32 + k] = nx::BitsFloat(HexOf(j->Find("w")->array[k].array[o]));
+      x[k] = nx::BitsFloat(HexOf(j.at("x").at(k)));
+      for (int o = 0; o < 16; ++o) w[o * 32 + k] = nx::BitsFloat(HexOf(j.at("w").at(k).at(o)));
     }
     Tensor xt = MakeTensor({1, 32, 1, 1}, x), wt = MakeTensor({16, 32, 1, 1}, w);
     for (const char* arch_key : {"wh", "bh"}) {
-      for (const auto& [key, res] : j->Find(arch_key)->object) {
+      for (const auto& [key, res] : j.at(arch_key).items()) {
         const bool fp32 = key.rfind("fp32_", 0) == 0;
         if (tf32 && !fp32) continue;  // tt-metal only unpacks to tf32 with an fp32 Dst (§8.3)
         PrecisionConfig p;
@@ -87,12 +88,12 @@ TEST(TtEmuExact, Kacc32VectorsThroughConv1x1) {
           for (int o = 0; o < 16; ++o) {
             uint32_t want;
             if (out == DeviceDType::kFloat32) {
-              want = HexOf(res.Find("dst")->array[o]);
+              want = HexOf(res.at("dst").at(o));
             } else {
-              want = HexOf(res.Find("pack_bf16")->array[o]) << 16;
+              want = HexOf(res.at("pack_bf16").at(o)) << 16;
             }
             ASSERT_EQ(nx::FloatBits(yv[o]), want)
-                << "kacc32 id " << j->Find("id")->text << " " << arch_key << "." << key << " out "
+                << "kacc32 id " << j.at("id") << " " << arch_key << "." << key << " out "
                 << DeviceDTypeName(out) << " column " << o << std::hex << ": got " << nx::FloatBits(yv[o])
                 << " want " << want;
           }
