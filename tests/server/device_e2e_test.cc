@@ -17,6 +17,7 @@
 #include "kiln/v1/model.grpc.pb.h"
 #include "server/device_convert.h"
 #include "tests/server/kilnd_process.h"
+#include "tests/server/kilnd_test_util.h"
 
 namespace fs = std::filesystem;
 
@@ -25,38 +26,11 @@ namespace {
 
 const std::string kCases = std::string(KILN_TEST_DATA) + "/conv-cases/";
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-class DeviceE2E : public ::testing::Test {
+class DeviceE2E : public KilndTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("kiln-dev-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (HasFailure()) {
-      std::ifstream log(dir_ / "kilnd.log");
-      std::cerr << "---- kilnd log (tail) ----\n";
-      std::string all((std::istreambuf_iterator<char>(log)), {});
-      std::cerr << (all.size() > 6000 ? all.substr(all.size() - 6000) : all) << "\n";
-    }
-    fs::remove_all(dir_);
-  }
-
   void Start(std::vector<std::string> extra) {
-    std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                                     "--data-dir", (dir_ / "data").string(), "--shutdown-grace", "2",
-                                     "--log-level", "warn"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    kilnd_ = std::make_unique<KilndProcess>(KILND_BINARY, args, (dir_ / "kilnd.log").string());
+    extra.insert(extra.end(), {"--log-level", "warn"});
+    kilnd_ = StartKilnd(extra);
     grpc::ChannelArguments ch;
     ch.SetMaxReceiveMessageSize(256 << 20);
     ch.SetMaxSendMessageSize(256 << 20);
@@ -66,20 +40,8 @@ class DeviceE2E : public ::testing::Test {
   }
 
   std::string Upload(const std::string& name, const std::string& bytes) {
-    grpc::ClientContext ctx;
     kiln::v1::UploadModelResponse resp;
-    auto writer = models_->UploadModel(&ctx, &resp);
-    kiln::v1::UploadModelRequest req;
-    req.mutable_header()->set_name(name);
-    req.mutable_header()->set_size_bytes(bytes.size());
-    req.mutable_header()->set_sha256(Sha256Hex(bytes));
-    writer->Write(req);
-    for (size_t off = 0; off < bytes.size(); off += 1 << 20) {
-      req.set_chunk(bytes.substr(off, 1 << 20));
-      writer->Write(req);
-    }
-    writer->WritesDone();
-    grpc::Status st = writer->Finish();
+    grpc::Status st = UploadBytes(*models_, name, bytes, &resp);
     EXPECT_TRUE(st.ok()) << name << ": " << st.error_message();
     return resp.model().model_id();
   }
@@ -94,19 +56,8 @@ class DeviceE2E : public ::testing::Test {
     return devices_->RunConvLayers(ctx, req, resp);
   }
 
-  std::map<std::string, double> Scrape() {
-    std::map<std::string, double> out;
-    std::istringstream in(HttpGet(kilnd_->metrics_address(), "/metrics"));
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#') continue;
-      auto sp = line.rfind(' ');
-      out[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
-    }
-    return out;
-  }
+  std::map<std::string, double> Scrape() { return ScrapeMetrics(kilnd_->metrics_address()); }
 
-  fs::path dir_;
   std::unique_ptr<KilndProcess> kilnd_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<kiln::v1::ModelService::Stub> models_;
@@ -163,7 +114,7 @@ std::string Check(const kiln::v1::Tensor& got, const std::string& expected_file,
 
 TEST_F(DeviceE2E, EveryConvCaseOnReferenceWithinManifestTolerance) {
   Start({"--devices", "reference:2"});
-  auto manifest = nlohmann::json::parse(ReadFile(kCases + "manifest.json"));
+  auto manifest = nlohmann::json::parse(ReadFileBytes(kCases + "manifest.json"));
   int checked = 0, ran = 0;
   for (const auto& [section, cases] : manifest.items()) {
     if (!cases.is_array()) continue;
@@ -171,7 +122,7 @@ TEST_F(DeviceE2E, EveryConvCaseOnReferenceWithinManifestTolerance) {
       if (!c.contains("model") || !c.contains("outputs")) continue;
       std::string name = c["name"];
       SCOPED_TRACE(name);
-      std::string id = Upload(name, ReadFile(kCases + c["model"].get<std::string>()));
+      std::string id = Upload(name, ReadFileBytes(kCases + c["model"].get<std::string>()));
       kiln::v1::RunConvLayersRequest req;
       req.set_model_id(id);
       req.set_backend("reference");
@@ -203,7 +154,7 @@ TEST_F(DeviceE2E, EveryConvCaseOnReferenceWithinManifestTolerance) {
 
 TEST_F(DeviceE2E, TtEmuPerLayerReportFollowsThresholds) {
   Start({"--devices", "tt-emu:1,reference:1"});
-  std::string id = Upload("conv_bn", ReadFile(kCases + "conv_bn_eps1e-3.onnx"));
+  std::string id = Upload("conv_bn", ReadFileBytes(kCases + "conv_bn_eps1e-3.onnx"));
   kiln::v1::RunConvLayersRequest req;
   req.set_model_id(id);
   req.set_backend("tt-emu");
@@ -234,7 +185,7 @@ TEST_F(DeviceE2E, TtEmuPerLayerReportFollowsThresholds) {
 
 TEST_F(DeviceE2E, ThirtyTwoConcurrentClientsGetCorrectResults) {
   Start({"--devices", "reference:2", "--device-queue", "64"});
-  auto manifest = nlohmann::json::parse(ReadFile(kCases + "manifest.json"));
+  auto manifest = nlohmann::json::parse(ReadFileBytes(kCases + "manifest.json"));
   nlohmann::json the_case;
   for (const auto& [section, cases] : manifest.items()) {
     if (!cases.is_array()) continue;
@@ -243,7 +194,7 @@ TEST_F(DeviceE2E, ThirtyTwoConcurrentClientsGetCorrectResults) {
     }
   }
   ASSERT_FALSE(the_case.is_null());
-  std::string id = Upload("residual", ReadFile(kCases + the_case["model"].get<std::string>()));
+  std::string id = Upload("residual", ReadFileBytes(kCases + the_case["model"].get<std::string>()));
   kiln::v1::RunConvLayersRequest req;
   req.set_model_id(id);
   req.set_backend("reference");
@@ -274,7 +225,7 @@ TEST_F(DeviceE2E, ThirtyTwoConcurrentClientsGetCorrectResults) {
 TEST_F(DeviceE2E, DeadlineCancelQueueFullAndUnsupportedOps) {
   Start({"--devices", "tt-emu:1,reference:1", "--device-queue", "1", "--tt-emu-level", "exact"});
   // unet on tt-emu exact takes seconds: long enough to hit deadlines and fill the queue.
-  std::string id = Upload("unet", ReadFile(kCases + "unet_small.onnx"));
+  std::string id = Upload("unet", ReadFileBytes(kCases + "unet_small.onnx"));
   kiln::v1::RunConvLayersRequest slow;
   slow.set_model_id(id);
   slow.set_backend("tt-emu");
@@ -311,7 +262,7 @@ TEST_F(DeviceE2E, DeadlineCancelQueueFullAndUnsupportedOps) {
   EXPECT_EQ(results[2].error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << results[2].error_message();
   EXPECT_NE(results[2].error_message().find("retry after"), std::string::npos);
   // The device is free again: a small job runs at once.
-  std::string small = Upload("relu", ReadFile(kCases + "conv_relu.onnx"));
+  std::string small = Upload("relu", ReadFileBytes(kCases + "conv_relu.onnx"));
   kiln::v1::RunConvLayersRequest quick;
   quick.set_model_id(small);
   quick.set_backend("tt-emu");

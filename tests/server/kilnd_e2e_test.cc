@@ -16,6 +16,7 @@
 #include "kiln/v1/compile.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
 #include "tests/server/kilnd_process.h"
+#include "tests/server/kilnd_test_util.h"
 #include "tests/server/onnx_bytes.h"
 
 namespace fs = std::filesystem;
@@ -25,30 +26,9 @@ namespace {
 
 using kiln::v1::ModelService;
 
-class KilndE2E : public ::testing::Test {
+class KilndE2E : public KilndTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("kiln-e2e-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (::testing::Test::HasFailure() || std::getenv("KILN_TEST_LOGS")) {
-      std::ifstream log(dir_ / "kilnd.log");
-      std::cerr << "---- kilnd log ----\n" << log.rdbuf() << "\n";
-    }
-    fs::remove_all(dir_);
-  }
-
-  std::unique_ptr<KilndProcess> Start(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                                     "--data-dir", (dir_ / "data").string(),
-                                     "--shutdown-grace", "2"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return std::make_unique<KilndProcess>(KILND_BINARY, args, (dir_ / "kilnd.log").string());
-  }
+  std::unique_ptr<KilndProcess> Start(std::vector<std::string> extra = {}) { return StartKilnd(extra); }
 
   static std::shared_ptr<grpc::Channel> Channel(const KilndProcess& k) {
     grpc::ChannelArguments args;
@@ -56,24 +36,10 @@ class KilndE2E : public ::testing::Test {
     return grpc::CreateCustomChannel(k.grpc_address(), grpc::InsecureChannelCredentials(), args);
   }
 
-  // Uploads `bytes` in 1 MiB chunks.
   static grpc::Status Upload(ModelService::Stub& stub, const std::string& name,
                              const std::string& bytes, kiln::v1::UploadModelResponse* resp,
                              const std::string& token = "") {
-    grpc::ClientContext ctx;
-    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
-    auto writer = stub.UploadModel(&ctx, resp);
-    kiln::v1::UploadModelRequest req;
-    req.mutable_header()->set_name(name);
-    req.mutable_header()->set_size_bytes(bytes.size());
-    req.mutable_header()->set_sha256(Sha256Hex(bytes));
-    writer->Write(req);
-    for (size_t off = 0; off < bytes.size(); off += 1 << 20) {
-      req.set_chunk(bytes.substr(off, 1 << 20));
-      if (!writer->Write(req)) break;
-    }
-    writer->WritesDone();
-    return writer->Finish();
+    return UploadBytes(stub, name, bytes, resp, token);
   }
 
   static std::string ReadBack(ModelService::Stub& stub, const std::string& id) {
@@ -88,21 +54,9 @@ class KilndE2E : public ::testing::Test {
     return out;
   }
 
-  // Parses the Prometheus text format into "name{labels}" -> value.
   static std::map<std::string, double> Scrape(const KilndProcess& k) {
-    std::string body = HttpGet(k.metrics_address(), "/metrics");
-    std::map<std::string, double> out;
-    std::istringstream in(body);
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#') continue;
-      auto sp = line.rfind(' ');
-      out[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
-    }
-    return out;
+    return ScrapeMetrics(k.metrics_address());
   }
-
-  fs::path dir_;
 };
 
 TEST_F(KilndE2E, UploadTwentyMiBReadBackAndSurviveRestart) {
@@ -373,11 +327,7 @@ TEST_F(KilndE2E, CompileAi8xByIdAndInline) {
   auto channel = Channel(*k);
   auto models = ModelService::NewStub(channel);
   auto compiler = kiln::v1::CompileService::NewStub(channel);
-  std::ifstream in(std::string(KILN_TEST_DATA) + "/server/mnist-ai85net5.qat.onnx",
-                   std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string bytes = ss.str();
+  std::string bytes = ReadFileBytes(std::string(KILN_TEST_DATA) + "/server/mnist-ai85net5.qat.onnx");
   ASSERT_GT(bytes.size(), 100000u);
   kiln::v1::UploadModelResponse up;
   ASSERT_TRUE(Upload(*models, "mnist", bytes, &up).ok());
