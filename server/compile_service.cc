@@ -50,7 +50,7 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(
       bytes = request->model_bytes();
       name = "inline";
     } else {
-      auto reader = store_->Open(request->model_id());
+      auto reader = store_->OpenReader(request->model_id());
       auto info = store_->Get(request->model_id());
       if (!reader.ok() || !info.ok()) {
         totals_.Add({{"target", "ai8x"}, {"result", "invalid"}}).Increment();

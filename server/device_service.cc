@@ -51,7 +51,7 @@ class DeviceServiceImpl::RunReactor final : public grpc::ServerUnaryReactor {
     model_id_ = info->model_id;
     std::shared_ptr<const convplan::ConvPlan> plan = service_->CachedPlan(model_id_);
     if (!plan) {
-      auto reader = service_->store_->Open(model_id_);
+      auto reader = service_->store_->OpenReader(model_id_);
       if (!reader.ok()) return FinishOnce(ToGrpc(reader.status()));
       auto bytes = (*reader)->ReadAll();
       if (!bytes.ok()) return FinishOnce(ToGrpc(bytes.status()));

@@ -170,7 +170,7 @@ class ModelServiceImpl::ReadReactor final
       Finish(scope_.Done(auth));
       return;
     }
-    auto reader = service->store_->Open(request->model_id());
+    auto reader = service->store_->OpenReader(request->model_id());
     if (!reader.ok()) {
       Finish(scope_.Done(ToGrpc(reader.status())));
       return;
@@ -245,7 +245,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext
   RpcScope scope(env_, *context, "/kiln.v1.ModelService/GetModel");
   grpc::Status st = scope.Begin(*context);
   if (st.ok()) {
-    auto reader = store_->Open(request->model_id());
+    auto reader = store_->OpenReader(request->model_id());
     auto info = store_->Get(request->model_id());
     if (!reader.ok()) {
       st = ToGrpc(reader.status());

@@ -417,7 +417,7 @@ Result<ModelInfo> ModelStore::Get(const std::string& id_or_name) const {
   return *m;
 }
 
-Result<std::unique_ptr<ModelReader>> ModelStore::Open(const std::string& id_or_name) const {
+Result<std::unique_ptr<ModelReader>> ModelStore::OpenReader(const std::string& id_or_name) const {
   std::lock_guard<std::mutex> lock(mu_);
   const ModelInfo* m = FindLocked(id_or_name);
   if (!m) return NotFound("no model with id or name '" + id_or_name + "'");

@@ -119,7 +119,7 @@ class ModelStore {
   /// Looks a model up by id or by name. NOT_FOUND if neither matches.
   Result<ModelInfo> Get(const std::string& id_or_name) const;
   /// Opens a model's bytes for reading. NOT_FOUND if absent.
-  Result<std::unique_ptr<ModelReader>> Open(const std::string& id_or_name) const;
+  Result<std::unique_ptr<ModelReader>> OpenReader(const std::string& id_or_name) const;
   /// All models, ordered by id.
   std::vector<ModelInfo> List() const;
   /// Removes the model (and all its names). NOT_FOUND if absent.

@@ -68,7 +68,7 @@ TEST_F(ModelStoreTest, StoresAndDescribesModel) {
   EXPECT_EQ(info->inputs[0], "x");
   EXPECT_EQ(store->model_count(), 1u);
   EXPECT_EQ(store->total_bytes(), bytes.size());
-  auto reader = store->Open("relu");
+  auto reader = store->OpenReader("relu");
   ASSERT_TRUE(reader.ok());
   EXPECT_EQ((*reader)->ReadAll().value(), bytes);
   EXPECT_EQ(FilesIn("tmp"), 0u);
@@ -173,7 +173,7 @@ TEST_F(ModelStoreTest, IndexSurvivesRestart) {
   EXPECT_EQ(store->Get("c")->model_id, Sha256Hex(a));
   EXPECT_EQ(store->Get("b")->model_id, Sha256Hex(b));
   EXPECT_EQ(store->Get("a").status().code(), StatusCode::kNotFound);
-  EXPECT_EQ((*store->Open("b"))->ReadAll().value(), b);
+  EXPECT_EQ((*store->OpenReader("b"))->ReadAll().value(), b);
 }
 
 TEST_F(ModelStoreTest, RejectsIndexOfUnknownFormatVersion) {
@@ -202,7 +202,7 @@ TEST_F(ModelStoreTest, ConcurrentUploadsOfDifferentModels) {
   for (int i = 0; i < kThreads; ++i) {
     EXPECT_TRUE(ok[i]) << i;
     total += models[i].size();
-    EXPECT_EQ((*store->Open("m" + std::to_string(i)))->ReadAll().value(), models[i]);
+    EXPECT_EQ((*store->OpenReader("m" + std::to_string(i)))->ReadAll().value(), models[i]);
   }
   EXPECT_EQ(store->model_count(), static_cast<size_t>(kThreads));
   EXPECT_EQ(store->total_bytes(), total);
@@ -230,7 +230,7 @@ TEST_F(ModelStoreTest, DeleteWhileReadingKeepsReaderWorking) {
   auto store = OpenStore();
   std::string bytes = testing::MakeOnnxBytes(100000);
   ASSERT_TRUE(Put(*store, "m", bytes).ok());
-  auto reader = store->Open("m");
+  auto reader = store->OpenReader("m");
   ASSERT_TRUE(reader.ok());
   std::string first;
   ASSERT_TRUE((*reader)->ReadAt(0, 1000, &first).ok());
