@@ -18,6 +18,8 @@ fi
 export KILN_IMAGE=$IMAGE KILN_IMAGE_ENGINE=$ENGINE
 export STORAGE_DRIVER=${STORAGE_DRIVER:-vfs} BUILDAH_ISOLATION=${BUILDAH_ISOLATION:-chroot}
 MODEL=mnist-ai85net5.qat
+DEVICES=tt-emu:1,reference:1                 # ignored by a kilnd without a device pool
+DEVICE_MODEL=$ROOT/tests/data/onnx/conv-cases/residual_add_relu.onnx
 T0=$(date +%s)
 
 if [[ "${KILN_IMAGE_TEST_SKIP_BUILD:-0}" != 1 ]]; then
@@ -66,7 +68,7 @@ step "image $IMAGE: size $SIZE, user $USER_CFG, healthcheck $HC"
 
 # --- start kilnd from the image
 if [[ "$ENGINE" == docker ]]; then
-  CTR=$(docker run -d -p 127.0.0.1::50051 -p 127.0.0.1::9464 "$IMAGE")
+  CTR=$(docker run -d -e "KILN_DEVICES=$DEVICES" -p 127.0.0.1::50051 -p 127.0.0.1::9464 "$IMAGE")
   GRPC=$(docker port "$CTR" 50051/tcp | head -n1)
   METRICS=$(docker port "$CTR" 9464/tcp | head -n1)
   INNER_GRPC=127.0.0.1:50051
@@ -86,7 +88,7 @@ else
   mkfifo "$WORK/stdout"
   # ENTRYPOINT as buildah run does not apply it; the image's ENV and USER do apply.
   buildah run --isolation chroot -v "$WORK/data:/var/lib/kiln" \
-    --env KILN_LISTEN=127.0.0.1:0 --env KILN_METRICS_LISTEN=127.0.0.1:0 \
+    --env KILN_LISTEN=127.0.0.1:0 --env KILN_METRICS_LISTEN=127.0.0.1:0 --env "KILN_DEVICES=$DEVICES" \
     "$CTR" -- /usr/local/bin/kilnd >"$WORK/stdout" 2>"$WORK/kilnd.log" &
   RUN_PID=$!
   exec 3<"$WORK/stdout"
@@ -130,6 +132,20 @@ if [[ "$ENGINE" == buildah ]]; then
   [[ "$owner" == 10001 ]] || fail "stored model owned by uid $owner"
 fi
 step "metrics OK; model stored in the volume"
+# Device jobs (oneDNN and OpenMP in the runtime image) once kilnd and kiln have them.
+if exec_in kilnd --help | grep -q -- '--devices' && "$CLI" --help | grep -qE '^  run '; then
+  kiln upload "$DEVICE_MODEL" >/dev/null 2>&1 || fail "kiln upload $(basename "$DEVICE_MODEL")"
+  for backend in tt-emu reference; do
+    kiln run residual_add_relu --backend "$backend" >"$WORK/run-$backend.txt" 2>&1 ||
+      { cat "$WORK/run-$backend.txt" >&2; fail "kiln run --backend $backend"; }
+    grep -q 'all layers pass' "$WORK/run-$backend.txt" || { cat "$WORK/run-$backend.txt" >&2; fail "kiln run --backend $backend: layers do not pass"; }
+  done
+  curl -fsS "http://$METRICS/metrics" | grep -q '^kiln_device_jobs_total{backend="reference",status="OK"} 1' ||
+    fail "metrics show no finished reference job"
+  step "device jobs: tt-emu and reference runs pass"
+else
+  step "device jobs skipped: this kilnd/kiln has no device pool"
+fi
 
 # --- SIGTERM: kilnd drains and exits 0
 if [[ "$ENGINE" == docker ]]; then
