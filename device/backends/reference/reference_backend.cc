@@ -33,8 +33,9 @@ tag ActTag(Layout layout) { return layout == Layout::kNHWC ? tag::nhwc : tag::nc
 
 // KILN_REFERENCE_FORMAT=nhwc makes conv primitives run directly on NHWC activations when an
 // optimised implementation takes them, instead of oneDNN's preferred format (format_tag::any).
-// Off by default: on AVX2 (oneDNN 2.6, jit:avx2) the blocked nChw8c format plus reorders measured
-// ~15-20% faster than direct NHWC; with AVX-512 brgconv, `any` picks NHWC by itself.
+// Off by default: on this AVX2 machine (oneDNN 2.6, jit:avx2, 3x3 64->64 56x56 N=8) both measured
+// the same within noise (~170 vs ~176 GFLOP/s best on 2 cores; the activation reorders cost ~1%);
+// with AVX-512 brgconv, `any` picks NHWC by itself.
 bool PreferDirectNhwc() {
   static const bool direct = [] {
     const char* v = std::getenv("KILN_REFERENCE_FORMAT");

@@ -6,7 +6,7 @@
 //   reordered once per call — or once per PreparedConv (PrepareConv2d), which also keeps the
 //   primitive; use that for repeated execution. oneDNN's own primitive cache is on as well.
 //   Environment: KILN_REFERENCE_FORMAT=nhwc runs convs directly on NHWC activations when an
-//   optimised kernel takes them (skips the activation reorders; slower on AVX2, see the .cc).
+//   optimised kernel takes them (skips the activation reorders; same speed on AVX2, see the .cc).
 // * Ignores ExecContext::precision (always fp32; capabilities().honours_precision is false) and
 //   records the precision it was given in the report unchanged.
 // * Pooling: ONNX's ceil_mode is mapped onto oneDNN's explicit padding_r (the extra right padding
