@@ -88,8 +88,16 @@ class DeviceServiceImpl::RunReactor final : public grpc::ServerUnaryReactor {
       job.deadline = SteadyClock::now() + (deadline - std::chrono::system_clock::now());
     }
     state->submitted = SteadyClock::now();
+    std::string backend = job.backend;
     auto handle = service_->pool_->Submit(std::move(job));
-    if (!handle.ok()) return FinishOnce(ToGrpc(handle.status()));
+    if (!handle.ok()) {
+      if (handle.status().code() == StatusCode::kResourceExhausted) {
+        // gRPC clients with a retry policy honour this trailer (gRFC A6 server pushback).
+        auto ms = service_->pool_->SuggestedRetryAfter(backend).count();
+        context_->AddTrailingMetadata("grpc-retry-pushback-ms", std::to_string(ms));
+      }
+      return FinishOnce(ToGrpc(handle.status()));
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       handle_ = *handle;

@@ -247,6 +247,7 @@ TEST_F(DeviceE2E, DeadlineCancelQueueFullAndUnsupportedOps) {
   }
   // One running + one queued fill tt-emu (queue capacity 1); a third is refused.
   std::vector<grpc::Status> results(3);
+  std::string pushback;
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
     threads.emplace_back([&, i] {
@@ -256,11 +257,17 @@ TEST_F(DeviceE2E, DeadlineCancelQueueFullAndUnsupportedOps) {
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(1500));
       kiln::v1::RunConvLayersResponse r;
       results[i] = devices_->RunConvLayers(&ctx, slow, &r);
+      auto it = ctx.GetServerTrailingMetadata().find("grpc-retry-pushback-ms");
+      if (i == 2 && it != ctx.GetServerTrailingMetadata().end()) {
+        pushback.assign(it->second.data(), it->second.size());
+      }
     });
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(results[2].error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << results[2].error_message();
   EXPECT_NE(results[2].error_message().find("retry after"), std::string::npos);
+  ASSERT_FALSE(pushback.empty());
+  EXPECT_GT(std::stoll(pushback), 0);
   // The device is free again: a small job runs at once.
   std::string small = Upload("relu", ReadFileBytes(kCases + "conv_relu.onnx"));
   kiln::v1::RunConvLayersRequest quick;
