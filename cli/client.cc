@@ -8,7 +8,8 @@ namespace kiln::cli {
 
 Result<std::shared_ptr<grpc::Channel>> Connect(const ClientOptions& options) {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (!options.tls_ca.empty()) {
     std::ifstream in(options.tls_ca, std::ios::binary);

@@ -15,6 +15,8 @@ struct ClientOptions {
   std::string token;                        ///< --token / KILN_TOKEN: sent as "Bearer <token>"
   std::string tls_ca;                       ///< --tls-ca / KILN_TLS_CA: PEM roots; enables TLS
   double timeout_seconds = 0;               ///< per-RPC deadline; 0 = none
+  /// Largest message sent or received (conv outputs can be large); --max-message-bytes.
+  int max_message_bytes = 256 << 20;
 };
 
 /// Opens a channel to kilnd. INVALID_ARGUMENT when the CA file cannot be read.

@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   app.add_option("--token", options.token, "bearer token (env KILN_TOKEN)");
   app.add_option("--tls-ca", options.tls_ca, "PEM CA certificate; enables TLS (env KILN_TLS_CA)");
   app.add_option("--timeout", options.timeout_seconds, "per-call deadline in seconds (0 = none)");
+  app.add_option("--max-message-bytes", options.max_message_bytes,
+                 "largest gRPC message sent or received (default 256 MiB)")
+      ->check(CLI::Range(4 << 20, 2047 << 20));
   int exit_code = 0;
   kiln::cli::AddModelCommands(app, options, &exit_code);
   kiln::cli::AddVectorsCommand(app, &exit_code);
