@@ -3,7 +3,8 @@
 //     serialization both ways) against calling the executor directly on a tt-emu backend in
 //     process, for the same job (target: overhead <= 10%).
 //  2. Throughput of kilnd with 2 tt-emu devices against 1, 8 concurrent clients.
-// Usage: bench_device_service [MODEL.onnx] [REPS]   (default: conv-cases conv_autopad_same_upper_d2_s1)
+// Usage: bench_device_service [MODEL.onnx] [REPS]   (default: conv-cases convtranspose_s2_outpad1, a
+// ~40 ms job on tt-emu exact, the size the issue names)
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -115,7 +116,7 @@ double Throughput(Server& s, int clients, int jobs_per_client) {
 
 int main(int argc, char** argv) {
   std::string path = argc > 1 ? argv[1]
-                              : std::string(KILN_TEST_DATA) + "/conv-cases/conv_autopad_same_upper_d2_s1.onnx";
+                              : std::string(KILN_TEST_DATA) + "/conv-cases/convtranspose_s2_outpad1.onnx";
   int reps = argc > 2 ? std::stoi(argv[2]) : 15;
   std::string bytes = ReadFile(path);
 
