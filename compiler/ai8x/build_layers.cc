@@ -58,7 +58,11 @@ int64_t Product(const std::vector<int64_t>& v) {
 
 class Builder {
  public:
-  Builder(const Graph& g, Network& net) : g_(g), net_(net) {}
+  Builder(const Graph& g, Network& net) : g_(g), net_(net) {
+    for (size_t i = 0; i < g.initializer_order().size(); ++i) {
+      init_pos_.emplace(g.initializer_order()[i], static_cast<int>(i));
+    }
+  }
 
   void Run();
 
@@ -75,6 +79,7 @@ class Builder {
   std::string LayerName(const Node& n, const std::string& fallback_kind);
   std::string WeightName(const Node& n) const;
   std::optional<int> WeightBits(const Node& n) const;
+  void SetWeightInitializer(Layer& l, const Node& n) const;
   std::optional<float> ScalarConst(const std::string& t) const;
   bool AllConstZero(const std::string& t) const;
 
@@ -93,6 +98,7 @@ class Builder {
   const Graph& g_;
   Network& net_;
   std::unordered_map<std::string, Value> values_;
+  std::unordered_map<std::string, int> init_pos_;  // initializer name -> model position
   std::unordered_set<std::string> used_names_;
   std::vector<std::string> host_ops_;
   std::vector<std::string> dropped_hw_ops_;
@@ -212,6 +218,51 @@ std::optional<int> Builder::WeightBits(const Node& n) const {
     }
   }
   return std::nullopt;
+}
+
+// True for names an exporter makes up for constants it computed (torch: `onnx::Conv_135` for a
+// BN-folded weight; older versions: "135"). torch lists such initializers after the named
+// parameters whatever the module order, so their position says nothing about the state_dict.
+bool GeneratedName(const std::string& t) {
+  if (t.rfind("onnx::", 0) == 0) return true;
+  return !t.empty() && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The initializer holding `n`'s weights (input 1): walking back from the weight input through the
+// QAT chain (Mul/Round/Clip/Div/Transpose, ...), the nearest initializer with as many elements as
+// the layer has weights (l.weight_count); failing that, the nearest named `*.weight`.
+void Builder::SetWeightInitializer(Layer& l, const Node& n) const {
+  if (!n.has_input(1)) return;
+  std::deque<std::string> todo{n.inputs[1]};
+  std::unordered_set<std::string> seen;
+  std::string fallback;
+  int budget = 64;
+  while (!todo.empty() && budget-- > 0) {
+    std::string t(g_.ResolveAlias(todo.front()));
+    todo.pop_front();
+    if (!seen.insert(t).second || IsData(t)) continue;
+    if (init_pos_.count(t) > 0) {
+      const onnx_fe::Tensor* tensor = g_.FindTensor(t);
+      if (tensor != nullptr && tensor->is_constant() &&
+          static_cast<int64_t>(tensor->constant->size()) == l.weight_count) {
+        fallback = t;
+        break;
+      }
+      const std::string suffix = ".weight";
+      if (fallback.empty() && t.size() > suffix.size() &&
+          t.compare(t.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        fallback = t;
+      }
+      continue;
+    }
+    auto p = g_.Producer(t);
+    if (!p) continue;
+    for (const std::string& in : g_.node(*p).inputs) {
+      if (!in.empty()) todo.push_back(in);
+    }
+  }
+  l.weight_initializer = fallback;
+  if (!fallback.empty() && !GeneratedName(fallback)) l.weight_position = init_pos_.at(fallback);
 }
 
 std::string Builder::LayerName(const Node& n, const std::string& fallback_kind) {
@@ -371,6 +422,7 @@ void Builder::HandleConv(const Node& n) {
   l.weight_count = Product(*wshape);
   l.in_channels_w = static_cast<int>((*wshape)[1]) * l.groups;
   if (transpose) l.in_channels_w = static_cast<int>((*wshape)[0]);
+  SetWeightInitializer(l, n);
   if (auto bits = WeightBits(n)) {
     l.quantization = *bits;
     l.quantization_known = true;
@@ -421,6 +473,7 @@ void Builder::HandleLinear(const Node& n) {
   if (src.pixels() > 1) {
     l.flatten = true;
   }
+  SetWeightInitializer(l, n);
   if (auto bits = WeightBits(n)) {
     l.quantization = *bits;
     l.quantization_known = true;
@@ -713,9 +766,8 @@ void Builder::Run() {
              "); kernel memory is checked for 8-bit weights and the izer takes the widths from the "
              "checkpoint unless overridden (--set LAYER.quantization=N)"});
   }
-  // Conv/linear layers must appear in weight (state_dict) order (IZER-RULES.md §1.3): they are
-  // emitted in topological (module call) order; the IR does not expose the initializer order to
-  // cross-check it.
+  // Conv/linear layers are emitted in topological (module call) order; CheckWeightOrder
+  // compares that with the weight (state_dict) order.
 }
 
 }  // namespace
@@ -724,6 +776,49 @@ void BuildLayers(const onnx_fe::Graph& graph, Network& net) {
   Builder b(graph, net);
   b.Run();
   net.Reindex();
+}
+
+void CheckWeightOrder(Network& net) {
+  // Conv/linear layers in layer (= execution) order whose weights have a model position.
+  std::vector<const Layer*> w;
+  for (const Layer& l : net.layers) {
+    if (l.has_weights() && l.weight_position >= 0) w.push_back(&l);
+  }
+  // Layers whose weights precede those of an earlier-running layer.
+  int out_of_order = 0;
+  const Layer* first = nullptr;   // earlier-running layer of the first pair out of order
+  const Layer* second = nullptr;  // the layer right after it, whose weights are listed earlier
+  int max_pos = -1;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (w[i]->weight_position < max_pos) ++out_of_order;
+    max_pos = std::max(max_pos, w[i]->weight_position);
+    if (second == nullptr && i > 0 && w[i]->weight_position < w[i - 1]->weight_position) {
+      first = w[i - 1];
+      second = w[i];
+    }
+  }
+  if (second == nullptr) return;
+  auto describe = [](const Layer& l) {
+    std::string s = "`" + l.name + "`";
+    if (!l.onnx_nodes.empty()) s += " (ONNX node " + l.onnx_nodes.front() + ")";
+    return s;
+  };
+  std::string msg =
+      "conv/linear layers are not in weight order: layer " + describe(*first) + " runs before layer " +
+      describe(*second) + ", but the weights of `" + first->name + "` (`" + first->weight_initializer +
+      "`) come after those of `" + second->name + "` (`" + second->weight_initializer +
+      "`) in the model's initializer list (positions " + std::to_string(first->weight_position) +
+      " and " + std::to_string(second->weight_position) + "; torch writes it in state_dict order, the checkpoint's order)";
+  if (out_of_order > 1) {
+    msg += "; " + std::to_string(out_of_order) + " layers in all have weights listed before an earlier layer's";
+  }
+  msg +=
+      ". The izer assigns the checkpoint's weights to the YAML's conv/linear layers by position, so it would "
+      "load them into the wrong layers, and the YAML's layer order is the execution order, which cannot be "
+      "changed to match. Define the modules in the model's __init__ in the order forward() calls them (the "
+      "existing checkpoint loads into the reordered model by name with load_state_dict; save it again) and "
+      "re-export";
+  net.Report(Severity::kError, "AI8X_WEIGHT_ORDER", second, std::move(msg));
 }
 
 }  // namespace kiln::ai8x

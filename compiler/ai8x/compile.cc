@@ -139,6 +139,7 @@ Result<Ai8xCompileResult> CompileAi8xNetwork(Network net, const Ai8xOptions& opt
                                   [](const Diagnostic& d) { return d.severity == Severity::kError; }) ||
                       net.layers.empty();
   if (!net.layers.empty()) {
+    CheckWeightOrder(net);  // an error here still lets CheckRules report the rest
     FuseActivation(net);
     FusePooling(net);
     FuseEltwise(net);

@@ -64,6 +64,14 @@ struct Layer {
   bool has_bias = false;
   int64_t weight_count = 0;   ///< number of weights (izer `weights_vol`)
   int in_channels_w = 0;      ///< input channels the weights expect (Linear: in_features)
+  /// ONNX initializer that holds the weights, at the start of the QAT chain (`conv1.op.weight`;
+  /// float exports after BN folding: the folded constant, e.g. `onnx::Conv_135`); "" when none.
+  std::string weight_initializer;
+  /// Position of weight_initializer in the model's initializer list
+  /// (onnx_fe::Graph::initializer_order(), torch: state_dict order); -1 when unknown or when the
+  /// name is exporter-generated (`onnx::...`, digits: folded constants, listed after the named
+  /// parameters whatever their module order). CheckWeightOrder compares these.
+  int weight_position = -1;
 
   Activation activation = Activation::kNone;
   PoolType pool = PoolType::kNone;

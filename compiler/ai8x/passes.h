@@ -30,6 +30,16 @@ namespace kiln::ai8x {
 /// unusable as a whole (no/multiple inputs, no hardware layer, unknown shapes): AI8X_INPUT.
 void BuildLayers(const onnx_fe::Graph& graph, Network& net);
 
+/// Pass 1b — weight order (issue 4 "Recognise"; IZER-RULES.md §1.3 "Order mapping to weights").
+/// The izer assigns the checkpoint's `*.weight` tensors to the YAML's conv/linear layers by
+/// position, and the YAML's layer order is the execution order, so the two must agree. Compares
+/// the conv/linear layers' Layer::weight_position (their weight initializers' model order,
+/// torch: state_dict = module definition order) with the layer order; layers without a position
+/// (exporter-generated weight names, hand-built networks) are skipped. When they disagree: one
+/// AI8X_WEIGHT_ORDER error naming the first two layers (and ONNX nodes) out of order — no
+/// reordering of the YAML can fix it; the modules must be defined in the order they are called.
+void CheckWeightOrder(Network& net);
+
 /// Applies LayerOverride entries whose key is a layer key (output_width, quantization,
 /// activate) to the fused layer list. Returns INVALID_ARGUMENT for unknown keys/values/layers
 /// (keys checked for all entries).

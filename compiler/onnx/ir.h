@@ -271,6 +271,12 @@ class Graph {
   /// Every tensor in this graph (inputs, constants, node outputs) by name. Names captured from an
   /// enclosing graph (subgraphs) are looked up in the parent by the caller.
   const std::unordered_map<std::string, Tensor>& tensors() const { return tensors_; }
+  /// Names of this graph's initializers in model order (GraphProto.initializer order), which
+  /// tensors() does not keep. Exporters list them in their own order, independent of the node
+  /// order: torch.onnx, for example, lists parameters in state_dict (module definition) order,
+  /// which back ends that match weights by position (ai8x: the izer) must compare with the node
+  /// order. Each name has a constant entry in tensors(); former Constant nodes are not listed.
+  const std::vector<std::string>& initializer_order() const { return initializer_order_; }
 
   /// The tensor, or nullptr. Aliases of removed Identity/Dropout outputs are resolved first.
   const Tensor* FindTensor(std::string_view name) const;
@@ -307,6 +313,7 @@ class Graph {
   std::vector<std::string> inputs_;
   std::vector<GraphOutput> outputs_;
   std::unordered_map<std::string, Tensor> tensors_;
+  std::vector<std::string> initializer_order_;
   std::unordered_map<std::string, std::string> aliases_;
   std::unordered_map<std::string, NodeIndex> producer_;
   std::unordered_map<std::string, std::vector<NodeIndex>> consumers_;

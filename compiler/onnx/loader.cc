@@ -60,6 +60,7 @@ class GraphBuilder {
   static std::vector<std::string>& inputs(Graph& g) { return g.inputs_; }
   static std::vector<GraphOutput>& outputs(Graph& g) { return g.outputs_; }
   static std::unordered_map<std::string, Tensor>& tensors(Graph& g) { return g.tensors_; }
+  static std::vector<std::string>& initializer_order(Graph& g) { return g.initializer_order_; }
   static std::unordered_map<std::string, std::string>& aliases(Graph& g) { return g.aliases_; }
   static void Index(Graph& g) {
     g.producer_.clear();
@@ -969,7 +970,9 @@ bool Loader::BuildGraph(int gidx, std::shared_ptr<Graph>* result) {
     return it == types.end() ? nullptr : it->second;
   };
 
+  B::initializer_order(*graph).reserve(g.initializer_size());
   for (auto& init : *g.mutable_initializer()) {
+    B::initializer_order(*graph).push_back(init.name());
     Tensor t;
     t.name = init.name();
     t.dtype = static_cast<DataType>(init.data_type());

@@ -2,6 +2,7 @@
 // ../shared/models/ai8x) in their three export forms compile, give one layer structure, match the
 // hand-written izer YAMLs (tests/data/ai8x/networks) on the fields issue 4 lists, and pass an
 // independent data-memory replay of the emitted YAML.
+#include <algorithm>
 #include <bit>
 #include <fstream>
 #include <map>
@@ -274,6 +275,22 @@ TEST_P(Ai8xModels, ThreeFormsCompileMatchGoldenAndReplay) {
     }
     ReplayDataMemory(doc["layers"], *r, GetDeviceSpec(o.device).data_instance_bytes);
     forms.push_back(doc["layers"]);
+    // Weight order (CheckWeightOrder; AI8X_WEIGHT_ORDER would be an error above). The qat and
+    // simplified forms keep the parameter names (`conv1.op.weight`), so every conv/linear layer
+    // has a state_dict position and the check really compared them; the float form's weights are
+    // BN-folded constants with generated names (`onnx::Conv_135`) that carry no state_dict order.
+    Network built;
+    BuildLayers((*model)->graph(), built);
+    std::vector<int> positions;
+    size_t weight_layers = 0;
+    for (const Layer& l : built.layers) {
+      if (!l.has_weights()) continue;
+      ++weight_layers;
+      EXPECT_FALSE(l.weight_initializer.empty()) << l.name;
+      if (l.weight_position >= 0) positions.push_back(l.weight_position);
+    }
+    EXPECT_TRUE(std::is_sorted(positions.begin(), positions.end()));
+    EXPECT_EQ(positions.size(), form == "float" ? 0u : weight_layers);
   }
   ASSERT_EQ(forms.size(), 3u);
   // All three forms: one layer structure (and the same names).

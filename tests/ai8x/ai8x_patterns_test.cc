@@ -508,5 +508,84 @@ TEST(Ai8xPatterns, StreamingNeedsFifoFlag) {
   EXPECT_NE(Find(*r, "AI8X_STREAMING"), nullptr);
 }
 
+// The izer assigns checkpoint weights to conv/linear layers by position (IZER-RULES.md §1.3), so
+// the layers (execution order) must be in weight (state_dict = initializer) order. Two QAT convs
+// whose weight initializers the model lists in reverse order: AI8X_WEIGHT_ORDER, naming both layers
+// and ONNX nodes; the same model with the initializers in order, or with exporter-generated
+// (BN-folded, `onnx::Conv_N`) weight names whose position says nothing about the state_dict, passes.
+TEST(Ai8xPatterns, WeightInitializersInReverseOrderAreAnError) {
+  auto build = [](Export& e) {
+    auto c1 = e.Conv("conv1", "x", 8, 16, {3, 3}, 1, /*bits=*/8);
+    auto r1 = e.Unary("Relu", "/conv1/activate", c1);
+    return e.Conv("conv2", r1, 16, 16, {3, 3}, 1, /*bits=*/8);
+  };
+  auto swap_weights = [](Export& e) {
+    auto* inits = e.b().graph().mutable_initializer();
+    int i1 = -1, i2 = -1;
+    for (int i = 0; i < inits->size(); ++i) {
+      if (inits->Get(i).name() == "conv1.op.weight") i1 = i;
+      if (inits->Get(i).name() == "conv2.op.weight") i2 = i;
+    }
+    ASSERT_TRUE(i1 >= 0 && i2 > i1);
+    inits->SwapElements(i1, i2);
+  };
+  {
+    Export e({1, 8, 16, 16});
+    auto out = build(e);
+    auto r = e.Compile(out);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->ok) << Dump(*r);
+    EXPECT_EQ(Find(*r, "AI8X_WEIGHT_ORDER"), nullptr) << Dump(*r);
+  }
+  {
+    Export e({1, 8, 16, 16});
+    auto out = build(e);
+    swap_weights(e);
+    auto r = e.Compile(out);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_FALSE(r->ok);
+    const Diagnostic* d = Find(*r, "AI8X_WEIGHT_ORDER");
+    ASSERT_NE(d, nullptr) << Dump(*r);
+    EXPECT_EQ(d->severity, Severity::kError);
+    EXPECT_EQ(d->layer_name, "conv2");
+    EXPECT_EQ(d->layer, 1);
+    EXPECT_EQ(d->onnx_node, "/conv2/Conv");
+    for (const char* part : {"`conv1`", "/conv1/Conv", "`conv2`", "/conv2/Conv", "conv1.op.weight", "conv2.op.weight",
+                             "Define the modules", "order forward() calls them"}) {
+      EXPECT_NE(d->message.find(part), std::string::npos) << part << " not in: " << d->message;
+    }
+    // Only the order is wrong: it is the only error, and the layer list and YAML are complete.
+    for (const Diagnostic& other : r->diagnostics) {
+      if (&other != d) {
+        EXPECT_NE(other.severity, Severity::kError) << other.code << ": " << other.message;
+      }
+    }
+    EXPECT_EQ(r->layers.size(), 2u);
+    EXPECT_FALSE(r->yaml.empty());
+  }
+  {
+    // Folded-constant names: torch lists them after the named parameters in creation order; no
+    // state_dict position to compare.
+    Export e({1, 8, 16, 16});
+    auto out = build(e);
+    swap_weights(e);
+    auto* g = &e.b().graph();
+    for (auto& t : *g->mutable_initializer()) {
+      if (t.name() == "conv1.op.weight") t.set_name("onnx::Conv_7");
+      if (t.name() == "conv2.op.weight") t.set_name("onnx::Conv_9");
+    }
+    for (auto& n : *g->mutable_node()) {
+      for (auto& in : *n.mutable_input()) {
+        if (in == "conv1.op.weight") in = "onnx::Conv_7";
+        if (in == "conv2.op.weight") in = "onnx::Conv_9";
+      }
+    }
+    auto r = e.Compile(out);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->ok) << Dump(*r);
+    EXPECT_EQ(Find(*r, "AI8X_WEIGHT_ORDER"), nullptr);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::ai8x

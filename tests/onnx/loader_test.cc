@@ -803,6 +803,48 @@ TEST(OnnxLoader, InitializerListedOrNotListedInGraphInput) {
   }
 }
 
+// initializer_order() is the GraphProto.initializer order, not the order in which the nodes
+// (topologically) read the tensors: here conv2's weight is listed first although conv1 runs first.
+// Constant nodes are constants too, but not initializers; the order survives BindSymbols.
+TEST(OnnxLoader, InitializerOrderIsModelOrderNotUseOrder) {
+  OnnxModelBuilder b;
+  b.Input("x", TensorProto::FLOAT, {"N", 3, 8, 8});
+  b.FloatInitializer("conv2.weight", {4, 4, 3, 3}, kt::RandomFloats(144, 2));
+  b.FloatInitializer("conv2.bias", {4}, kt::RandomFloats(4, 3));
+  b.FloatInitializer("conv1.weight", {4, 3, 3, 3}, kt::RandomFloats(108, 1), /*list_as_input=*/true);
+  auto& k = b.Node("Constant", {}, {"shift"}, "k");
+  kt::SetFloat(k, "value_float", 0.5f);
+  b.Node("Conv", {"x", "conv1.weight"}, {"y1"}, "/conv1/Conv");
+  b.Node("Mul", {"y1", "shift"}, {"y1s"}, "/conv1/Mul");
+  b.Node("Conv", {"y1s", "conv2.weight", "conv2.bias"}, {"y2"}, "/conv2/Conv");
+  b.Output("y2");
+  auto m = Load(b);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const Graph& g = (*m)->graph();
+  const std::vector<std::string> want{"conv2.weight", "conv2.bias", "conv1.weight"};
+  EXPECT_EQ(g.initializer_order(), want);
+  ASSERT_EQ(g.nodes().size(), 3u);
+  EXPECT_EQ(g.nodes()[0].inputs[1], "conv1.weight");  // nodes stay in topological order
+  EXPECT_EQ(g.nodes()[2].inputs[1], "conv2.weight");
+  for (const std::string& name : g.initializer_order()) {
+    ASSERT_NE(g.FindTensor(name), nullptr) << name;
+    EXPECT_TRUE(g.FindTensor(name)->is_constant()) << name;
+  }
+  EXPECT_TRUE(g.FindTensor("shift")->is_constant());
+  auto bound = (*m)->BindSymbols({{"N", 1}});
+  ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+  EXPECT_EQ((*bound)->graph().initializer_order(), want);
+
+  // No initializers at all: empty.
+  OnnxModelBuilder e;
+  e.Input("x", TensorProto::FLOAT, {1, 4});
+  e.Node("Relu", {"x"}, {"y"}, "relu");
+  e.Output("y");
+  auto me = Load(e);
+  ASSERT_TRUE(me.ok()) << me.status().ToString();
+  EXPECT_TRUE((*me)->graph().initializer_order().empty());
+}
+
 TEST(OnnxLoader, SymbolicBatchStaysSymbolAndCanBeBound) {
   OnnxModelBuilder b;
   b.Input("x", TensorProto::FLOAT, {"N", 3, 8, 8});
