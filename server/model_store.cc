@@ -15,7 +15,7 @@
 #include <random>
 #include <sstream>
 
-#include "server/onnx_summary.h"
+#include "compiler/onnx/summary.h"
 
 namespace fs = std::filesystem;
 
@@ -161,7 +161,7 @@ Result<ModelInfo> Upload::Commit(bool* already_stored) {
       Abort();
       return st;
     }
-    auto summary = SummarizeOnnx(map, declared_size_);
+    auto summary = onnx_fe::SummarizeOnnx(map, declared_size_);
     ::munmap(map, declared_size_);
     if (!summary.ok()) {
       Abort();

@@ -1,4 +1,4 @@
-#include "server/onnx_summary.h"
+#include "compiler/onnx/summary.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <onnx/onnx_pb.h>
@@ -6,7 +6,7 @@
 #include <climits>
 #include <unordered_set>
 
-namespace kiln::server {
+namespace kiln::onnx_fe {
 
 Result<OnnxSummary> SummarizeOnnx(const void* data, size_t size) {
   if (size >= static_cast<size_t>(INT_MAX)) {
@@ -38,4 +38,4 @@ Result<OnnxSummary> SummarizeOnnx(const void* data, size_t size) {
   return s;
 }
 
-}  // namespace kiln::server
+}  // namespace kiln::onnx_fe

@@ -1,5 +1,6 @@
-// Summary of an ONNX model's top level, read without shape inference or checking: the model store
-// uses it to reject bytes that are not an onnx ModelProto and to describe what it stored.
+// Summary of an ONNX model's top level, read without shape inference or checking (much cheaper
+// than LoadModel on large models): the model store uses it to reject bytes that are not an onnx
+// ModelProto and to describe what it stored.
 #pragma once
 
 #include <cstddef>
@@ -9,7 +10,7 @@
 
 #include "common/status.h"
 
-namespace kiln::server {
+namespace kiln::onnx_fe {
 
 struct OnnxSummary {
   int64_t opset = 0;  ///< default-domain ("" or "ai.onnx") opset import; 0 if none
@@ -23,4 +24,4 @@ struct OnnxSummary {
 /// INVALID_ARGUMENT if they do not parse, or if the model has no graph.
 Result<OnnxSummary> SummarizeOnnx(const void* data, size_t size);
 
-}  // namespace kiln::server
+}  // namespace kiln::onnx_fe
