@@ -180,6 +180,10 @@ Result<std::string> UploadFile(const ClientOptions& options, const std::string& 
   writer->WritesDone();
   grpc::Status st = writer->Finish();
   if (!st.ok()) return Status(static_cast<StatusCode>(st.error_code()), Describe(st));
+  if (!response.replaced_model_id().empty()) {
+    std::cerr << "note: name '" << name << "' now points at " << response.model().model_id()
+              << "; it pointed at " << response.replaced_model_id() << " before\n";
+  }
   return response.model().model_id();
 }
 

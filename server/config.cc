@@ -53,7 +53,10 @@ const std::vector<Setting>& Settings() {
        }},
       {"--max-model-bytes", "KILN_MAX_MODEL_BYTES", "max_model_bytes",
        "largest accepted model in bytes",
-       [](Config& c, const std::string& v) { return ParseU64(v, &c.max_model_bytes); }},
+       [](Config& c, const std::string& v) {
+         std::string err = ParseU64(v, &c.max_model_bytes);
+         return err.empty() && c.max_model_bytes == 0 ? std::string("must be > 0") : err;
+       }},
       {"--max-store-bytes", "KILN_MAX_STORE_BYTES", "max_store_bytes",
        "total bytes the model store may hold (0 = unlimited)",
        [](Config& c, const std::string& v) { return ParseU64(v, &c.max_store_bytes); }},
@@ -89,11 +92,15 @@ const std::vector<Setting>& Settings() {
        "compiles running at once",
        [](Config& c, const std::string& v) {
          std::string err = ParseU64(v, &c.compile_workers);
-         return err.empty() && c.compile_workers == 0 ? std::string("must be >= 1") : err;
+         return err.empty() && (c.compile_workers == 0 || c.compile_workers > 256)
+                    ? std::string("must be 1..256") : err;
        }},
       {"--compile-queue", "KILN_COMPILE_QUEUE", "compile_queue",
        "compiles waiting beyond the running ones; more get RESOURCE_EXHAUSTED",
-       [](Config& c, const std::string& v) { return ParseU64(v, &c.compile_queue); }},
+       [](Config& c, const std::string& v) {
+         std::string err = ParseU64(v, &c.compile_queue);
+         return err.empty() && c.compile_queue > 1000000 ? std::string("must be 0..1000000") : err;
+       }},
       {"--devices", "KILN_DEVICES", "devices", "device workers, e.g. tt-emu:2,reference:1",
        [](Config& c, const std::string& v) {
          c.devices = v;

@@ -32,6 +32,16 @@ Daemon::~Daemon() {
 }
 
 Status Daemon::Start() {
+  // Thread creation (executors, device workers) and the metrics listener can throw; start-up
+  // failures must become a message and an exit code, not an abort.
+  try {
+    return StartServices();
+  } catch (const std::exception& e) {
+    return Unavailable(std::string("start-up failed: ") + e.what());
+  }
+}
+
+Status Daemon::StartServices() {
   metrics_ = std::make_unique<Metrics>(KilnVersion());
   ModelStoreOptions store_options;
   store_options.dir = config_.data_dir;

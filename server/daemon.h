@@ -40,6 +40,8 @@ class Daemon {
   void Shutdown();
 
  private:
+  Status StartServices();
+
   Config config_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<ModelStore> store_;

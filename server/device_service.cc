@@ -121,7 +121,15 @@ class DeviceServiceImpl::RunReactor final : public grpc::ServerUnaryReactor {
 
  private:
   void Complete(const std::shared_ptr<RunState>& state, const Status& status) {
-    if (!status.ok()) return FinishOnce(ToGrpc(status));
+    if (!status.ok()) {
+      // Jobs cut off by the server's own shutdown are not the client's cancellation.
+      if (status.code() == StatusCode::kCancelled && service_->env_.drain &&
+          service_->env_.drain->draining() && !context_->IsCancelled()) {
+        return FinishOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                       "kilnd shut down before the run finished; retry"));
+      }
+      return FinishOnce(ToGrpc(status));
+    }
     FillRunResponse(*state->result, request_->omit_outputs(), response_);
     int64_t started = state->started_ns.load();
     if (started > 0) {

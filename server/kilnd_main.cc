@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // No configuration reload: a hang-up (closed terminal) must not take the server down.
+  signal(SIGHUP, SIG_IGN);
 
   kiln::server::Daemon daemon(*config);
   kiln::Status st = daemon.Start();

@@ -53,7 +53,8 @@ Result<std::string> Metrics::Serve(const std::string& address) {
   auto hp = SplitHostPort(address);
   if (!hp.ok()) return hp.status();
   try {
-    exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
+    // A few workers, so that idle or slow scrapers cannot starve the others.
+    exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/4);
   } catch (const std::exception& e) {
     return Unavailable("metrics listener " + address + ": " + e.what());
   }

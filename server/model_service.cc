@@ -60,7 +60,8 @@ class ModelServiceImpl::UploadReactor final
         return;
       }
       bool already = false;
-      auto info = upload_->Commit(&already);
+      std::string replaced;
+      auto info = upload_->Commit(&already, &replaced);
       upload_.reset();
       if (!info.ok()) {
         FinishLocked(ToGrpc(info.status()));
@@ -68,6 +69,7 @@ class ModelServiceImpl::UploadReactor final
       }
       ToProto(*info, response_->mutable_model());
       response_->set_already_stored(already);
+      response_->set_replaced_model_id(replaced);
       service_->UpdateStoreMetrics();
       spdlog::info("stored model id={} name={} size_bytes={} already_stored={}", info->model_id,
                    header_name_, info->size_bytes, already);

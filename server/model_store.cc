@@ -4,6 +4,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+#include <sys/file.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -90,7 +93,7 @@ int64_t NowUnixSeconds() {
 }  // namespace
 
 bool IsValidModelName(const std::string& name) {
-  if (name.empty() || name.size() > 128 || name[0] == '.') return false;
+  if (name.empty() || name.size() > 128 || name[0] == '.' || IsHexSha256(name)) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
            c == '.' || c == '_' || c == '-';
@@ -133,7 +136,7 @@ Status Upload::Append(const void* data, size_t size) {
   return Status::Ok();
 }
 
-Result<ModelInfo> Upload::Commit(bool* already_stored) {
+Result<ModelInfo> Upload::Commit(bool* already_stored, std::string* replaced_model_id) {
   if (finished_) return FailedPrecondition("upload already finished");
   if (received_ != declared_size_) {
     std::string msg = "upload of '" + name_ + "' ended after " + std::to_string(received_) +
@@ -182,7 +185,7 @@ Result<ModelInfo> Upload::Commit(bool* already_stored) {
   info.created_unix_seconds = NowUnixSeconds();
   ::close(fd_);
   fd_ = -1;
-  auto published = store_->Publish(this, std::move(info), already_stored);
+  auto published = store_->Publish(this, std::move(info), already_stored, replaced_model_id);
   if (!published.ok()) {
     Abort();
     return published;
@@ -229,41 +232,98 @@ fs::path ModelStore::ObjectPath(const std::string& id) const {
   return options_.dir / "objects" / (id + ".onnx");
 }
 
+ModelStore::~ModelStore() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+}
+
 Result<std::unique_ptr<ModelStore>> ModelStore::Open(const ModelStoreOptions& options) {
   std::error_code ec;
-  for (const char* sub : {"objects", "tmp"}) {
+  for (const char* sub : {"objects", "tmp", "orphans"}) {
     fs::create_directories(options.dir / sub, ec);
     if (ec) return Internal("create " + (options.dir / sub).string() + ": " + ec.message());
   }
   std::unique_ptr<ModelStore> store(new ModelStore(options));
+  // One process per store: a second kilnd on the same directory would overwrite the index.
+  fs::path lock_path = options.dir / "LOCK";
+  store->lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (store->lock_fd_ < 0) return ErrnoStatus("open", lock_path);
+  if (::flock(store->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    return FailedPrecondition("model store " + options.dir.string() +
+                              " is in use by another process (" + lock_path.string() +
+                              " is locked); give each kilnd its own --data-dir");
+  }
   // Leftovers of a crash: uploads and index writes that never reached their rename.
   for (const auto& e : fs::directory_iterator(options.dir / "tmp", ec)) fs::remove(e.path(), ec);
-  Status st = store->LoadIndex();
+  bool have_index = fs::exists(options.dir / "index.yaml");
+  Status st = have_index ? store->LoadIndex() : store->RebuildIndexFromObjects();
   if (!st.ok()) return st;
-  // Objects renamed into place whose index write never happened are not part of the store.
+  // Objects renamed into place whose index write never happened, and stray files, are not part
+  // of the store; they move aside instead of being deleted.
   for (const auto& e : fs::directory_iterator(options.dir / "objects", ec)) {
     std::string id = e.path().stem().string();
-    bool known = std::any_of(store->models_.begin(), store->models_.end(),
+    bool known = e.path().extension() == ".onnx" &&
+                 std::any_of(store->models_.begin(), store->models_.end(),
                              [&](const ModelInfo& m) { return m.model_id == id; });
-    if (!known) fs::remove(e.path(), ec);
+    if (known) continue;
+    fs::path dest = options.dir / "orphans" / e.path().filename();
+    fs::rename(e.path(), dest, ec);
+    spdlog::warn("model store: {} is in no index entry; moved to {}", e.path().string(), dest.string());
   }
-  // An indexed model whose object is gone cannot be served; drop it rather than fail later.
+  // An indexed model whose object is gone cannot be served.
   size_t before = store->models_.size();
   std::erase_if(store->models_, [&](const ModelInfo& m) {
-    return !fs::exists(store->ObjectPath(m.model_id));
+    bool missing = !fs::exists(store->ObjectPath(m.model_id));
+    if (missing) {
+      spdlog::error("model store: object of model {} (names: {}) is missing; entry dropped",
+                    m.model_id, fmt::join(m.names, ","));
+    }
+    return missing;
   });
   store->total_bytes_ = 0;
   for (const auto& m : store->models_) store->total_bytes_ += m.size_bytes;
-  if (store->models_.size() != before) {
+  if (store->models_.size() != before || !have_index) {
     std::lock_guard<std::mutex> lock(store->mu_);
     KILN_RETURN_IF_ERROR(store->WriteIndexLocked());
   }
   return store;
 }
 
+Status ModelStore::RebuildIndexFromObjects() {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(options_.dir / "objects", ec)) {
+    std::string id = e.path().stem().string();
+    if (e.path().extension() != ".onnx" || !IsHexSha256(id)) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (Sha256Hex(bytes) != id) continue;  // corrupt: left for the orphan sweep
+    auto summary = onnx_fe::SummarizeOnnx(bytes.data(), bytes.size());
+    if (!summary.ok()) continue;
+    ModelInfo m;
+    m.model_id = id;
+    m.size_bytes = bytes.size();
+    m.opset = summary->opset;
+    m.inputs = summary->inputs;
+    m.outputs = summary->outputs;
+    m.node_count = summary->node_count;
+    m.producer_name = summary->producer_name;
+    auto mtime = fs::last_write_time(e.path(), ec);
+    m.created_unix_seconds = ec ? NowUnixSeconds()
+                                : std::chrono::duration_cast<std::chrono::seconds>(
+                                      std::chrono::file_clock::to_sys(mtime).time_since_epoch())
+                                      .count();
+    models_.push_back(std::move(m));
+  }
+  std::sort(models_.begin(), models_.end(),
+            [](const ModelInfo& a, const ModelInfo& b) { return a.model_id < b.model_id; });
+  if (!models_.empty()) {
+    spdlog::warn("model store {}: index.yaml was missing; rebuilt it from {} objects (names are "
+                 "lost, ids kept)", options_.dir.string(), models_.size());
+  }
+  return Status::Ok();
+}
+
 Status ModelStore::LoadIndex() {
   fs::path path = options_.dir / "index.yaml";
-  if (!fs::exists(path)) return Status::Ok();
   try {
     YAML::Node root = YAML::LoadFile(path.string());
     int version = root["format_version"].as<int>(0);
@@ -335,7 +395,11 @@ Result<std::unique_ptr<Upload>> ModelStore::BeginUpload(const std::string& name,
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (options_.max_store_bytes > 0 &&
+    // Bytes already stored add nothing: a re-upload (new name, same model) is never refused.
+    bool stored = std::any_of(models_.begin(), models_.end(), [&](const ModelInfo& m) {
+      return m.model_id == sha256_hex && m.size_bytes == size_bytes;
+    });
+    if (!stored && options_.max_store_bytes > 0 &&
         total_bytes_ + reserved_bytes_ + size_bytes > options_.max_store_bytes) {
       return ResourceExhausted("storing model '" + name + "' (" + std::to_string(size_bytes) +
                                " bytes) would exceed the store limit (max_store_bytes) of " +
@@ -359,11 +423,17 @@ void ModelStore::ReleaseReservation(uint64_t bytes) {
   reserved_bytes_ -= std::min(bytes, reserved_bytes_);
 }
 
-Result<ModelInfo> ModelStore::Publish(Upload* upload, ModelInfo info, bool* already_stored) {
+Result<ModelInfo> ModelStore::Publish(Upload* upload, ModelInfo info, bool* already_stored,
+                                      std::string* replaced_model_id) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string& name = upload->name_;
   // A name points at one model: re-uploading under a name moves the name.
-  for (auto& m : models_) std::erase(m.names, name);
+  std::vector<ModelInfo> before = models_;
+  for (auto& m : models_) {
+    if (std::erase(m.names, name) > 0 && m.model_id != info.model_id && replaced_model_id) {
+      *replaced_model_id = m.model_id;
+    }
+  }
   auto it = std::lower_bound(models_.begin(), models_.end(), info.model_id,
                              [](const ModelInfo& m, const std::string& id) { return m.model_id < id; });
   bool exists = it != models_.end() && it->model_id == info.model_id;
@@ -388,13 +458,12 @@ Result<ModelInfo> ModelStore::Publish(Upload* upload, ModelInfo info, bool* alre
   Status st = WriteIndexLocked();
   if (!st.ok()) {
     // Roll back to the state that is on disk.
-    if (exists) {
-      std::erase(it->names, name);
-    } else {
-      total_bytes_ -= it->size_bytes;
-      models_.erase(it);
+    if (!exists) {
+      total_bytes_ -= info.size_bytes;
       ::unlink(object.c_str());
     }
+    models_ = std::move(before);
+    if (replaced_model_id) replaced_model_id->clear();
     return st;
   }
   return result;
@@ -437,20 +506,22 @@ Status ModelStore::Delete(const std::string& id_or_name) {
   const ModelInfo* m = FindLocked(id_or_name);
   if (!m) return NotFound("no model with id or name '" + id_or_name + "'");
   auto it = models_.begin() + (m - models_.data());
+  std::vector<ModelInfo> before = models_;
+  bool by_name = it->model_id != id_or_name;
+  if (by_name) std::erase(it->names, id_or_name);
+  bool remove_model = !by_name || it->names.empty();
   ModelInfo removed = *it;
-  models_.erase(it);
-  // Index first: a crash after it leaves an unindexed object, which start-up removes.
+  if (remove_model) models_.erase(it);
+  // Index first: a crash after it leaves an unindexed object, which start-up moves aside.
   Status st = WriteIndexLocked();
   if (!st.ok()) {
-    models_.insert(std::lower_bound(models_.begin(), models_.end(), removed.model_id,
-                                    [](const ModelInfo& a, const std::string& id) {
-                                      return a.model_id < id;
-                                    }),
-                   removed);
+    models_ = std::move(before);
     return st;
   }
-  total_bytes_ -= removed.size_bytes;
-  ::unlink(ObjectPath(removed.model_id).c_str());
+  if (remove_model) {
+    total_bytes_ -= removed.size_bytes;
+    ::unlink(ObjectPath(removed.model_id).c_str());
+  }
   return Status::Ok();
 }
 

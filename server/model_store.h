@@ -3,11 +3,17 @@
 // On-disk layout under the store directory:
 //   objects/<sha256>.onnx   model bytes, named by the lowercase hex SHA-256 of their content
 //   tmp/                    uploads in progress (removed at start-up: leftovers of a crash)
+//   orphans/                objects no index entry names, moved aside at start-up (never deleted)
 //   index.yaml              format_version + models (id, names, metadata); replaced atomically
+//   LOCK                    flock'ed by the one process that owns the store
 // Every write goes to a temp file in the same file system, is fsync'ed, renamed over its target,
 // and the directory is fsync'ed, so a crash at any point leaves either the old or the new state.
-// Objects that no index entry names (a crash between rename and index write) are removed at
-// start-up. Thread-safe: any number of uploads, reads and deletes may run at once.
+// Start-up never deletes model data: objects that no index entry names (a crash between rename
+// and index write, stray files) move to orphans/; when index.yaml is missing altogether the index
+// is rebuilt from the objects (verified by SHA-256; names are lost, ids stay). Names: a name
+// points at one model; uploading under a taken name moves it (the response says from which id).
+// A name that looks like a model id (64 hex digits) is refused. Thread-safe: any number of
+// uploads, reads and deletes may run at once; one process per store (LOCK).
 #pragma once
 
 #include <cstdint>
@@ -62,8 +68,9 @@ class Upload {
 
   /// Verifies size (INVALID_ARGUMENT on mismatch), SHA-256 (DATA_LOSS on mismatch) and that the
   /// bytes parse as an onnx ModelProto (INVALID_ARGUMENT), then stores the object and maps the
-  /// name to it. `already_stored` is set when identical bytes were stored before.
-  Result<ModelInfo> Commit(bool* already_stored = nullptr);
+  /// name to it. `already_stored` is set when identical bytes were stored before;
+  /// `replaced_model_id` to the model the name pointed at before, when it was another one.
+  Result<ModelInfo> Commit(bool* already_stored = nullptr, std::string* replaced_model_id = nullptr);
 
   /// Discards the upload now (idempotent).
   void Abort();
@@ -106,9 +113,10 @@ class ModelReader {
 
 class ModelStore {
  public:
-  /// Opens (creating if needed) the store in options.dir: removes leftover temp files and
-  /// unindexed objects, loads the index. FAILED_PRECONDITION for an index of an unknown
-  /// format_version or that cannot be parsed; INTERNAL for I/O errors.
+  /// Opens (creating if needed) the store in options.dir: removes leftover temp files, loads the
+  /// index (or rebuilds it from the objects when index.yaml is missing), moves unindexed objects
+  /// to orphans/. FAILED_PRECONDITION for an index of an unknown format_version or that cannot be
+  /// parsed, and when another process holds the store's LOCK; INTERNAL for I/O errors.
   static Result<std::unique_ptr<ModelStore>> Open(const ModelStoreOptions& options);
 
   /// Starts an upload. INVALID_ARGUMENT for a bad name or sha256 string; RESOURCE_EXHAUSTED
@@ -122,7 +130,8 @@ class ModelStore {
   Result<std::unique_ptr<ModelReader>> OpenReader(const std::string& id_or_name) const;
   /// All models, ordered by id.
   std::vector<ModelInfo> List() const;
-  /// Removes the model (and all its names). NOT_FOUND if absent.
+  /// By model id: removes the model and all its names. By name: removes that name, and the model
+  /// with it when no other name is left. NOT_FOUND if neither matches.
   Status Delete(const std::string& id_or_name);
 
   size_t model_count() const;
@@ -132,12 +141,18 @@ class ModelStore {
   /// Index file format written by this version.
   static constexpr int kIndexFormatVersion = 1;
 
+  ~ModelStore();
+  ModelStore(const ModelStore&) = delete;
+  ModelStore& operator=(const ModelStore&) = delete;
+
  private:
   friend class Upload;
   explicit ModelStore(ModelStoreOptions options) : options_(std::move(options)) {}
   Status LoadIndex();
   Status WriteIndexLocked();
-  Result<ModelInfo> Publish(Upload* upload, ModelInfo info, bool* already_stored);
+  Status RebuildIndexFromObjects();
+  Result<ModelInfo> Publish(Upload* upload, ModelInfo info, bool* already_stored,
+                            std::string* replaced_model_id);
   void ReleaseReservation(uint64_t bytes);
   const ModelInfo* FindLocked(const std::string& id_or_name) const;
   std::filesystem::path ObjectPath(const std::string& id) const;
@@ -147,9 +162,11 @@ class ModelStore {
   std::vector<ModelInfo> models_;  // sorted by id
   uint64_t total_bytes_ = 0;
   uint64_t reserved_bytes_ = 0;    // declared sizes of uploads in flight
+  int lock_fd_ = -1;
 };
 
-/// True for a valid model name: 1..128 of [A-Za-z0-9._-], not starting with '.'.
+/// True for a valid model name: 1..128 of [A-Za-z0-9._-], not starting with '.', and not 64
+/// lowercase hex digits (which would read as a model id).
 bool IsValidModelName(const std::string& name);
 
 }  // namespace kiln::server

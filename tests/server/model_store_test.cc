@@ -14,6 +14,11 @@ namespace fs = std::filesystem;
 namespace kiln::server {
 namespace {
 
+std::string testing_read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 class ModelStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -96,6 +101,81 @@ TEST_F(ModelStoreTest, CrashBeforeRenameLeavesNothingAfterRestart) {
   EXPECT_EQ(FilesIn("tmp"), 0u);
   EXPECT_EQ(FilesIn("objects"), 0u);
   EXPECT_EQ(store->Get("crashy").status().code(), StatusCode::kNotFound);
+  // Not visible, but not destroyed either: the unindexed object waits in orphans/.
+  EXPECT_EQ(FilesIn("orphans"), 1u);
+  EXPECT_EQ(testing_read(dir_ / "orphans" / (Sha256Hex(other) + ".onnx")), other);
+}
+
+TEST_F(ModelStoreTest, MissingIndexIsRebuiltFromObjectsNotWiped) {
+  std::string a = testing::MakeOnnxBytes(1000, 1), b = testing::MakeOnnxBytes(2000, 2);
+  {
+    auto store = OpenStore();
+    ASSERT_TRUE(Put(*store, "a", a).ok());
+    ASSERT_TRUE(Put(*store, "b", b).ok());
+  }
+  std::filesystem::remove(dir_ / "index.yaml");
+  std::ofstream(dir_ / "objects" / "stray.txt") << "not a model";
+  auto store = OpenStore();
+  EXPECT_EQ(store->model_count(), 2u);
+  EXPECT_EQ(store->total_bytes(), a.size() + b.size());
+  EXPECT_EQ((*store->OpenReader(Sha256Hex(a)))->ReadAll().value(), a);
+  EXPECT_EQ(store->Get(Sha256Hex(b))->node_count, 1);
+  EXPECT_EQ(store->Get("a").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(FilesIn("orphans"), 1u);  // the stray file, moved aside
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "index.yaml"));
+}
+
+TEST_F(ModelStoreTest, SecondProcessOnTheSameDirectoryIsRefused) {
+  auto first = OpenStore();
+  ModelStoreOptions o;
+  o.dir = dir_;
+  auto second = ModelStore::Open(o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("in use by another process"), std::string::npos);
+  first.reset();
+  EXPECT_TRUE(ModelStore::Open(o).ok());
+}
+
+TEST_F(ModelStoreTest, DeleteByNameRemovesOnlyThatName) {
+  auto store = OpenStore();
+  std::string bytes = testing::MakeOnnxBytes(3000);
+  ASSERT_TRUE(Put(*store, "n1", bytes).ok());
+  ASSERT_TRUE(Put(*store, "n2", bytes).ok());
+  ASSERT_TRUE(store->Delete("n1").ok());
+  EXPECT_EQ(store->Get("n1").status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(store->Get("n2").ok());
+  EXPECT_EQ((*store->OpenReader("n2"))->ReadAll().value(), bytes);
+  // The last name takes the model with it.
+  ASSERT_TRUE(store->Delete("n2").ok());
+  EXPECT_EQ(store->model_count(), 0u);
+  EXPECT_EQ(FilesIn("objects"), 0u);
+  // By id: the model and all its names.
+  ASSERT_TRUE(Put(*store, "x", bytes).ok());
+  ASSERT_TRUE(Put(*store, "y", bytes).ok());
+  ASSERT_TRUE(store->Delete(Sha256Hex(bytes)).ok());
+  EXPECT_EQ(store->Get("y").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store->model_count(), 0u);
+}
+
+TEST_F(ModelStoreTest, RenamingReportsTheReplacedModelAndDedupIgnoresStoreLimit) {
+  std::string a = testing::MakeOnnxBytes(6000, 1), b = testing::MakeOnnxBytes(6000, 2);
+  auto store = OpenStore(/*max_model=*/1 << 20, /*max_store=*/10000);
+  ASSERT_TRUE(Put(*store, "m", a).ok());
+  // The store is nearly full, but the same bytes under a new name add nothing.
+  bool already = false;
+  ASSERT_TRUE(Put(*store, "alias", a, &already).ok());
+  EXPECT_TRUE(already);
+  store.reset();
+  auto big = OpenStore(1 << 20, 0);
+  auto up = big->BeginUpload("m", b.size(), Sha256Hex(b));
+  ASSERT_TRUE(up.ok());
+  ASSERT_TRUE((*up)->Append(b.data(), b.size()).ok());
+  std::string replaced;
+  ASSERT_TRUE((*up)->Commit(nullptr, &replaced).ok());
+  EXPECT_EQ(replaced, Sha256Hex(a));
+  EXPECT_EQ(big->Get("m")->model_id, Sha256Hex(b));
+  EXPECT_EQ(big->Get("alias")->model_id, Sha256Hex(a));
 }
 
 TEST_F(ModelStoreTest, Sha256MismatchStoresNothing) {
@@ -206,6 +286,7 @@ TEST_F(ModelStoreTest, ConcurrentUploadsOfDifferentModels) {
   }
   EXPECT_EQ(store->model_count(), static_cast<size_t>(kThreads));
   EXPECT_EQ(store->total_bytes(), total);
+  store.reset();
   auto reopened = OpenStore();
   EXPECT_EQ(reopened->model_count(), static_cast<size_t>(kThreads));
 }
@@ -246,6 +327,9 @@ TEST_F(ModelStoreTest, RejectsBadNamesAndDigests) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(store->BeginUpload("ok", 10, "ABC").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(store->BeginUpload("ok", 0, Sha256Hex("")).status().code(), StatusCode::kInvalidArgument);
+  // A name that reads as a model id would shadow lookups by id.
+  EXPECT_EQ(store->BeginUpload(Sha256Hex("x"), 10, Sha256Hex("x")).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace
