@@ -22,6 +22,7 @@ struct CompileArgs {
   std::string input_format = "auto";
   std::vector<std::string> sets;
   std::string output;
+  std::string name;  // upload name for a FILE (default: the file stem)
   bool local = false;
   bool use_fifos = false;
   bool move_l0 = false;
@@ -142,7 +143,7 @@ int RunCompile(const ClientOptions& options, const CompileArgs& a) {
   }
   std::string id = a.model;
   if (is_file) {
-    auto up = UploadFile(options, a.model, "");
+    auto up = UploadFile(options, a.model, a.name);
     if (!up.ok()) {
       std::cerr << "kiln: compile: upload " << a.model << ": " << up.status().message() << "\n";
       return 1;
@@ -181,6 +182,7 @@ void AddCompileCommand(CLI::App& app, ClientOptions& options, int* exit_code) {
   cmd->add_option("--input-format", a.input_format, "auto, HWC or CHW")->capture_default_str();
   cmd->add_option("--set", a.sets, "per-layer override LAYER.KEY=VALUE (repeatable)");
   cmd->add_option("-o,--output", a.output, "write the YAML here (default: stdout)");
+  cmd->add_option("--name", a.name, "name to store a FILE under (default: the file stem)");
   cmd->add_flag("--local", a.local, "compile in process, no server");
   cmd->add_flag("--fifo", a.use_fifos, "the izer will run with --fifo");
   cmd->add_flag("--move-l0", a.move_l0, "allow moving layer 0's processors");

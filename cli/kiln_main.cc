@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version print and succeed; any other command-line error is exit status 2.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   return exit_code;
 }

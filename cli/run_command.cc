@@ -32,6 +32,7 @@ struct RunArgs {
   bool skip_reference = false;
   bool local = false;
   std::string level = "exact";
+  std::string name;  // upload name for a FILE (default: the file stem)
 };
 
 Result<bool> ParseBool(const std::string& flag, const std::string& v) {
@@ -216,7 +217,7 @@ int RunLocal(const RunArgs& a, const kiln::v1::RunConvLayersRequest& req) {
 int RunRemote(const ClientOptions& options, const RunArgs& a, kiln::v1::RunConvLayersRequest req) {
   std::string id = a.model;
   if (std::filesystem::is_regular_file(a.model)) {
-    auto up = UploadFile(options, a.model, "");
+    auto up = UploadFile(options, a.model, a.name);
     if (!up.ok()) {
       std::cerr << "kiln: run: upload " << a.model << ": " << up.status().message() << "\n";
       return 1;
@@ -294,6 +295,7 @@ void AddRunCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   cmd->add_option("--seed", a.seed, "seed for generated inputs");
   cmd->add_flag("--skip-reference", a.skip_reference, "no fp32 reference, no PCC");
   cmd->add_flag("--local", a.local, "run in process, no server");
+  cmd->add_option("--name", a.name, "name to store a FILE under (default: the file stem)");
   cmd->add_option("--tt-emu-level", a.level, "with --local: exact or fast")->capture_default_str();
   cmd->callback([&options, exit_code] {
     auto req = BuildRequest(a);
