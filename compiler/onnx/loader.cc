@@ -1,5 +1,6 @@
 #include "compiler/onnx/loader.h"
 
+#include <google/protobuf/arena.h>
 #include <google/protobuf/io/coded_stream.h>
 
 #include <algorithm>
@@ -65,6 +66,8 @@ class GraphBuilder {
   static void Index(Graph& g) {
     g.producer_.clear();
     g.consumers_.clear();
+    g.producer_.reserve(g.nodes_.size() + g.nodes_.size() / 2);
+    g.consumers_.reserve(g.nodes_.size() + g.nodes_.size() / 2 + g.tensors_.size() / 2);
     for (NodeIndex i = 0; i < g.nodes_.size(); ++i) {
       const Node& n = g.nodes_[i];
       for (const auto& o : n.outputs) {
@@ -168,6 +171,13 @@ struct GraphInfo {
   std::unordered_set<std::string> transparent_outputs;
 };
 
+google::protobuf::ArenaOptions ArenaOptionsForModel() {
+  google::protobuf::ArenaOptions o;
+  o.start_block_size = 64 << 10;
+  o.max_block_size = 1 << 20;
+  return o;
+}
+
 class Loader {
  public:
   explicit Loader(const LoadOptions& options) : opt_(options) { err_.model = options.model_name; }
@@ -210,14 +220,27 @@ class Loader {
   std::string Resolve(int gi, const std::string& name) const;
   bool IsDefinedInAncestors(int gi, std::string_view name) const;
   const TensorProto* FindConstantTensor(int gi, const std::string& name) const;
+  const onnx::OpSchema* FindSchema(const std::string& op_type, int64_t version, const std::string& domain);
+  bool DefaultAttributes(const onnx::OpSchema* schema, int gi, const NodeProto& node,
+                         const std::vector<Attribute>** out);
 
   const LoadOptions& opt_;
   LoadError err_;
-  ModelProto model_;
+  // The parsed model and everything onnx's inference/checker add to it live on an arena: a model
+  // has thousands of small messages and strings, and arena allocation (and one bulk free) is far
+  // cheaper than a malloc/free each. Payload strings (raw_data) still use the heap, so
+  // DecodeTensor can take them over.
+  google::protobuf::Arena arena_{ArenaOptionsForModel()};
+  ModelProto& model_ = *google::protobuf::Arena::CreateMessage<ModelProto>(&arena_);
   std::unordered_map<std::string, int64_t> imports_;  // domain ("" for default) -> version
   std::vector<GraphInfo> graphs_;
   std::unordered_map<const GraphProto*, std::shared_ptr<const Graph>> built_;
-  std::unordered_map<const NodeProto*, std::string> node_names_;
+  std::vector<std::vector<std::string>> node_names_;  // [graph][node], unique names
+  // onnx's registry lookup hashes op type, domain and version through nested maps; the model's
+  // opset per domain is fixed, so (domain, op_type) -> schema is cached.
+  std::unordered_map<std::string, const onnx::OpSchema*> schema_cache_;
+  // Schema defaults already converted to IR attributes (same for every node of an op).
+  std::unordered_map<const onnx::OpSchema*, std::vector<Attribute>> default_attrs_;
   uint64_t total_tensor_bytes_ = 0;
   std::vector<std::string> warnings_;
   std::vector<ValueInfoProto*> shapeless_io_;  // graph inputs/outputs given an empty shape for the checker
@@ -354,6 +377,18 @@ bool Loader::CollectGraphs() {
   return true;
 }
 
+const onnx::OpSchema* Loader::FindSchema(const std::string& op_type, int64_t version, const std::string& domain) {
+  std::string key;
+  key.reserve(domain.size() + 1 + op_type.size());
+  key.append(domain).push_back('\0');
+  key.append(op_type);
+  auto it = schema_cache_.find(key);
+  if (it != schema_cache_.end()) return it->second;
+  const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(op_type, static_cast<int>(version), domain);
+  schema_cache_.emplace(std::move(key), schema);
+  return schema;
+}
+
 bool Loader::CheckPayload(const TensorProto& t, const std::string& name, const NodeProto* node,
                           const std::string& attr) {
   const internal::PayloadCheck c = internal::CheckTensorPayload(t);
@@ -396,8 +431,7 @@ bool Loader::ValidateNode(GraphInfo& info, int idx, NodeProto& node) {
     return FailNode(StatusCode::kInvalidArgument, st, node,
                     "domain '" + node.domain() + "' is not imported by the model (no opset_import entry)");
   }
-  const onnx::OpSchema* schema =
-      onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(imp->second), domain);
+  const onnx::OpSchema* schema = FindSchema(node.op_type(), imp->second, domain);
   if (schema == nullptr) {
     return FailNode(StatusCode::kFailedPrecondition, st, node,
                     "operator '" + node.op_type() + "' (domain '" + domain + "', opset " +
@@ -505,6 +539,9 @@ bool Loader::ValidateGraphDefinitions(int gidx) {
   if (g.sparse_initializer_size() > 0) {
     return Fail(StatusCode::kFailedPrecondition, st, info.where + " has sparse initializers, which Kiln does not support");
   }
+  info.defined.reserve(static_cast<size_t>(g.input_size()) + g.initializer_size() + g.node_size() + g.node_size() / 4);
+  info.initializers.reserve(g.initializer_size());
+  info.producer.reserve(g.node_size() + g.node_size() / 4);
   for (const auto& vi : g.input()) {
     if (vi.name().empty()) return Fail(StatusCode::kInvalidArgument, st, info.where + " has an input with no name");
     if (!info.defined.insert(vi.name()).second) {
@@ -662,10 +699,11 @@ bool Loader::ResolveScopesAndSort(int gidx) {
   // Reorder the protobuf nodes (pointer moves only) and the per-node child lists.
   auto* rep = g.mutable_node();
   std::vector<NodeProto*> ptrs(n);
-  if (n > 0) rep->ExtractSubrange(0, n, ptrs.data());
+  // Unsafe*: the nodes stay on the model's arena (the safe variants would copy them off it).
+  if (n > 0) rep->UnsafeArenaExtractSubrange(0, n, ptrs.data());
   std::vector<std::vector<int>> children(n);
   for (int i = 0; i < n; ++i) {
-    rep->AddAllocated(ptrs[order[i]]);
+    rep->UnsafeArenaAddAllocated(ptrs[order[i]]);
     children[i] = std::move(info.node_children[order[i]]);
   }
   info.node_children = std::move(children);
@@ -711,15 +749,23 @@ const TensorProto* Loader::FindConstantTensor(int gi, const std::string& name) c
 bool Loader::ComputeAliases(int gidx) {
   GraphInfo& info = graphs_[gidx];
   const GraphProto& g = *info.proto;
+  // Every name the graph reads; built on first use (only Dropout nodes with a mask output need it).
   std::unordered_set<std::string_view> used;
-  for (const auto& node : g.node()) {
-    for (const auto& in : node.input()) used.insert(in);
-  }
-  for (size_t ni = 0; ni < info.node_children.size(); ++ni) {
-    for (int child : info.node_children[ni]) {
-      for (auto fv : graphs_[child].free_vars) used.insert(fv);
+  bool used_built = false;
+  auto is_used = [&](std::string_view name) {
+    if (!used_built) {
+      used_built = true;
+      for (const auto& node : g.node()) {
+        for (const auto& in : node.input()) used.insert(in);
+      }
+      for (size_t ni = 0; ni < info.node_children.size(); ++ni) {
+        for (int child : info.node_children[ni]) {
+          for (auto fv : graphs_[child].free_vars) used.insert(fv);
+        }
+      }
     }
-  }
+    return used.count(name) > 0;
+  };
   std::unordered_set<std::string_view> outputs;
   for (const auto& vi : g.output()) outputs.insert(vi.name());
 
@@ -738,7 +784,7 @@ bool Loader::ComputeAliases(int gidx) {
                           "the Dropout mask is a graph output; Kiln compiles for inference, where Dropout is an "
                           "identity and has no mask. Remove the mask output and re-export");
         }
-        if (used.count(mask)) {
+        if (is_used(mask)) {
           err_.tensor = mask;
           return FailNode(StatusCode::kFailedPrecondition, LoadStage::kBuild, node,
                           "the Dropout mask is used by another node; Kiln compiles for inference, where Dropout has "
@@ -952,6 +998,27 @@ bool Loader::ConvertAttribute(int gi, AttributeProto& a, bool from_default, cons
   return true;
 }
 
+// The schema's optional attributes that have a default value, converted (from_default = true).
+bool Loader::DefaultAttributes(const onnx::OpSchema* schema, int gi, const NodeProto& node,
+                               const std::vector<Attribute>** out) {
+  auto it = default_attrs_.find(schema);
+  if (it == default_attrs_.end()) {
+    std::vector<Attribute> defaults;
+    for (const auto& [aname, sattr] : schema->attributes()) {
+      if (sattr.required) continue;
+      if (sattr.default_value.type() == AttributeProto::UNDEFINED) continue;  // optional, no default
+      AttributeProto def = sattr.default_value;
+      def.set_name(aname);
+      Attribute attr;
+      if (!ConvertAttribute(gi, def, true, node, &attr)) return false;
+      defaults.push_back(std::move(attr));
+    }
+    it = default_attrs_.emplace(schema, std::move(defaults)).first;
+  }
+  *out = &it->second;
+  return true;
+}
+
 bool Loader::BuildGraph(int gidx, std::shared_ptr<Graph>* result) {
   GraphInfo& info = graphs_[gidx];
   GraphProto& g = *info.proto;
@@ -959,16 +1026,7 @@ bool Loader::BuildGraph(int gidx, std::shared_ptr<Graph>* result) {
   B::name(*graph) = info.original_name;
   auto& tensors = B::tensors(*graph);
 
-  std::unordered_map<std::string_view, const TypeProto*> types;
-  for (const auto& vi : g.value_info()) types[vi.name()] = &vi.type();
-  for (const auto& vi : g.input()) types[vi.name()] = &vi.type();
-  for (const auto& vi : g.output()) {
-    if (vi.has_type()) types[vi.name()] = &vi.type();
-  }
-  auto type_of = [&](const std::string& name) -> const TypeProto* {
-    auto it = types.find(name);
-    return it == types.end() ? nullptr : it->second;
-  };
+  tensors.reserve(static_cast<size_t>(g.initializer_size()) + g.input_size() + g.node_size() + g.node_size() / 2);
 
   B::initializer_order(*graph).reserve(g.initializer_size());
   for (auto& init : *g.mutable_initializer()) {
@@ -980,6 +1038,7 @@ bool Loader::BuildGraph(int gidx, std::shared_ptr<Graph>* result) {
     t.constant = internal::DecodeTensor(init);
     tensors[t.name] = std::move(t);
   }
+  std::vector<const Tensor*> input_tensors;  // sorted after the loop
   for (const auto& vi : g.input()) {
     if (info.initializers.count(vi.name())) continue;
     B::inputs(*graph).push_back(vi.name());
@@ -987,15 +1046,21 @@ bool Loader::BuildGraph(int gidx, std::shared_ptr<Graph>* result) {
     t.name = vi.name();
     t.dtype = DTypeFromType(&vi.type());
     t.shape = ShapeFromType(vi.has_type() ? &vi.type() : nullptr);
-    tensors[t.name] = std::move(t);
+    Tensor& stored = tensors[vi.name()];
+    stored = std::move(t);
+    input_tensors.push_back(&stored);
   }
+  std::sort(input_tensors.begin(), input_tensors.end(), std::less<const Tensor*>());
 
   auto& nodes = B::nodes(*graph);
   nodes.reserve(g.node_size());
   for (int ni = 0; ni < g.node_size(); ++ni) {
     NodeProto& np = *g.mutable_node(ni);
     const bool default_domain = IsDefaultDomain(np.domain());
-    if (default_domain && np.output_size() >= 1 && info.transparent_outputs.count(np.output(0))) continue;
+    if (default_domain && np.output_size() >= 1 && !info.transparent_outputs.empty() &&
+        info.transparent_outputs.count(np.output(0))) {
+      continue;
+    }
     if (default_domain && np.op_type() == "Constant") {
       // value | value_float(s) | value_int(s) become a constant tensor (Constant-1..13 forms).
       Tensor t;
@@ -1039,7 +1104,7 @@ bool Loader::BuildGraph(int gidx, std::shared_ptr<Graph>* result) {
     }
 
     Node n;
-    n.name = node_names_.at(&np);
+    n.name = std::move(node_names_[gidx][ni]);
     n.original_name = np.name();
     n.op_type = np.op_type();
     n.domain = default_domain ? "" : np.domain();
@@ -1052,29 +1117,39 @@ bool Loader::BuildGraph(int gidx, std::shared_ptr<Graph>* result) {
       if (!ConvertAttribute(gidx, a, false, np, &attr)) return false;
       n.attributes.emplace(attr.name, std::move(attr));
     }
-    const onnx::OpSchema* schema =
-        onnx::OpSchemaRegistry::Schema(np.op_type(), static_cast<int>(n.opset_version), n.domain);
+    const onnx::OpSchema* schema = FindSchema(np.op_type(), n.opset_version, n.domain);
     if (schema != nullptr) {
-      for (const auto& [aname, sattr] : schema->attributes()) {
-        if (n.attributes.count(aname) || sattr.required) continue;
-        if (sattr.default_value.type() == AttributeProto::UNDEFINED) continue;  // optional, no default
-        AttributeProto def = sattr.default_value;
-        def.set_name(aname);
-        Attribute attr;
-        if (!ConvertAttribute(gidx, def, true, np, &attr)) return false;
-        n.attributes.emplace(aname, std::move(attr));
+      const std::vector<Attribute>* defaults = nullptr;
+      if (!DefaultAttributes(schema, gidx, np, &defaults)) return false;
+      for (const Attribute& attr : *defaults) {
+        if (n.attributes.count(attr.name)) continue;
+        n.attributes.emplace(attr.name, attr);
       }
     }
     for (const auto& o : n.outputs) {
       if (o.empty()) continue;
-      Tensor t;
+      Tensor t;  // typed below from value_info / graph outputs
       t.name = o;
-      const TypeProto* tp = type_of(o);
-      t.dtype = DTypeFromType(tp);
-      t.shape = ShapeFromType(tp);
       tensors[o] = std::move(t);
     }
     nodes.push_back(std::move(n));
+  }
+  // Types of node outputs: the last of value_info, then typed graph outputs, naming the value wins
+  // (graph inputs are typed by their own declaration above; constants by their payload).
+  auto set_type = [&](const ValueInfoProto& vi) {
+    auto it = tensors.find(vi.name());
+    if (it == tensors.end()) return;
+    Tensor& t = it->second;
+    if (t.constant != nullptr ||
+        std::binary_search(input_tensors.begin(), input_tensors.end(), &t, std::less<const Tensor*>())) {
+      return;
+    }
+    t.dtype = DTypeFromType(&vi.type());
+    t.shape = ShapeFromType(&vi.type());
+  };
+  for (const auto& vi : g.value_info()) set_type(vi);
+  for (const auto& vi : g.output()) {
+    if (vi.has_type()) set_type(vi);
   }
   for (const auto& vi : g.output()) B::outputs(*graph).push_back({vi.name(), Resolve(gidx, vi.name())});
   auto& aliases = B::aliases(*graph);
@@ -1087,28 +1162,45 @@ bool Loader::BuildGraph(int gidx, std::shared_ptr<Graph>* result) {
 
 bool Loader::BuildIR(std::shared_ptr<const Model>* out) {
   // Unique node names: keep the first use of a non-empty name, generate the rest.
-  std::unordered_set<std::string> taken;
-  for (const auto& gi : graphs_) {
-    for (const auto& np : gi.proto->node()) {
-      if (!np.name().empty()) taken.insert(np.name());
-    }
-  }
-  std::unordered_set<std::string> assigned;
-  std::unordered_map<std::string, size_t> next_suffix;
-  for (const auto& gi : graphs_) {
-    for (const auto& np : gi.proto->node()) {
-      if (!np.name().empty() && assigned.insert(np.name()).second) {
-        node_names_[&np] = np.name();
-        continue;
+  {
+    // Views into the protos' names and into node_names_ (sized up front, never reallocated here).
+    size_t node_count = 0;
+    for (const auto& gi : graphs_) node_count += gi.proto->node_size();
+    // Every non-empty node name; only needed (and built) when a name has to be generated.
+    std::unordered_set<std::string_view> taken;
+    bool taken_built = false;
+    std::unordered_set<std::string_view> assigned;
+    assigned.reserve(node_count);
+    std::unordered_map<std::string_view, size_t> next_suffix;
+    node_names_.resize(graphs_.size());
+    for (size_t gidx = 0; gidx < graphs_.size(); ++gidx) {
+      const GraphProto& g = *graphs_[gidx].proto;
+      std::vector<std::string>& names = node_names_[gidx];
+      names.resize(g.node_size());
+      for (int ni = 0; ni < g.node_size(); ++ni) {
+        const NodeProto& np = g.node(ni);
+        if (!np.name().empty() && assigned.insert(np.name()).second) {
+          names[ni] = np.name();
+          continue;
+        }
+        const std::string& base = np.name().empty() ? np.op_type() : np.name();
+        if (!taken_built) {
+          taken_built = true;
+          taken.reserve(node_count);
+          for (const auto& gi : graphs_) {
+            for (const auto& other : gi.proto->node()) {
+              if (!other.name().empty()) taken.insert(other.name());
+            }
+          }
+        }
+        size_t& k = next_suffix[base];
+        std::string candidate;
+        do {
+          candidate = base + "_" + std::to_string(k++);
+        } while (taken.count(candidate) || assigned.count(candidate));
+        names[ni] = std::move(candidate);
+        assigned.insert(names[ni]);
       }
-      const std::string base = np.name().empty() ? np.op_type() : np.name();
-      size_t& k = next_suffix[base];
-      std::string candidate;
-      do {
-        candidate = base + "_" + std::to_string(k++);
-      } while (taken.count(candidate) || assigned.count(candidate));
-      assigned.insert(candidate);
-      node_names_[&np] = candidate;
     }
   }
 
