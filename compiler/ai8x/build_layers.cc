@@ -1,6 +1,7 @@
 // Pass 1: ONNX IR -> primitive ai8x layers. See passes.h for the contract.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <deque>
 #include <set>
 #include <string>
@@ -50,10 +51,38 @@ std::string ScopeName(const std::string& node_name) {
   return path;
 }
 
+// Saturates at INT64_MAX instead of overflowing.
 int64_t Product(const std::vector<int64_t>& v) {
   int64_t p = 1;
-  for (int64_t x : v) p *= x;
+  for (int64_t x : v) {
+    if (__builtin_mul_overflow(p, x, &p)) return INT64_MAX;
+  }
   return p;
+}
+
+// Every integer taken from an ONNX shape or attribute is range-checked before it is narrowed to
+// the Layer's `int` fields; out of range is an error diagnostic, never a wrapped value. The bounds
+// lie far above every hardware limit (channels <= 1024, rows/columns <= 2048, kernel/pool <= 16),
+// so the rule checks still report the real limit, and they keep the int64 byte counts and the int
+// arithmetic of the passes (e.g. pool_dilation * (pool_h - 1)) free of overflow.
+constexpr int64_t kMaxDim = int64_t{1} << 20;    // one tensor dimension
+constexpr int64_t kMaxAttr = int64_t{1} << 15;   // kernel, pad, stride, dilation, group, pooling
+
+std::string IntsString(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// "" when every dimension of `v` lies in 1..kMaxDim, else what is wrong.
+std::string BadDims(const std::string& what, const std::vector<int64_t>& v) {
+  for (int64_t d : v) {
+    if (d < 1 || d > kMaxDim) {
+      return what + " has dimension " + std::to_string(d) + " (shape " + IntsString(v) + "); dimensions must be 1.." +
+             std::to_string(kMaxDim);
+    }
+  }
+  return "";
 }
 
 class Builder {
@@ -74,7 +103,12 @@ class Builder {
   }
   void Set(const std::string& t, Value v) { values_[t] = std::move(v); }
 
-  std::optional<Shape3> TensorShape(const std::string& t, bool* one_d) const;
+  /// Static (C, H, W) of `t`; nullopt when unknown or, with `*bad` set, when a dimension is
+  /// outside 1..kMaxDim.
+  std::optional<Shape3> TensorShape(const std::string& t, bool* one_d, std::string* bad = nullptr) const;
+  /// Checks attribute values against [lo, kMaxAttr]; reports `code` on `l` and returns false when
+  /// one is out of range.
+  bool AttrInRange(Layer& l, const char* code, const std::string& attr, const std::vector<int64_t>& v, int64_t lo);
   Shape3 RefsShape(const std::vector<int>& refs) const;
   std::string LayerName(const Node& n, const std::string& fallback_kind);
   std::string WeightName(const Node& n) const;
@@ -105,12 +139,19 @@ class Builder {
   bool saw_clamp_ = false;
 };
 
-std::optional<Shape3> Builder::TensorShape(const std::string& t, bool* one_d) const {
+std::optional<Shape3> Builder::TensorShape(const std::string& t, bool* one_d, std::string* bad) const {
   const onnx_fe::Tensor* tensor = g_.FindTensor(t);
   if (tensor == nullptr) return std::nullopt;
   auto vals = tensor->shape.values();
   if (!vals) return std::nullopt;
   const std::vector<int64_t>& v = *vals;
+  if (v.size() >= 2 && v.size() <= 4) {
+    std::string why = BadDims("tensor '" + t + "'", v);
+    if (!why.empty()) {
+      if (bad != nullptr) *bad = std::move(why);
+      return std::nullopt;
+    }
+  }
   Shape3 s;
   bool od = false;
   if (v.size() == 4) {
@@ -281,6 +322,19 @@ std::string Builder::LayerName(const Node& n, const std::string& fallback_kind) 
   return name;
 }
 
+bool Builder::AttrInRange(Layer& l, const char* code, const std::string& attr, const std::vector<int64_t>& v,
+                          int64_t lo) {
+  for (int64_t x : v) {
+    if (x < lo || x > kMaxAttr) {
+      net_.Report(Severity::kError, code, &l,
+                  "ONNX node '" + l.onnx_nodes.front() + "': " + attr + " " + IntsString(v) + " is out of range (" +
+                      std::to_string(x) + " is not in " + std::to_string(lo) + ".." + std::to_string(kMaxAttr) + ")");
+      return false;
+    }
+  }
+  return true;
+}
+
 Layer& Builder::NewLayer(const Node& n, const std::vector<int>& refs, const std::string& name) {
   Layer l;
   l.id = net_.next_id++;
@@ -293,16 +347,21 @@ Layer& Builder::NewLayer(const Node& n, const std::vector<int>& refs, const std:
     od = refs[0] == kNetworkInput ? net_.input_one_d : net_.Find(refs[0])->one_d;
   }
   l.one_d = od;
+  std::string bad;
   if (n.outputs.size() > 0) {
     bool out_od = od;
-    if (auto s = TensorShape(n.outputs[0], &out_od)) {
+    if (auto s = TensorShape(n.outputs[0], &out_od, &bad)) {
       l.out_shape = *s;
       l.one_d = out_od;
     } else {
       l.out_shape = l.in_shape;
     }
   }
-  return net_.Append(std::move(l));
+  Layer& added = net_.Append(std::move(l));
+  if (!bad.empty()) {
+    net_.Report(Severity::kError, "AI8X_DIMENSIONS", &added, "ONNX node '" + n.name + "': output " + bad);
+  }
+  return added;
 }
 
 // A Reshape/Flatten/Squeeze between the producer and a conv or pooling layer (e.g. Conv1d data
@@ -311,7 +370,12 @@ Layer& Builder::NewLayer(const Node& n, const std::vector<int>& refs, const std:
 void Builder::Reshaped(Layer& l, const Node& n) {
   if (l.inputs.size() != 1 || !n.has_input(0)) return;
   bool od = l.one_d;
-  auto s = TensorShape(n.inputs[0], &od);
+  std::string bad;
+  auto s = TensorShape(n.inputs[0], &od, &bad);
+  if (!bad.empty()) {
+    net_.Report(Severity::kError, "AI8X_DIMENSIONS", &l, "ONNX node '" + n.name + "': input " + bad);
+    return;
+  }
   if (!s || *s == l.in_shape) return;
   if (s->elements() != l.in_shape.elements()) {
     net_.Report(Severity::kError, "AI8X_RESHAPE", &l,
@@ -385,14 +449,22 @@ void Builder::HandleConv(const Node& n) {
   bool one_d = kernel.size() == 1;
   l.op = transpose ? OpKind::kConvTranspose2d : (one_d ? OpKind::kConv1d : OpKind::kConv2d);
   l.one_d = one_d;
-  l.kernel_h = static_cast<int>(kernel[0]);
-  l.kernel_w = one_d ? 1 : static_cast<int>(kernel[1]);
+  std::string wbad = BadDims("weight of ONNX node '" + n.name + "'", *wshape);
+  if (!wbad.empty()) {
+    net_.Report(Severity::kError, "AI8X_DIMENSIONS", &l, wbad);
+    Set(n.outputs[0], Value{Value::kData, {l.id}, false});
+    return;
+  }
+  if (AttrInRange(l, "AI8X_KERNEL", "kernel_shape", kernel, 1)) {
+    l.kernel_h = static_cast<int>(kernel[0]);
+    l.kernel_w = one_d ? 1 : static_cast<int>(kernel[1]);
+  }
   auto pads = n.GetInts("pads", std::vector<int64_t>(kernel.size() * 2, 0));
   auto strides = n.GetInts("strides", std::vector<int64_t>(kernel.size(), 1));
   auto dil = n.GetInts("dilations", std::vector<int64_t>(kernel.size(), 1));
   auto group = n.GetInt("group", 1);
   std::vector<int64_t> p = pads.ok() ? *pads : std::vector<int64_t>{};
-  if (!p.empty()) {
+  if (!p.empty() && AttrInRange(l, "AI8X_PAD", "pads", p, 0)) {
     l.pad = static_cast<int>(p[0]);
     for (int64_t x : p) {
       if (x != p[0]) {
@@ -403,7 +475,7 @@ void Builder::HandleConv(const Node& n) {
       }
     }
   }
-  if (strides.ok() && !strides->empty()) {
+  if (strides.ok() && !strides->empty() && AttrInRange(l, "AI8X_STRIDE", "strides", *strides, 1)) {
     l.stride = static_cast<int>((*strides)[0]);
     for (int64_t s : *strides) {
       if (s != (*strides)[0]) {
@@ -412,16 +484,33 @@ void Builder::HandleConv(const Node& n) {
       }
     }
   }
-  if (dil.ok() && !dil->empty()) l.dilation = static_cast<int>((*dil)[0]);
-  l.groups = group.ok() ? static_cast<int>(*group) : 1;
+  if (dil.ok() && !dil->empty() && AttrInRange(l, "AI8X_DILATION", "dilations", *dil, 1)) {
+    l.dilation = static_cast<int>((*dil)[0]);
+  }
+  l.groups = 1;
+  if (group.ok() && AttrInRange(l, "AI8X_GROUPS", "group", {*group}, 1)) l.groups = static_cast<int>(*group);
   if (transpose) {
     auto op = n.GetInts("output_padding", {0, 0});
-    l.output_padding = op.ok() && !op->empty() ? static_cast<int>((*op)[0]) : 0;
+    if (op.ok() && !op->empty() && AttrInRange(l, "AI8X_PAD", "output_padding", *op, 0)) {
+      l.output_padding = static_cast<int>((*op)[0]);
+    }
   }
   l.has_bias = n.has_input(2);
   l.weight_count = Product(*wshape);
-  l.in_channels_w = static_cast<int>((*wshape)[1]) * l.groups;
-  if (transpose) l.in_channels_w = static_cast<int>((*wshape)[0]);
+  // Weights [C_out, C_in/group, k...]; ConvTranspose: [C_in, C_out/group, k...].
+  int64_t w_in = transpose ? (*wshape)[0] : (*wshape)[1] * l.groups;
+  int64_t w_out = transpose ? (*wshape)[1] * l.groups : (*wshape)[0];
+  l.in_channels_w = static_cast<int>(w_in);
+  if (w_in != l.in_shape.c) {
+    net_.Report(Severity::kError, "AI8X_SHAPE", &l,
+                "ONNX node '" + n.name + "': weights " + IntsString(*wshape) + " with group " +
+                    std::to_string(l.groups) + " expect " + std::to_string(w_in) + " input channels, but the input has " +
+                    std::to_string(l.in_shape.c) + " (" + ShapeString(l.in_shape, false) + ")");
+  } else if (auto os = TensorShape(n.outputs[0], nullptr); os && w_out != os->c) {
+    net_.Report(Severity::kError, "AI8X_SHAPE", &l,
+                "ONNX node '" + n.name + "': weights " + IntsString(*wshape) + " make " + std::to_string(w_out) +
+                    " output channels, but the output has " + std::to_string(os->c));
+  }
   SetWeightInitializer(l, n);
   if (auto bits = WeightBits(n)) {
     l.quantization = *bits;
@@ -456,6 +545,12 @@ void Builder::HandleLinear(const Node& n) {
   Layer& l = NewLayer(n, in->refs, LayerName(n, "fc"));
   l.op = OpKind::kLinear;
   l.one_d = true;
+  std::string wbad = BadDims("weight of ONNX node '" + n.name + "'", *wshape);
+  if (!wbad.empty()) {
+    net_.Report(Severity::kError, "AI8X_DIMENSIONS", &l, wbad);
+    Set(n.outputs[0], Value{Value::kData, {l.id}, false});
+    return;
+  }
   int64_t in_f = (*wshape)[1], out_f = (*wshape)[0];  // Gemm transB=1: [out, in]
   if (gemm) {
     auto tb = n.GetInt("transB", 0);
@@ -470,6 +565,12 @@ void Builder::HandleLinear(const Node& n) {
   l.out_shape = {static_cast<int>(out_f), 1, 1};
   // Flatten when the producer's data is not 1x1 (seed: Gemm/MatMul whose input is not C x 1 x 1).
   Shape3 src = l.in_shape;
+  if (in_f != src.elements()) {
+    net_.Report(Severity::kError, "AI8X_SHAPE", &l,
+                "ONNX node '" + n.name + "': weights " + IntsString(*wshape) + " take " + std::to_string(in_f) +
+                    " input features, but the input " + ShapeString(src, false) + " has " +
+                    std::to_string(src.elements()) + " values (inner dimensions differ)");
+  }
   if (src.pixels() > 1) {
     l.flatten = true;
   }
@@ -503,14 +604,18 @@ void Builder::HandlePool(const Node& n) {
   Layer& l = NewLayer(n, in->refs, LayerName(n, "pool"));
   Reshaped(l, n);
   l.pool = n.op_type == "MaxPool" ? PoolType::kMax : PoolType::kAvg;
-  l.pool_h = static_cast<int>((*ks)[0]);
-  l.pool_w = ks->size() > 1 ? static_cast<int>((*ks)[1]) : 1;
-  if (strides.ok() && !strides->empty()) {
+  if (AttrInRange(l, "AI8X_POOL", "kernel_shape", *ks, 1)) {
+    l.pool_h = static_cast<int>((*ks)[0]);
+    l.pool_w = ks->size() > 1 ? static_cast<int>((*ks)[1]) : 1;
+  }
+  if (strides.ok() && !strides->empty() && AttrInRange(l, "AI8X_POOL", "strides", *strides, 1)) {
     l.pool_stride_h = static_cast<int>((*strides)[0]);
     l.pool_stride_w = strides->size() > 1 ? static_cast<int>((*strides)[1]) : 1;
   }
   if (ks->size() == 1) l.pool_stride_w = 1;
-  if (dil.ok() && !dil->empty()) l.pool_dilation = static_cast<int>((*dil)[0]);
+  if (dil.ok() && !dil->empty() && AttrInRange(l, "AI8X_POOL", "dilations", *dil, 1)) {
+    l.pool_dilation = static_cast<int>((*dil)[0]);
+  }
   Set(n.outputs[0], Value{Value::kData, {l.id}, false});
 }
 
@@ -581,7 +686,12 @@ void Builder::Run() {
     return;
   }
   bool one_d = false;
-  auto in_shape = TensorShape(inputs[0], &one_d);
+  std::string bad;
+  auto in_shape = TensorShape(inputs[0], &one_d, &bad);
+  if (!bad.empty()) {
+    net_.Report(Severity::kError, "AI8X_DIMENSIONS", nullptr, "input " + bad);
+    return;
+  }
   if (!in_shape) {
     net_.Report(Severity::kError, "AI8X_INPUT", nullptr,
                 "input '" + inputs[0] + "' needs a static shape [1,C,H,W] or [1,C,L]");

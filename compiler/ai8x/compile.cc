@@ -4,6 +4,8 @@
 #include <bit>
 #include <cctype>
 #include <charconv>
+#include <cstdint>
+#include <limits>
 #include <unordered_map>
 
 #include "compiler/ai8x/passes.h"
@@ -16,7 +18,8 @@ std::string Lower(std::string s) {
   return s;
 }
 
-Result<int64_t> ParseInt(const std::string& text) {
+// Unsigned decimal or 0x hex, '_' separators allowed; values above 2^64-1 are out of range.
+Result<uint64_t> ParseUnsigned(const std::string& text) {
   std::string t = text;
   t.erase(std::remove(t.begin(), t.end(), '_'), t.end());
   int base = 10;
@@ -27,10 +30,21 @@ Result<int64_t> ParseInt(const std::string& text) {
   }
   uint64_t v = 0;
   auto [p, ec] = std::from_chars(t.data() + start, t.data() + t.size(), v, base);
+  if (ec == std::errc::result_out_of_range) return InvalidArgument("'" + text + "' is out of range (above 2^64-1)");
   if (ec != std::errc() || p != t.data() + t.size() || start == t.size()) {
     return InvalidArgument("'" + text + "' is not an integer");
   }
-  return static_cast<int64_t>(v);
+  return v;
+}
+
+// An integer in [lo, hi] (checked before any narrowing).
+Result<int64_t> ParseInt(const std::string& text, int64_t lo = 0, int64_t hi = INT64_MAX) {
+  auto v = ParseUnsigned(text);
+  if (!v.ok()) return v.status();
+  if (*v > static_cast<uint64_t>(hi) || static_cast<int64_t>(*v) < lo) {
+    return InvalidArgument("'" + text + "' is out of range (" + std::to_string(lo) + ".." + std::to_string(hi) + ")");
+  }
+  return static_cast<int64_t>(*v);
 }
 
 Result<bool> ParseBool(const std::string& text) {
@@ -38,6 +52,11 @@ Result<bool> ParseBool(const std::string& text) {
   if (t == "true" || t == "1" || t == "yes") return true;
   if (t == "false" || t == "0" || t == "no") return false;
   return InvalidArgument("'" + text + "' is not a boolean");
+}
+
+// INVALID_ARGUMENT naming the override (layer, key and value) and what is wrong with it.
+Status BadOverride(const LayerOverride& o, const std::string& why) {
+  return InvalidArgument("override " + o.layer + "." + o.key + "=" + o.value + ": " + why);
 }
 
 bool IsStructureKey(const std::string& k) { return k == "output_width" || k == "quantization" || k == "activate"; }
@@ -82,12 +101,14 @@ Status ApplyStructureOverrides(Network& net, const std::vector<LayerOverride>& o
     }
     if (o.key == "output_width") {
       auto v = ParseInt(o.value);
-      if (!v.ok() || (*v != 8 && *v != 32)) return InvalidArgument("output_width must be 8 or 32");
+      if (!v.ok() || (*v != 8 && *v != 32)) return BadOverride(o, "output_width must be 8 or 32");
       l->output_width = static_cast<int>(*v);
       l->output_width_known = true;
     } else if (o.key == "quantization") {
       auto v = ParseInt(o.value);
-      if (!v.ok() || (*v != 1 && *v != 2 && *v != 4 && *v != 8)) return InvalidArgument("quantization must be 1, 2, 4 or 8");
+      if (!v.ok() || (*v != 1 && *v != 2 && *v != 4 && *v != 8)) {
+        return BadOverride(o, "quantization must be 1, 2, 4 or 8");
+      }
       l->quantization = static_cast<int>(*v);
       l->quantization_known = true;
     } else if (o.key == "activate") {
@@ -99,7 +120,7 @@ Status ApplyStructureOverrides(Network& net, const std::vector<LayerOverride>& o
       } else if (v == "abs") {
         l->activation = Activation::kAbs;
       } else {
-        return InvalidArgument("activate must be none, relu or abs");
+        return BadOverride(o, "activate must be none, relu or abs");
       }
     }
   }
@@ -113,15 +134,18 @@ Status ApplyPlacementOverrides(Network& net, const std::vector<LayerOverride>& o
     if (l == nullptr) return InvalidArgument("override " + o.layer + "." + o.key + ": no such layer");
     if (o.key == "streaming") {
       auto v = ParseBool(o.value);
-      if (!v.ok()) return v.status();
+      if (!v.ok()) return BadOverride(o, v.status().message());
       l->streaming = *v;
       if (*v) net.use_fifo = true;
+    } else if (o.key == "out_offset") {
+      auto v = ParseInt(o.value, 0, std::numeric_limits<int>::max());
+      if (!v.ok()) return BadOverride(o, v.status().message());
+      l->out_offset = static_cast<int>(*v);
     } else {
-      auto v = ParseInt(o.value);
-      if (!v.ok()) return v.status().WithContext("override " + o.layer + "." + o.key);
-      if (o.key == "processors") l->processors = static_cast<uint64_t>(*v);
-      if (o.key == "output_processors") l->output_processors = static_cast<uint64_t>(*v);
-      if (o.key == "out_offset") l->out_offset = static_cast<int>(*v);
+      auto v = ParseUnsigned(o.value);  // a 64-bit processor mask
+      if (!v.ok()) return BadOverride(o, v.status().message());
+      if (o.key == "processors") l->processors = *v;
+      if (o.key == "output_processors") l->output_processors = *v;
     }
   }
   return Status::Ok();

@@ -28,6 +28,11 @@ namespace kiln::ai8x {
 /// reaches such an op or a graph output gets `output: true`, and one info diagnostic
 /// (AI8X_HOST_OPS) lists what the host must still compute. Errors only for what makes the model
 /// unusable as a whole (no/multiple inputs, no hardware layer, unknown shapes): AI8X_INPUT.
+/// No ONNX integer is narrowed unchecked: a tensor/weight dimension outside 1..2^20 is
+/// AI8X_DIMENSIONS, an attribute outside its range (pads/output_padding 0..2^15, kernel, stride,
+/// dilation, group, pooling 1..2^15) the attribute's code (AI8X_PAD, AI8X_KERNEL, ...), and shapes
+/// that disagree (Conv W.shape[1]*group != input channels, Gemm/MatMul inner dimension != input
+/// features) AI8X_SHAPE, each naming the ONNX node.
 void BuildLayers(const onnx_fe::Graph& graph, Network& net);
 
 /// Pass 1b — weight order (issue 4 "Recognise"; IZER-RULES.md §1.3 "Order mapping to weights").
@@ -42,7 +47,7 @@ void CheckWeightOrder(Network& net);
 
 /// Applies LayerOverride entries whose key is a layer key (output_width, quantization,
 /// activate) to the fused layer list. Returns INVALID_ARGUMENT for unknown keys/values/layers
-/// (keys checked for all entries).
+/// (keys checked for all entries); every such error names LAYER.KEY=VALUE.
 Status ApplyStructureOverrides(Network& net, const std::vector<LayerOverride>& overrides);
 /// Applies placement keys (streaming, processors, output_processors, out_offset) after planning.
 Status ApplyPlacementOverrides(Network& net, const std::vector<LayerOverride>& overrides);

@@ -490,6 +490,44 @@ TEST(Ai8xPasses, OverridesValidateAndApply) {
   EXPECT_NE(r->yaml.find("quantization: 4"), std::string::npos);
 }
 
+// Values are range-checked before narrowing; every error names the layer, the key and the value.
+TEST(Ai8xPasses, OverrideValuesAreRangeCheckedAndErrorsNameLayerAndKey) {
+  NetBuilder b({3, 8, 8});
+  int c1 = b.Conv("conv1", kNetworkInput, 8);
+  b.Conv("conv2", c1, 10, 1, 0);
+  struct Bad {
+    LayerOverride o;
+    std::string expect;  // "LAYER.KEY=VALUE" in the message
+  };
+  const std::vector<Bad> bad = {
+      {{"last", "out_offset", "4294967300"}, "last.out_offset=4294967300"},
+      {{"last", "out_offset", "99999999999"}, "last.out_offset=99999999999"},
+      {{"conv1", "out_offset", "0x80000000"}, "conv1.out_offset=0x80000000"},
+      {{"conv1", "processors", "0x1_0000_0000_0000_0000"}, "conv1.processors=0x1_0000_0000_0000_0000"},
+      {{"conv2", "output_processors", "99999999999999999999"}, "conv2.output_processors=99999999999999999999"},
+      {{"conv2", "output_width", "16"}, "conv2.output_width=16"},
+      {{"conv2", "output_width", "4294967304"}, "conv2.output_width=4294967304"},
+      {{"conv1", "streaming", "maybe"}, "conv1.streaming=maybe"},
+      {{"conv1", "quantization", "3"}, "conv1.quantization=3"},
+      {{"conv1", "quantization", "4294967300"}, "conv1.quantization=4294967300"},
+      {{"conv1", "activate", "tanh"}, "conv1.activate=tanh"},
+  };
+  for (const Bad& x : bad) {
+    Ai8xOptions o;
+    o.overrides = {x.o};
+    auto r = CompileAi8xNetwork(b.net, o);
+    ASSERT_FALSE(r.ok()) << x.expect << " accepted";
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << x.expect;
+    EXPECT_NE(r.status().message().find(x.expect), std::string::npos) << r.status().ToString();
+  }
+  Ai8xOptions o;
+  o.overrides = {{"last", "out_offset", "0x1000"}, {"conv1", "processors", "0xffffffffffffffff"}};
+  auto r = CompileAi8xNetwork(b.net, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->layers.back().out_offset, 0x1000);
+  EXPECT_EQ(r->layers.front().processors, ~uint64_t{0});
+}
+
 // One network per remaining rule diagnostic: run the placement passes, break one thing the way a
 // user override or an unusual model would, and expect exactly that code.
 Network Planned(NetBuilder& b, Ai8xOptions o = {}) {

@@ -1,6 +1,7 @@
 // One focused test per recognised export pattern and per model-level diagnostic, on small ONNX
 // models built in the test (kiln_test_support) and loaded through the real ONNX front end.
 #include <bit>
+#include <cctype>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -585,6 +586,105 @@ TEST(Ai8xPatterns, WeightInitializersInReverseOrderAreAnError) {
     EXPECT_TRUE(r->ok) << Dump(*r);
     EXPECT_EQ(Find(*r, "AI8X_WEIGHT_ORDER"), nullptr);
   }
+}
+
+// Out-of-range and inconsistent shapes/attributes: an error diagnostic naming the ONNX node,
+// never a wrapped value or an ok answer.
+bool AnyMessageHasNegativeNumber(const Ai8xCompileResult& r) {
+  for (const Diagnostic& d : r.diagnostics) {
+    for (size_t i = 0; i + 1 < d.message.size(); ++i) {
+      if (d.message[i] == '-' && std::isdigit(static_cast<unsigned char>(d.message[i + 1])) &&
+          (i == 0 || d.message[i - 1] == ' ')) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+TEST(Ai8xPatterns, HugePadIsAnErrorNotTruncated) {
+  Export e({1, 8, 8, 8});
+  std::string w = e.Weight("conv1", {8, 8, 3, 3});
+  auto& n = e.b().Node("Conv", {"x", w}, {"/conv1/Conv_output_0"}, "/conv1/Conv");
+  const int64_t big = int64_t{1} << 40;
+  SetInts(n, "kernel_shape", {3, 3});
+  SetInts(n, "pads", {big, big, big, big});
+  auto r = e.Compile("/conv1/Conv_output_0");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->ok) << Dump(*r);
+  const Diagnostic* d = Find(*r, "AI8X_PAD");
+  ASSERT_NE(d, nullptr) << Dump(*r);
+  EXPECT_EQ(d->severity, Severity::kError);
+  EXPECT_EQ(d->onnx_node, "/conv1/Conv");
+  EXPECT_NE(d->message.find(std::to_string(big)), std::string::npos) << d->message;
+}
+
+TEST(Ai8xPatterns, HugeInputDimensionsAreAnErrorNotWrapped) {
+  const int64_t big = int64_t{1} << 31;
+  Export e({1, 8, big, big});
+  auto c1 = e.Conv("conv1", "x", 8, 8, {1, 1}, 0);
+  auto r = e.Compile(c1);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->ok) << Dump(*r);
+  const Diagnostic* d = Find(*r, "AI8X_DIMENSIONS");
+  ASSERT_NE(d, nullptr) << Dump(*r);
+  EXPECT_EQ(d->severity, Severity::kError);
+  EXPECT_NE(d->message.find(std::to_string(big)), std::string::npos) << d->message;
+  EXPECT_FALSE(AnyMessageHasNegativeNumber(*r)) << Dump(*r);
+}
+
+TEST(Ai8xPatterns, ZeroInputDimensionIsAnError) {
+  Export e({1, 8, 0, 8});
+  auto c1 = e.Conv("conv1", "x", 8, 8, {1, 1}, 0);
+  auto r = e.Compile(c1);
+  if (!r.ok()) {  // the loader may refuse it first: that is fine as long as it is not accepted
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+    return;
+  }
+  EXPECT_FALSE(r->ok) << Dump(*r);
+  const Diagnostic* d = Find(*r, "AI8X_DIMENSIONS");
+  ASSERT_NE(d, nullptr) << Dump(*r);
+  EXPECT_EQ(d->severity, Severity::kError);
+}
+
+TEST(Ai8xPatterns, ConvWeightChannelsMustMatchInput) {
+  Export e({1, 4, 8, 8});
+  auto c1 = e.Conv("conv1", "x", /*cin=*/7, /*cout=*/4, {3, 3}, 1);  // weights [4,7,3,3]
+  auto r = e.Compile(c1);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->ok) << Dump(*r);
+  const Diagnostic* d = Find(*r, "AI8X_SHAPE");
+  ASSERT_NE(d, nullptr) << Dump(*r);
+  EXPECT_EQ(d->severity, Severity::kError);
+  EXPECT_EQ(d->onnx_node, "/conv1/Conv");
+  EXPECT_EQ(d->layer_name, "conv1");
+}
+
+TEST(Ai8xPatterns, GemmInnerDimensionsMustAgree) {
+  Export e({1, 16});
+  e.b().FloatInitializer("fc.op.weight", {10, 12}, kiln::testing::RandomFloats(120, 7));
+  auto& n = e.b().Node("Gemm", {"x", "fc.op.weight"}, {"/fc/Gemm_output_0"}, "/fc/Gemm");
+  SetInt(n, "transB", 1);
+  auto r = e.Compile("/fc/Gemm_output_0");
+  if (!r.ok()) {  // the loader's shape inference may catch it first
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+    return;
+  }
+  EXPECT_FALSE(r->ok) << Dump(*r);
+  const Diagnostic* d = Find(*r, "AI8X_SHAPE");
+  ASSERT_NE(d, nullptr) << Dump(*r);
+  EXPECT_EQ(d->onnx_node, "/fc/Gemm");
+}
+
+TEST(Ai8xPatterns, MatchingGemmStillCompiles) {
+  Export e({1, 16});
+  e.b().FloatInitializer("fc.op.weight", {10, 16}, kiln::testing::RandomFloats(160, 7));
+  auto& n = e.b().Node("Gemm", {"x", "fc.op.weight"}, {"/fc/Gemm_output_0"}, "/fc/Gemm");
+  SetInt(n, "transB", 1);
+  auto r = e.Compile("/fc/Gemm_output_0");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Find(*r, "AI8X_SHAPE"), nullptr) << Dump(*r);
+  EXPECT_TRUE(r->ok) << Dump(*r);
 }
 
 }  // namespace
