@@ -639,6 +639,31 @@ bool Loader::ResolveScopesAndSort(int gidx) {
   info.free_vars.assign(free.begin(), free.end());
   std::sort(info.free_vars.begin(), info.free_vars.end());
 
+  // Already in topological order (the usual case: exporters emit nodes that way)? Then Kahn's
+  // algorithm below would return the identity order, so it is skipped.
+  bool sorted = true;
+  auto before = [&](std::string_view name, int consumer) {
+    auto it = info.producer.find(name);
+    return it == info.producer.end() || it->second < consumer;
+  };
+  for (int ni = 0; ni < n && sorted; ++ni) {
+    for (const auto& in : g.node(ni).input()) {
+      if (!in.empty() && !before(in, ni)) {
+        sorted = false;
+        break;
+      }
+    }
+    for (int child : info.node_children[ni]) {
+      for (std::string_view fv : graphs_[child].free_vars) {
+        if (!before(fv, ni)) sorted = false;
+      }
+    }
+  }
+  if (sorted) {
+    info.producer.clear();  // not needed any more
+    return true;
+  }
+
   // Kahn's algorithm; ties broken by the model's own order so sorted graphs stay as they are.
   std::vector<int> indeg(n, 0);
   std::vector<std::vector<int>> succ(n);
