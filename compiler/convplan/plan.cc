@@ -208,9 +208,19 @@ Result<ConvAttrs> ReadConvAttrs(const fe::Node& n, size_t rank, const std::vecto
   if (!ks->empty() && *ks != kernel) {
     return NodeError(n, "kernel_shape does not match the weight shape");
   }
+  // Far above any real model, and small enough that the backends' size arithmetic cannot
+  // overflow (a stride of 2^62 used to reach oneDNN and come back as INTERNAL).
+  constexpr int64_t kMaxGeometry = 65535;
   for (size_t i = 0; i < rank; ++i) {
     if (a.strides[i] < 1 || a.dilations[i] < 1) return NodeError(n, "strides and dilations must be >= 1");
     if (a.pads[i] < 0 || a.pads[i + rank] < 0) return NodeError(n, "pads must be >= 0");
+    if (a.strides[i] > kMaxGeometry || a.dilations[i] > kMaxGeometry || a.pads[i] > kMaxGeometry ||
+        a.pads[i + rank] > kMaxGeometry) {
+      return NodeError(n, "strides, dilations and pads must be <= " + std::to_string(kMaxGeometry) +
+                              " (got strides " + std::to_string(a.strides[i]) + ", dilations " +
+                              std::to_string(a.dilations[i]) + ", pads " + std::to_string(a.pads[i]) +
+                              "/" + std::to_string(a.pads[i + rank]) + ")");
+    }
   }
   if (a.group < 1) return NodeError(n, "group must be >= 1");
   return a;

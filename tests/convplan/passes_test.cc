@@ -61,6 +61,19 @@ TEST(ConvPlanCheck, ListsEveryUnsupportedNode) {
   EXPECT_EQ(p.status().message().find("Relu 'relu1'"), std::string::npos) << p.status().message();
 }
 
+TEST(ConvPlanCheck, AbsurdConvGeometryIsInvalidArgumentNamingTheNode) {
+  auto b = Base();
+  AddConv(b, "x", "y", "huge_stride", 4, 4, 3, 1, /*bias=*/true, /*stride=*/int64_t{1} << 40);
+  b.Output("y");
+  auto m = Load(b);
+  if (!m) GTEST_SKIP() << "the loader already rejects this model";
+  auto p = BuildConvPlan(m);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("huge_stride"), std::string::npos) << p.status().message();
+  EXPECT_NE(p.status().message().find("strides"), std::string::npos) << p.status().message();
+}
+
 TEST(ConvPlanCheck, SupportedModelPasses) {
   auto b = Base();
   AddConv(b, "x", "c", "conv", 4, 4, 3, 1);
