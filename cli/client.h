@@ -28,4 +28,21 @@ void Prepare(const ClientOptions& options, grpc::ClientContext* context);
 /// "CODE: message" of a failed call.
 std::string Describe(const grpc::Status& status);
 
+/// One unary call: connect, build the stub, apply token and deadline, call `method`
+/// (e.g. &kiln::v1::ModelService::Stub::GetModel). A channel that cannot be set up (unreadable
+/// CA file) comes back as INVALID_ARGUMENT without contacting the server.
+template <typename Stub, typename Request, typename Response>
+grpc::Status CallUnary(const ClientOptions& options,
+                       grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                       const Request& request, Response* response) {
+  auto channel = Connect(options);
+  if (!channel.ok()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, channel.status().message());
+  }
+  Stub stub(*channel);
+  grpc::ClientContext ctx;
+  Prepare(options, &ctx);
+  return (stub.*method)(&ctx, request, response);
+}
+
 }  // namespace kiln::cli

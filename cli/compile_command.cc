@@ -150,19 +150,11 @@ int RunCompile(const ClientOptions& options, const CompileArgs& a) {
     }
     id = *up;
   }
-  auto channel = Connect(options);
-  if (!channel.ok()) {
-    std::cerr << "kiln: compile: " << channel.status().message() << "\n";
-    return 1;
-  }
-  auto stub = kiln::v1::CompileService::NewStub(*channel);
-  grpc::ClientContext ctx;
-  Prepare(options, &ctx);
   kiln::v1::CompileAi8xRequest req;
   req.set_model_id(id);
   *req.mutable_options() = *opts;
   kiln::v1::CompileAi8xResponse resp;
-  grpc::Status st = stub->CompileAi8x(&ctx, req, &resp);
+  grpc::Status st = CallUnary(options, &kiln::v1::CompileService::Stub::CompileAi8x, req, &resp);
   if (!st.ok()) {
     std::cerr << "kiln: compile " << a.model << ": " << Describe(st) << "\n";
     return 1;

@@ -61,13 +61,9 @@ void PrintModel(const kiln::v1::Model& m) {
 }
 
 int ListModels(const ClientOptions& options) {
-  auto channel = Connect(options);
-  if (!channel.ok()) return Fail("models", channel.status().message());
-  auto stub = kiln::v1::ModelService::NewStub(*channel);
-  grpc::ClientContext ctx;
-  Prepare(options, &ctx);
   kiln::v1::ListModelsResponse response;
-  grpc::Status st = stub->ListModels(&ctx, {}, &response);
+  grpc::Status st = CallUnary(options, &kiln::v1::ModelService::Stub::ListModels,
+                              kiln::v1::ListModelsRequest(), &response);
   if (!st.ok()) return Fail("models", Describe(st));
   std::printf("%-64s  %12s  %5s  %5s  %s\n", "MODEL_ID", "SIZE_BYTES", "OPSET", "NODES", "NAMES");
   for (const auto& m : response.models()) {
@@ -81,47 +77,32 @@ int ListModels(const ClientOptions& options) {
 }
 
 int GetModel(const ClientOptions& options, const std::string& id) {
-  auto channel = Connect(options);
-  if (!channel.ok()) return Fail("model", channel.status().message());
-  auto stub = kiln::v1::ModelService::NewStub(*channel);
-  grpc::ClientContext ctx;
-  Prepare(options, &ctx);
   kiln::v1::GetModelRequest req;
   req.set_model_id(id);
   kiln::v1::GetModelResponse response;
-  grpc::Status st = stub->GetModel(&ctx, req, &response);
+  grpc::Status st = CallUnary(options, &kiln::v1::ModelService::Stub::GetModel, req, &response);
   if (!st.ok()) return Fail("model " + id, Describe(st));
   PrintModel(response.model());
   return 0;
 }
 
 int DeleteModel(const ClientOptions& options, const std::string& id) {
-  auto channel = Connect(options);
-  if (!channel.ok()) return Fail("rm", channel.status().message());
-  auto stub = kiln::v1::ModelService::NewStub(*channel);
-  grpc::ClientContext ctx;
-  Prepare(options, &ctx);
   kiln::v1::DeleteModelRequest req;
   req.set_model_id(id);
   kiln::v1::DeleteModelResponse response;
-  grpc::Status st = stub->DeleteModel(&ctx, req, &response);
+  grpc::Status st = CallUnary(options, &kiln::v1::ModelService::Stub::DeleteModel, req, &response);
   if (!st.ok()) return Fail("rm " + id, Describe(st));
   std::cout << "deleted " << id << "\n";
   return 0;
 }
 
 int Health(const ClientOptions& options, const std::string& service) {
-  auto channel = Connect(options);
-  if (!channel.ok()) return Fail("health", channel.status().message());
-  auto stub = grpc::health::v1::Health::NewStub(*channel);
-  grpc::ClientContext ctx;
   ClientOptions o = options;
   if (o.timeout_seconds <= 0) o.timeout_seconds = 5;
-  Prepare(o, &ctx);
   grpc::health::v1::HealthCheckRequest req;
   req.set_service(service);
   grpc::health::v1::HealthCheckResponse response;
-  grpc::Status st = stub->Check(&ctx, req, &response);
+  grpc::Status st = CallUnary(o, &grpc::health::v1::Health::Stub::Check, req, &response);
   if (!st.ok()) return Fail("health", Describe(st));
   std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status()) << "\n";
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;

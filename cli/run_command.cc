@@ -225,16 +225,8 @@ int RunRemote(const ClientOptions& options, const RunArgs& a, kiln::v1::RunConvL
     id = *up;
   }
   req.set_model_id(id);
-  auto channel = Connect(options);
-  if (!channel.ok()) {
-    std::cerr << "kiln: run: " << channel.status().message() << "\n";
-    return 1;
-  }
-  auto stub = kiln::v1::DeviceService::NewStub(*channel);
-  grpc::ClientContext ctx;
-  Prepare(options, &ctx);
   kiln::v1::RunConvLayersResponse resp;
-  grpc::Status st = stub->RunConvLayers(&ctx, req, &resp);
+  grpc::Status st = CallUnary(options, &kiln::v1::DeviceService::Stub::RunConvLayers, req, &resp);
   if (!st.ok()) {
     std::cerr << "kiln: run " << a.model << ": " << Describe(st) << "\n";
     return 1;
@@ -243,16 +235,9 @@ int RunRemote(const ClientOptions& options, const RunArgs& a, kiln::v1::RunConvL
 }
 
 int Devices(const ClientOptions& options) {
-  auto channel = Connect(options);
-  if (!channel.ok()) {
-    std::cerr << "kiln: devices: " << channel.status().message() << "\n";
-    return 1;
-  }
-  auto stub = kiln::v1::DeviceService::NewStub(*channel);
-  grpc::ClientContext ctx;
-  Prepare(options, &ctx);
   kiln::v1::ListDevicesResponse resp;
-  grpc::Status st = stub->ListDevices(&ctx, {}, &resp);
+  grpc::Status st = CallUnary(options, &kiln::v1::DeviceService::Stub::ListDevices,
+                              kiln::v1::ListDevicesRequest(), &resp);
   if (!st.ok()) {
     std::cerr << "kiln: devices: " << Describe(st) << "\n";
     return 1;
