@@ -52,9 +52,13 @@ TEST(OnnxModels, EveryAi8xModelLoadsWithConvShapesInferred) {
       ASSERT_TRUE(out.ok()) << out.status().ToString();
       EXPECT_EQ(in->size(), out->size());
       // Output channels come from W: Conv W is [M, C/g, k...], ConvTranspose W is [C, M/g, k...].
-      if (n.op_type == "Conv") EXPECT_EQ((*out)[1], (*w)[0]) << n.name;
+      if (n.op_type == "Conv") {
+        EXPECT_EQ((*out)[1], (*w)[0]) << n.name;
+      }
       // In float exports W is an initializer; QAT exports compute it through quantization ops.
-      if (f.string().find(".float.") != std::string::npos) EXPECT_NE(g.ConstantInput(n, 1), nullptr) << n.name;
+      if (f.string().find(".float.") != std::string::npos) {
+        EXPECT_NE(g.ConstantInput(n, 1), nullptr) << n.name;
+      }
     }
     EXPECT_GT(model_convs, 0u);
     convs += model_convs;
@@ -115,7 +119,9 @@ TEST(OnnxModels, UnsortedGraphCaseIsSorted) {
   for (NodeIndex i = 0; i < g.nodes().size(); ++i) {
     for (const auto& in : g.nodes()[i].inputs) {
       auto p = g.Producer(in);
-      if (p) EXPECT_LT(*p, i) << g.nodes()[i].name;
+      if (p) {
+        EXPECT_LT(*p, i) << g.nodes()[i].name;
+      }
     }
   }
 }
