@@ -96,9 +96,9 @@ class Builder {
   void Run();
 
  private:
-  bool IsData(const std::string& t) const { return !t.empty() && values_.count(std::string(g_.ResolveAlias(t))) > 0; }
+  bool IsData(const std::string& t) const { return !t.empty() && values_.count(g_.ResolveAlias(t)) > 0; }
   const Value* Get(const std::string& t) const {
-    auto it = values_.find(std::string(g_.ResolveAlias(t)));
+    auto it = values_.find(g_.ResolveAlias(t));
     return it == values_.end() ? nullptr : &it->second;
   }
   void Set(const std::string& t, Value v) { values_[t] = std::move(v); }
@@ -131,8 +131,8 @@ class Builder {
 
   const Graph& g_;
   Network& net_;
-  std::unordered_map<std::string, Value> values_;
-  std::unordered_map<std::string, int> init_pos_;  // initializer name -> model position
+  onnx_fe::StringMap<Value> values_;
+  onnx_fe::StringMap<int> init_pos_;  // initializer name -> model position
   std::unordered_set<std::string> used_names_;
   std::vector<std::string> host_ops_;
   std::vector<std::string> dropped_hw_ops_;
@@ -274,14 +274,17 @@ bool GeneratedName(const std::string& t) {
 // the layer has weights (l.weight_count); failing that, the nearest named `*.weight`.
 void Builder::SetWeightInitializer(Layer& l, const Node& n) const {
   if (!n.has_input(1)) return;
-  std::deque<std::string> todo{n.inputs[1]};
-  std::unordered_set<std::string> seen;
-  std::string fallback;
+  // Views into g_'s strings, which outlive this walk.
+  std::deque<std::string_view> todo{n.inputs[1]};
+  std::vector<std::string_view> seen;  // at most `budget` entries
+  std::string_view fallback;
   int budget = 64;
   while (!todo.empty() && budget-- > 0) {
-    std::string t(g_.ResolveAlias(todo.front()));
+    std::string_view t = g_.ResolveAlias(todo.front());
     todo.pop_front();
-    if (!seen.insert(t).second || IsData(t)) continue;
+    if (std::find(seen.begin(), seen.end(), t) != seen.end()) continue;
+    seen.push_back(t);
+    if (!t.empty() && values_.count(t) > 0) continue;
     if (init_pos_.count(t) > 0) {
       const onnx_fe::Tensor* tensor = g_.FindTensor(t);
       if (tensor != nullptr && tensor->is_constant() &&
@@ -289,11 +292,7 @@ void Builder::SetWeightInitializer(Layer& l, const Node& n) const {
         fallback = t;
         break;
       }
-      const std::string suffix = ".weight";
-      if (fallback.empty() && t.size() > suffix.size() &&
-          t.compare(t.size() - suffix.size(), suffix.size(), suffix) == 0) {
-        fallback = t;
-      }
+      if (fallback.empty() && t.size() > 7 && t.ends_with(".weight")) fallback = t;
       continue;
     }
     auto p = g_.Producer(t);
@@ -302,8 +301,8 @@ void Builder::SetWeightInitializer(Layer& l, const Node& n) const {
       if (!in.empty()) todo.push_back(in);
     }
   }
-  l.weight_initializer = fallback;
-  if (!fallback.empty() && !GeneratedName(fallback)) l.weight_position = init_pos_.at(fallback);
+  l.weight_initializer = std::string(fallback);
+  if (!fallback.empty() && !GeneratedName(l.weight_initializer)) l.weight_position = init_pos_.find(fallback)->second;
 }
 
 std::string Builder::LayerName(const Node& n, const std::string& fallback_kind) {

@@ -220,24 +220,24 @@ Result<std::string> Node::GetString(std::string_view attr, std::string fallback)
 
 std::string_view Graph::ResolveAlias(std::string_view name) const {
   // aliases_ is stored fully resolved by the builder (one hop).
-  auto it = aliases_.find(std::string(name));
+  auto it = aliases_.find(name);
   if (it == aliases_.end()) return name;
   return it->second;
 }
 
 const Tensor* Graph::FindTensor(std::string_view name) const {
-  auto it = tensors_.find(std::string(ResolveAlias(name)));
+  auto it = tensors_.find(ResolveAlias(name));
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
 std::optional<NodeIndex> Graph::Producer(std::string_view name) const {
-  auto it = producer_.find(std::string(ResolveAlias(name)));
+  auto it = producer_.find(ResolveAlias(name));
   if (it == producer_.end()) return std::nullopt;
   return it->second;
 }
 
 std::span<const NodeIndex> Graph::Consumers(std::string_view name) const {
-  auto it = consumers_.find(std::string(ResolveAlias(name)));
+  auto it = consumers_.find(ResolveAlias(name));
   if (it == consumers_.end()) return {};
   return it->second;
 }

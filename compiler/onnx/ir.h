@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -256,6 +257,17 @@ struct GraphOutput {
   std::string tensor;
 };
 
+/// Hash for string-keyed maps that accept std::string_view lookups without building a
+/// std::string (C++20 heterogeneous lookup; use with std::equal_to<>).
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+
+/// String-keyed map with heterogeneous (std::string_view) lookup.
+template <typename V>
+using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+
 /// A (sub)graph in topological order with producer/consumer maps.
 class Graph {
  public:
@@ -270,7 +282,7 @@ class Graph {
   const std::vector<GraphOutput>& outputs() const { return outputs_; }
   /// Every tensor in this graph (inputs, constants, node outputs) by name. Names captured from an
   /// enclosing graph (subgraphs) are looked up in the parent by the caller.
-  const std::unordered_map<std::string, Tensor>& tensors() const { return tensors_; }
+  const StringMap<Tensor>& tensors() const { return tensors_; }
   /// Names of this graph's initializers in model order (GraphProto.initializer order), which
   /// tensors() does not keep. Exporters list them in their own order, independent of the node
   /// order: torch.onnx, for example, lists parameters in state_dict (module definition) order,
@@ -312,11 +324,11 @@ class Graph {
   std::vector<Node> nodes_;
   std::vector<std::string> inputs_;
   std::vector<GraphOutput> outputs_;
-  std::unordered_map<std::string, Tensor> tensors_;
+  StringMap<Tensor> tensors_;
   std::vector<std::string> initializer_order_;
-  std::unordered_map<std::string, std::string> aliases_;
-  std::unordered_map<std::string, NodeIndex> producer_;
-  std::unordered_map<std::string, std::vector<NodeIndex>> consumers_;
+  StringMap<std::string> aliases_;
+  StringMap<NodeIndex> producer_;
+  StringMap<std::vector<NodeIndex>> consumers_;
   std::vector<std::string> captured_;
 };
 

@@ -60,9 +60,9 @@ class GraphBuilder {
   static std::vector<Node>& nodes(Graph& g) { return g.nodes_; }
   static std::vector<std::string>& inputs(Graph& g) { return g.inputs_; }
   static std::vector<GraphOutput>& outputs(Graph& g) { return g.outputs_; }
-  static std::unordered_map<std::string, Tensor>& tensors(Graph& g) { return g.tensors_; }
+  static StringMap<Tensor>& tensors(Graph& g) { return g.tensors_; }
   static std::vector<std::string>& initializer_order(Graph& g) { return g.initializer_order_; }
-  static std::unordered_map<std::string, std::string>& aliases(Graph& g) { return g.aliases_; }
+  static StringMap<std::string>& aliases(Graph& g) { return g.aliases_; }
   static void Index(Graph& g) {
     g.producer_.clear();
     g.consumers_.clear();
@@ -169,6 +169,9 @@ struct GraphInfo {
   std::vector<std::string_view> free_vars;
   std::unordered_map<std::string, std::string> aliases;  // removed Identity/Dropout outputs
   std::unordered_set<std::string> transparent_outputs;
+  // Initializers from index hoisted_from on were Constant nodes (HoistConstants), in node order.
+  int hoisted_from = -1;
+  std::vector<std::string_view> hoisted_node_names;  // their (arena-owned) node names
 };
 
 google::protobuf::ArenaOptions ArenaOptionsForModel() {
@@ -212,6 +215,7 @@ class Loader {
   bool ComputeAliases(int gi);
   void BindSymbols();
   void DropStaleDeclaredShapes(int gi);
+  bool HoistConstants(int gi);
   bool RunShapeInference();
   bool RunChecker();
   bool BuildIR(std::shared_ptr<const Model>* out);
@@ -552,12 +556,14 @@ bool Loader::ValidateGraphDefinitions(int gidx) {
                         info.where + " has an input that shadows a name of an enclosing graph");
     }
   }
-  for (const auto& t : g.initializer()) {
+  for (int ii = 0; ii < g.initializer_size(); ++ii) {
+    const TensorProto& t = g.initializer(ii);
     if (t.name().empty()) return Fail(StatusCode::kInvalidArgument, st, info.where + " has an initializer with no name");
     if (!info.initializers.insert(t.name()).second) {
       return FailTensor(StatusCode::kInvalidArgument, st, t.name(), "initializer defined more than once");
     }
-    if (!CheckPayload(t, t.name(), nullptr, "")) return false;
+    // Hoisted Constant payloads were checked (and counted) by HoistConstants.
+    if (ii < info.hoisted_from && !CheckPayload(t, t.name(), nullptr, "")) return false;
     if (IsDefinedInAncestors(gidx, t.name())) {
       return FailTensor(StatusCode::kInvalidArgument, st, t.name(),
                         "initializer shadows a name of an enclosing graph");
@@ -888,6 +894,65 @@ void Loader::DropStaleDeclaredShapes(int gidx) {
   for (auto& vi : *g.mutable_output()) drop(vi);
 }
 
+// Constant nodes in the plain `value` form become initializers of their graph (in node order)
+// before anything else looks at the nodes. Consumers see the same constant tensor (onnx's shape
+// inference reads initializers as constant data just as it reads Constant outputs), but a third of
+// a QAT export's nodes are such Constants and no longer pay for per-node validation, sorting,
+// inference and schema checks. Only nodes that ValidateNode would accept unchanged are hoisted
+// (no inputs, one output, the single attribute `value` holding a valid tensor), and only under a
+// name no graph input or initializer already has (so a duplicate definition is still reported as
+// one, and never turns into an input default). IR < 4 requires every initializer to be a graph
+// input, so those models keep their Constant nodes. BuildGraph keeps hoisted initializers out of
+// initializer_order(), as it did for Constant nodes.
+bool Loader::HoistConstants(int gidx) {
+  GraphInfo& info = graphs_[gidx];
+  GraphProto& g = *info.proto;
+  info.hoisted_from = g.initializer_size();
+  if (model_.ir_version() < 4 || !imports_.count("")) return true;
+  auto hoistable = [](const NodeProto& n) {
+    if (!IsDefaultDomain(n.domain()) || n.op_type() != "Constant" || n.input_size() != 0 || n.output_size() != 1 ||
+        n.output(0).empty() || n.attribute_size() != 1) {
+      return false;
+    }
+    const AttributeProto& a = n.attribute(0);
+    return a.name() == "value" && a.type() == AttributeProto::TENSOR && a.has_t() && a.ref_attr_name().empty();
+  };
+  auto* nodes = g.mutable_node();
+  std::unordered_set<std::string_view> taken;  // built on the first Constant
+  bool taken_built = false;
+  int kept = 0;
+  for (int i = 0; i < nodes->size(); ++i) {
+    NodeProto& n = *nodes->Mutable(i);
+    if (hoistable(n)) {
+      if (!taken_built) {
+        taken_built = true;
+        for (const auto& vi : g.input()) taken.insert(vi.name());
+        for (const auto& t : g.initializer()) taken.insert(t.name());
+      }
+      if (taken.insert(n.output(0)).second) {
+        if (!CheckPayload(n.attribute(0).t(), n.output(0), &n, "value")) return false;
+        TensorProto* t = g.add_initializer();
+        t->Swap(n.mutable_attribute(0)->mutable_t());  // same arena: pointer swaps, no copy
+        t->set_name(n.output(0));
+        info.hoisted_node_names.push_back(n.name());
+        continue;
+      }
+    }
+    if (kept != i) {
+      nodes->SwapElements(kept, i);
+      std::swap(info.node_children[kept], info.node_children[i]);
+    }
+    ++kept;
+  }
+  if (kept == nodes->size()) return true;
+  // The removed nodes stay allocated on the arena until the loader ends: views into their names
+  // (hoisted_node_names, and `taken` above) remain valid.
+  std::vector<NodeProto*> removed(static_cast<size_t>(nodes->size() - kept));
+  nodes->UnsafeArenaExtractSubrange(kept, static_cast<int>(removed.size()), removed.data());
+  info.node_children.resize(static_cast<size_t>(kept));
+  return true;
+}
+
 void ParseNodeInfo(const std::string& what, LoadError& err) {
   // onnx: "(op_type:Conv, node name: conv1): [ShapeInferenceError] ..."
   const auto p = what.find("(op_type:");
@@ -1053,9 +1118,11 @@ bool Loader::BuildGraph(int gidx, std::shared_ptr<Graph>* result) {
 
   tensors.reserve(static_cast<size_t>(g.initializer_size()) + g.input_size() + g.node_size() + g.node_size() / 2);
 
-  B::initializer_order(*graph).reserve(g.initializer_size());
-  for (auto& init : *g.mutable_initializer()) {
-    B::initializer_order(*graph).push_back(init.name());
+  const int model_initializers = info.hoisted_from >= 0 ? info.hoisted_from : g.initializer_size();
+  B::initializer_order(*graph).reserve(model_initializers);
+  for (int ii = 0; ii < g.initializer_size(); ++ii) {
+    TensorProto& init = *g.mutable_initializer(ii);
+    if (ii < model_initializers) B::initializer_order(*graph).push_back(init.name());
     Tensor t;
     t.name = init.name();
     t.dtype = static_cast<DataType>(init.data_type());
@@ -1216,6 +1283,9 @@ bool Loader::BuildIR(std::shared_ptr<const Model>* out) {
             for (const auto& other : gi.proto->node()) {
               if (!other.name().empty()) taken.insert(other.name());
             }
+            for (std::string_view hoisted : gi.hoisted_node_names) {
+              if (!hoisted.empty()) taken.insert(hoisted);
+            }
           }
         }
         size_t& k = next_suffix[base];
@@ -1261,6 +1331,7 @@ bool Loader::Run(std::string_view bytes, std::shared_ptr<const Model>* out) {
   }
   if (!CollectGraphs()) return false;
   for (int gi = 0; gi < static_cast<int>(graphs_.size()); ++gi) {
+    if (!HoistConstants(gi)) return false;
     if (!ValidateGraphDefinitions(gi)) return false;
   }
   for (int gi = static_cast<int>(graphs_.size()) - 1; gi >= 0; --gi) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -50,7 +51,39 @@ static Network Chain(int n) {
   return net;
 }
 
+// `ai8x_bench --loop MODEL.onnx N`: parse + compile one model N times (for perf record); prints
+// the median and minimum of each phase, release of the model included.
+static int Loop(const char* path, int n) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string bytes = ss.str();
+  Ai8xOptions o;
+  o.device = Device::kMAX78002;
+  std::vector<double> parse, comp, release, total;
+  for (int i = 0; i < n; ++i) {
+    auto t0 = Clock::now();
+    auto model = kiln::onnx_fe::LoadModel(bytes);
+    if (!model.ok()) return 1;
+    auto t1 = Clock::now();
+    if (!CompileAi8x(**model, o).ok()) return 1;
+    auto t2 = Clock::now();
+    model = kiln::Status(kiln::StatusCode::kCancelled, "released");
+    auto t3 = Clock::now();
+    parse.push_back(Ms(t1 - t0));
+    comp.push_back(Ms(t2 - t1));
+    release.push_back(Ms(t3 - t2));
+    total.push_back(Ms(t2 - t0));
+  }
+  for (auto* v : {&parse, &comp, &release, &total}) std::sort(v->begin(), v->end());
+  auto med = [](const std::vector<double>& v) { return v[v.size() / 2]; };
+  std::printf("median ms: parse %.3f compile %.3f release %.3f parse+compile %.3f (min %.3f)\n", med(parse),
+              med(comp), med(release), med(total), total.front());
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--loop") return Loop(argv[2], std::atoi(argv[3]));
   std::string data = argc > 1 ? argv[1] : std::string(KILN_TEST_DATA) + "/ai8x";
   YAML::Node m = YAML::LoadFile(data + "/models/manifest.json");
   std::printf("%-34s %-10s %10s %10s %10s %8s\n", "model", "form", "parse ms", "compile ms", "again ms", "layers");

@@ -788,6 +788,89 @@ TEST(OnnxLoader, ConstantNodeFormsBecomeConstants) {
   EXPECT_EQ(g.FindTensor("k_tensor")->constant->floats()[2], 3.0f);
 }
 
+// Constant(value) nodes are hoisted to initializers before validation and inference (a third of
+// a QAT export's nodes); at IR 3, where initializers must be graph inputs, they stay nodes. Either
+// way the IR is the same: constant tensors, no Constant nodes, not in initializer_order().
+TEST(OnnxLoader, ValueConstantsLoadTheSameAtEveryIrVersion) {
+  for (int64_t ir : {3, 8}) {
+    OnnxModelBuilder b(8, ir);
+    b.Input("x", TensorProto::FLOAT, {2, 3});
+    b.FloatInitializer("w", {3}, {2.0f, 3.0f, 4.0f}, /*list_as_input=*/true);
+    auto& k = b.Node("Constant", {}, {"k"}, "k_node");
+    kt::SetTensor(k, "value", kt::FloatTensorRaw("", {3}, {1.0f, 2.0f, 3.0f}));
+    auto& shape = b.Node("Constant", {}, {"shape"}, "shape_node");
+    kt::SetTensor(shape, "value", kt::Int64Tensor("", {2}, {3, 2}));
+    b.Node("Add", {"x", "k"}, {"a"}, "add");
+    b.Node("Mul", {"a", "w"}, {"m"}, "mul");
+    b.Node("Reshape", {"m", "shape"}, {"r"}, "Constant_0");  // a name generated names must avoid
+    b.Node("Relu", {"r"}, {"y"});                            // unnamed: gets a generated name
+    b.Output("y");
+    b.Output("k");  // a graph output that is a hoisted constant
+    auto m = Load(b);
+    ASSERT_TRUE(m.ok()) << "ir " << ir << ": " << m.status().ToString();
+    const Graph& g = (*m)->graph();
+    ASSERT_EQ(g.nodes().size(), 4u) << ir;
+    EXPECT_EQ(FindNode(g, "Constant"), nullptr);
+    EXPECT_EQ(g.initializer_order(), (std::vector<std::string>{"w"})) << ir;
+    ASSERT_NE(g.ConstantInput(g.nodes()[0], 1), nullptr) << ir;
+    EXPECT_EQ(g.ConstantInput(g.nodes()[0], 1)->floats()[1], 2.0f);
+    EXPECT_EQ(g.FindTensor("shape")->constant->ints(), (std::vector<int64_t>{3, 2}));
+    EXPECT_EQ(StaticShape(g, "r"), (std::vector<int64_t>{3, 2})) << ir;  // inference read the constant
+    EXPECT_EQ(StaticShape(g, "k"), (std::vector<int64_t>{3})) << ir;
+    EXPECT_EQ(g.nodes()[2].name, "Constant_0");
+    for (const Node& n : g.nodes()) {
+      EXPECT_NE(n.name, "k_node");
+      EXPECT_NE(n.name, "shape_node");
+    }
+    EXPECT_EQ(g.outputs().size(), 2u);
+  }
+}
+
+// A Constant must not become an initializer that gives a graph input a default value or that
+// silently wins over another definition: every redefinition stays an SSA error naming the node.
+TEST(OnnxLoader, ConstantRedefiningANameIsStillAnError) {
+  enum Clash { kInput, kInitializer, kConstant, kNodeOutput };
+  for (Clash clash : {kInput, kInitializer, kConstant, kNodeOutput}) {
+    OnnxModelBuilder b;
+    b.Input("x", TensorProto::FLOAT, {3});
+    b.FloatInitializer("w", {3}, {1.0f, 2.0f, 3.0f});
+    const std::string name = clash == kInput ? "x" : clash == kInitializer ? "w" : "k";
+    auto& k = b.Node("Constant", {}, {name}, "k_node");
+    kt::SetTensor(k, "value", kt::FloatTensorRaw("", {3}, {1.0f, 1.0f, 1.0f}));
+    if (clash == kConstant) {
+      auto& k2 = b.Node("Constant", {}, {"k"}, "k2_node");
+      kt::SetTensor(k2, "value", kt::FloatTensorRaw("", {3}, {2.0f, 2.0f, 2.0f}));
+    }
+    if (clash == kNodeOutput) b.Node("Relu", {"x"}, {"k"}, "relu");
+    b.Node("Add", {"x", name}, {"y"}, "add");
+    b.Output("y");
+    LoadError err;
+    auto m = Load(b, &err);
+    ASSERT_FALSE(m.ok()) << clash;
+    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument) << clash;
+    EXPECT_NE(m.status().message().find("already defined"), std::string::npos) << clash << ": " << m.status().ToString();
+    EXPECT_EQ(err.tensor, name) << clash;
+  }
+}
+
+TEST(OnnxLoader, BadConstantPayloadNamesTheNode) {
+  OnnxModelBuilder b;
+  b.Input("x", TensorProto::FLOAT, {3});
+  auto& k = b.Node("Constant", {}, {"k"}, "k_node");
+  TensorProto t = kt::FloatTensorRaw("", {3}, {1.0f, 2.0f, 3.0f});
+  t.mutable_raw_data()->resize(8);  // 2 floats for 3 elements
+  kt::SetTensor(k, "value", t);
+  b.Node("Add", {"x", "k"}, {"y"}, "add");
+  b.Output("y");
+  LoadError err;
+  auto m = Load(b, &err);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument) << m.status().ToString();
+  EXPECT_EQ(err.node, "k_node");
+  EXPECT_EQ(err.attribute, "value");
+  EXPECT_EQ(err.tensor, "k");
+}
+
 TEST(OnnxLoader, InitializerListedOrNotListedInGraphInput) {
   for (bool listed : {false, true}) {
     OnnxModelBuilder b;
