@@ -218,6 +218,55 @@ Result<std::string> Node::GetString(std::string_view attr, std::string fallback)
 // ---------------------------------------------------------------------------------------------
 // Graph
 
+Graph::Graph(const Graph& other)
+    : name_(other.name_),
+      nodes_(other.nodes_),
+      inputs_(other.inputs_),
+      outputs_(other.outputs_),
+      tensors_(other.tensors_),
+      initializer_order_(other.initializer_order_),
+      aliases_(other.aliases_),
+      captured_(other.captured_) {
+  Reindex();
+}
+
+Graph& Graph::operator=(const Graph& other) {
+  if (this != &other) {
+    Graph copy(other);
+    *this = std::move(copy);
+  }
+  return *this;
+}
+
+void Graph::Reindex() {
+  producer_.clear();
+  consumers_.clear();
+  producer_.reserve(nodes_.size() + nodes_.size() / 2);
+  consumers_.reserve(nodes_.size() + nodes_.size() / 2);
+  for (NodeIndex i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    for (const auto& o : n.outputs) {
+      if (!o.empty()) producer_[o] = i;
+    }
+    for (const auto& in : n.inputs) {
+      if (in.empty()) continue;
+      auto& v = consumers_[in];
+      if (v.empty() || v.back() != i) v.push_back(i);
+    }
+    // Values captured by subgraphs count as consumed by the node that owns the subgraph.
+    for (const auto& [_, a] : n.attributes) {
+      auto add_captured = [&](const Graph& sg) {
+        for (const std::string& fv : sg.captured_) {
+          auto& v = consumers_[fv];
+          if (v.empty() || v.back() != i) v.push_back(i);
+        }
+      };
+      if (a.g) add_captured(*a.g);
+      for (const auto& sg : a.graphs) add_captured(*sg);
+    }
+  }
+}
+
 std::string_view Graph::ResolveAlias(std::string_view name) const {
   // aliases_ is stored fully resolved by the builder (one hop).
   auto it = aliases_.find(name);

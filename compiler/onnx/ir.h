@@ -271,6 +271,14 @@ using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>
 /// A (sub)graph in topological order with producer/consumer maps.
 class Graph {
  public:
+  Graph() = default;
+  /// Copies re-index: the producer/consumer maps hold views into the graph's own node strings.
+  Graph(const Graph& other);
+  Graph& operator=(const Graph& other);
+  /// Moves keep the node storage, so the views stay valid.
+  Graph(Graph&&) noexcept = default;
+  Graph& operator=(Graph&&) noexcept = default;
+
   /// Graph name from the model (may be empty).
   const std::string& name() const { return name_; }
   /// Nodes in topological order.
@@ -320,6 +328,8 @@ class Graph {
 
  private:
   friend class GraphBuilder;  // the loader's builder (compiler/onnx/loader.cc)
+  /// Rebuilds producer_/consumers_ from nodes_ (after nodes_ or subgraph attributes change).
+  void Reindex();
   std::string name_;
   std::vector<Node> nodes_;
   std::vector<std::string> inputs_;
@@ -327,8 +337,10 @@ class Graph {
   StringMap<Tensor> tensors_;
   std::vector<std::string> initializer_order_;
   StringMap<std::string> aliases_;
-  StringMap<NodeIndex> producer_;
-  StringMap<std::vector<NodeIndex>> consumers_;
+  // Keys view nodes_' output/input strings and the subgraphs' captured_ names (kept alive by
+  // the nodes' attributes); rebuilt by Reindex() whenever those change.
+  std::unordered_map<std::string_view, NodeIndex> producer_;
+  std::unordered_map<std::string_view, std::vector<NodeIndex>> consumers_;
   std::vector<std::string> captured_;
 };
 

@@ -63,35 +63,7 @@ class GraphBuilder {
   static StringMap<Tensor>& tensors(Graph& g) { return g.tensors_; }
   static std::vector<std::string>& initializer_order(Graph& g) { return g.initializer_order_; }
   static StringMap<std::string>& aliases(Graph& g) { return g.aliases_; }
-  static void Index(Graph& g) {
-    g.producer_.clear();
-    g.consumers_.clear();
-    g.producer_.reserve(g.nodes_.size() + g.nodes_.size() / 2);
-    g.consumers_.reserve(g.nodes_.size() + g.nodes_.size() / 2 + g.tensors_.size() / 2);
-    for (NodeIndex i = 0; i < g.nodes_.size(); ++i) {
-      const Node& n = g.nodes_[i];
-      for (const auto& o : n.outputs) {
-        if (!o.empty()) g.producer_[o] = i;
-      }
-      for (const auto& in : n.inputs) {
-        if (in.empty()) continue;
-        auto& v = g.consumers_[in];
-        if (v.empty() || v.back() != i) v.push_back(i);
-      }
-      // Values captured by subgraphs count as consumed by the node that owns the subgraph.
-      for (const auto& [_, a] : n.attributes) {
-        std::vector<const Graph*> subs;
-        if (a.g) subs.push_back(a.g.get());
-        for (const auto& sg : a.graphs) subs.push_back(sg.get());
-        for (const Graph* sg : subs) {
-          for (const std::string& fv : sg->captured_) {
-            auto& v = g.consumers_[fv];
-            if (v.empty() || v.back() != i) v.push_back(i);
-          }
-        }
-      }
-    }
-  }
+  static void Index(Graph& g) { g.Reindex(); }
   static std::vector<std::string>& captured(Graph& g) { return g.captured_; }
 
   static Model& Mut(Model& m) { return m; }
@@ -1416,6 +1388,7 @@ Result<std::shared_ptr<const Model>> Model::BindSymbols(const std::map<std::stri
         for (auto& sg : a.graphs) sg = rebuilt.at(sg.get());
       }
     }
+    B::Index(*g);  // consumers_ viewed the old subgraphs' captured names
     rebuilt[order[k]] = std::move(g);
   }
   auto m = std::make_shared<Model>(*this);
