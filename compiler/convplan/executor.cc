@@ -192,8 +192,17 @@ class Runner {
       rep.op = op.op;
       rep.on_device = op.on_device();
       rep.source_nodes = op.source_nodes;
-      Status s = op.on_device() ? RunDeviceOp(op, rep) : RunHost(op, rep);
-      if (!s.ok()) return s;
+      Status s;
+      try {
+        s = op.on_device() ? RunDeviceOp(op, rep) : RunHost(op, rep);
+      } catch (const std::bad_alloc&) {
+        s = ResourceExhausted("out of memory");
+      }
+      if (!s.ok()) {
+        // Name the layer unless the backend's message already does.
+        if (s.message().find("'" + op.name + "'") != std::string::npos) return s;
+        return Status(s.code(), "op '" + op.name + "' (" + op.op + "): " + s.message());
+      }
       if (rep.compared && !rep.pass) result.all_pass = false;
       ReleaseAfter(i);
       if (progress_) {

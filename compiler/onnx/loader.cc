@@ -866,23 +866,28 @@ void Loader::DropStaleDeclaredShapes(int gidx) {
   for (auto& vi : *g.mutable_output()) drop(vi);
 }
 
-// Constant nodes in the plain `value` form become initializers of their graph (in node order)
+// Constant nodes in the plain `value` form become initializers of the main graph (in node order)
 // before anything else looks at the nodes. Consumers see the same constant tensor (onnx's shape
 // inference reads initializers as constant data just as it reads Constant outputs), but a third of
 // a QAT export's nodes are such Constants and no longer pay for per-node validation, sorting,
-// inference and schema checks. Only nodes that ValidateNode would accept unchanged are hoisted
-// (no inputs, one output, the single attribute `value` holding a valid tensor), and only under a
-// name no graph input or initializer already has (so a duplicate definition is still reported as
-// one, and never turns into an input default). IR < 4 requires every initializer to be a graph
-// input, so those models keep their Constant nodes. BuildGraph keeps hoisted initializers out of
-// initializer_order(), as it did for Constant nodes.
+// inference and schema checks. Only what loads exactly as before is hoisted:
+//  * nodes that ValidateNode would accept unchanged: default domain "", no inputs, one output,
+//    the single attribute `value` holding a tensor (its payload is checked as the node's);
+//  * names that no graph input or initializer has (a duplicate definition stays an error and
+//    never turns into an input default), and that no graph output or value_info declares (onnx
+//    lets a declared type override an initializer's own, where a Constant's inferred type is
+//    merged with it; an untyped declared output would stay untyped);
+//  * main graph only: a subgraph output read straight from an initializer gets no type from
+//    onnx 1.12's inference, and shadowing errors would name an initializer the model lacks;
+//  * IR >= 4: before that every initializer must be a graph input.
+// BuildGraph keeps hoisted initializers out of initializer_order(), as it did for Constant nodes.
 bool Loader::HoistConstants(int gidx) {
   GraphInfo& info = graphs_[gidx];
   GraphProto& g = *info.proto;
   info.hoisted_from = g.initializer_size();
-  if (model_.ir_version() < 4 || !imports_.count("")) return true;
+  if (gidx != 0 || model_.ir_version() < 4 || !imports_.count("")) return true;
   auto hoistable = [](const NodeProto& n) {
-    if (!IsDefaultDomain(n.domain()) || n.op_type() != "Constant" || n.input_size() != 0 || n.output_size() != 1 ||
+    if (!n.domain().empty() || n.op_type() != "Constant" || n.input_size() != 0 || n.output_size() != 1 ||
         n.output(0).empty() || n.attribute_size() != 1) {
       return false;
     }
@@ -900,6 +905,8 @@ bool Loader::HoistConstants(int gidx) {
         taken_built = true;
         for (const auto& vi : g.input()) taken.insert(vi.name());
         for (const auto& t : g.initializer()) taken.insert(t.name());
+        for (const auto& vi : g.output()) taken.insert(vi.name());
+        for (const auto& vi : g.value_info()) taken.insert(vi.name());
       }
       if (taken.insert(n.output(0)).second) {
         if (!CheckPayload(n.attribute(0).t(), n.output(0), &n, "value")) return false;

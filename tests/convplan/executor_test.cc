@@ -150,6 +150,36 @@ TEST(Executor, PerLayerFeedsReferenceInputs) {
   EXPECT_GT(MaxDiff(*a, *b), 0.0);
 }
 
+// Pads within the geometry limit but with an output far beyond any tensor limit: the run fails
+// with RESOURCE_EXHAUSTED naming the layer, not a bare size message.
+TEST(Executor, HugeOutputIsResourceExhaustedNamingTheLayer) {
+  OnnxModelBuilder b;
+  b.Input("x", onnx::TensorProto::FLOAT, {1, 4, 8, 8});
+  auto& n = AddConv(b, "x", "y", "padded_conv", 4, 4, 3, 5);
+  for (auto& a : *n.mutable_attribute()) {
+    if (a.name() != "pads") continue;
+    a.clear_ints();
+    for (int i = 0; i < 4; ++i) a.add_ints(60000);
+  }
+  b.Output("y");
+  auto m = Load(b);
+  ASSERT_NE(m, nullptr);
+  auto p = BuildConvPlan(m);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto tt = device::MakeTtEmuBackend({});
+  ASSERT_TRUE(tt.ok()) << tt.status().ToString();
+  for (device::Backend* dev : {&Reference(), tt->get()}) {
+    for (bool per_layer : {false, true}) {
+      RunOptions o;
+      o.mode = per_layer ? RunMode::kPerLayer : RunMode::kChained;
+      auto r = RunConvPlan(*p, {}, *dev, o);
+      ASSERT_FALSE(r.ok()) << dev->name();
+      EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << dev->name() << ": " << r.status().ToString();
+      EXPECT_NE(r.status().message().find("padded_conv"), std::string::npos) << r.status().ToString();
+    }
+  }
+}
+
 TEST(Executor, ReferenceOnReferenceIsExact) {
   ConvPlan p = SmallPlan();
   RunOptions o;

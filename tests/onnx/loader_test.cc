@@ -805,7 +805,7 @@ TEST(OnnxLoader, ValueConstantsLoadTheSameAtEveryIrVersion) {
     b.Node("Reshape", {"m", "shape"}, {"r"}, "Constant_0");  // a name generated names must avoid
     b.Node("Relu", {"r"}, {"y"});                            // unnamed: gets a generated name
     b.Output("y");
-    b.Output("k");  // a graph output that is a hoisted constant
+    b.Output("k");  // a graph output read from a Constant (declared, so not hoisted)
     auto m = Load(b);
     ASSERT_TRUE(m.ok()) << "ir " << ir << ": " << m.status().ToString();
     const Graph& g = (*m)->graph();
@@ -823,6 +823,61 @@ TEST(OnnxLoader, ValueConstantsLoadTheSameAtEveryIrVersion) {
       EXPECT_NE(n.name, "shape_node");
     }
     EXPECT_EQ(g.outputs().size(), 2u);
+  }
+}
+
+// Where a hoisted initializer would not load exactly like the Constant node, the node stays: an If
+// branch output read from a Constant and declared without a type (onnx 1.12 types subgraph outputs
+// only from node inference), an untyped main-graph output, and a value_info declaring a weaker type
+// (a declared type overrides an initializer's own, but is merged with a node's inferred one).
+TEST(OnnxLoader, ConstantsKeepTheirInferredTypesWhereverDeclared) {
+  {
+    OnnxModelBuilder b;
+    b.Input("x", TensorProto::FLOAT, {1, 3});
+    b.Input("cond", TensorProto::BOOL, {});
+    onnx::GraphProto then_g;
+    then_g.set_name("then");
+    auto* c = then_g.add_node();
+    c->set_op_type("Constant");
+    c->set_name("then_const");
+    c->add_output("t");
+    kt::SetTensor(*c, "value", kt::FloatTensorRaw("", {1, 3}, {1.0f, 2.0f, 3.0f}));
+    then_g.add_output()->set_name("t");  // declared by name only
+    onnx::GraphProto else_g;
+    else_g.set_name("else");
+    auto* r = else_g.add_node();
+    r->set_op_type("Relu");
+    r->add_input("x");
+    r->add_output("e");
+    else_g.add_output()->set_name("e");
+    auto& n = b.Node("If", {"cond"}, {"r"}, "if");
+    kt::SetGraph(n, "then_branch", then_g);
+    kt::SetGraph(n, "else_branch", else_g);
+    b.Node("Add", {"x", "r"}, {"y"}, "add");
+    b.Output("y");
+    auto m = Load(b);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(StaticShape((*m)->graph(), "y"), (std::vector<int64_t>{1, 3}));
+  }
+  for (bool value_info : {false, true}) {
+    OnnxModelBuilder b;
+    b.Input("x", TensorProto::FLOAT, {2, 3});
+    auto& k = b.Node("Constant", {}, {"k"}, "k_node");
+    kt::SetTensor(k, "value", kt::FloatTensorRaw("", {3}, {1.0f, 2.0f, 3.0f}));
+    b.Node("Add", {"x", "k"}, {"a"}, "add");
+    b.Node("Relu", {"a"}, {"y"}, "relu");
+    b.Output("y");
+    if (value_info) {
+      auto* vi = b.graph().add_value_info();  // k declared FLOAT, shape unknown
+      vi->set_name("k");
+      vi->mutable_type()->mutable_tensor_type()->set_elem_type(TensorProto::FLOAT);
+    } else {
+      b.graph().add_output()->set_name("k");  // an untyped graph output
+    }
+    auto m = Load(b);
+    ASSERT_TRUE(m.ok()) << value_info << ": " << m.status().ToString();
+    EXPECT_EQ(StaticShape((*m)->graph(), "k"), (std::vector<int64_t>{3})) << value_info;
+    EXPECT_EQ(StaticShape((*m)->graph(), "y"), (std::vector<int64_t>{2, 3})) << value_info;
   }
 }
 

@@ -70,6 +70,9 @@ auto Guard(const char* op, Fn&& fn) -> decltype(fn()) {
   try {
     return fn();
   } catch (const dnnl::error& e) {
+    if (e.status == dnnl_out_of_memory) {  // e.g. a buffer for an absurdly padded output
+      return ResourceExhausted(std::string("reference ") + op + ": oneDNN could not allocate memory: " + e.what());
+    }
     return Internal(std::string("reference ") + op + ": oneDNN error " + std::to_string(e.status) + ": " +
                     e.what());
   } catch (const std::bad_alloc&) {
