@@ -10,6 +10,7 @@ PACKAGES=(
   libboost1.74-dev libboost-system1.74-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev ocl-icd-opencl-dev opencl-headers libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
+  libmimalloc-dev
   libssl-dev openssl curl ca-certificates python3
   prometheus nodejs
   clang-14 libclang-rt-14-dev

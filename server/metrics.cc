@@ -1,8 +1,20 @@
 #include "server/metrics.h"
 
+#include <dlfcn.h>
+
 #include "server/config.h"
 
 namespace kiln::server {
+
+std::string RunningAllocator() {
+  // mimalloc interposes malloc when the program links it (CMake kiln_link_allocator); its
+  // mi_version() is then visible to a global lookup.
+  using VersionFn = int (*)();
+  auto fn = reinterpret_cast<VersionFn>(dlsym(RTLD_DEFAULT, "mi_version"));
+  if (fn == nullptr) return "system";
+  const int v = fn();  // e.g. 209 = 2.0.9
+  return "mimalloc " + std::to_string(v / 100) + "." + std::to_string(v / 10 % 10) + "." + std::to_string(v % 10);
+}
 
 Metrics::Metrics(const std::string& version)
     : registry_(std::make_shared<prometheus::Registry>()),
@@ -31,9 +43,9 @@ Metrics::Metrics(const std::string& version)
                        .Add({})) {
   prometheus::BuildGauge()
       .Name("kiln_build_info")
-      .Help("Always 1; the version label says which kilnd is running")
+      .Help("Always 1; the labels say which kilnd is running (version) with which malloc (allocator)")
       .Register(*registry_)
-      .Add({{"version", version}})
+      .Add({{"version", version}, {"allocator", RunningAllocator()}})
       .Set(1);
 }
 

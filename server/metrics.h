@@ -16,6 +16,10 @@
 
 namespace kiln::server {
 
+/// The malloc this process runs with: "mimalloc X.Y.Z" when mimalloc is linked in (kilnd and kiln
+/// are, see the top-level CMakeLists.txt), else "system". Exported as kiln_build_info{allocator}.
+std::string RunningAllocator();
+
 class Metrics {
  public:
   explicit Metrics(const std::string& version);

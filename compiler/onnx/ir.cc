@@ -268,7 +268,8 @@ void Graph::Reindex() {
 }
 
 std::string_view Graph::ResolveAlias(std::string_view name) const {
-  // aliases_ is stored fully resolved by the builder (one hop).
+  // aliases_ is stored fully resolved by the builder (one hop). Most graphs have none: skip the hash.
+  if (aliases_.empty()) return name;
   auto it = aliases_.find(name);
   if (it == aliases_.end()) return name;
   return it->second;

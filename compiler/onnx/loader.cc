@@ -715,20 +715,22 @@ bool Loader::ResolveScopesAndSort(int gidx) {
 }
 
 std::string Loader::Resolve(int gi, const std::string& name) const {
-  std::string cur = name;
+  const std::string* cur = &name;  // points into `name` or into an aliases map, never copied
   for (int guard = 0; guard < 1'000'000; ++guard) {
     bool moved = false;
     for (int g = gi; g >= 0; g = graphs_[g].parent) {
-      auto it = graphs_[g].aliases.find(cur);
-      if (it != graphs_[g].aliases.end()) {
-        cur = it->second;
+      const auto& aliases = graphs_[g].aliases;
+      if (aliases.empty()) continue;
+      auto it = aliases.find(*cur);
+      if (it != aliases.end()) {
+        cur = &it->second;
         moved = true;
         break;
       }
     }
     if (!moved) break;
   }
-  return cur;
+  return *cur;
 }
 
 const TensorProto* Loader::FindConstantTensor(int gi, const std::string& name) const {

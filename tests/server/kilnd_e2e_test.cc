@@ -205,7 +205,16 @@ TEST_F(KilndE2E, MetricsCountersRise) {
   auto k = Start();
   auto before = Scrape(*k);
   ASSERT_FALSE(before.empty());
-  EXPECT_EQ(before["kiln_build_info{version=\"" KILN_VERSION "\"}"], 1);
+  // kilnd is linked with mimalloc unless configured without (top-level CMakeLists.txt); the label
+  // says whether mimalloc really interposes malloc in the running server.
+  std::string build_info;
+  for (const auto& [key, value] : before) {
+    if (key.rfind("kiln_build_info{", 0) == 0) build_info = key;
+  }
+  const std::string allocator = KILN_EXPECT_MIMALLOC ? "allocator=\"mimalloc 2." : "allocator=\"system\"";
+  EXPECT_EQ(build_info.rfind("kiln_build_info{" + allocator, 0), 0u) << build_info;
+  EXPECT_NE(build_info.find(",version=\"" KILN_VERSION "\"}"), std::string::npos) << build_info;
+  EXPECT_EQ(before[build_info], 1) << build_info;
   EXPECT_EQ(before["kiln_model_store_models"], 0);
   auto stub = ModelService::NewStub(Channel(*k));
   std::string bytes = MakeOnnxBytes(50000);
