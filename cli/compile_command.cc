@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -78,17 +81,31 @@ const char* SeverityWord(kiln::v1::Severity s) {
   }
 }
 
+// The per-layer plan table; columns widen to the longest layer name and op.
+void PrintTable(const kiln::v1::CompileAi8xResponse& r, std::FILE* to) {
+  int name_w = 16, op_w = 14;
+  for (const auto& l : r.layers()) {
+    name_w = std::max(name_w, static_cast<int>(l.name().size()));
+    op_w = std::max(op_w, static_cast<int>(l.op().size()));
+  }
+  std::fprintf(to, "%-3s %-*s %-*s %18s %18s %7s %7s %8s %6s\n", "#", name_w, "LAYER", op_w, "OP", "PROCESSORS",
+               "OUTPUT_PROCESSORS", "IN_OFF", "OUT_OFF", "KWORDS", "BIAS");
+  for (const auto& l : r.layers()) {
+    std::fprintf(to, "%-3d %-*s %-*s 0x%016llx 0x%016llx 0x%04x  0x%04x %8lld %6lld%s\n", l.index(), name_w,
+                 l.name().c_str(), op_w, l.op().c_str(), static_cast<unsigned long long>(l.processors()),
+                 static_cast<unsigned long long>(l.output_processors()), l.in_offset(), l.out_offset(),
+                 static_cast<long long>(l.kernel_words()), static_cast<long long>(l.bias_bytes()),
+                 l.streaming() ? " streaming" : "");
+  }
+}
+
 int Report(const kiln::v1::CompileAi8xResponse& r, const CompileArgs& a) {
+  // stdout carries the YAML unless -o is given; the table then goes to stderr so that
+  // `kiln compile ... --table > net.yaml` still captures a clean YAML.
   if (a.table) {
-    std::printf("%-3s %-16s %-14s %18s %18s %7s %7s %8s %6s\n", "#", "LAYER", "OP", "PROCESSORS",
-                "OUTPUT_PROCESSORS", "IN_OFF", "OUT_OFF", "KWORDS", "BIAS");
-    for (const auto& l : r.layers()) {
-      std::printf("%-3d %-16s %-14s 0x%016llx 0x%016llx 0x%04x  0x%04x %8lld %6lld%s\n", l.index(),
-                  l.name().c_str(), l.op().c_str(), static_cast<unsigned long long>(l.processors()),
-                  static_cast<unsigned long long>(l.output_processors()), l.in_offset(),
-                  l.out_offset(), static_cast<long long>(l.kernel_words()),
-                  static_cast<long long>(l.bias_bytes()), l.streaming() ? " streaming" : "");
-    }
+    std::fflush(stdout);
+    PrintTable(r, a.output.empty() ? stderr : stdout);
+    std::fflush(a.output.empty() ? stderr : stdout);
   }
   int errors = 0;
   for (const auto& d : r.diagnostics()) {
@@ -98,21 +115,33 @@ int Report(const kiln::v1::CompileAi8xResponse& r, const CompileArgs& a) {
     if (!d.onnx_node().empty()) std::cerr << " (ONNX node '" << d.onnx_node() << "')";
     std::cerr << ": " << d.message() << "\n";
   }
-  if (!a.output.empty()) {
+  // A failed compile's YAML is for inspection only (the izer must not get it): it never
+  // replaces a file; on stdout it is marked as failed.
+  bool wrote = false;
+  if (!a.output.empty() && r.ok()) {
     std::ofstream out(a.output, std::ios::binary);
-    if (!out || !(out << r.yaml())) {
-      std::cerr << "kiln: compile: cannot write '" << a.output << "'\n";
+    if (!out || !(out << r.yaml()) || !out.flush()) {
+      std::cerr << "kiln: compile: cannot write '" << a.output << "': " << std::strerror(errno) << "\n";
       return 1;
     }
-  } else if (!a.table) {
+    wrote = true;
+  } else if (a.output.empty()) {
+    if (!r.ok()) std::cout << "# KILN: COMPILE FAILED (see the errors): not for ai8xize.py\n";
     std::cout << r.yaml();
   }
   std::ostringstream flags;
   for (int i = 0; i < r.izer_flags_size(); ++i) flags << (i ? " " : "") << r.izer_flags(i);
   std::cerr << (r.ok() ? "ok" : "failed") << ": " << r.layers_size() << " layers, " << errors
             << " errors; izer flags: " << flags.str();
-  if (!a.output.empty()) std::cerr << "; wrote " << a.output;
+  if (wrote) std::cerr << "; wrote " << a.output;
+  if (!a.output.empty() && !r.ok()) std::cerr << "; " << a.output << " not written";
   std::cerr << "\n";
+  if (a.arch.empty() || a.dataset.empty()) {
+    const auto& ro = r.resolved_options();
+    std::cerr << "note: no --arch/--dataset given: the YAML says arch: " << ro.arch() << ", dataset: "
+              << (ro.dataset().empty() ? "(default)" : ro.dataset())
+              << "; ai8xize.py requires arch to be the checkpoint's model factory name (e.g. ai85net5)\n";
+  }
   return r.ok() ? 0 : 1;
 }
 
@@ -131,9 +160,9 @@ int RunCompile(const ClientOptions& options, const CompileArgs& a) {
     std::ifstream in(a.model, std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
-    std::string name = std::filesystem::path(a.model).stem().string();
-    auto dot = name.find('.');
-    if (dot != std::string::npos) name = name.substr(0, dot);  // "mnist.qat" -> "mnist"
+    // The name `kiln upload` would store the file under (the file stem), so that the default arch
+    // and the messages are the same with and without a server.
+    std::string name = a.name.empty() ? std::filesystem::path(a.model).stem().string() : a.name;
     auto r = server::CompileAi8xBytes(ss.str(), name, *opts);
     if (!r.ok()) {
       std::cerr << "kiln: compile " << a.model << ": " << r.status().ToString() << "\n";
@@ -148,7 +177,9 @@ int RunCompile(const ClientOptions& options, const CompileArgs& a) {
       std::cerr << "kiln: compile: upload " << a.model << ": " << up.status().message() << "\n";
       return 1;
     }
-    id = *up;
+    // By the name just stored (a name never moves to other bytes while it exists): the server
+    // then reports and defaults arch with this name, not with one the same bytes had before.
+    id = a.name.empty() ? std::filesystem::path(a.model).stem().string() : a.name;
   }
   kiln::v1::CompileAi8xRequest req;
   req.set_model_id(id);
@@ -173,13 +204,14 @@ void AddCompileCommand(CLI::App& app, ClientOptions& options, int* exit_code) {
   cmd->add_option("--dataset", a.dataset, "YAML dataset: name");
   cmd->add_option("--input-format", a.input_format, "auto, HWC or CHW")->capture_default_str();
   cmd->add_option("--set", a.sets, "per-layer override LAYER.KEY=VALUE (repeatable)");
-  cmd->add_option("-o,--output", a.output, "write the YAML here (default: stdout)");
+  cmd->add_option("-o,--output", a.output,
+                  "write the YAML here, only when the compile succeeds (default: stdout)");
   cmd->add_option("--name", a.name, "name to store a FILE under (default: the file stem)");
   cmd->add_flag("--local", a.local, "compile in process, no server");
   cmd->add_flag("--fifo", a.use_fifos, "the izer will run with --fifo");
   cmd->add_flag("--move-l0", a.move_l0, "allow moving layer 0's processors");
   cmd->add_flag("--verbose", a.verbose, "shapes of every layer as YAML comments");
-  cmd->add_flag("--table", a.table, "print the per-layer plan table");
+  cmd->add_flag("--table", a.table, "print the per-layer plan table (to stderr when the YAML goes to stdout)");
   cmd->callback([&options, exit_code] { *exit_code = RunCompile(options, a); });
 }
 

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "server/ai8x_job.h"
@@ -59,7 +60,13 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(
       auto all = (*reader)->ReadAll();
       if (!all.ok()) return finish(ToGrpc(all.status()));
       bytes = std::move(all).value();
-      name = info->names.empty() ? info->model_id.substr(0, 12) : info->names.front();
+      // Compiled by one of its names: that name (the default arch); by id: its first name.
+      const auto& names = info->names;
+      if (std::find(names.begin(), names.end(), request->model_id()) != names.end()) {
+        name = request->model_id();
+      } else {
+        name = names.empty() ? info->model_id.substr(0, 12) : names.front();
+      }
     }
     if (bytes.empty()) {
       return finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

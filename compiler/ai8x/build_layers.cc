@@ -326,7 +326,7 @@ bool Builder::AttrInRange(Layer& l, const char* code, const std::string& attr, c
   for (int64_t x : v) {
     if (x < lo || x > kMaxAttr) {
       net_.Report(Severity::kError, code, &l,
-                  "ONNX node '" + l.onnx_nodes.front() + "': " + attr + " " + IntsString(v) + " is out of range (" +
+                  attr + " " + IntsString(v) + " is out of range (" +
                       std::to_string(x) + " is not in " + std::to_string(lo) + ".." + std::to_string(kMaxAttr) + ")");
       return false;
     }
@@ -358,7 +358,7 @@ Layer& Builder::NewLayer(const Node& n, const std::vector<int>& refs, const std:
   }
   Layer& added = net_.Append(std::move(l));
   if (!bad.empty()) {
-    net_.Report(Severity::kError, "AI8X_DIMENSIONS", &added, "ONNX node '" + n.name + "': output " + bad);
+    net_.Report(Severity::kError, "AI8X_DIMENSIONS", &added, "output " + bad);
   }
   return added;
 }
@@ -502,12 +502,12 @@ void Builder::HandleConv(const Node& n) {
   l.in_channels_w = static_cast<int>(w_in);
   if (w_in != l.in_shape.c) {
     net_.Report(Severity::kError, "AI8X_SHAPE", &l,
-                "ONNX node '" + n.name + "': weights " + IntsString(*wshape) + " with group " +
+                "weights " + IntsString(*wshape) + " with group " +
                     std::to_string(l.groups) + " expect " + std::to_string(w_in) + " input channels, but the input has " +
                     std::to_string(l.in_shape.c) + " (" + ShapeString(l.in_shape, false) + ")");
   } else if (auto os = TensorShape(n.outputs[0], nullptr); os && w_out != os->c) {
     net_.Report(Severity::kError, "AI8X_SHAPE", &l,
-                "ONNX node '" + n.name + "': weights " + IntsString(*wshape) + " make " + std::to_string(w_out) +
+                "weights " + IntsString(*wshape) + " make " + std::to_string(w_out) +
                     " output channels, but the output has " + std::to_string(os->c));
   }
   SetWeightInitializer(l, n);
@@ -566,7 +566,7 @@ void Builder::HandleLinear(const Node& n) {
   Shape3 src = l.in_shape;
   if (in_f != src.elements()) {
     net_.Report(Severity::kError, "AI8X_SHAPE", &l,
-                "ONNX node '" + n.name + "': weights " + IntsString(*wshape) + " take " + std::to_string(in_f) +
+                "weights " + IntsString(*wshape) + " take " + std::to_string(in_f) +
                     " input features, but the input " + ShapeString(src, false) + " has " +
                     std::to_string(src.elements()) + " values (inner dimensions differ)");
   }
@@ -834,9 +834,12 @@ void Builder::Run() {
   }
 
   if (net_.layers.empty()) {
+    std::string first;  // what the data meets first: the user's clue
+    for (size_t i = 0; i < host_ops_.size() && i < 3; ++i) first += (i ? ", " : "") + host_ops_[i];
     net_.Report(Severity::kError, "AI8X_NO_LAYERS", nullptr,
                 "no operation of this model runs on the accelerator (first data op must be a "
-                "Conv/Gemm/MatMul/pooling)");
+                "Conv/Gemm/MatMul/pooling)" +
+                    (first.empty() ? std::string() : "; the input is first read by host work: " + first));
     return;
   }
   if (!host_ops_.empty()) {

@@ -127,6 +127,43 @@ Status ApplyStructureOverrides(Network& net, const std::vector<LayerOverride>& o
   return Status::Ok();
 }
 
+// AI8X_WIDTH_NOT_DERIVED / AI8X_BITS_NOT_DERIVED stay warnings when overrides supply the values
+// (they are the user's, not the model's: issue 4 "Inputs"), but say what the overrides settled.
+void NoteOverriddenValues(Network& net, const std::vector<LayerOverride>& overrides) {
+  auto join = [](const std::vector<std::string>& names) {
+    std::string s;
+    for (size_t i = 0; i < names.size() && i < 8; ++i) s += (i ? ", " : "") + names[i];
+    if (names.size() > 8) s += ", ...";
+    return s;
+  };
+  std::vector<std::string> wide;
+  for (const LayerOverride& o : overrides) {
+    Layer* l = o.key == "output_width" ? FindLayer(net, o.layer) : nullptr;
+    if (l != nullptr && std::find(wide.begin(), wide.end(), l->name) == wide.end()) wide.push_back(l->name);
+  }
+  std::vector<std::string> no_bits;
+  size_t weight_layers = 0;
+  for (const Layer& l : net.layers) {
+    if (!l.has_weights()) continue;
+    ++weight_layers;
+    if (!l.quantization_known) no_bits.push_back(l.name);
+  }
+  for (Diagnostic& d : net.diagnostics) {
+    if (d.code == "AI8X_WIDTH_NOT_DERIVED" && !wide.empty()) {
+      d.message = "the export has no activation clamps (simplified form), so 32-bit wide outputs cannot be "
+                  "derived; output_width is as overridden for " + join(wide) + " and 8-bit elsewhere";
+    } else if (d.code == "AI8X_BITS_NOT_DERIVED" && no_bits.empty()) {
+      d.message = "weight bit widths cannot be derived (no QAT weight chain); all " + std::to_string(weight_layers) +
+                  " weight layer(s) have them from the overrides (--set LAYER.quantization)";
+    } else if (d.code == "AI8X_BITS_NOT_DERIVED" && no_bits.size() < weight_layers) {
+      d.message = "weight bit widths cannot be derived (no QAT weight chain) for " + std::to_string(no_bits.size()) +
+                  " layer(s) without an override (" + join(no_bits) +
+                  "); kernel memory is checked for 8-bit weights there and the izer takes the widths from the "
+                  "checkpoint unless overridden (--set LAYER.quantization=N)";
+    }
+  }
+}
+
 Status ApplyPlacementOverrides(Network& net, const std::vector<LayerOverride>& overrides) {
   for (const LayerOverride& o : overrides) {
     if (!IsPlacementKey(o.key)) continue;
@@ -169,6 +206,7 @@ Result<Ai8xCompileResult> CompileAi8xNetwork(Network net, const Ai8xOptions& opt
     FuseEltwise(net);
     InsertWriteGaps(net);
     KILN_RETURN_IF_ERROR(ApplyStructureOverrides(net, options.overrides));
+    NoteOverriddenValues(net, options.overrides);
     ChooseInputFormatAndStreaming(net, options);
     AllocateProcessors(net, options);
     PlanDataMemory(net);

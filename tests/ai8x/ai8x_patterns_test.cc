@@ -168,13 +168,48 @@ TEST(Ai8xPatterns, WideClampMarksOutputWidth32) {
 }
 
 TEST(Ai8xPatterns, NoClampsWarnWidthNotDerivedAndOverrideSetsIt) {
-  Export e({1, 8, 8, 8});
-  auto c1 = e.Conv("conv1", "x", 8, 16, {3, 3}, 1);
-  auto c2 = e.Conv("conv2", c1, 16, 10, {1, 1}, 0);
-  auto r = e.Compile(c2, Device::kMAX78000, {{"last", "output_width", "32"}});
+  auto compile = [](std::vector<LayerOverride> overrides) {
+    Export e({1, 8, 8, 8});
+    auto c1 = e.Conv("conv1", "x", 8, 16, {3, 3}, 1);
+    auto c2 = e.Conv("conv2", c1, 16, 10, {1, 1}, 0);
+    return e.Compile(c2, Device::kMAX78000, std::move(overrides));
+  };
+  auto plain = compile({});
+  ASSERT_TRUE(plain.ok());
+  ASSERT_NE(Find(*plain, "AI8X_WIDTH_NOT_DERIVED"), nullptr);
+  EXPECT_EQ(Find(*plain, "AI8X_WIDTH_NOT_DERIVED")->message.find("as overridden for"), std::string::npos);
+  auto r = compile({{"last", "output_width", "32"}});
   ASSERT_TRUE(r.ok());
-  ASSERT_NE(Find(*r, "AI8X_WIDTH_NOT_DERIVED"), nullptr);
+  // Still a warning (the width is the user's, not the model's), naming what the override set.
+  const Diagnostic* d = Find(*r, "AI8X_WIDTH_NOT_DERIVED");
+  ASSERT_NE(d, nullptr);
+  EXPECT_NE(d->message.find("overridden for conv2"), std::string::npos) << d->message;
   EXPECT_EQ(YAML::Load(r->yaml)["layers"][1]["output_width"].as<int>(), 32);
+}
+
+TEST(Ai8xPatterns, BitsWarningSaysWhichLayersTheOverridesLeft) {
+  auto compile = [](std::vector<LayerOverride> overrides) {
+    Export e({1, 8, 16, 16});
+    auto c1 = e.Conv("conv1", "x", 8, 16, {3, 3}, 1);
+    auto q1 = e.Clamp("/conv1/clamp", c1, -1.0f, 127.0f / 128);
+    auto c2 = e.Conv("conv2", q1, 16, 16, {3, 3}, 1);
+    auto q2 = e.Clamp("/conv2/clamp", c2, -1.0f, 127.0f / 128);
+    return e.Compile(q2, Device::kMAX78000, std::move(overrides));
+  };
+  auto some = compile({{"conv1", "quantization", "4"}});
+  ASSERT_TRUE(some.ok()) << some.status().ToString();
+  const Diagnostic* d = Find(*some, "AI8X_BITS_NOT_DERIVED");
+  ASSERT_NE(d, nullptr);
+  EXPECT_NE(d->message.find("1 layer(s) without an override (conv2)"), std::string::npos) << d->message;
+  auto all = compile({{"conv1", "quantization", "4"}, {"conv2", "quantization", "2"}});
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  d = Find(*all, "AI8X_BITS_NOT_DERIVED");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->severity, Severity::kWarning);
+  EXPECT_NE(d->message.find("all 2 weight layer(s) have them from the overrides"), std::string::npos) << d->message;
+  YAML::Node l = YAML::Load(all->yaml)["layers"];
+  EXPECT_EQ(l[0]["quantization"].as<int>(), 4);
+  EXPECT_EQ(l[1]["quantization"].as<int>(), 2);
 }
 
 TEST(Ai8xPatterns, SubExportedAsNegAddIsEltwiseSubWithOperandOrder) {
@@ -487,7 +522,9 @@ TEST(Ai8xPatterns, NoHardwareOpIsAnError) {
   auto r = e.Compile(s);
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->ok);
-  EXPECT_NE(Find(*r, "AI8X_NO_LAYERS"), nullptr);
+  const Diagnostic* d = Find(*r, "AI8X_NO_LAYERS");
+  ASSERT_NE(d, nullptr);
+  EXPECT_NE(d->message.find("host work: Softmax '/sm/Softmax'"), std::string::npos) << d->message;
 }
 
 TEST(Ai8xPatterns, StreamingNeedsFifoFlag) {

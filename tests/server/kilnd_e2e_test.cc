@@ -314,6 +314,66 @@ TEST_F(KilndE2E, CliUploadListAndHealth) {
   EXPECT_EQ(k->Stop(), 0);
 }
 
+// `kiln compile FILE` without --arch: the YAML's arch is the name the file is stored under (its
+// stem, as with --local), even when the same bytes were stored before under another name; the
+// table goes to stderr when the YAML goes to stdout; a failed compile never writes -o.
+TEST_F(KilndE2E, CliCompileArchDefaultTableAndFailedOutput) {
+  auto k = Start();
+  const std::string data = std::string(KILN_TEST_DATA) + "/ai8x/models/";
+  const std::string bytes = ReadFileBytes(data + "bayer-bayer2rgbnet.qat.onnx");
+  const std::string first = (dir_ / "first.v1.qat.onnx").string();
+  const std::string second = (dir_ / "second.onnx").string();
+  std::ofstream(first, std::ios::binary) << bytes;
+  std::ofstream(second, std::ios::binary) << bytes;
+  // stdout only (stderr discarded) or both.
+  auto run = [&](const std::string& args, bool with_stderr, int* rc) {
+    std::string cmd = std::string(KILN_BINARY) + " --server " + k->grpc_address() + " " + args +
+                      (with_stderr ? " 2>&1" : " 2>/dev/null");
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    *rc = WEXITSTATUS(pclose(p));
+    return out;
+  };
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  int rc = -1;
+  const std::string a = (dir_ / "a.yaml").string(), b = (dir_ / "b.yaml").string(), c = (dir_ / "c.yaml").string();
+  std::string out = run("compile " + first + " --device MAX78000 -o " + a, true, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("note: no --arch/--dataset given"), std::string::npos) << out;
+  EXPECT_NE(slurp(a).find("\narch: first.v1.qat\n"), std::string::npos) << slurp(a);
+  out = run("compile " + second + " --device MAX78000 -o " + b, true, &rc);  // same bytes, new name
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(slurp(b).find("\narch: second\n"), std::string::npos) << slurp(b);
+  out = run("compile --local " + first + " --device MAX78000 -o " + c, true, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(slurp(c).find("\narch: first.v1.qat\n"), std::string::npos) << slurp(c);
+  out = run("compile " + first + " --device MAX78000 --arch bayer2rgbnet --dataset ImageNet --table", false, &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("arch: bayer2rgbnet"), std::string::npos) << out;  // the YAML on stdout ...
+  EXPECT_EQ(out.find("OUTPUT_PROCESSORS"), std::string::npos) << out;   // ... without the table
+  out = run("compile " + first + " --device MAX78000 --arch bayer2rgbnet --dataset ImageNet --table -o " + a, false, &rc);
+  EXPECT_NE(out.find("OUTPUT_PROCESSORS"), std::string::npos) << out;  // with -o the table is stdout's
+  EXPECT_EQ(out.find("\nnote:"), std::string::npos) << out;
+
+  // The float export of simplenetwide2x needs quantization overrides: without them it fails.
+  const std::string wide = data + "cifar100-ai85simplenetwide2x.float.onnx";
+  std::ofstream(b) << "previous good YAML\n";
+  out = run("compile --local " + wide + " --device MAX78000 --arch x --dataset y -o " + b, true, &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find(b + " not written"), std::string::npos) << out;
+  EXPECT_EQ(slurp(b), "previous good YAML\n");
+  out = run("compile --local " + wide + " --device MAX78000 --arch x --dataset y", false, &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(out.rfind("# KILN: COMPILE FAILED", 0), 0u) << out.substr(0, 200);
+  EXPECT_EQ(k->Stop(), 0);
+}
+
 TEST_F(KilndE2E, ConfigPrecedenceFlagsOverEnvOverFile) {
   std::string cfg = (dir_ / "kiln.yaml").string();
   std::ofstream(cfg) << "max_model_bytes: 10\nlisten: 127.0.0.1:1\n";
