@@ -179,7 +179,12 @@ void CheckRules(Network& net) {
     if (l.pool != PoolType::kNone) {
       if (l.pool_h < 1 || l.pool_h > spec.max_pool_size || l.pool_w < 1 || l.pool_w > spec.max_pool_size ||
           l.pool_stride_h < 1 || l.pool_stride_h > spec.max_pool_size) {
-        Err(net, "AI8X_POOL", l, "pooling kernel and stride must be 1..16");
+        std::string nodes;  // the pool's node is among the fused ones
+        for (size_t k = 1; k < l.onnx_nodes.size(); ++k) nodes += (k > 1 ? ", " : "") + l.onnx_nodes[k];
+        Err(net, "AI8X_POOL", l,
+            "pooling kernel " + std::to_string(l.pool_h) + "x" + std::to_string(l.pool_w) + " and stride " +
+                std::to_string(l.pool_stride_h) + " must be 1.." + std::to_string(spec.max_pool_size) +
+                (nodes.empty() ? std::string() : " (fused ONNX nodes: " + nodes + ")"));
       }
       if (!l.one_d && l.pool_stride_h != l.pool_stride_w) Err(net, "AI8X_POOL", l, "pool stride must be square (izer.py L507-510)");
       if (pooled.h <= 0 || pooled.w <= 0) Err(net, "AI8X_POOL", l, "pooled dimension is zero (izer.py L522-524)");

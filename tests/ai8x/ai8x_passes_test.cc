@@ -584,6 +584,11 @@ TEST(Ai8xRules, PoolingLimits) {
   Network net = Planned(b);
   CheckRules(net);
   EXPECT_TRUE(HasCode(net, "AI8X_POOL"));
+  bool named_values = false;  // the message says what is out of range
+  for (const Diagnostic& d : net.diagnostics) {
+    named_values |= d.code == "AI8X_POOL" && d.message.find("pooling kernel 20x20 and stride 2 must be 1..16") != std::string::npos;
+  }
+  EXPECT_TRUE(named_values);
 }
 
 TEST(Ai8xRules, OutputWidth32NeedsNoActivation) {
