@@ -164,6 +164,25 @@ void NoteOverriddenValues(Network& net, const std::vector<LayerOverride>& overri
   }
 }
 
+// Passes and the rule check can see one problem from two sides (an activation that cannot be fused
+// is also an activation on a passthrough layer): one finding per severity, code and layer, with
+// the other messages appended, so that one mistake reads as one error.
+void MergeRepeatedFindings(std::vector<Diagnostic>& diagnostics) {
+  std::vector<Diagnostic> kept;
+  kept.reserve(diagnostics.size());
+  for (Diagnostic& d : diagnostics) {
+    auto same = std::find_if(kept.begin(), kept.end(), [&](const Diagnostic& k) {
+      return !d.layer_name.empty() && k.severity == d.severity && k.code == d.code && k.layer_name == d.layer_name;
+    });
+    if (same == kept.end()) {
+      kept.push_back(std::move(d));
+    } else if (same->message.find(d.message) == std::string::npos) {
+      same->message += "; also: " + d.message;
+    }
+  }
+  diagnostics = std::move(kept);
+}
+
 Status ApplyPlacementOverrides(Network& net, const std::vector<LayerOverride>& overrides) {
   for (const LayerOverride& o : overrides) {
     if (!IsPlacementKey(o.key)) continue;
@@ -229,6 +248,7 @@ Result<Ai8xCompileResult> CompileAi8xNetwork(Network net, const Ai8xOptions& opt
     auto it = by_name.find(d.layer_name);
     d.layer = it == by_name.end() ? -1 : it->second;  // -1: the layer was fused away
   }
+  MergeRepeatedFindings(net.diagnostics);
   r.ok = std::none_of(net.diagnostics.begin(), net.diagnostics.end(),
                       [](const Diagnostic& d) { return d.severity == Severity::kError; });
   if (!net.layers.empty()) r.yaml = EmitYaml(net, resolved);

@@ -527,6 +527,25 @@ TEST(Ai8xPatterns, NoHardwareOpIsAnError) {
   EXPECT_NE(d->message.find("host work: Softmax '/sm/Softmax'"), std::string::npos) << d->message;
 }
 
+// A Relu on the network input cannot be fused (fuse pass) and is an activation on a passthrough
+// layer (rule check): one error for the one mistake, carrying both explanations.
+TEST(Ai8xPatterns, OneMistakeIsOneErrorPerLayerAndCode) {
+  Export e({1, 8, 8, 8});
+  auto r1 = e.Unary("Relu", "/a", "x");
+  auto c1 = e.Conv("conv1", r1, 8, 8, {3, 3}, 1);
+  auto r = e.Compile(c1);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->ok);
+  int activation_errors = 0;
+  for (const Diagnostic& d : r->diagnostics) {
+    if (d.code != "AI8X_ACTIVATION") continue;
+    ++activation_errors;
+    EXPECT_NE(d.message.find("reads the network input"), std::string::npos) << d.message;
+    EXPECT_NE(d.message.find("; also: activation on a passthrough layer"), std::string::npos) << d.message;
+  }
+  EXPECT_EQ(activation_errors, 1) << Dump(*r);
+}
+
 TEST(Ai8xPatterns, StreamingNeedsFifoFlag) {
   Export e({1, 3, 128, 128});
   auto c1 = e.Conv("conv1", "x", 3, 16, {3, 3}, 1);
