@@ -31,6 +31,7 @@ Result<uint64_t> ParseUnsigned(const std::string& text) {
   uint64_t v = 0;
   auto [p, ec] = std::from_chars(t.data() + start, t.data() + t.size(), v, base);
   if (ec == std::errc::result_out_of_range) return InvalidArgument("'" + text + "' is out of range (above 2^64-1)");
+  if (!t.empty() && t[0] == '-') return InvalidArgument("'" + text + "' is negative");
   if (ec != std::errc() || p != t.data() + t.size() || start == t.size()) {
     return InvalidArgument("'" + text + "' is not an integer");
   }
@@ -57,6 +58,14 @@ Result<bool> ParseBool(const std::string& text) {
 // INVALID_ARGUMENT naming the override (layer, key and value) and what is wrong with it.
 Status BadOverride(const LayerOverride& o, const std::string& why) {
   return InvalidArgument("override " + o.layer + "." + o.key + "=" + o.value + ": " + why);
+}
+
+// The override names no layer: list the names it could have meant.
+Status NoSuchLayer(const Network& net, const LayerOverride& o) {
+  std::string names;
+  for (size_t i = 0; i < net.layers.size() && i < 24; ++i) names += (i ? ", " : "") + net.layers[i].name;
+  if (net.layers.size() > 24) names += ", ...";
+  return BadOverride(o, "no such layer (layers: " + names + "; an index or 'last' works too)");
 }
 
 bool IsStructureKey(const std::string& k) { return k == "output_width" || k == "quantization" || k == "activate"; }
@@ -89,15 +98,15 @@ Result<InputFormat> ParseInputFormat(const std::string& text) {
 Status ApplyStructureOverrides(Network& net, const std::vector<LayerOverride>& overrides) {
   for (const LayerOverride& o : overrides) {
     if (!IsStructureKey(o.key) && !IsPlacementKey(o.key)) {
-      return InvalidArgument("unknown override key '" + o.key +
-                             "' (known: output_width, quantization, activate, streaming, processors, "
-                             "output_processors, out_offset)");
+      return BadOverride(o, "unknown key '" + o.key +
+                                "' (known: output_width, quantization, activate, streaming, processors, "
+                                "output_processors, out_offset)");
     }
     if (!IsStructureKey(o.key)) continue;
     Layer* l = FindLayer(net, o.layer);
-    if (l == nullptr) return InvalidArgument("override " + o.layer + "." + o.key + ": no such layer");
+    if (l == nullptr) return NoSuchLayer(net, o);
     if (!l->has_weights() && o.key != "output_width") {
-      return InvalidArgument("override " + o.layer + "." + o.key + ": layer " + l->name + " has no weights");
+      return BadOverride(o, "layer " + l->name + " has no weights");
     }
     if (o.key == "output_width") {
       auto v = ParseInt(o.value);
@@ -187,7 +196,7 @@ Status ApplyPlacementOverrides(Network& net, const std::vector<LayerOverride>& o
   for (const LayerOverride& o : overrides) {
     if (!IsPlacementKey(o.key)) continue;
     Layer* l = FindLayer(net, o.layer);
-    if (l == nullptr) return InvalidArgument("override " + o.layer + "." + o.key + ": no such layer");
+    if (l == nullptr) return NoSuchLayer(net, o);
     if (o.key == "streaming") {
       auto v = ParseBool(o.value);
       if (!v.ok()) return BadOverride(o, v.status().message());

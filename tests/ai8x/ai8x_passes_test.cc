@@ -511,6 +511,9 @@ TEST(Ai8xPasses, OverrideValuesAreRangeCheckedAndErrorsNameLayerAndKey) {
       {{"conv1", "quantization", "3"}, "conv1.quantization=3"},
       {{"conv1", "quantization", "4294967300"}, "conv1.quantization=4294967300"},
       {{"conv1", "activate", "tanh"}, "conv1.activate=tanh"},
+      {{"conv2", "bogus", "1"}, "conv2.bogus=1: unknown key 'bogus'"},
+      {{"nope", "quantization", "4"}, "nope.quantization=4: no such layer (layers: conv1, conv2;"},
+      {{"conv1", "out_offset", "-1"}, "conv1.out_offset=-1: '-1' is negative"},
   };
   for (const Bad& x : bad) {
     Ai8xOptions o;
