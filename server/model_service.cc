@@ -196,6 +196,12 @@ class ModelServiceImpl::ReadReactor final
       return;
     }
     Status st = reader_->ReadAt(offset_, kMaxUploadChunkBytes, response_.mutable_chunk());
+    if (st.ok()) {
+      hash_.Update(response_.chunk().data(), response_.chunk().size());
+      // The last chunk goes out only if all the bytes match the id: a corrupted object ends the
+      // stream with DATA_LOSS instead of completing it.
+      if (offset_ + response_.chunk().size() >= reader_->size()) st = reader_->Verify(hash_.HexDigest());
+    }
     if (!st.ok()) {
       Finish(scope_.Done(ToGrpc(st)));
       return;
@@ -207,6 +213,7 @@ class ModelServiceImpl::ReadReactor final
 
   RpcScope scope_;
   std::unique_ptr<ModelReader> reader_;
+  Sha256 hash_;
   kiln::v1::ReadModelResponse response_;
   uint64_t offset_ = 0;
 };

@@ -222,7 +222,32 @@ Result<std::string> ModelReader::ReadAll() const {
   std::string out;
   Status st = ReadAt(0, size_, &out);
   if (!st.ok()) return st;
+  if (store_ != nullptr && !store_->IsVerified(id_)) {
+    Sha256 hash;
+    hash.Update(out.data(), out.size());
+    KILN_RETURN_IF_ERROR(Verify(hash.HexDigest()));
+  }
   return out;
+}
+
+Status ModelReader::Verify(const std::string& sha256_hex) const {
+  if (sha256_hex != id_) {
+    spdlog::error("model store: object {} has sha256 {} on disk: corrupted", id_, sha256_hex);
+    return DataLoss("model " + id_ + ": the stored bytes no longer match their sha256 (" + sha256_hex +
+                    "); the object is corrupted on disk: upload the model again");
+  }
+  if (store_ != nullptr) store_->MarkVerified(id_);
+  return Status::Ok();
+}
+
+bool ModelStore::IsVerified(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(verified_mu_);
+  return verified_.count(id) > 0;
+}
+
+void ModelStore::MarkVerified(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(verified_mu_);
+  verified_.insert(id);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -453,6 +478,7 @@ Result<ModelInfo> ModelStore::Publish(Upload* upload, ModelInfo info, bool* alre
     }
     it = models_.insert(it, info);
     total_bytes_ += info.size_bytes;
+    MarkVerified(info.model_id);  // the upload hashed exactly the bytes now stored
   }
   ModelInfo result = *it;
   Status st = WriteIndexLocked();
@@ -493,7 +519,7 @@ Result<std::unique_ptr<ModelReader>> ModelStore::OpenReader(const std::string& i
   fs::path path = ObjectPath(m->model_id);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus("open", path);
-  return std::unique_ptr<ModelReader>(new ModelReader(fd, m->size_bytes));
+  return std::unique_ptr<ModelReader>(new ModelReader(fd, m->size_bytes, m->model_id, this));
 }
 
 std::vector<ModelInfo> ModelStore::List() const {

@@ -374,6 +374,48 @@ TEST_F(KilndE2E, CliCompileArchDefaultTableAndFailedOutput) {
   EXPECT_EQ(k->Stop(), 0);
 }
 
+// An object corrupted on disk between two runs: ReadModel ends in DATA_LOSS (the last chunk is
+// withheld), a compile of it is DATA_LOSS, and the intact model next to it is served as before.
+TEST_F(KilndE2E, CorruptedObjectIsDataLossOverTheWire) {
+  const std::string bytes = ReadFileBytes(std::string(KILN_TEST_DATA) + "/server/mnist-ai85net5.qat.onnx");
+  const std::string other = MakeOnnxBytes(3000, 4);
+  {
+    auto k = Start();
+    auto stub = ModelService::NewStub(Channel(*k));
+    kiln::v1::UploadModelResponse resp;
+    ASSERT_TRUE(Upload(*stub, "mnist", bytes, &resp).ok());
+    ASSERT_TRUE(Upload(*stub, "other", other, &resp).ok());
+    EXPECT_EQ(k->Stop(), 0);
+  }
+  {
+    std::fstream f(dir_ / "data" / "objects" / (Sha256Hex(bytes) + ".onnx"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(bytes.size() / 2));
+    f.put(static_cast<char>(bytes[bytes.size() / 2] ^ 0x01));
+  }
+  auto k = Start();
+  auto stub = ModelService::NewStub(Channel(*k));
+  grpc::ClientContext ctx;
+  kiln::v1::ReadModelRequest req;
+  req.set_model_id("mnist");
+  auto reader = stub->ReadModel(&ctx, req);
+  kiln::v1::ReadModelResponse chunk;
+  size_t got = 0;
+  while (reader->Read(&chunk)) got += chunk.chunk().size();
+  grpc::Status st = reader->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DATA_LOSS) << st.error_message();
+  EXPECT_LT(got, bytes.size());
+  auto compiler = kiln::v1::CompileService::NewStub(Channel(*k));
+  grpc::ClientContext cctx;
+  kiln::v1::CompileAi8xRequest creq;
+  creq.set_model_id("mnist");
+  kiln::v1::CompileAi8xResponse cresp;
+  st = compiler->CompileAi8x(&cctx, creq, &cresp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DATA_LOSS) << st.error_message();
+  EXPECT_NE(st.error_message().find(Sha256Hex(bytes)), std::string::npos) << st.error_message();
+  EXPECT_EQ(ReadBack(*stub, "other"), other);
+  EXPECT_EQ(k->Stop(), 0);
+}
+
 TEST_F(KilndE2E, ConfigPrecedenceFlagsOverEnvOverFile) {
   std::string cfg = (dir_ / "kiln.yaml").string();
   std::ofstream(cfg) << "max_model_bytes: 10\nlisten: 127.0.0.1:1\n";

@@ -256,6 +256,40 @@ TEST_F(ModelStoreTest, IndexSurvivesRestart) {
   EXPECT_EQ((*store->OpenReader("b"))->ReadAll().value(), b);
 }
 
+// Bytes that rot on disk are DATA_LOSS on the first read of a process, never served as the model;
+// the object stays for inspection and the other models are unaffected.
+TEST_F(ModelStoreTest, CorruptedObjectIsDataLossAndKept) {
+  std::string a = testing::MakeOnnxBytes(5000, 1), b = testing::MakeOnnxBytes(3000, 2);
+  {
+    auto store = OpenStore();
+    ASSERT_TRUE(Put(*store, "a", a).ok());
+    ASSERT_TRUE(Put(*store, "b", b).ok());
+  }
+  const fs::path object = dir_ / "objects" / (Sha256Hex(a) + ".onnx");
+  {
+    std::fstream f(object, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(2500);
+    f.put('\x5a' ^ a[2500]);  // one byte changed, size unchanged
+  }
+  auto store = OpenStore();
+  auto reader = store->OpenReader("a");
+  ASSERT_TRUE(reader.ok());
+  auto bytes = (*reader)->ReadAll();
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_EQ(bytes.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(bytes.status().message().find(Sha256Hex(a)), std::string::npos) << bytes.status().ToString();
+  EXPECT_EQ((*store->OpenReader("a"))->ReadAll().status().code(), StatusCode::kDataLoss);  // still
+  EXPECT_TRUE(fs::exists(object));
+  EXPECT_EQ((*store->OpenReader("b"))->ReadAll().value(), b);
+  // A streaming reader checks the digest of what it read.
+  Sha256 h;
+  std::string chunk;
+  ASSERT_TRUE((*reader)->ReadAt(0, a.size(), &chunk).ok());
+  h.Update(chunk.data(), chunk.size());
+  EXPECT_EQ((*reader)->Verify(h.HexDigest()).code(), StatusCode::kDataLoss);
+  EXPECT_TRUE((*reader)->Verify(Sha256Hex(a)).ok());
+}
+
 TEST_F(ModelStoreTest, RejectsIndexOfUnknownFormatVersion) {
   { auto store = OpenStore(); }
   std::ofstream(dir_ / "index.yaml") << "format_version: 99\nmodels: []\n";
