@@ -177,9 +177,10 @@ int RunCompile(const ClientOptions& options, const CompileArgs& a) {
       std::cerr << "kiln: compile: upload " << a.model << ": " << up.status().message() << "\n";
       return 1;
     }
-    // By the name just stored (a name never moves to other bytes while it exists): the server
-    // then reports and defaults arch with this name, not with one the same bytes had before.
-    id = a.name.empty() ? std::filesystem::path(a.model).stem().string() : a.name;
+    // By id: the name could be moved to other bytes by another client meanwhile. The arch default
+    // is the name this file was stored under (as with --local), not one the same bytes had before.
+    id = *up;
+    if (a.arch.empty()) opts->set_arch(a.name.empty() ? std::filesystem::path(a.model).stem().string() : a.name);
   }
   kiln::v1::CompileAi8xRequest req;
   req.set_model_id(id);

@@ -269,7 +269,12 @@ grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext
                                 " bytes, over the " + std::to_string(kMaxInlineModelBytes) +
                                 "-byte inline limit of GetModel; read it with ReadModel");
         } else {
-          st = ToGrpc((*reader)->ReadAt(0, (*reader)->size(), response->mutable_model_bytes()));
+          auto bytes = (*reader)->ReadAll();  // checked against the id, like every whole read
+          if (bytes.ok()) {
+            *response->mutable_model_bytes() = std::move(bytes).value();
+          } else {
+            st = ToGrpc(bytes.status());
+          }
           scope.AddBytes(response->model_bytes().size());
         }
       }

@@ -95,8 +95,9 @@ class Upload {
 /// Bytes of one model, read while the model existed. Reading is unaffected by a concurrent
 /// delete: the file descriptor keeps the unlinked inode alive until the reader closes it.
 /// Objects are content-addressed, so the bytes are checked against their id (SHA-256): once per
-/// object and process (an upload counts as checked), then trusted, because hashing costs as much as
-/// parsing (~1.8 GB/s here). A mismatch is DATA_LOSS; the object stays on disk for inspection.
+/// object and process (an upload counts as checked, and an upload of bytes already stored but not
+/// yet checked replaces the object), then trusted, because hashing costs as much as parsing
+/// (~1.8 GB/s here). A mismatch is DATA_LOSS; the object stays on disk until uploaded again.
 class ModelReader {
  public:
   ~ModelReader();

@@ -6,6 +6,8 @@
 #include <charconv>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include "compiler/ai8x/passes.h"
@@ -179,14 +181,17 @@ void NoteOverriddenValues(Network& net, const std::vector<LayerOverride>& overri
 void MergeRepeatedFindings(std::vector<Diagnostic>& diagnostics) {
   std::vector<Diagnostic> kept;
   kept.reserve(diagnostics.size());
+  std::map<std::tuple<int, std::string, std::string>, size_t> index;  // (severity, code, layer) -> kept
   for (Diagnostic& d : diagnostics) {
-    auto same = std::find_if(kept.begin(), kept.end(), [&](const Diagnostic& k) {
-      return !d.layer_name.empty() && k.severity == d.severity && k.code == d.code && k.layer_name == d.layer_name;
-    });
-    if (same == kept.end()) {
+    if (d.layer_name.empty()) {
       kept.push_back(std::move(d));
-    } else if (same->message.find(d.message) == std::string::npos) {
-      same->message += "; also: " + d.message;
+      continue;
+    }
+    auto [it, fresh] = index.try_emplace({static_cast<int>(d.severity), d.code, d.layer_name}, kept.size());
+    if (fresh) {
+      kept.push_back(std::move(d));
+    } else if (kept[it->second].message.find(d.message) == std::string::npos) {
+      kept[it->second].message += "; also: " + d.message;
     }
   }
   diagnostics = std::move(kept);

@@ -412,7 +412,23 @@ TEST_F(KilndE2E, CorruptedObjectIsDataLossOverTheWire) {
   st = compiler->CompileAi8x(&cctx, creq, &cresp);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::DATA_LOSS) << st.error_message();
   EXPECT_NE(st.error_message().find(Sha256Hex(bytes)), std::string::npos) << st.error_message();
+  grpc::ClientContext gctx;
+  kiln::v1::GetModelRequest greq;
+  greq.set_model_id("mnist");
+  greq.set_include_bytes(true);
+  kiln::v1::GetModelResponse gresp;
+  st = stub->GetModel(&gctx, greq, &gresp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DATA_LOSS) << st.error_message();
   EXPECT_EQ(ReadBack(*stub, "other"), other);
+  // Uploading the same bytes again repairs the object.
+  kiln::v1::UploadModelResponse resp;
+  ASSERT_TRUE(Upload(*stub, "mnist-again", bytes, &resp).ok());
+  EXPECT_EQ(ReadBack(*stub, "mnist"), bytes);
+  grpc::ClientContext cctx2;
+  kiln::v1::CompileAi8xResponse cresp2;
+  st = compiler->CompileAi8x(&cctx2, creq, &cresp2);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  EXPECT_TRUE(cresp2.ok());
   EXPECT_EQ(k->Stop(), 0);
 }
 

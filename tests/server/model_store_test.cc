@@ -290,6 +290,29 @@ TEST_F(ModelStoreTest, CorruptedObjectIsDataLossAndKept) {
   EXPECT_TRUE((*reader)->Verify(Sha256Hex(a)).ok());
 }
 
+// Uploading the model again repairs an object that rotted on disk: the upload's bytes hash to the
+// id and replace it (an object this process has checked is not rewritten).
+TEST_F(ModelStoreTest, UploadingAgainRepairsACorruptedObject) {
+  std::string a = testing::MakeOnnxBytes(5000, 1);
+  { ASSERT_TRUE(Put(*OpenStore(), "a", a).ok()); }
+  const fs::path object = dir_ / "objects" / (Sha256Hex(a) + ".onnx");
+  {
+    std::fstream f(object, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put(static_cast<char>(a[100] ^ 0x10));
+  }
+  auto store = OpenStore();
+  EXPECT_EQ((*store->OpenReader("a"))->ReadAll().status().code(), StatusCode::kDataLoss);
+  bool already = false;
+  auto again = Put(*store, "a2", a, &already);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(already);
+  EXPECT_EQ((*store->OpenReader("a"))->ReadAll().value(), a);
+  EXPECT_EQ(testing_read(object), a);
+  EXPECT_EQ(store->Get("a")->names, (std::vector<std::string>{"a", "a2"}));
+  EXPECT_EQ(FilesIn("tmp"), 0u);
+}
+
 TEST_F(ModelStoreTest, RejectsIndexOfUnknownFormatVersion) {
   { auto store = OpenStore(); }
   std::ofstream(dir_ / "index.yaml") << "format_version: 99\nmodels: []\n";
