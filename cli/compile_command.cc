@@ -160,10 +160,9 @@ int RunCompile(const ClientOptions& options, const CompileArgs& a) {
     std::ifstream in(a.model, std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
-    // The name `kiln upload` would store the file under (the file stem), so that the default arch
-    // and the messages are the same with and without a server.
-    std::string name = a.name.empty() ? std::filesystem::path(a.model).stem().string() : a.name;
-    auto r = server::CompileAi8xBytes(ss.str(), name, *opts);
+    // The name `kiln upload` would store the file under, so that the default arch and the
+    // messages are the same with and without a server.
+    auto r = server::CompileAi8xBytes(ss.str(), StoredName(a.model, a.name), *opts);
     if (!r.ok()) {
       std::cerr << "kiln: compile " << a.model << ": " << r.status().ToString() << "\n";
       return 1;
@@ -180,7 +179,7 @@ int RunCompile(const ClientOptions& options, const CompileArgs& a) {
     // By id: the name could be moved to other bytes by another client meanwhile. The arch default
     // is the name this file was stored under (as with --local), not one the same bytes had before.
     id = *up;
-    if (a.arch.empty()) opts->set_arch(a.name.empty() ? std::filesystem::path(a.model).stem().string() : a.name);
+    if (a.arch.empty()) opts->set_arch(StoredName(a.model, a.name));
   }
   kiln::v1::CompileAi8xRequest req;
   req.set_model_id(id);

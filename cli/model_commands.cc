@@ -117,6 +117,10 @@ int Upload(const ClientOptions& options, const std::string& path, const std::str
 
 }  // namespace
 
+std::string StoredName(const std::string& path, const std::string& name) {
+  return name.empty() ? std::filesystem::path(path).stem().string() : name;
+}
+
 Result<std::string> UploadFile(const ClientOptions& options, const std::string& path,
                                std::string name) {
   std::ifstream in(path, std::ios::binary);
@@ -124,7 +128,7 @@ Result<std::string> UploadFile(const ClientOptions& options, const std::string& 
   std::error_code ec;
   uint64_t size = std::filesystem::file_size(path, ec);
   if (ec) return NotFound("cannot stat '" + path + "': " + ec.message());
-  if (name.empty()) name = std::filesystem::path(path).stem().string();
+  name = StoredName(path, name);
   Sha256 hash;
   std::vector<char> buf(kChunk);
   while (in) {

@@ -109,14 +109,9 @@ Result<Tensor> ReadNpy(const std::string& path) {
 }
 
 Result<std::string> SerializeNpy(const Tensor& in) {
-  Tensor t;
-  if (in.layout() != Layout::kNCHW) {
-    auto c = in.ToLayout(Layout::kNCHW);
-    if (!c.ok()) return c.status();
-    t = std::move(*c);
-  } else {
-    t = in;
-  }
+  auto nchw = in.ToLayout(Layout::kNCHW);  // a plain copy when it already is
+  if (!nchw.ok()) return nchw.status();
+  Tensor t = std::move(*nchw);
   if (t.dtype() == DataType::kBFloat16) {
     auto c = t.ToFloat32();
     if (!c.ok()) return c.status();

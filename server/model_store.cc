@@ -464,17 +464,18 @@ Result<ModelInfo> ModelStore::Publish(Upload* upload, ModelInfo info, bool* alre
   bool exists = it != models_.end() && it->model_id == info.model_id;
   if (already_stored) *already_stored = exists;
   fs::path object = ObjectPath(info.model_id);
-  if (exists && !IsVerified(info.model_id)) {
-    // Not read (checked) since this process started: the object may have rotted on disk. The
-    // upload's bytes hash to the id, so they replace it; readers keep the old inode open.
-    if (::rename(upload->tmp_path_.c_str(), object.c_str()) != 0) {
-      return ErrnoStatus("rename", upload->tmp_path_);
+  if (exists) {
+    if (IsVerified(info.model_id)) {
+      ::unlink(upload->tmp_path_.c_str());
+    } else {
+      // Not read (checked) since this process started: the object may have rotted on disk. The
+      // upload's bytes hash to the id, so they replace it; readers keep the old inode open.
+      if (::rename(upload->tmp_path_.c_str(), object.c_str()) != 0) {
+        return ErrnoStatus("rename", upload->tmp_path_);
+      }
+      KILN_RETURN_IF_ERROR(FsyncDir(object.parent_path()));
+      MarkVerified(info.model_id);
     }
-    KILN_RETURN_IF_ERROR(FsyncDir(object.parent_path()));
-    MarkVerified(info.model_id);
-    it->names.push_back(name);
-  } else if (exists) {
-    ::unlink(upload->tmp_path_.c_str());
     it->names.push_back(name);
   } else {
     if (::rename(upload->tmp_path_.c_str(), object.c_str()) != 0) {

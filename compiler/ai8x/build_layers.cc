@@ -114,6 +114,8 @@ class Builder {
   std::string WeightName(const Node& n) const;
   std::optional<int> WeightBits(const Node& n) const;
   void SetWeightInitializer(Layer& l, const Node& n) const;
+  /// Weight initializer and bit width of conv/linear layer `l`, and its output as data.
+  void FinishWeightLayer(Layer& l, const Node& n);
   std::optional<float> ScalarConst(const std::string& t) const;
   bool AllConstZero(const std::string& t) const;
 
@@ -303,6 +305,15 @@ void Builder::SetWeightInitializer(Layer& l, const Node& n) const {
   }
   l.weight_initializer = std::string(fallback);
   if (!fallback.empty() && !GeneratedName(l.weight_initializer)) l.weight_position = init_pos_.find(fallback)->second;
+}
+
+void Builder::FinishWeightLayer(Layer& l, const Node& n) {
+  SetWeightInitializer(l, n);
+  if (auto bits = WeightBits(n)) {
+    l.quantization = *bits;
+    l.quantization_known = true;
+  }
+  Set(n.outputs[0], Value{Value::kData, {l.id}, false});
 }
 
 std::string Builder::LayerName(const Node& n, const std::string& fallback_kind) {
@@ -510,12 +521,7 @@ void Builder::HandleConv(const Node& n) {
                 "weights " + IntsString(*wshape) + " make " + std::to_string(w_out) +
                     " output channels, but the output has " + std::to_string(os->c));
   }
-  SetWeightInitializer(l, n);
-  if (auto bits = WeightBits(n)) {
-    l.quantization = *bits;
-    l.quantization_known = true;
-  }
-  Set(n.outputs[0], Value{Value::kData, {l.id}, false});
+  FinishWeightLayer(l, n);
 }
 
 void Builder::HandleLinear(const Node& n) {
@@ -573,12 +579,7 @@ void Builder::HandleLinear(const Node& n) {
   if (src.pixels() > 1) {
     l.flatten = true;
   }
-  SetWeightInitializer(l, n);
-  if (auto bits = WeightBits(n)) {
-    l.quantization = *bits;
-    l.quantization_known = true;
-  }
-  Set(n.outputs[0], Value{Value::kData, {l.id}, false});
+  FinishWeightLayer(l, n);
 }
 
 void Builder::HandlePool(const Node& n) {
@@ -855,34 +856,60 @@ void Builder::Run() {
   }
   // What this export form does not carry (issue 4 "Inputs").
   std::vector<std::string> no_bits;
+  size_t weight_layers = 0;
   for (Layer& l : net_.layers) {
     if (!l.has_weights()) continue;
+    ++weight_layers;
     if (!saw_clamp_) l.output_width_known = false;
     if (!l.quantization_known) no_bits.push_back(l.name);
   }
   if (!saw_clamp_) {
-    net_.diagnostics.push_back(
-        {Severity::kWarning, "AI8X_WIDTH_NOT_DERIVED", -1, "", "",
-         "the export has no activation clamps (simplified form), so 32-bit wide outputs "
-         "(`output_width: 32`) cannot be derived; all layers assumed 8-bit unless overridden "
-         "(--set LAYER.output_width=32)"});
+    net_.diagnostics.push_back({Severity::kWarning, "AI8X_WIDTH_NOT_DERIVED", -1, "", "", WidthNotDerivedMessage({})});
   }
   if (!no_bits.empty()) {
-    std::string list;
-    for (size_t i = 0; i < no_bits.size() && i < 8; ++i) list += (i ? ", " : "") + no_bits[i];
-    if (no_bits.size() > 8) list += ", ...";
     net_.diagnostics.push_back(
-        {Severity::kWarning, "AI8X_BITS_NOT_DERIVED", -1, "", "",
-         "weight bit widths cannot be derived (no QAT weight chain) for " + std::to_string(no_bits.size()) +
-             " layer(s) (" + list +
-             "); kernel memory is checked for 8-bit weights and the izer takes the widths from the "
-             "checkpoint unless overridden (--set LAYER.quantization=N)"});
+        {Severity::kWarning, "AI8X_BITS_NOT_DERIVED", -1, "", "", BitsNotDerivedMessage(no_bits, weight_layers)});
   }
   // Conv/linear layers are emitted in topological (module call) order; CheckWeightOrder
   // compares that with the weight (state_dict) order.
 }
 
+// "a, b, c" of at most 8 names, then ", ...".
+std::string JoinNames(const std::vector<std::string>& names) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < 8; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > 8) s += ", ...";
+  return s;
+}
+
 }  // namespace
+
+std::string WidthNotDerivedMessage(const std::vector<std::string>& overridden) {
+  if (!overridden.empty()) {
+    return "the export has no activation clamps (simplified form), so 32-bit wide outputs cannot be "
+           "derived; output_width is as overridden for " + JoinNames(overridden) + " and 8-bit elsewhere";
+  }
+  return "the export has no activation clamps (simplified form), so 32-bit wide outputs "
+         "(`output_width: 32`) cannot be derived; all layers assumed 8-bit unless overridden "
+         "(--set LAYER.output_width=32)";
+}
+
+std::string BitsNotDerivedMessage(const std::vector<std::string>& missing, size_t weight_layers) {
+  if (missing.empty()) {
+    return "weight bit widths cannot be derived (no QAT weight chain); all " + std::to_string(weight_layers) +
+           " weight layer(s) have them from the overrides (--set LAYER.quantization)";
+  }
+  if (missing.size() < weight_layers) {
+    return "weight bit widths cannot be derived (no QAT weight chain) for " + std::to_string(missing.size()) +
+           " layer(s) without an override (" + JoinNames(missing) +
+           "); kernel memory is checked for 8-bit weights there and the izer takes the widths from the "
+           "checkpoint unless overridden (--set LAYER.quantization=N)";
+  }
+  return "weight bit widths cannot be derived (no QAT weight chain) for " + std::to_string(missing.size()) +
+         " layer(s) (" + JoinNames(missing) +
+         "); kernel memory is checked for 8-bit weights and the izer takes the widths from the "
+         "checkpoint unless overridden (--set LAYER.quantization=N)";
+}
 
 void BuildLayers(const onnx_fe::Graph& graph, Network& net) {
   Builder b(graph, net);

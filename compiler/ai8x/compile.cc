@@ -141,12 +141,6 @@ Status ApplyStructureOverrides(Network& net, const std::vector<LayerOverride>& o
 // AI8X_WIDTH_NOT_DERIVED / AI8X_BITS_NOT_DERIVED stay warnings when overrides supply the values
 // (they are the user's, not the model's: issue 4 "Inputs"), but say what the overrides settled.
 void NoteOverriddenValues(Network& net, const std::vector<LayerOverride>& overrides) {
-  auto join = [](const std::vector<std::string>& names) {
-    std::string s;
-    for (size_t i = 0; i < names.size() && i < 8; ++i) s += (i ? ", " : "") + names[i];
-    if (names.size() > 8) s += ", ...";
-    return s;
-  };
   std::vector<std::string> wide;
   for (const LayerOverride& o : overrides) {
     Layer* l = o.key == "output_width" ? FindLayer(net, o.layer) : nullptr;
@@ -160,18 +154,8 @@ void NoteOverriddenValues(Network& net, const std::vector<LayerOverride>& overri
     if (!l.quantization_known) no_bits.push_back(l.name);
   }
   for (Diagnostic& d : net.diagnostics) {
-    if (d.code == "AI8X_WIDTH_NOT_DERIVED" && !wide.empty()) {
-      d.message = "the export has no activation clamps (simplified form), so 32-bit wide outputs cannot be "
-                  "derived; output_width is as overridden for " + join(wide) + " and 8-bit elsewhere";
-    } else if (d.code == "AI8X_BITS_NOT_DERIVED" && no_bits.empty()) {
-      d.message = "weight bit widths cannot be derived (no QAT weight chain); all " + std::to_string(weight_layers) +
-                  " weight layer(s) have them from the overrides (--set LAYER.quantization)";
-    } else if (d.code == "AI8X_BITS_NOT_DERIVED" && no_bits.size() < weight_layers) {
-      d.message = "weight bit widths cannot be derived (no QAT weight chain) for " + std::to_string(no_bits.size()) +
-                  " layer(s) without an override (" + join(no_bits) +
-                  "); kernel memory is checked for 8-bit weights there and the izer takes the widths from the "
-                  "checkpoint unless overridden (--set LAYER.quantization=N)";
-    }
+    if (d.code == "AI8X_WIDTH_NOT_DERIVED") d.message = WidthNotDerivedMessage(wide);
+    if (d.code == "AI8X_BITS_NOT_DERIVED") d.message = BitsNotDerivedMessage(no_bits, weight_layers);
   }
 }
 

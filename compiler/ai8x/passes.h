@@ -35,6 +35,13 @@ namespace kiln::ai8x {
 /// features) AI8X_SHAPE, each naming the ONNX node.
 void BuildLayers(const onnx_fe::Graph& graph, Network& net);
 
+/// Messages of what an export form does not carry (issue 4 "Inputs"): AI8X_WIDTH_NOT_DERIVED
+/// (`overridden`: layers whose output_width came from overrides, may be empty) and
+/// AI8X_BITS_NOT_DERIVED (`missing`: the weight layers still without a bit width, of
+/// `weight_layers`). BuildLayers reports them; the override step rewords them (still warnings).
+std::string WidthNotDerivedMessage(const std::vector<std::string>& overridden);
+std::string BitsNotDerivedMessage(const std::vector<std::string>& missing, size_t weight_layers);
+
 /// Pass 1b — weight order (issue 4 "Recognise"; IZER-RULES.md §1.3 "Order mapping to weights").
 /// The izer assigns the checkpoint's `*.weight` tensors to the YAML's conv/linear layers by
 /// position, and the YAML's layer order is the execution order, so the two must agree. Compares

@@ -33,6 +33,14 @@ std::vector<int64_t> IntsOf(const Tensor& t) {
 
 int64_t NormAxis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
 
+// Advances the row-major multi-index `idx` over `shape` (last axis fastest; wraps to all zeros).
+void NextIndex(std::vector<int64_t>& idx, const Shape& shape) {
+  for (size_t d = idx.size(); d-- > 0;) {
+    if (++idx[d] < shape[d]) return;
+    idx[d] = 0;
+  }
+}
+
 std::vector<int64_t> RowMajorStrides(const Shape& s) {
   std::vector<int64_t> st(s.size(), 1);
   for (int i = static_cast<int>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
@@ -317,10 +325,7 @@ Out Transpose(const fe::Node& n, const Tensor& x) {
     int64_t src = 0;
     for (int d = 0; d < r; ++d) src += idx[d] * xs[p[d]];
     b[i] = a[src];
-    for (int d = r - 1; d >= 0; --d) {
-      if (++idx[d] < s[d]) break;
-      idx[d] = 0;
-    }
+    NextIndex(idx, s);
   }
   std::vector<Tensor> out;
   out.push_back(std::move(*y));
@@ -429,10 +434,7 @@ Out Pad(const fe::Node& n, const Tensor& x, const std::vector<const Tensor*>& in
       src += k * xs[d];
     }
     b[i] = outside ? value : a[src];
-    for (int d = r - 1; d >= 0; --d) {
-      if (++idx[d] < s[d]) break;
-      idx[d] = 0;
-    }
+    NextIndex(idx, s);
   }
   std::vector<Tensor> out;
   out.push_back(std::move(*y));

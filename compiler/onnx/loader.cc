@@ -142,7 +142,7 @@ struct GraphInfo {
   std::unordered_map<std::string, std::string> aliases;  // removed Identity/Dropout outputs
   std::unordered_set<std::string> transparent_outputs;
   // Initializers from index hoisted_from on were Constant nodes (HoistConstants), in node order.
-  int hoisted_from = -1;
+  int hoisted_from = INT_MAX;
   std::vector<std::string_view> hoisted_node_names;  // their (arena-owned) node names
 };
 
@@ -1099,11 +1099,10 @@ bool Loader::BuildGraph(int gidx, std::shared_ptr<Graph>* result) {
 
   tensors.reserve(static_cast<size_t>(g.initializer_size()) + g.input_size() + g.node_size() + g.node_size() / 2);
 
-  const int model_initializers = info.hoisted_from >= 0 ? info.hoisted_from : g.initializer_size();
-  B::initializer_order(*graph).reserve(model_initializers);
+  B::initializer_order(*graph).reserve(std::min(info.hoisted_from, g.initializer_size()));
   for (int ii = 0; ii < g.initializer_size(); ++ii) {
     TensorProto& init = *g.mutable_initializer(ii);
-    if (ii < model_initializers) B::initializer_order(*graph).push_back(init.name());
+    if (ii < info.hoisted_from) B::initializer_order(*graph).push_back(init.name());
     Tensor t;
     t.name = init.name();
     t.dtype = static_cast<DataType>(init.data_type());

@@ -29,8 +29,4 @@ PayloadCheck CheckTensorPayload(const onnx::TensorProto& t);
 /// little-endian host); `t` must not be used for its data afterwards.
 std::shared_ptr<const ConstantData> DecodeTensor(onnx::TensorProto& t);
 
-/// IEEE half -> float (exact), bfloat16 -> float (exact).
-float HalfToFloat(uint16_t h);
-float BFloat16ToFloat(uint16_t b);
-
 }  // namespace kiln::onnx_fe::internal

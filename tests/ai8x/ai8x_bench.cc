@@ -20,6 +20,13 @@ using Clock = std::chrono::steady_clock;
 
 static double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+static std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
 static Network Chain(int n) {
   Network net;
   net.input_shape = {16, 16, 16};
@@ -54,10 +61,7 @@ static Network Chain(int n) {
 // `ai8x_bench --loop MODEL.onnx N`: parse + compile one model N times (for perf record); prints
 // the median and minimum of each phase, release of the model included.
 static int Loop(const char* path, int n) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string bytes = ss.str();
+  const std::string bytes = ReadFile(path);
   Ai8xOptions o;
   o.device = Device::kMAX78002;
   std::vector<double> parse, comp, release, total;
@@ -97,10 +101,7 @@ int main(int argc, char** argv) {
     std::string form = e["form"].as<std::string>();
     if (form != "qat") continue;
     const std::string name = e["name"].as<std::string>();
-    std::ifstream f(data + "/models/" + e["file"].as<std::string>(), std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    std::string bytes = ss.str();
+    const std::string bytes = ReadFile(data + "/models/" + e["file"].as<std::string>());
     Ai8xOptions o;
     o.device = *ParseDevice(e["device"].as<std::string>());
     o.arch = e["factory"].as<std::string>();
@@ -135,10 +136,7 @@ int main(int argc, char** argv) {
               met, models, worst_ratio, mobilenet_ms, mobilenet_ms > 0 && mobilenet_ms <= 10.0 ? "met" : "MISSED");
   {
     // Per pass on MobileNetV2-0.5 (the largest reference model), median of 7.
-    std::ifstream f(data + "/models/cifar100-ai87mobilenetv2-0.5.qat.onnx", std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    auto model = kiln::onnx_fe::LoadModel(ss.str());
+    auto model = kiln::onnx_fe::LoadModel(ReadFile(data + "/models/cifar100-ai87mobilenetv2-0.5.qat.onnx"));
     if (!model.ok()) return 1;
     const char* names[] = {"build", "fuse_act", "fuse_pool", "fuse_elt", "write_gap", "stream", "procs", "memory", "rules", "yaml"};
     std::vector<std::vector<double>> t(10);

@@ -151,6 +151,16 @@ class ConvExec {
     auto build = [&](tag act_tag, bool accept_ref) -> bool {
       memory::desc xd(Dims(x_shape), dt::f32, act_tag);
       memory::desc yd(Dims(prim_out_shape), dt::f32, act_tag);
+      // Takes the primitive descriptor's implementation and formats; false for a rejected ref.
+      auto adopt = [&](const auto& pd) {
+        const std::string impl = pd.impl_info_str();
+        if (!accept_ref && impl.rfind("ref", 0) == 0) return false;
+        ex->impl_ = impl;
+        src_md = pd.src_desc();
+        wei_md = pd.weights_desc();
+        dst_md = pd.dst_desc();
+        return true;
+      };
       try {
         if (!transpose) {
           auto d = b ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
@@ -160,12 +170,7 @@ class ConvExec {
                                                        dnnl::algorithm::convolution_direct, xd, w_any, yd, st, dl,
                                                        pl, pr);
           dnnl::convolution_forward::primitive_desc pd(d, attr, eng);
-          const std::string impl = pd.impl_info_str();
-          if (!accept_ref && impl.rfind("ref", 0) == 0) return false;
-          ex->impl_ = impl;
-          src_md = pd.src_desc();
-          wei_md = pd.weights_desc();
-          dst_md = pd.dst_desc();
+          if (!adopt(pd)) return false;
           ex->prim_ = dnnl::convolution_forward(pd);
         } else {
           auto d = b ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
@@ -175,12 +180,7 @@ class ConvExec {
                                                          dnnl::algorithm::deconvolution_direct, xd, w_any, yd, st,
                                                          dl, pl, pr);
           dnnl::deconvolution_forward::primitive_desc pd(d, attr, eng);
-          const std::string impl = pd.impl_info_str();
-          if (!accept_ref && impl.rfind("ref", 0) == 0) return false;
-          ex->impl_ = impl;
-          src_md = pd.src_desc();
-          wei_md = pd.weights_desc();
-          dst_md = pd.dst_desc();
+          if (!adopt(pd)) return false;
           ex->prim_ = dnnl::deconvolution_forward(pd);
         }
       } catch (const dnnl::error&) {

@@ -646,12 +646,9 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
   if (cancel) KILN_RETURN_IF_ERROR(cancel->Check());
   auto out_shape = ValidateConv2d(input, weights, bias, params);
   if (!out_shape.ok()) return out_shape.status();
-  Tensor x = input;
-  if (x.layout() != Layout::kNCHW) {
-    auto c = input.ToLayout(Layout::kNCHW);
-    if (!c.ok()) return c.status();
-    x = std::move(*c);
-  }
+  auto nchw = input.ToLayout(Layout::kNCHW);  // a plain copy when it already is
+  if (!nchw.ok()) return nchw.status();
+  Tensor x = std::move(*nchw);
   Geometry g{};
   g.N = x.dim(0);
   g.C = x.dim(1);
@@ -733,12 +730,9 @@ Result<Tensor> ConvTranspose2d(const Tensor& input, const Tensor& weights, const
                                const CancelToken* cancel, OpReport* report) {
   auto out_shape = ValidateConvTranspose2d(input, weights, bias, params);
   if (!out_shape.ok()) return out_shape.status();
-  Tensor x = input;
-  if (x.layout() != Layout::kNCHW) {
-    auto c = input.ToLayout(Layout::kNCHW);
-    if (!c.ok()) return c.status();
-    x = std::move(*c);
-  }
+  auto nchw = input.ToLayout(Layout::kNCHW);  // a plain copy when it already is
+  if (!nchw.ok()) return nchw.status();
+  Tensor x = std::move(*nchw);
   const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
   const int64_t G = params.group, Cg = C / G, Og = weights.dim(1), O = Og * G;
   const int64_t kh = weights.dim(2), kw = weights.dim(3);
