@@ -141,6 +141,15 @@ class CancelToken {
   bool has_deadline_ = false;
 };
 
+/// Progress of a running job or plan run (e.g. one event per executed layer). Shared by the
+/// scheduler (sched/) and the plan executor, which know nothing of each other.
+struct JobProgress {
+  int64_t step = 0;   ///< 1-based index of the step just finished
+  int64_t total = 0;  ///< total steps, 0 if unknown
+  std::string message;
+};
+using ProgressFn = std::function<void(const JobProgress&)>;
+
 /// What a backend says about one executed op (filled when ExecContext::report is set).
 struct OpReport {
   std::string op;              ///< "conv2d", "conv_transpose2d", "pool2d"

@@ -60,14 +60,6 @@ struct DeviceSpec {
 /// names, counts < 1 or > 256, duplicates.
 Result<std::vector<DeviceSpec>> ParseDeviceList(std::string_view text);
 
-/// Progress of a running job (e.g. one event per executed layer).
-struct JobProgress {
-  int64_t step = 0;   ///< 1-based index of the step just finished
-  int64_t total = 0;  ///< total steps, 0 if unknown
-  std::string message;
-};
-using ProgressFn = std::function<void(const JobProgress&)>;
-
 /// What a job function sees while it runs on a device.
 struct JobContext {
   uint64_t job_id = 0;
