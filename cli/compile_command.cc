@@ -12,66 +12,19 @@
 
 #include "cli/model_commands.h"
 #include "kiln/v1/compile.grpc.pb.h"
-#include "server/ai8x_job.h"
+#include "api/compile_ai8x.h"
 
 namespace kiln::cli {
 namespace {
 
 struct CompileArgs {
   std::string model;  // FILE or stored id/name
-  std::string device = "MAX78000";
-  std::string arch;
-  std::string dataset;
-  std::string input_format = "auto";
-  std::vector<std::string> sets;
+  api::CompileFlags flags;
   std::string output;
   std::string name;  // upload name for a FILE (default: the file stem)
   bool local = false;
-  bool use_fifos = false;
-  bool move_l0 = false;
-  bool verbose = false;
   bool table = false;
 };
-
-std::string Upper(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
-  return s;
-}
-
-Result<kiln::v1::CompileAi8xOptions> BuildOptions(const CompileArgs& a) {
-  kiln::v1::CompileAi8xOptions o;
-  std::string dev = Upper(a.device);
-  if (dev == "MAX78000" || dev == "AI85" || dev == "85") {
-    o.set_device(kiln::v1::MAX78000);
-  } else if (dev == "MAX78002" || dev == "AI87" || dev == "87") {
-    o.set_device(kiln::v1::MAX78002);
-  } else {
-    return InvalidArgument("--device must be MAX78000 or MAX78002, got '" + a.device + "'");
-  }
-  std::string fmt = Upper(a.input_format);
-  if (fmt == "AUTO") o.set_input_format(kiln::v1::INPUT_FORMAT_AUTO);
-  else if (fmt == "HWC") o.set_input_format(kiln::v1::INPUT_FORMAT_HWC);
-  else if (fmt == "CHW") o.set_input_format(kiln::v1::INPUT_FORMAT_CHW);
-  else return InvalidArgument("--input-format must be auto, HWC or CHW, got '" + a.input_format + "'");
-  o.set_arch(a.arch);
-  o.set_dataset(a.dataset);
-  o.set_use_fifos(a.use_fifos);
-  o.set_move_l0(a.move_l0);
-  o.set_verbose(a.verbose);
-  for (const auto& s : a.sets) {
-    // LAYER.KEY=VALUE; LAYER may itself contain dots, KEY never does.
-    auto eq = s.find('=');
-    auto dot = eq == std::string::npos ? std::string::npos : s.rfind('.', eq);
-    if (eq == std::string::npos || dot == std::string::npos || dot == 0 || dot + 1 == eq) {
-      return InvalidArgument("--set expects LAYER.KEY=VALUE, got '" + s + "'");
-    }
-    auto* ov = o.add_overrides();
-    ov->set_layer(s.substr(0, dot));
-    ov->set_key(s.substr(dot + 1, eq - dot - 1));
-    ov->set_value(s.substr(eq + 1));
-  }
-  return o;
-}
 
 const char* SeverityWord(kiln::v1::Severity s) {
   switch (s) {
@@ -136,7 +89,7 @@ int Report(const kiln::v1::CompileAi8xResponse& r, const CompileArgs& a) {
   if (wrote) std::cerr << "; wrote " << a.output;
   if (!a.output.empty() && !r.ok()) std::cerr << "; " << a.output << " not written";
   std::cerr << "\n";
-  if (a.arch.empty() || a.dataset.empty()) {
+  if (a.flags.arch.empty() || a.flags.dataset.empty()) {
     const auto& ro = r.resolved_options();
     std::cerr << "note: no --arch/--dataset given: the YAML says arch: " << ro.arch() << ", dataset: "
               << (ro.dataset().empty() ? "(default)" : ro.dataset())
@@ -146,7 +99,7 @@ int Report(const kiln::v1::CompileAi8xResponse& r, const CompileArgs& a) {
 }
 
 int RunCompile(const ClientOptions& options, const CompileArgs& a) {
-  auto opts = BuildOptions(a);
+  auto opts = api::ParseCompileFlags(a.flags);
   if (!opts.ok()) {
     std::cerr << "kiln: compile: " << opts.status().message() << "\n";
     return 2;
@@ -162,7 +115,7 @@ int RunCompile(const ClientOptions& options, const CompileArgs& a) {
     ss << in.rdbuf();
     // The name `kiln upload` would store the file under, so that the default arch and the
     // messages are the same with and without a server.
-    auto r = server::CompileAi8xBytes(ss.str(), StoredName(a.model, a.name), *opts);
+    auto r = api::CompileAi8x(ss.str(), StoredName(a.model, a.name), *opts);
     if (!r.ok()) {
       std::cerr << "kiln: compile " << a.model << ": " << r.status().ToString() << "\n";
       return 1;
@@ -179,7 +132,7 @@ int RunCompile(const ClientOptions& options, const CompileArgs& a) {
     // By id: the name could be moved to other bytes by another client meanwhile. The arch default
     // is the name this file was stored under (as with --local), not one the same bytes had before.
     id = *up;
-    if (a.arch.empty()) opts->set_arch(StoredName(a.model, a.name));
+    if (a.flags.arch.empty()) opts->set_arch(StoredName(a.model, a.name));
   }
   kiln::v1::CompileAi8xRequest req;
   req.set_model_id(id);
@@ -199,18 +152,18 @@ void AddCompileCommand(CLI::App& app, ClientOptions& options, int* exit_code) {
   static CompileArgs a;
   auto* cmd = app.add_subcommand("compile", "compile a model to ai8x izer YAML (MAX78000/MAX78002)");
   cmd->add_option("MODEL", a.model, "ONNX file (uploaded first) or a stored model id/name")->required();
-  cmd->add_option("--device", a.device, "MAX78000 or MAX78002")->capture_default_str();
-  cmd->add_option("--arch", a.arch, "YAML arch: the checkpoint's model factory name (e.g. ai85net5)");
-  cmd->add_option("--dataset", a.dataset, "YAML dataset: name");
-  cmd->add_option("--input-format", a.input_format, "auto, HWC or CHW")->capture_default_str();
-  cmd->add_option("--set", a.sets, "per-layer override LAYER.KEY=VALUE (repeatable)");
+  cmd->add_option("--device", a.flags.device, "MAX78000 or MAX78002")->capture_default_str();
+  cmd->add_option("--arch", a.flags.arch, "YAML arch: the checkpoint's model factory name (e.g. ai85net5)");
+  cmd->add_option("--dataset", a.flags.dataset, "YAML dataset: name");
+  cmd->add_option("--input-format", a.flags.input_format, "auto, HWC or CHW")->capture_default_str();
+  cmd->add_option("--set", a.flags.sets, "per-layer override LAYER.KEY=VALUE (repeatable)");
   cmd->add_option("-o,--output", a.output,
                   "write the YAML here, only when the compile succeeds (default: stdout)");
   cmd->add_option("--name", a.name, "name to store a FILE under (default: the file stem)");
   cmd->add_flag("--local", a.local, "compile in process, no server");
-  cmd->add_flag("--fifo", a.use_fifos, "the izer will run with --fifo");
-  cmd->add_flag("--move-l0", a.move_l0, "allow moving layer 0's processors");
-  cmd->add_flag("--verbose", a.verbose, "shapes of every layer as YAML comments");
+  cmd->add_flag("--fifo", a.flags.use_fifos, "the izer will run with --fifo");
+  cmd->add_flag("--move-l0", a.flags.move_l0, "allow moving layer 0's processors");
+  cmd->add_flag("--verbose", a.flags.verbose, "shapes of every layer as YAML comments");
   cmd->add_flag("--table", a.table, "print the per-layer plan table (to stderr when the YAML goes to stdout)");
   cmd->callback([&options, exit_code] { *exit_code = RunCompile(options, a); });
 }

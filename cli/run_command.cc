@@ -9,11 +9,10 @@
 #include <sstream>
 
 #include "cli/model_commands.h"
-#include "device/backends/builtin.h"
+#include "api/convert.h"
+#include "api/run_conv.h"
 #include "device/npy.h"
 #include "kiln/v1/device.grpc.pb.h"
-#include "server/conv_run_job.h"
-#include "server/device_convert.h"
 
 namespace kiln::cli {
 namespace {
@@ -21,10 +20,8 @@ namespace {
 struct RunArgs {
   std::string model;
   std::vector<std::string> inputs;  // name=path.npy
-  std::string backend = "tt-emu";
-  std::string math_fidelity, weights_dtype, input_dtype, output_dtype, arch;
-  std::string fp32_dest_acc_en, packer_l1_acc, math_approx_mode;  // "", true, false
-  int act_block_w = 0;
+  std::string backend = api::kDefaultRunBackend;
+  api::PrecisionFlags precision;
   std::string mode = "chained";
   std::string out_dir;
   std::string report = "table";
@@ -35,25 +32,6 @@ struct RunArgs {
   std::string name;  // upload name for a FILE (default: the file stem)
 };
 
-Result<bool> ParseBool(const std::string& flag, const std::string& v) {
-  if (v == "true" || v == "1" || v == "on") return true;
-  if (v == "false" || v == "0" || v == "off") return false;
-  return InvalidArgument(flag + " expects true or false, got '" + v + "'");
-}
-
-Result<kiln::v1::DataType> DTypeArg(const std::string& flag, const std::string& v) {
-  if (v.empty()) return kiln::v1::DATA_TYPE_UNSPECIFIED;
-  auto d = device::ParseDeviceDType(v);
-  if (!d.ok()) return d.status().WithContext(flag);
-  switch (*d) {
-    case device::DeviceDType::kFloat32: return kiln::v1::FLOAT32;
-    case device::DeviceDType::kBFloat16: return kiln::v1::BFLOAT16;
-    case device::DeviceDType::kBFloat8B: return kiln::v1::BFLOAT8_B;
-    case device::DeviceDType::kBFloat4B: return kiln::v1::BFLOAT4_B;
-  }
-  return kiln::v1::DATA_TYPE_UNSPECIFIED;
-}
-
 Result<kiln::v1::RunConvLayersRequest> BuildRequest(const RunArgs& a) {
   kiln::v1::RunConvLayersRequest req;
   req.set_backend(a.backend);
@@ -62,47 +40,9 @@ Result<kiln::v1::RunConvLayersRequest> BuildRequest(const RunArgs& a) {
   req.set_mode(*mode == convplan::RunMode::kPerLayer ? kiln::v1::PER_LAYER : kiln::v1::CHAINED);
   req.set_seed(a.seed);
   req.set_skip_reference(a.skip_reference);
-  auto* p = req.mutable_precision();
-  if (!a.math_fidelity.empty()) {
-    auto f = device::ParseMathFidelity(a.math_fidelity);
-    if (!f.ok()) return f.status().WithContext("--math-fidelity");
-    switch (*f) {
-      case device::MathFidelity::kLoFi: p->set_math_fidelity(kiln::v1::LOFI); break;
-      case device::MathFidelity::kHiFi2: p->set_math_fidelity(kiln::v1::HIFI2); break;
-      case device::MathFidelity::kHiFi3: p->set_math_fidelity(kiln::v1::HIFI3); break;
-      case device::MathFidelity::kHiFi4: p->set_math_fidelity(kiln::v1::HIFI4); break;
-    }
-  }
-  auto w = DTypeArg("--weights-dtype", a.weights_dtype);
-  auto i = DTypeArg("--input-dtype", a.input_dtype);
-  auto o = DTypeArg("--output-dtype", a.output_dtype);
-  for (const auto* r : {&w, &i, &o}) {
-    if (!r->ok()) return r->status();
-  }
-  p->set_weights_dtype(*w);
-  p->set_input_dtype(*i);
-  p->set_output_dtype(*o);
-  if (!a.arch.empty()) {
-    auto arch = device::ParseArch(a.arch);
-    if (!arch.ok()) return arch.status().WithContext("--arch");
-    p->set_arch(*arch == device::Arch::kBlackhole ? kiln::v1::BLACKHOLE : kiln::v1::WORMHOLE_B0);
-  }
-  if (!a.fp32_dest_acc_en.empty()) {
-    auto b = ParseBool("--fp32-dest-acc-en", a.fp32_dest_acc_en);
-    if (!b.ok()) return b.status();
-    p->set_fp32_dest_acc_en(*b);
-  }
-  if (!a.packer_l1_acc.empty()) {
-    auto b = ParseBool("--packer-l1-acc", a.packer_l1_acc);
-    if (!b.ok()) return b.status();
-    p->set_packer_l1_acc(*b);
-  }
-  if (!a.math_approx_mode.empty()) {
-    auto b = ParseBool("--math-approx-mode", a.math_approx_mode);
-    if (!b.ok()) return b.status();
-    p->set_math_approx_mode(*b);
-  }
-  p->set_act_block_w(a.act_block_w);
+  auto precision = api::ParsePrecisionFlags(a.precision);
+  if (!precision.ok()) return precision.status();
+  *req.mutable_precision() = std::move(precision).value();
   for (const auto& spec : a.inputs) {
     auto eq = spec.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -112,7 +52,7 @@ Result<kiln::v1::RunConvLayersRequest> BuildRequest(const RunArgs& a) {
     if (!t.ok()) return t.status().WithContext("--input " + spec);
     auto f = t->ToFloat32();
     if (!f.ok()) return f.status().WithContext("--input " + spec);
-    server::ToProto(spec.substr(0, eq), *f, req.add_inputs());
+    api::ToProto(spec.substr(0, eq), *f, req.add_inputs());
   }
   return req;
 }
@@ -128,7 +68,7 @@ int Report(const kiln::v1::RunConvLayersResponse& r, const RunArgs& a) {
     std::error_code ec;
     std::filesystem::create_directories(a.out_dir, ec);
     for (const auto& t : r.outputs()) {
-      auto tensor = server::FromProto(t);
+      auto tensor = api::FromProto(t);
       if (!tensor.ok()) {
         std::cerr << "kiln: run: output '" << t.name() << "': " << tensor.status().message() << "\n";
         return 1;
@@ -190,28 +130,14 @@ int RunLocal(const RunArgs& a, const kiln::v1::RunConvLayersRequest& req) {
   std::stringstream ss;
   ss << in.rdbuf();
   std::string name = std::filesystem::path(a.model).stem().string();
-  auto prepared = server::PrepareConvRun(ss.str(), name, req);
-  if (!prepared.ok()) {
-    std::cerr << "kiln: run " << a.model << ": " << prepared.status().ToString() << "\n";
+  std::map<std::string, std::string> settings;
+  if (req.backend() == "tt-emu") settings["level"] = a.level;
+  auto resp = api::RunConvLocal(ss.str(), name, req, settings);
+  if (!resp.ok()) {
+    std::cerr << "kiln: run " << a.model << ": " << resp.status().ToString() << "\n";
     return 1;
   }
-  device::BackendOptions bo;
-  if (prepared->backend == "tt-emu") bo.settings["level"] = a.level;
-  auto backend = device::DefaultBackendRegistry().Create(prepared->backend, bo);
-  if (!backend.ok()) {
-    std::cerr << "kiln: run: " << backend.status().ToString() << "\n";
-    return 1;
-  }
-  prepared->options.reference_threads = 0;  // in process: use every core
-  auto result = convplan::RunConvPlan(*prepared->plan, prepared->inputs, **backend, prepared->options);
-  if (!result.ok()) {
-    std::cerr << "kiln: run " << a.model << ": " << result.status().ToString() << "\n";
-    return 1;
-  }
-  kiln::v1::RunConvLayersResponse resp;
-  server::FillRunResponse(*result, false, &resp);
-  resp.set_device(prepared->backend + " (in process)");
-  return Report(resp, a);
+  return Report(*resp, a);
 }
 
 int RunRemote(const ClientOptions& options, const RunArgs& a, kiln::v1::RunConvLayersRequest req) {
@@ -263,15 +189,16 @@ void AddRunCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
       ->required();
   cmd->add_option("--input", a.inputs, "NAME=FILE.npy (repeatable); absent inputs are random");
   cmd->add_option("--backend", a.backend, "tt-emu or reference")->capture_default_str();
-  cmd->add_option("--math-fidelity", a.math_fidelity, "LoFi, HiFi2, HiFi3, HiFi4 (default HiFi4)");
-  cmd->add_option("--weights-dtype", a.weights_dtype, "float32, bfloat16, bfloat8_b, bfloat4_b");
-  cmd->add_option("--input-dtype", a.input_dtype, "float32, bfloat16, bfloat8_b");
-  cmd->add_option("--output-dtype", a.output_dtype, "float32, bfloat16, bfloat8_b");
-  cmd->add_option("--fp32-dest-acc-en", a.fp32_dest_acc_en, "true|false (default: TT-NN's rule)");
-  cmd->add_option("--packer-l1-acc", a.packer_l1_acc, "true|false (default false)");
-  cmd->add_option("--math-approx-mode", a.math_approx_mode, "true|false (default true)");
-  cmd->add_option("--arch", a.arch, "wormhole_b0 or blackhole");
-  cmd->add_option("--act-block-w", a.act_block_w, "K-block width in tiles (0 = TT-NN default)");
+  auto& p = a.precision;
+  cmd->add_option("--math-fidelity", p.math_fidelity, "LoFi, HiFi2, HiFi3, HiFi4 (default HiFi4)");
+  cmd->add_option("--weights-dtype", p.weights_dtype, "float32, bfloat16, bfloat8_b, bfloat4_b");
+  cmd->add_option("--input-dtype", p.input_dtype, "float32, bfloat16, bfloat8_b");
+  cmd->add_option("--output-dtype", p.output_dtype, "float32, bfloat16, bfloat8_b");
+  cmd->add_option("--fp32-dest-acc-en", p.fp32_dest_acc_en, "true|false (default: TT-NN's rule)");
+  cmd->add_option("--packer-l1-acc", p.packer_l1_acc, "true|false (default false)");
+  cmd->add_option("--math-approx-mode", p.math_approx_mode, "true|false (default true)");
+  cmd->add_option("--arch", p.arch, "wormhole_b0 or blackhole");
+  cmd->add_option("--act-block-w", p.act_block_w, "K-block width in tiles (0 = TT-NN default)");
   cmd->add_option("--mode", a.mode, "chained or per_layer")->capture_default_str();
   cmd->add_option("--out", a.out_dir, "write outputs as DIR/<graph output>.npy");
   cmd->add_option("--report", a.report, "table or json")

@@ -2,6 +2,8 @@
 
 #include <openssl/evp.h>
 
+#include "common/reactor.h"
+
 namespace kiln {
 
 struct Sha256::Impl {
@@ -31,6 +33,7 @@ std::string Sha256::HexDigest() {
 }
 
 std::string Sha256Hex(std::string_view data) {
+  AssertNotOnReactor("Sha256Hex");
   Sha256 h;
   h.Update(data);
   return h.HexDigest();

@@ -2,16 +2,17 @@
 
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <chrono>
 
-#include "server/ai8x_job.h"
+#include "api/compile_ai8x.h"
+#include "api/lanes.h"
+#include "common/reactor.h"
 
 namespace kiln::server {
 
-CompileServiceImpl::CompileServiceImpl(ModelStore* store, ServiceEnv env,
-                                       CompileServiceOptions options)
+CompileServiceImpl::CompileServiceImpl(store::ModelStore* store, sched::Scheduler* scheduler, ServiceEnv env)
     : store_(store),
+      scheduler_(scheduler),
       env_(env),
       durations_(prometheus::BuildHistogram()
                      .Name("kiln_compile_duration_seconds")
@@ -21,14 +22,12 @@ CompileServiceImpl::CompileServiceImpl(ModelStore* store, ServiceEnv env,
                   .Name("kiln_compile_total")
                   .Help("Compiles finished, by target and result (ok, rule_errors, invalid, "
                         "rejected)")
-                  .Register(env.metrics->registry())),
-      executor_(options.concurrency, options.queue) {}
+                  .Register(env.metrics->registry())) {}
 
-CompileServiceImpl::~CompileServiceImpl() { executor_.Join(); }
-
-grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(
-    grpc::CallbackServerContext* context, const kiln::v1::CompileAi8xRequest* request,
-    kiln::v1::CompileAi8xResponse* response) {
+grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerContext* context,
+                                                          const kiln::v1::CompileAi8xRequest* request,
+                                                          kiln::v1::CompileAi8xResponse* response) {
+  ReactorScope on_reactor;
   auto* reactor = context->DefaultReactor();
   auto scope = std::make_shared<RpcScope>(env_, *context, "/kiln.v1.CompileService/CompileAi8x");
   grpc::Status st = scope->Begin(*context);
@@ -36,14 +35,15 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(
     reactor->Finish(scope->Done(st));
     return reactor;
   }
-  // The job computes the reply; the continuation it returns sends it once the slot is free.
-  auto job = [this, context, request, response, reactor, scope]() -> std::function<void()> {
-    auto finish = [reactor, scope](grpc::Status status) -> std::function<void()> {
-      return [reactor, scope, status] { reactor->Finish(scope->Done(status)); };
-    };
-    if (context->IsCancelled()) {
-      return finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled before start"));
-    }
+  auto count = [this](const char* result) { totals_.Add({{"target", "ai8x"}, {"result", result}}).Increment(); };
+  sched::JobRequest job;
+  job.lane = api::kCompileLane;
+  job.client_id = ClientId(*context);
+  if (request->model_case() == kiln::v1::CompileAi8xRequest::kModelBytes) {
+    job.cost_bytes = static_cast<int64_t>(request->model_bytes().size());
+  }
+  job.task = [this, context, request, response, scope, count](sched::JobContext&) -> Status {
+    if (context->IsCancelled()) return Cancelled("cancelled before start");
     auto start = std::chrono::steady_clock::now();
     std::string bytes;
     std::string name;
@@ -54,53 +54,47 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(
       auto reader = store_->OpenReader(request->model_id());
       auto info = store_->Get(request->model_id());
       if (!reader.ok() || !info.ok()) {
-        totals_.Add({{"target", "ai8x"}, {"result", "invalid"}}).Increment();
-        return finish(ToGrpc(reader.ok() ? info.status() : reader.status()));
+        count("invalid");
+        return reader.ok() ? info.status() : reader.status();
       }
       auto all = (*reader)->ReadAll();
-      if (!all.ok()) return finish(ToGrpc(all.status()));
+      if (!all.ok()) return all.status();
       bytes = std::move(all).value();
-      // Compiled by one of its names: that name (the default arch); by id: its first name.
-      const auto& names = info->names;
-      if (std::find(names.begin(), names.end(), request->model_id()) != names.end()) {
-        name = request->model_id();
-      } else {
-        name = names.empty() ? info->model_id.substr(0, 12) : names.front();
-      }
+      name = api::CompileModelName(*info, request->model_id());
     }
-    if (bytes.empty()) {
-      return finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                 "request names no model: set model_id or model_bytes"));
-    }
+    if (bytes.empty()) return InvalidArgument("request names no model: set model_id or model_bytes");
     scope->AddBytes(bytes.size());
     Result<kiln::v1::CompileAi8xResponse> result = Internal("compile did not run");
     try {
-      result = CompileAi8xBytes(bytes, name, request->options());
+      result = api::CompileAi8x(bytes, name, request->options());
     } catch (const std::exception& e) {
       // A compiler bug must fail this request only, never the server.
       spdlog::error("compile of model '{}' threw: {}", name, e.what());
       result = Internal(std::string("compiler failure on model '") + name + "': " + e.what());
     }
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    durations_.Add({{"target", "ai8x"}}, prometheus::Histogram::BucketBoundaries{
-                                             0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                                             0.5, 1, 2.5, 5, 10, 30})
+    durations_
+        .Add({{"target", "ai8x"}}, prometheus::Histogram::BucketBoundaries{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                                          0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30})
         .Observe(seconds);
     if (!result.ok()) {
-      totals_.Add({{"target", "ai8x"}, {"result", "invalid"}}).Increment();
-      return finish(ToGrpc(result.status()));
+      count("invalid");
+      return result.status();
     }
     *response = std::move(result).value();
-    totals_.Add({{"target", "ai8x"}, {"result", response->ok() ? "ok" : "rule_errors"}}).Increment();
-    return finish(grpc::Status::OK);
+    count(response->ok() ? "ok" : "rule_errors");
+    return Status::Ok();
   };
-  if (!executor_.Submit(job)) {
-    totals_.Add({{"target", "ai8x"}, {"result", "rejected"}}).Increment();
-    reactor->Finish(scope->Done(grpc::Status(
-        grpc::StatusCode::RESOURCE_EXHAUSTED,
-        "compile queue full (" + std::to_string(executor_.capacity()) +
-            " compiles admitted); retry in a few seconds")));
+  auto handle = scheduler_->Submit(std::move(job));
+  if (!handle.ok()) {
+    count("rejected");
+    AddRetryPushback(*context, handle.status(), *scheduler_, api::kCompileLane);
+    reactor->Finish(scope->Done(ToGrpc(handle.status())));
+    return reactor;
   }
+  // Runs once the worker is free again: a client that sends its next request as soon as it has
+  // the answer finds a free slot.
+  (*handle)->OnDone([reactor, scope](const Status& status) { reactor->Finish(scope->Done(ToGrpc(status))); });
   return reactor;
 }
 

@@ -112,6 +112,13 @@ const std::vector<Setting>& Settings() {
          return err.empty() && (c.device_queue == 0 || c.device_queue > 1000000)
                     ? std::string("must be 1..1000000") : err;
        }},
+      {"--reference-threads", "KILN_REFERENCE_THREADS", "reference_threads",
+       "OpenMP threads of each fp32 reference worker (the reference devices, or the one kept for "
+       "PCC when none is configured); 0 = the cores divided among them",
+       [](Config& c, const std::string& v) {
+         std::string err = ParseU64(v, &c.reference_threads);
+         return err.empty() && c.reference_threads > 1024 ? std::string("must be 0..1024") : err;
+       }},
       {"--tt-emu-level", "KILN_TT_EMU_LEVEL", "tt_emu_level",
        "tt-emu numerics: exact (bit-level model) or fast (oneDNN bf16 per fidelity phase)",
        [](Config& c, const std::string& v) {

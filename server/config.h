@@ -17,6 +17,7 @@
 // | --compile-queue    | KILN_COMPILE_QUEUE    | compile_queue          | 16               |
 // | --devices          | KILN_DEVICES          | devices                | tt-emu:1,reference:1 |
 // | --device-queue     | KILN_DEVICE_QUEUE     | device_queue           | 64 (per backend) |
+// | --reference-threads| KILN_REFERENCE_THREADS| reference_threads      | 0 (cores / reference workers) |
 // | --tt-emu-level     | KILN_TT_EMU_LEVEL     | tt_emu_level           | exact            |
 // | --max-message-bytes| KILN_MAX_MESSAGE_BYTES| max_message_bytes      | 268435456        |
 // Port 0 in either listen address picks a free port.
@@ -43,9 +44,11 @@ struct Config {
   std::string log_level = "info";
   uint64_t compile_workers = 2;  ///< compiles running at once
   uint64_t compile_queue = 16;   ///< compiles waiting; more -> RESOURCE_EXHAUSTED
-  /// Device workers per backend, "tt-emu:2,reference:1" (device/worker_pool ParseDeviceList).
+  /// Device workers per backend, "tt-emu:2,reference:1" (sched/scheduler.h ParseDeviceList).
   std::string devices = "tt-emu:1,reference:1";
   uint64_t device_queue = 64;    ///< queued conv runs per backend; more -> RESOURCE_EXHAUSTED
+  /// OpenMP threads per fp32 reference worker; 0 = hardware threads / reference workers.
+  uint64_t reference_threads = 0;
   std::string tt_emu_level = "exact";  ///< tt-emu backend level: exact | fast
   /// Largest gRPC message in either direction (conv inputs/outputs, inline compile bytes).
   uint64_t max_message_bytes = 256ull << 20;

@@ -3,17 +3,19 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
-#include "server/auth_interceptor.h"
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
-namespace kiln::server {
+#include "api/lanes.h"
+#include "api/version.h"
+#include "server/auth_interceptor.h"
 
-const char* KilnVersion() { return KILN_VERSION; }
+namespace kiln::server {
 
 namespace {
 Result<std::string> ReadFile(const std::string& path, const char* what) {
@@ -42,40 +44,48 @@ Status Daemon::Start() {
 }
 
 Status Daemon::StartServices() {
-  metrics_ = std::make_unique<Metrics>(KilnVersion());
-  ModelStoreOptions store_options;
+  metrics_ = std::make_unique<Metrics>(api::KilnVersion());
+  store::ModelStoreOptions store_options;
   store_options.dir = config_.data_dir;
   store_options.max_model_bytes = config_.max_model_bytes;
   store_options.max_store_bytes = config_.max_store_bytes;
-  auto store = ModelStore::Open(store_options);
+  auto store = store::ModelStore::Open(store_options);
   if (!store.ok()) return store.status().WithContext("model store " + config_.data_dir);
   store_ = std::move(store).value();
   auth_ = std::make_unique<Authenticator>(config_.token);
 
-  ServiceEnv env{metrics_.get(), auth_.get(), &drain_};
-  model_service_ = std::make_unique<ModelServiceImpl>(store_.get(), env);
-  compile_service_ = std::make_unique<CompileServiceImpl>(
-      store_.get(), env, CompileServiceOptions{config_.compile_workers, config_.compile_queue});
-
-  auto devices = device::ParseDeviceList(config_.devices);
+  auto devices = sched::ParseDeviceList(config_.devices);
   if (!devices.ok()) return devices.status().WithContext("--devices");
-  device::WorkerPoolOptions pool_options;
-  pool_options.devices = *devices;
-  pool_options.queue_capacity = static_cast<int>(config_.device_queue);
+  sched::SchedulerOptions sched_options;
+  sched_options.devices = *devices;
+  sched_options.queue_capacity = static_cast<int>(config_.device_queue);
+  sched_options.cpu_lanes = api::KilndCpuLanes({static_cast<int>(config_.compile_workers),
+                                                static_cast<int>(config_.compile_queue),
+                                                static_cast<int>(config_.device_queue)});
+  // One CPU budget: the fp32 reference workers (configured devices, or the one kept for PCC) share
+  // the cores, so that several of them do not each start a team of every core.
+  int reference_workers = 1;
   for (const auto& spec : *devices) {
-    if (spec.backend == "tt-emu") pool_options.backend_settings["tt-emu"]["level"] = config_.tt_emu_level;
-    // Each device thread runs one op at a time; with several reference devices give each one
-    // OpenMP thread so they run side by side instead of contending for the same cores.
-    if (spec.backend == "reference" && spec.count > 1) {
-      pool_options.backend_settings["reference"]["threads"] = "1";
-    }
+    if (spec.backend == "reference") reference_workers = spec.count;
   }
-  pool_options.metrics = metrics_->shared_registry();
-  auto pool = device::WorkerPool::Create(pool_options);
-  if (!pool.ok()) return pool.status().WithContext("device pool");
-  pool_ = std::move(pool).value();
-  device_service_ = std::make_unique<DeviceServiceImpl>(
-      store_.get(), pool_.get(), static_cast<int>(config_.device_queue), env);
+  const int threads = config_.reference_threads > 0
+                          ? static_cast<int>(config_.reference_threads)
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / reference_workers);
+  sched_options.reference_threads = threads;
+  for (const auto& spec : *devices) {
+    if (spec.backend == "tt-emu") sched_options.backend_settings["tt-emu"]["level"] = config_.tt_emu_level;
+    if (spec.backend == "reference") sched_options.backend_settings["reference"]["threads"] = std::to_string(threads);
+  }
+  sched_options.metrics = metrics_->shared_registry();
+  auto scheduler = sched::Scheduler::Create(sched_options);
+  if (!scheduler.ok()) return scheduler.status().WithContext("scheduler");
+  scheduler_ = std::move(scheduler).value();
+
+  ServiceEnv env{metrics_.get(), auth_.get(), &drain_, scheduler_.get()};
+  model_service_ = std::make_unique<ModelServiceImpl>(store_.get(), env);
+  compile_service_ = std::make_unique<CompileServiceImpl>(store_.get(), scheduler_.get(), env);
+  device_service_ = std::make_unique<DeviceServiceImpl>(store_.get(), scheduler_.get(),
+                                                        static_cast<int>(config_.device_queue), env);
 
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!config_.tls_cert.empty()) {
@@ -143,8 +153,8 @@ void Daemon::Shutdown() {
   if (drain_.inflight() > 0) {
     spdlog::warn("grace period over: cancelling {} RPCs still in flight", drain_.inflight());
   }
-  // Cancels whatever device work is left (its RPCs then finish with CANCELLED).
-  if (pool_) pool_->Shutdown(/*drain=*/false);
+  // Cancels whatever work is left (its RPCs then finish with CANCELLED or UNAVAILABLE).
+  if (scheduler_) scheduler_->Shutdown(/*drain=*/false);
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   server_->Wait();
   server_.reset();

@@ -1,5 +1,6 @@
-// kilnd's composition root: opens the model store, starts the metrics exposer and the gRPC
-// server (callback services, grpc.health.v1, reflection), and drains them on shutdown.
+// kilnd's composition root: opens the model store, creates the scheduler (device lanes from
+// --devices, CPU lanes from api/lanes.h), starts the metrics exposer and the gRPC server
+// (callback services, grpc.health.v1, reflection), and drains them on shutdown.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -9,19 +10,16 @@
 #include <string>
 
 #include "common/status.h"
-#include "server/config.h"
-#include "device/worker_pool/worker_pool.h"
+#include "sched/scheduler.h"
 #include "server/compile_service.h"
+#include "server/config.h"
 #include "server/device_service.h"
 #include "server/metrics.h"
 #include "server/model_service.h"
-#include "server/model_store.h"
 #include "server/rpc_context.h"
+#include "store/model_store.h"
 
 namespace kiln::server {
-
-/// Version string reported by kiln_build_info and `kilnd --version`.
-const char* KilnVersion();
 
 class Daemon {
  public:
@@ -44,12 +42,12 @@ class Daemon {
 
   Config config_;
   std::unique_ptr<Metrics> metrics_;
-  std::unique_ptr<ModelStore> store_;
+  std::unique_ptr<store::ModelStore> store_;
   std::unique_ptr<Authenticator> auth_;
   Drain drain_;
   std::unique_ptr<ModelServiceImpl> model_service_;
+  std::unique_ptr<sched::Scheduler> scheduler_;
   std::unique_ptr<CompileServiceImpl> compile_service_;
-  std::unique_ptr<device::WorkerPool> pool_;
   std::unique_ptr<DeviceServiceImpl> device_service_;
   std::unique_ptr<grpc::Server> server_;
   std::string grpc_address_;

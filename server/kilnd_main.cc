@@ -9,12 +9,13 @@
 #include <iostream>
 
 #include "server/config.h"
+#include "api/version.h"
 #include "server/daemon.h"
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--version") == 0) {
-      std::printf("kilnd %s\n", kiln::server::KilnVersion());
+      std::printf("kilnd %s\n", kiln::api::KilnVersion());
       return 0;
     }
   }

@@ -2,21 +2,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include "api/lanes.h"
+#include "api/models.h"
+#include "common/reactor.h"
+
 namespace kiln::server {
 
 using kiln::v1::UploadModelRequest;
 
-void ToProto(const ModelInfo& info, kiln::v1::Model* out) {
-  out->set_model_id(info.model_id);
-  for (const auto& n : info.names) out->add_names(n);
-  out->set_size_bytes(info.size_bytes);
-  out->set_opset(info.opset);
-  for (const auto& s : info.inputs) out->add_inputs(s);
-  for (const auto& s : info.outputs) out->add_outputs(s);
-  out->set_node_count(info.node_count);
-  out->set_producer_name(info.producer_name);
-  out->set_created_unix_seconds(info.created_unix_seconds);
-}
 
 // Client-streaming upload: header first, then chunks into a temp file; commit when the client
 // half-closes. Every callback takes mu_, because OnCancel and CancelUploads race with reads.
@@ -27,6 +20,7 @@ class ModelServiceImpl::UploadReactor final
                 kiln::v1::UploadModelResponse* response)
       : service_(service), context_(context), response_(response),
         scope_(service->env_, *context, "/kiln.v1.ModelService/UploadModel") {
+    ReactorScope on_reactor;
     grpc::Status auth = scope_.Begin(*context);
     std::lock_guard<std::mutex> lock(mu_);
     if (!auth.ok()) {
@@ -46,6 +40,7 @@ class ModelServiceImpl::UploadReactor final
   }
 
   void OnReadDone(bool ok) override {
+    ReactorScope on_reactor;
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
     if (!ok) {
@@ -59,21 +54,7 @@ class ModelServiceImpl::UploadReactor final
                                  "upload stream ended before its header"));
         return;
       }
-      bool already = false;
-      std::string replaced;
-      auto info = upload_->Commit(&already, &replaced);
-      upload_.reset();
-      if (!info.ok()) {
-        FinishLocked(ToGrpc(info.status()));
-        return;
-      }
-      ToProto(*info, response_->mutable_model());
-      response_->set_already_stored(already);
-      response_->set_replaced_model_id(replaced);
-      service_->UpdateStoreMetrics();
-      spdlog::info("stored model id={} name={} size_bytes={} already_stored={}", info->model_id,
-                   header_name_, info->size_bytes, already);
-      FinishLocked(grpc::Status::OK);
+      CommitLocked();
       return;
     }
     if (!upload_) {
@@ -115,18 +96,23 @@ class ModelServiceImpl::UploadReactor final
   }
 
   void OnCancel() override {
+    ReactorScope on_reactor;
     std::lock_guard<std::mutex> lock(mu_);
+    if (committing_) return;  // the commit finishes the call
     AbortLocked(grpc::Status(grpc::StatusCode::CANCELLED, "upload cancelled"));
   }
 
-  /// Server shutdown: the client gets UNAVAILABLE and nothing is stored.
+  /// Server shutdown: the client gets UNAVAILABLE and nothing is stored (unless the commit has
+  /// started: it then finishes the call with its own result).
   void CancelForShutdown() {
     std::lock_guard<std::mutex> lock(mu_);
+    if (committing_) return;
     AbortLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                              "kilnd is shutting down; upload discarded, retry later"));
   }
 
   void OnDone() override {
+    ReactorScope on_reactor;
     if (registered_) {
       std::lock_guard<std::mutex> ulock(service_->uploads_mu_);
       service_->uploads_.erase(this);
@@ -135,6 +121,44 @@ class ModelServiceImpl::UploadReactor final
   }
 
  private:
+  // The commit (fsync, SHA-256 check, ONNX parse, index rewrite) blocks: it runs on the store
+  // lane, which has its own queue, so a busy compile lane never delays or refuses an upload.
+  void CommitLocked() {
+    committing_ = true;
+    sched::JobRequest job;
+    job.lane = api::kStoreLane;
+    job.client_id = ClientId(*context_);
+    job.task = [this, upload = std::shared_ptr<store::Upload>(std::move(upload_))](sched::JobContext&) {
+      bool already = false;
+      std::string replaced;
+      auto info = upload->Commit(&already, &replaced);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!info.ok()) {
+        FinishLocked(ToGrpc(info.status()));
+        return Status::Ok();
+      }
+      api::ToProto(*info, response_->mutable_model());
+      response_->set_already_stored(already);
+      response_->set_replaced_model_id(replaced);
+      service_->UpdateStoreMetrics();
+      spdlog::info("stored model id={} name={} size_bytes={} already_stored={}", info->model_id, header_name_,
+                   info->size_bytes, already);
+      FinishLocked(grpc::Status::OK);
+      return Status::Ok();
+    };
+    auto handle = service_->env_.scheduler->Submit(std::move(job));
+    if (!handle.ok()) {
+      FinishLocked(ToGrpc(handle.status()));
+      return;
+    }
+    // Not run (shutdown): the upload is discarded when the task is destroyed.
+    (*handle)->OnDone([this](const Status& status) {
+      if (status.ok()) return;
+      std::lock_guard<std::mutex> lock(mu_);
+      FinishLocked(ToGrpc(status));
+    });
+  }
+
   void AbortLocked(const grpc::Status& status) {
     if (upload_) {
       upload_->Abort();
@@ -154,10 +178,11 @@ class ModelServiceImpl::UploadReactor final
   RpcScope scope_;
   std::mutex mu_;
   UploadModelRequest request_;
-  std::unique_ptr<Upload> upload_;
+  std::unique_ptr<store::Upload> upload_;
   std::string header_name_;
   bool finished_ = false;
   bool registered_ = false;
+  bool committing_ = false;
 };
 
 // Server-streaming read of a model's bytes in 1 MiB chunks.
@@ -167,6 +192,7 @@ class ModelServiceImpl::ReadReactor final
   ReadReactor(ModelServiceImpl* service, grpc::CallbackServerContext* context,
               const kiln::v1::ReadModelRequest* request)
       : scope_(service->env_, *context, "/kiln.v1.ModelService/ReadModel") {
+    ReactorScope on_reactor;
     grpc::Status auth = scope_.Begin(*context);
     if (!auth.ok()) {
       Finish(scope_.Done(auth));
@@ -181,6 +207,7 @@ class ModelServiceImpl::ReadReactor final
     NextWrite();
   }
   void OnWriteDone(bool ok) override {
+    ReactorScope on_reactor;
     if (!ok) {
       Finish(scope_.Done(grpc::Status(grpc::StatusCode::CANCELLED, "stream broken")));
       return;
@@ -212,13 +239,13 @@ class ModelServiceImpl::ReadReactor final
   }
 
   RpcScope scope_;
-  std::unique_ptr<ModelReader> reader_;
+  std::unique_ptr<store::ModelReader> reader_;
   Sha256 hash_;
   kiln::v1::ReadModelResponse response_;
   uint64_t offset_ = 0;
 };
 
-ModelServiceImpl::ModelServiceImpl(ModelStore* store, ServiceEnv env)
+ModelServiceImpl::ModelServiceImpl(store::ModelStore* store, ServiceEnv env)
     : store_(store), env_(env) {
   UpdateStoreMetrics();
 }
@@ -239,59 +266,66 @@ void ModelServiceImpl::CancelUploads() {
 
 grpc::ServerReadReactor<UploadModelRequest>* ModelServiceImpl::UploadModel(
     grpc::CallbackServerContext* context, kiln::v1::UploadModelResponse* response) {
+  ReactorScope on_reactor;
   return new UploadReactor(this, context, response);
 }
 
 grpc::ServerWriteReactor<kiln::v1::ReadModelResponse>* ModelServiceImpl::ReadModel(
     grpc::CallbackServerContext* context, const kiln::v1::ReadModelRequest* request) {
+  ReactorScope on_reactor;
   return new ReadReactor(this, context, request);
 }
 
 grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext* context,
                                                      const kiln::v1::GetModelRequest* request,
                                                      kiln::v1::GetModelResponse* response) {
+  ReactorScope on_reactor;
   auto* reactor = context->DefaultReactor();
-  RpcScope scope(env_, *context, "/kiln.v1.ModelService/GetModel");
-  grpc::Status st = scope.Begin(*context);
-  if (st.ok()) {
-    auto reader = store_->OpenReader(request->model_id());
-    auto info = store_->Get(request->model_id());
-    if (!reader.ok()) {
-      st = ToGrpc(reader.status());
-    } else if (!info.ok()) {
-      st = ToGrpc(info.status());
-    } else {
-      ToProto(*info, response->mutable_model());
-      if (request->include_bytes()) {
-        if ((*reader)->size() > kMaxInlineModelBytes) {
-          st = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                            "model " + info->model_id + " is " + std::to_string((*reader)->size()) +
-                                " bytes, over the " + std::to_string(kMaxInlineModelBytes) +
-                                "-byte inline limit of GetModel; read it with ReadModel");
-        } else {
-          auto bytes = (*reader)->ReadAll();  // checked against the id, like every whole read
-          if (bytes.ok()) {
-            *response->mutable_model_bytes() = std::move(bytes).value();
-          } else {
-            st = ToGrpc(bytes.status());
-          }
-          scope.AddBytes(response->model_bytes().size());
-        }
-      }
-    }
+  auto scope = std::make_shared<RpcScope>(env_, *context, "/kiln.v1.ModelService/GetModel");
+  grpc::Status st = scope->Begin(*context);
+  if (!st.ok()) {
+    reactor->Finish(scope->Done(st));
+    return reactor;
   }
-  reactor->Finish(scope.Done(st));
+  auto info = store_->Get(request->model_id());
+  if (!info.ok()) {
+    reactor->Finish(scope->Done(ToGrpc(info.status())));
+    return reactor;
+  }
+  api::ToProto(*info, response->mutable_model());
+  if (!request->include_bytes()) {
+    reactor->Finish(scope->Done(grpc::Status::OK));
+    return reactor;
+  }
+  if (info->size_bytes > kMaxInlineModelBytes) {
+    reactor->Finish(scope->Done(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED, "model " + info->model_id + " is " + std::to_string(info->size_bytes) +
+                                                  " bytes, over the " + std::to_string(kMaxInlineModelBytes) +
+                                                  "-byte inline limit of GetModel; read it with ReadModel")));
+    return reactor;
+  }
+  // Reading (and, once per process, checking) up to 3 MiB blocks: store lane.
+  RunOnStoreLane(*context, reactor, scope, [this, id = info->model_id, response, scope]() -> Status {
+    auto reader = store_->OpenReader(id);
+    if (!reader.ok()) return reader.status();
+    auto bytes = (*reader)->ReadAll();  // checked against the id, like every whole read
+    if (!bytes.ok()) return bytes.status();
+    *response->mutable_model_bytes() = std::move(bytes).value();
+    scope->AddBytes(response->model_bytes().size());
+    return Status::Ok();
+  });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* ModelServiceImpl::ListModels(grpc::CallbackServerContext* context,
                                                        const kiln::v1::ListModelsRequest*,
                                                        kiln::v1::ListModelsResponse* response) {
+  ReactorScope on_reactor;
   auto* reactor = context->DefaultReactor();
   RpcScope scope(env_, *context, "/kiln.v1.ModelService/ListModels");
   grpc::Status st = scope.Begin(*context);
   if (st.ok()) {
-    for (const auto& m : store_->List()) ToProto(m, response->add_models());
+    for (const auto& m : store_->List()) api::ToProto(m, response->add_models());
   }
   reactor->Finish(scope.Done(st));
   return reactor;
@@ -300,15 +334,35 @@ grpc::ServerUnaryReactor* ModelServiceImpl::ListModels(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* ModelServiceImpl::DeleteModel(grpc::CallbackServerContext* context,
                                                         const kiln::v1::DeleteModelRequest* request,
                                                         kiln::v1::DeleteModelResponse*) {
+  ReactorScope on_reactor;
   auto* reactor = context->DefaultReactor();
-  RpcScope scope(env_, *context, "/kiln.v1.ModelService/DeleteModel");
-  grpc::Status st = scope.Begin(*context);
-  if (st.ok()) {
-    st = ToGrpc(store_->Delete(request->model_id()));
-    if (st.ok()) UpdateStoreMetrics();
+  auto scope = std::make_shared<RpcScope>(env_, *context, "/kiln.v1.ModelService/DeleteModel");
+  grpc::Status st = scope->Begin(*context);
+  if (!st.ok()) {
+    reactor->Finish(scope->Done(st));
+    return reactor;
   }
-  reactor->Finish(scope.Done(st));
+  // The index rewrite fsyncs: store lane.
+  RunOnStoreLane(*context, reactor, scope, [this, id = request->model_id()]() -> Status {
+    KILN_RETURN_IF_ERROR(store_->Delete(id));
+    UpdateStoreMetrics();
+    return Status::Ok();
+  });
   return reactor;
+}
+
+void ModelServiceImpl::RunOnStoreLane(grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor,
+                                      std::shared_ptr<RpcScope> scope, std::function<Status()> work) {
+  sched::JobRequest job;
+  job.lane = api::kStoreLane;
+  job.client_id = ClientId(context);
+  job.task = [work = std::move(work)](sched::JobContext&) { return work(); };
+  auto handle = env_.scheduler->Submit(std::move(job));
+  if (!handle.ok()) {
+    reactor->Finish(scope->Done(ToGrpc(handle.status())));
+    return;
+  }
+  (*handle)->OnDone([reactor, scope](const Status& status) { reactor->Finish(scope->Done(ToGrpc(status))); });
 }
 
 }  // namespace kiln::server

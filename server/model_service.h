@@ -1,12 +1,15 @@
-// kiln.v1.ModelService over the gRPC callback API, backed by ModelStore.
+// kiln.v1.ModelService over the gRPC callback API, backed by store::ModelStore. Reactions only
+// authenticate, stream chunks and read the in-memory index; the store's blocking work (upload
+// commit, DeleteModel's index rewrite, GetModel's inline bytes) runs on the scheduler's store lane.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_set>
 
 #include "kiln/v1/model.grpc.pb.h"
-#include "server/model_store.h"
+#include "store/model_store.h"
 #include "server/rpc_context.h"
 
 namespace kiln::server {
@@ -18,7 +21,7 @@ inline constexpr size_t kMaxInlineModelBytes = 3u << 20;
 
 class ModelServiceImpl final : public kiln::v1::ModelService::CallbackService {
  public:
-  ModelServiceImpl(ModelStore* store, ServiceEnv env);
+  ModelServiceImpl(store::ModelStore* store, ServiceEnv env);
   ~ModelServiceImpl() override;
 
   /// Ends every open upload with UNAVAILABLE (nothing of it is stored) and refuses new ones.
@@ -44,15 +47,15 @@ class ModelServiceImpl final : public kiln::v1::ModelService::CallbackService {
   class ReadReactor;
   friend class UploadReactor;
   void UpdateStoreMetrics();
+  // Runs `work` (blocking store work) on the store lane, then finishes the unary call with it.
+  void RunOnStoreLane(grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor,
+                      std::shared_ptr<RpcScope> scope, std::function<Status()> work);
 
-  ModelStore* store_;
+  store::ModelStore* store_;
   ServiceEnv env_;
   std::mutex uploads_mu_;
   std::unordered_set<UploadReactor*> uploads_;
   bool uploads_closed_ = false;
 };
-
-/// Fills a kiln.v1.Model from store metadata.
-void ToProto(const ModelInfo& info, kiln::v1::Model* out);
 
 }  // namespace kiln::server

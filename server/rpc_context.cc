@@ -10,6 +10,21 @@ grpc::Status ToGrpc(const Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), status.message());
 }
 
+std::string ClientId(const grpc::CallbackServerContext& context) {
+  const auto& md = context.client_metadata();
+  auto it = md.find("x-kiln-client");
+  if (it != md.end()) return std::string(it->second.data(), it->second.size());
+  std::string peer = context.peer();
+  auto colon = peer.rfind(':');
+  return colon == std::string::npos ? peer : peer.substr(0, colon);
+}
+
+void AddRetryPushback(grpc::CallbackServerContext& context, const Status& status, const sched::Scheduler& scheduler,
+                      const std::string& lane) {
+  if (status.code() != StatusCode::kResourceExhausted) return;
+  context.AddTrailingMetadata("grpc-retry-pushback-ms", std::to_string(scheduler.SuggestedRetryAfter(lane).count()));
+}
+
 grpc::Status Authenticator::Check(const grpc::ServerContextBase& context) const {
   if (token_.empty()) return grpc::Status::OK;
   const auto& md = context.client_metadata();

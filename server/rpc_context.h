@@ -9,12 +9,22 @@
 #include <string>
 
 #include "common/status.h"
+#include "sched/scheduler.h"
 #include "server/metrics.h"
 
 namespace kiln::server {
 
 /// Converts a Kiln Status to a grpc::Status (same numeric codes).
 grpc::Status ToGrpc(const Status& status);
+
+/// The scheduler's fairness key of a call: the x-kiln-client metadata, else the peer's address
+/// without its port.
+std::string ClientId(const grpc::CallbackServerContext& context);
+
+/// For a RESOURCE_EXHAUSTED refusal by `lane`: the grpc-retry-pushback-ms trailer that gRPC
+/// clients with a retry policy honour (gRFC A6 server pushback). No-op for other codes.
+void AddRetryPushback(grpc::CallbackServerContext& context, const Status& status, const sched::Scheduler& scheduler,
+                      const std::string& lane);
 
 /// Checks `authorization: Bearer <token>` metadata. Empty token = authentication off.
 class Authenticator {
@@ -42,11 +52,12 @@ class Drain {
   std::atomic<bool> draining_{false};
 };
 
-/// What every handler needs: auth, metrics, drain state.
+/// What every handler needs: auth, metrics, drain state, the scheduler that runs its work.
 struct ServiceEnv {
   Metrics* metrics = nullptr;
   const Authenticator* auth = nullptr;
   Drain* drain = nullptr;
+  sched::Scheduler* scheduler = nullptr;
 };
 
 /// Tracks one RPC from start to Finish; Finish() logs and records metrics exactly once.

@@ -12,9 +12,10 @@
 #include <thread>
 #include <vector>
 
-#include "device/worker_pool/worker_pool.h"
+#include "sched/scheduler.h"
 
 using namespace kiln::device;
+using namespace kiln::sched;
 
 namespace {
 
@@ -49,7 +50,7 @@ int main(int argc, char** argv) {
   const unsigned cores = std::thread::hardware_concurrency();
   double base = 0;
   for (int devices : {1, 2}) {
-    WorkerPoolOptions o;
+    SchedulerOptions o;
     o.devices = {{backend, devices}};
     o.queue_capacity = jobs;
     o.max_queued_per_client = jobs;
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
     } else if (backend == "tt-emu") {
       o.backend_settings["tt-emu"] = {{"level", level}};
     }
-    auto pool = WorkerPool::Create(o);
+    auto pool = Scheduler::Create(o);
     if (!pool.ok()) {
       std::fprintf(stderr, "pool: %s\n", pool.status().ToString().c_str());
       return 1;
@@ -71,7 +72,7 @@ int main(int argc, char** argv) {
         clients.emplace_back([&, c] {
           for (int j = c; j < n; j += 4) {
             JobRequest r;
-            r.backend = backend;
+            r.lane = backend;
             r.client_id = "client-" + std::to_string(c);
             r.work = [&](Backend& be, JobContext& ctx) -> kiln::Status {
               ExecContext e;

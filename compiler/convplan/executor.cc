@@ -564,18 +564,6 @@ Result<RunResult> RunConvPlan(const ConvPlan& plan, const RunInputs& inputs, dev
   }
 }
 
-device::JobFn MakeRunJob(std::shared_ptr<const ConvPlan> plan, RunInputs inputs, RunOptions options,
-                         std::shared_ptr<RunResult> result) {
-  return [plan = std::move(plan), inputs = std::move(inputs), options, result = std::move(result)](
-             device::Backend& backend, device::JobContext& ctx) -> Status {
-    if (!plan || !result) return InvalidArgument("MakeRunJob: null plan or result");
-    auto r = RunConvPlan(*plan, inputs, backend, options, ctx.cancel, ctx.progress);
-    if (!r.ok()) return r.status();
-    *result = std::move(*r);
-    return Status::Ok();
-  };
-}
-
 std::string FormatReportTable(const RunResult& r) {
   std::ostringstream os;
   os << "backend " << r.backend << "  mode " << RunModeName(r.mode) << "  precision " << r.precision.ToString()

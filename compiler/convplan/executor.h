@@ -72,7 +72,6 @@
 #include "device/backends/backend.h"
 #include "device/backends/precision.h"
 #include "device/tensor.h"
-#include "device/worker_pool/worker_pool.h"
 
 namespace kiln::convplan {
 
@@ -144,22 +143,13 @@ struct RunResult {
   double total_seconds = 0.0;           ///< wall time of the whole run
 };
 
-/// Progress callback type (device/worker_pool/worker_pool.h): step, total, message.
+/// Progress callback type (device/backends/backend.h): step, total, message.
 using ProgressFn = device::ProgressFn;
 
 /// Runs `plan` on `device` (see the header comment). `cancel` and `progress` may be null / empty.
 Result<RunResult> RunConvPlan(const ConvPlan& plan, const RunInputs& inputs, device::Backend& device,
                               const RunOptions& options, const device::CancelToken* cancel = nullptr,
                               const ProgressFn& progress = {});
-
-/// Wraps a run as a WorkerPool job (device/worker_pool/worker_pool.h JobFn): the job runs
-/// RunConvPlan with the device's backend, the job's cancel token and progress function, and on
-/// success moves the RunResult into `*result`; it returns the run's status, which the pool reports
-/// as the job's status (JobHandle::Wait / OnDone). `plan` and `result` are shared so the job may
-/// outlive the caller's stack frame; read `*result` only after the job is done and OK.
-/// `result` must not be null.
-device::JobFn MakeRunJob(std::shared_ptr<const ConvPlan> plan, RunInputs inputs, RunOptions options,
-                         std::shared_ptr<RunResult> result);
 
 /// A fixed-width text table of the report (one row per layer: name, op, output shape, time, PCC,
 /// max error, threshold, pass), for `kiln run --report table` and `make demo`.

@@ -8,7 +8,6 @@
 
 #include "device/backends/builtin.h"
 #include "device/backends/tt_emu/tt_emu_backend.h"
-#include "device/worker_pool/worker_pool.h"
 #include "tests/convplan/test_util.h"
 
 namespace kiln::convplan {
@@ -317,30 +316,6 @@ TEST(Executor, BackendErrorsNameTheOpAndExceptionsDoNotEscape) {
   auto t = RunConvPlan(p, {}, thrower, RunOptions{});
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kInternal);
-}
-
-TEST(Executor, RunsAsWorkerPoolJob) {
-  device::WorkerPoolOptions po;
-  po.devices = {{"reference", 1}};
-  auto pool = device::WorkerPool::Create(po);
-  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
-  auto plan = std::make_shared<const ConvPlan>(SmallPlan());
-  auto result = std::make_shared<RunResult>();
-  std::atomic<int> progress{0};
-  device::JobRequest req;
-  req.backend = "reference";
-  RunOptions o;
-  o.input_seed = 7;  // as RunRef
-  req.work = MakeRunJob(plan, {}, o, result);
-  req.progress = [&](const device::JobProgress&) { ++progress; };
-  auto h = (*pool)->Submit(std::move(req));
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
-  Status s = (*h)->Wait();
-  ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(result->layers.size(), 4u);
-  EXPECT_EQ(result->outputs.size(), 1u);
-  EXPECT_EQ(progress.load(), 4);
-  EXPECT_EQ(MaxDiff(*result, RunRef(*plan)), 0.0);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@
 #include "device/npy.h"
 #include "kiln/v1/device.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
-#include "server/device_convert.h"
+#include "api/convert.h"
 #include "tests/server/kilnd_process.h"
 #include "tests/server/kilnd_test_util.h"
 
@@ -71,7 +71,7 @@ void AddInputs(const nlohmann::json& c, kiln::v1::RunConvLayersRequest* req) {
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     auto f = t->ToFloat32();
     ASSERT_TRUE(f.ok());
-    server::ToProto(in["name"].get<std::string>(), *f, req->add_inputs());
+    api::ToProto(in["name"].get<std::string>(), *f, req->add_inputs());
   }
 }
 
@@ -81,7 +81,7 @@ std::string Check(const kiln::v1::Tensor& got, const std::string& expected_file,
   auto exp = device::ReadNpy(kCases + expected_file);
   if (!exp.ok()) return "cannot read " + expected_file;
   auto e = exp->ToFloat32();
-  auto g = server::FromProto(got);
+  auto g = api::FromProto(got);
   if (!g.ok()) return g.status().ToString();
   if (g->shape() != e->shape()) {
     return "shape " + device::ShapeToString(g->shape()) + " vs expected " + device::ShapeToString(e->shape());

@@ -1,4 +1,4 @@
-#include "server/model_store.h"
+#include "store/model_store.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -18,11 +18,12 @@
 #include <random>
 #include <sstream>
 
+#include "common/reactor.h"
 #include "compiler/onnx/summary.h"
 
 namespace fs = std::filesystem;
 
-namespace kiln::server {
+namespace kiln::store {
 namespace {
 
 Status ErrnoStatus(const std::string& what, const fs::path& path) {
@@ -137,6 +138,7 @@ Status Upload::Append(const void* data, size_t size) {
 }
 
 Result<ModelInfo> Upload::Commit(bool* already_stored, std::string* replaced_model_id) {
+  AssertNotOnReactor("Upload::Commit");
   if (finished_) return FailedPrecondition("upload already finished");
   if (received_ != declared_size_) {
     std::string msg = "upload of '" + name_ + "' ended after " + std::to_string(received_) +
@@ -203,6 +205,7 @@ ModelReader::~ModelReader() {
 }
 
 Status ModelReader::ReadAt(uint64_t offset, size_t max, std::string* out) const {
+  if (max > (1u << 20)) AssertNotOnReactor("ModelReader::ReadAt over 1 MiB");
   size_t n = offset >= size_ ? 0 : static_cast<size_t>(std::min<uint64_t>(max, size_ - offset));
   out->resize(n);
   size_t done = 0;
@@ -219,6 +222,7 @@ Status ModelReader::ReadAt(uint64_t offset, size_t max, std::string* out) const 
 }
 
 Result<std::string> ModelReader::ReadAll() const {
+  AssertNotOnReactor("ModelReader::ReadAll");
   std::string out;
   Status st = ReadAt(0, size_, &out);
   if (!st.ok()) return st;
@@ -380,6 +384,7 @@ Status ModelStore::LoadIndex() {
 }
 
 Status ModelStore::WriteIndexLocked() {
+  AssertNotOnReactor("ModelStore::WriteIndexLocked");
   YAML::Emitter out;
   out << YAML::BeginMap << YAML::Key << "format_version" << YAML::Value << kIndexFormatVersion;
   out << YAML::Key << "models" << YAML::Value << YAML::BeginSeq;
@@ -571,4 +576,4 @@ uint64_t ModelStore::total_bytes() const {
   return total_bytes_;
 }
 
-}  // namespace kiln::server
+}  // namespace kiln::store

@@ -1,4 +1,4 @@
-#include "device/worker_pool/worker_pool.h"
+#include "sched/scheduler.h"
 
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
@@ -10,10 +10,18 @@
 
 #include "device/backends/reference/reference_backend.h"
 
-namespace kiln::device {
+namespace kiln::sched {
 namespace {
 
 using namespace std::chrono_literals;
+using device::BackendOptions;
+using device::BackendRegistry;
+using device::Conv2dParams;
+using device::ConvTranspose2dParams;
+using device::ExecContext;
+using device::Tensor;
+using device::RegisterReferenceBackend;
+using device::BackendCapabilities;
 
 // A backend whose ops do nothing; jobs in these tests mostly run their own code.
 class NullBackend : public Backend {
@@ -53,15 +61,15 @@ BackendRegistry& TestRegistry() {
   return *r;
 }
 
-std::unique_ptr<WorkerPool> MakePool(std::vector<DeviceSpec> devices, int capacity = 64, int per_client = 0,
+std::unique_ptr<Scheduler> MakePool(std::vector<DeviceSpec> devices, int capacity = 64, int per_client = 0,
                                      std::shared_ptr<prometheus::Registry> metrics = nullptr) {
-  WorkerPoolOptions o;
+  SchedulerOptions o;
   o.devices = std::move(devices);
   o.queue_capacity = capacity;
   o.max_queued_per_client = per_client;
   o.registry = &TestRegistry();
   o.metrics = std::move(metrics);
-  auto p = WorkerPool::Create(std::move(o));
+  auto p = Scheduler::Create(std::move(o));
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   return p.ok() ? std::move(*p) : nullptr;
 }
@@ -86,7 +94,7 @@ struct Gate {
 
 JobRequest Blocking(Gate& g, std::string client = "c", std::string backend = "null") {
   JobRequest r;
-  r.backend = std::move(backend);
+  r.lane = std::move(backend);
   r.client_id = std::move(client);
   r.work = [&g](Backend&, JobContext&) {
     g.Wait();
@@ -116,31 +124,31 @@ TEST(DeviceListTest, Parses) {
   EXPECT_EQ(ParseDeviceList(":2").status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(WorkerPoolTest, CreateErrors) {
-  WorkerPoolOptions o;
+TEST(SchedulerTest, CreateErrors) {
+  SchedulerOptions o;
   o.registry = &TestRegistry();
-  EXPECT_EQ(WorkerPool::Create(o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create(o).status().code(), StatusCode::kInvalidArgument);
   o.devices = {{"broken", 1}};
-  auto p = WorkerPool::Create(o);
+  auto p = Scheduler::Create(o);
   EXPECT_EQ(p.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(p.status().message().find("broken:0"), std::string::npos);
   o.devices = {{"nope", 1}};
-  EXPECT_EQ(WorkerPool::Create(o).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Scheduler::Create(o).status().code(), StatusCode::kNotFound);
   o.devices = {{"reference", 1}};
   o.backend_settings["reference"] = {{"bogus", "1"}};
-  EXPECT_EQ(WorkerPool::Create(o).status().code(), StatusCode::kInvalidArgument);  // from the factory
+  EXPECT_EQ(Scheduler::Create(o).status().code(), StatusCode::kInvalidArgument);  // from the factory
   o.backend_settings = {{"tt-emu", {{"level", "fast"}}}};
-  EXPECT_EQ(WorkerPool::Create(o).status().code(), StatusCode::kInvalidArgument);  // no such devices
+  EXPECT_EQ(Scheduler::Create(o).status().code(), StatusCode::kInvalidArgument);  // no such devices
   o.backend_settings = {{"reference", {{"threads", "1"}}}};
-  EXPECT_TRUE(WorkerPool::Create(o).ok());
+  EXPECT_TRUE(Scheduler::Create(o).ok());
 }
 
-TEST(WorkerPoolTest, RunsJobsOnTheirBackendAndReportsDevices) {
+TEST(SchedulerTest, RunsJobsOnTheirBackendAndReportsDevices) {
   auto pool = MakePool({{"null", 2}, {"reference", 1}});
   ASSERT_TRUE(pool);
   std::string seen_device;
   JobRequest r;
-  r.backend = "reference";
+  r.lane = "reference";
   r.work = [&](Backend& b, JobContext& ctx) {
     seen_device = ctx.device;
     EXPECT_NE(ctx.cancel, nullptr);
@@ -163,17 +171,17 @@ TEST(WorkerPoolTest, RunsJobsOnTheirBackendAndReportsDevices) {
   EXPECT_EQ(devices[2].jobs_done, 1u);
 
   JobRequest bad;
-  bad.backend = "tt-emu";
+  bad.lane = "tt-emu";
   bad.work = r.work;
   auto nf = pool->Submit(bad);
   EXPECT_EQ(nf.status().code(), StatusCode::kNotFound);
   EXPECT_NE(nf.status().message().find("reference"), std::string::npos);
   JobRequest empty;
-  empty.backend = "null";
+  empty.lane = "null";
   EXPECT_EQ(pool->Submit(empty).status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(WorkerPoolTest, QueueFullIsResourceExhaustedWithRetryHint) {
+TEST(SchedulerTest, QueueFullIsResourceExhaustedWithRetryHint) {
   auto pool = MakePool({{"null", 1}}, /*capacity=*/3, /*per_client=*/3);
   Gate gate;
   std::vector<std::shared_ptr<JobHandle>> handles;
@@ -193,7 +201,7 @@ TEST(WorkerPoolTest, QueueFullIsResourceExhaustedWithRetryHint) {
   EXPECT_TRUE(pool->Submit(Blocking(gate, "other")).ok());
 }
 
-TEST(WorkerPoolTest, PerClientQuotaLeavesRoomForOthers) {
+TEST(SchedulerTest, PerClientQuotaLeavesRoomForOthers) {
   auto pool = MakePool({{"null", 1}}, /*capacity=*/8, /*per_client=*/2);
   Gate gate;
   std::vector<std::shared_ptr<JobHandle>> hs;
@@ -211,7 +219,7 @@ TEST(WorkerPoolTest, PerClientQuotaLeavesRoomForOthers) {
   for (auto& h : hs) EXPECT_TRUE(h->Wait().ok());
 }
 
-TEST(WorkerPoolTest, RoundRobinAcrossClients) {
+TEST(SchedulerTest, RoundRobinAcrossClients) {
   auto pool = MakePool({{"null", 1}}, 64, 32);
   Gate gate;
   auto first = *pool->Submit(Blocking(gate, "A"));
@@ -220,7 +228,7 @@ TEST(WorkerPoolTest, RoundRobinAcrossClients) {
   std::vector<std::string> order;
   auto rec = [&](std::string client) {
     JobRequest r;
-    r.backend = "null";
+    r.lane = "null";
     r.client_id = client;
     r.work = [&, client](Backend&, JobContext&) {
       std::lock_guard<std::mutex> l(mu);
@@ -242,13 +250,13 @@ TEST(WorkerPoolTest, RoundRobinAcrossClients) {
   EXPECT_EQ(order.back(), "A");
 }
 
-TEST(WorkerPoolTest, CancelQueuedJobCompletesAtOnceWithoutRunning) {
+TEST(SchedulerTest, CancelQueuedJobCompletesAtOnceWithoutRunning) {
   auto pool = MakePool({{"null", 1}});
   Gate gate;
   auto running = *pool->Submit(Blocking(gate));
   std::atomic<bool> ran{false};
   JobRequest r;
-  r.backend = "null";
+  r.lane = "null";
   r.work = [&](Backend&, JobContext&) {
     ran = true;
     return Status::Ok();
@@ -272,11 +280,11 @@ TEST(WorkerPoolTest, CancelQueuedJobCompletesAtOnceWithoutRunning) {
   EXPECT_FALSE(ran);
 }
 
-TEST(WorkerPoolTest, CancelRunningJobStopsBetweenLayersAndFreesTheWorker) {
+TEST(SchedulerTest, CancelRunningJobStopsBetweenLayersAndFreesTheWorker) {
   auto pool = MakePool({{"null", 1}});
   std::atomic<int> layers{0};
   JobRequest r;
-  r.backend = "null";
+  r.lane = "null";
   r.work = [&](Backend&, JobContext& ctx) -> Status {
     for (int layer = 0; layer < 100000; ++layer) {
       KILN_RETURN_IF_ERROR(ctx.cancel->Check());
@@ -294,17 +302,17 @@ TEST(WorkerPoolTest, CancelRunningJobStopsBetweenLayersAndFreesTheWorker) {
   EXPECT_LT(layers.load(), 100000);
   // The worker serves the next job.
   JobRequest next;
-  next.backend = "null";
+  next.lane = "null";
   next.work = [](Backend&, JobContext&) { return Status::Ok(); };
   EXPECT_TRUE((*pool->Submit(next))->Wait().ok());
 }
 
-TEST(WorkerPoolTest, DeadlinePassedInQueueAndWhileRunning) {
+TEST(SchedulerTest, DeadlinePassedInQueueAndWhileRunning) {
   auto pool = MakePool({{"null", 1}});
   Gate gate;
   auto blocker = *pool->Submit(Blocking(gate));
   JobRequest q;
-  q.backend = "null";
+  q.lane = "null";
   q.work = [](Backend&, JobContext&) { return Status::Ok(); };
   q.deadline = CancelToken::Clock::now() + 50ms;
   auto queued = *pool->Submit(q);
@@ -315,7 +323,7 @@ TEST(WorkerPoolTest, DeadlinePassedInQueueAndWhileRunning) {
   EXPECT_TRUE(blocker->Wait().ok());
 
   JobRequest run;
-  run.backend = "null";
+  run.lane = "null";
   run.deadline = CancelToken::Clock::now() + 50ms;
   run.work = [](Backend&, JobContext& ctx) -> Status {
     for (;;) {
@@ -328,21 +336,21 @@ TEST(WorkerPoolTest, DeadlinePassedInQueueAndWhileRunning) {
   EXPECT_EQ(h->status().code(), StatusCode::kDeadlineExceeded);
 }
 
-TEST(WorkerPoolTest, ThrowingJobFailsAloneAndWorkerKeepsServing) {
+TEST(SchedulerTest, ThrowingJobFailsAloneAndWorkerKeepsServing) {
   auto pool = MakePool({{"reference", 1}});
   JobRequest bad;
-  bad.backend = "reference";
+  bad.lane = "reference";
   bad.work = [](Backend&, JobContext&) -> Status { throw std::runtime_error("boom"); };
   auto h = *pool->Submit(bad);
   EXPECT_EQ(h->Wait().code(), StatusCode::kInternal);
   EXPECT_NE(h->status().message().find("boom"), std::string::npos);
   JobRequest oom;
-  oom.backend = "reference";
+  oom.lane = "reference";
   oom.work = [](Backend&, JobContext&) -> Status { throw std::bad_alloc(); };
   EXPECT_EQ((*pool->Submit(oom))->Wait().code(), StatusCode::kResourceExhausted);
   // Bad shapes are an ordinary error status from the backend.
   JobRequest shapes;
-  shapes.backend = "reference";
+  shapes.lane = "reference";
   shapes.work = [](Backend& b, JobContext&) -> Status {
     auto x = Tensor::Zeros({1, 3, 4, 4});
     auto w = Tensor::Zeros({2, 5, 3, 3});
@@ -350,20 +358,20 @@ TEST(WorkerPoolTest, ThrowingJobFailsAloneAndWorkerKeepsServing) {
   };
   EXPECT_EQ((*pool->Submit(shapes))->Wait().code(), StatusCode::kInvalidArgument);
   JobRequest good;
-  good.backend = "reference";
+  good.lane = "reference";
   good.work = [](Backend&, JobContext&) { return Status::Ok(); };
   EXPECT_TRUE((*pool->Submit(good))->Wait().ok());
   EXPECT_EQ(pool->Devices()[0].jobs_done, 4u);
 }
 
-TEST(WorkerPoolTest, ThirtyTwoConcurrentClientsGetCorrectResults) {
-  WorkerPoolOptions o;
+TEST(SchedulerTest, ThirtyTwoConcurrentClientsGetCorrectResults) {
+  SchedulerOptions o;
   o.devices = {{"reference", 2}};
   o.queue_capacity = 64;
   o.max_queued_per_client = 4;
   o.registry = &TestRegistry();
   o.backend_settings["reference"] = {{"threads", "1"}};  // two devices share two cores
-  auto created = WorkerPool::Create(o);
+  auto created = Scheduler::Create(o);
   ASSERT_TRUE(created.ok()) << created.status().ToString();
   auto pool = std::move(*created);
   std::atomic<int> ok{0};
@@ -378,7 +386,7 @@ TEST(WorkerPoolTest, ThirtyTwoConcurrentClientsGetCorrectResults) {
       auto w = Tensor::FromFloats({2, 4, 3, 3}, std::vector<float>(2 * 4 * 9, 1.f));
       Tensor out;
       JobRequest r;
-      r.backend = "reference";
+      r.lane = "reference";
       r.client_id = "client-" + std::to_string(c);
       r.work = [&](Backend& b, JobContext& ctx) -> Status {
         ExecContext e;
@@ -432,7 +440,7 @@ double Value(prometheus::Registry& reg, const std::string& family, const std::ma
   return -1;
 }
 
-TEST(WorkerPoolTest, MetricsMove) {
+TEST(SchedulerTest, MetricsMove) {
   auto reg = std::make_shared<prometheus::Registry>();
   auto pool = MakePool({{"null", 1}}, 1, 1, reg);
   Gate gate;
@@ -452,14 +460,14 @@ TEST(WorkerPoolTest, MetricsMove) {
   EXPECT_EQ(Value(*reg, "kiln_device_job_duration_seconds", {{"backend", "null"}}), 1);
 }
 
-TEST(WorkerPoolTest, ShutdownDrainsOrCancels) {
+TEST(SchedulerTest, ShutdownDrainsOrCancels) {
   {
     auto pool = MakePool({{"null", 1}});
     std::atomic<int> done{0};
     std::vector<std::shared_ptr<JobHandle>> hs;
     for (int i = 0; i < 5; ++i) {
       JobRequest r;
-      r.backend = "null";
+      r.lane = "null";
       r.work = [&](Backend&, JobContext&) {
         std::this_thread::sleep_for(5ms);
         ++done;
@@ -471,14 +479,14 @@ TEST(WorkerPoolTest, ShutdownDrainsOrCancels) {
     EXPECT_EQ(done.load(), 5);
     for (auto& h : hs) EXPECT_TRUE(h->status().ok());
     JobRequest late;
-    late.backend = "null";
+    late.lane = "null";
     late.work = [](Backend&, JobContext&) { return Status::Ok(); };
     EXPECT_EQ(pool->Submit(late).status().code(), StatusCode::kUnavailable);
   }
   {
     auto pool = MakePool({{"null", 1}});
     JobRequest spin;
-    spin.backend = "null";
+    spin.lane = "null";
     spin.work = [](Backend&, JobContext& ctx) -> Status {
       for (;;) {
         KILN_RETURN_IF_ERROR(ctx.cancel->Check());
@@ -496,4 +504,4 @@ TEST(WorkerPoolTest, ShutdownDrainsOrCancels) {
 }
 
 }  // namespace
-}  // namespace kiln::device
+}  // namespace kiln::sched

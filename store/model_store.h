@@ -27,7 +27,7 @@
 #include "common/sha256.h"
 #include "common/status.h"
 
-namespace kiln::server {
+namespace kiln::store {
 
 /// What the store knows of one model (also what ListModels returns).
 struct ModelInfo {
@@ -188,4 +188,4 @@ class ModelStore {
 /// lowercase hex digits (which would read as a model id).
 bool IsValidModelName(const std::string& name);
 
-}  // namespace kiln::server
+}  // namespace kiln::store

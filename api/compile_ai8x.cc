@@ -1,12 +1,15 @@
-#include "server/ai8x_job.h"
+#include "api/compile_ai8x.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 
 #include "common/sha256.h"
 #include "compiler/ai8x/compile.h"
 #include "compiler/onnx/loader.h"
+#include "api/version.h"
 
-namespace kiln::server {
+namespace kiln::api {
 namespace {
 
 ai8x::InputFormat FromProto(kiln::v1::InputFormat f) {
@@ -51,9 +54,7 @@ void ToProto(const ai8x::Ai8xOptions& o, kiln::v1::CompileAi8xOptions* out) {
 
 }  // namespace
 
-const char* Ai8xJobKilnVersion() { return KILN_VERSION; }
-
-Result<kiln::v1::CompileAi8xResponse> CompileAi8xBytes(std::string_view bytes,
+Result<kiln::v1::CompileAi8xResponse> CompileAi8x(std::string_view bytes,
                                                        const std::string& model_name,
                                                        const kiln::v1::CompileAi8xOptions& options) {
   auto start = std::chrono::steady_clock::now();
@@ -122,7 +123,7 @@ Result<kiln::v1::CompileAi8xResponse> CompileAi8xBytes(std::string_view bytes,
   res->set_data_instance_bytes(r.data_instance_bytes);
   res->set_streaming_layers(r.streaming_layers);
   for (const auto& f : result->izer_flags) resp.add_izer_flags(f);
-  resp.set_kiln_version(KILN_VERSION);
+  resp.set_kiln_version(KilnVersion());
   ToProto(result->resolved, resp.mutable_resolved_options());
   resp.set_model_id(Sha256Hex(bytes));
   resp.set_compile_seconds(
@@ -130,4 +131,54 @@ Result<kiln::v1::CompileAi8xResponse> CompileAi8xBytes(std::string_view bytes,
   return resp;
 }
 
-}  // namespace kiln::server
+std::string CompileModelName(const store::ModelInfo& info, const std::string& requested) {
+  const auto& names = info.names;
+  if (std::find(names.begin(), names.end(), requested) != names.end()) return requested;
+  return names.empty() ? info.model_id.substr(0, 12) : names.front();
+}
+
+namespace {
+
+std::string Upper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
+  return s;
+}
+
+}  // namespace
+
+Result<kiln::v1::CompileAi8xOptions> ParseCompileFlags(const CompileFlags& f) {
+  kiln::v1::CompileAi8xOptions o;
+  std::string dev = Upper(f.device);
+  if (dev == "MAX78000" || dev == "AI85" || dev == "85") {
+    o.set_device(kiln::v1::MAX78000);
+  } else if (dev == "MAX78002" || dev == "AI87" || dev == "87") {
+    o.set_device(kiln::v1::MAX78002);
+  } else {
+    return InvalidArgument("--device must be MAX78000 or MAX78002, got '" + f.device + "'");
+  }
+  std::string fmt = Upper(f.input_format);
+  if (fmt == "AUTO") o.set_input_format(kiln::v1::INPUT_FORMAT_AUTO);
+  else if (fmt == "HWC") o.set_input_format(kiln::v1::INPUT_FORMAT_HWC);
+  else if (fmt == "CHW") o.set_input_format(kiln::v1::INPUT_FORMAT_CHW);
+  else return InvalidArgument("--input-format must be auto, HWC or CHW, got '" + f.input_format + "'");
+  o.set_arch(f.arch);
+  o.set_dataset(f.dataset);
+  o.set_use_fifos(f.use_fifos);
+  o.set_move_l0(f.move_l0);
+  o.set_verbose(f.verbose);
+  for (const auto& s : f.sets) {
+    // LAYER.KEY=VALUE; LAYER may itself contain dots, KEY never does.
+    auto eq = s.find('=');
+    auto dot = eq == std::string::npos ? std::string::npos : s.rfind('.', eq);
+    if (eq == std::string::npos || dot == std::string::npos || dot == 0 || dot + 1 == eq) {
+      return InvalidArgument("--set expects LAYER.KEY=VALUE, got '" + s + "'");
+    }
+    auto* ov = o.add_overrides();
+    ov->set_layer(s.substr(0, dot));
+    ov->set_key(s.substr(dot + 1, eq - dot - 1));
+    ov->set_value(s.substr(eq + 1));
+  }
+  return o;
+}
+
+}  // namespace kiln::api

@@ -1,8 +1,8 @@
-#include "server/device_convert.h"
+#include "api/convert.h"
 
 #include <cstring>
 
-namespace kiln::server {
+namespace kiln::api {
 
 Result<device::Tensor> FromProto(const kiln::v1::Tensor& t) {
   auto dtype = device::ParseDataType(t.datatype().empty() ? "FP32" : t.datatype());
@@ -46,7 +46,9 @@ Result<device::DeviceDType> DType(kiln::v1::DataType d, device::DeviceDType fall
   }
 }
 
-kiln::v1::DataType DType(device::DeviceDType d) {
+}  // namespace
+
+kiln::v1::DataType ToProto(device::DeviceDType d) {
   switch (d) {
     case device::DeviceDType::kFloat32: return kiln::v1::FLOAT32;
     case device::DeviceDType::kBFloat16: return kiln::v1::BFLOAT16;
@@ -56,7 +58,19 @@ kiln::v1::DataType DType(device::DeviceDType d) {
   return kiln::v1::DATA_TYPE_UNSPECIFIED;
 }
 
-}  // namespace
+kiln::v1::MathFidelity ToProto(device::MathFidelity f) {
+  switch (f) {
+    case device::MathFidelity::kLoFi: return kiln::v1::LOFI;
+    case device::MathFidelity::kHiFi2: return kiln::v1::HIFI2;
+    case device::MathFidelity::kHiFi3: return kiln::v1::HIFI3;
+    case device::MathFidelity::kHiFi4: return kiln::v1::HIFI4;
+  }
+  return kiln::v1::MATH_FIDELITY_UNSPECIFIED;
+}
+
+kiln::v1::Arch ToProto(device::Arch a) {
+  return a == device::Arch::kBlackhole ? kiln::v1::BLACKHOLE : kiln::v1::WORMHOLE_B0;
+}
 
 Result<device::PrecisionConfig> FromProto(const kiln::v1::Precision& p) {
   device::PrecisionConfig c = device::PrecisionConfig::TtnnConvDefaults();
@@ -87,20 +101,70 @@ Result<device::PrecisionConfig> FromProto(const kiln::v1::Precision& p) {
 }
 
 void ToProto(const device::PrecisionConfig& c, kiln::v1::Precision* out) {
-  switch (c.math_fidelity) {
-    case device::MathFidelity::kLoFi: out->set_math_fidelity(kiln::v1::LOFI); break;
-    case device::MathFidelity::kHiFi2: out->set_math_fidelity(kiln::v1::HIFI2); break;
-    case device::MathFidelity::kHiFi3: out->set_math_fidelity(kiln::v1::HIFI3); break;
-    case device::MathFidelity::kHiFi4: out->set_math_fidelity(kiln::v1::HIFI4); break;
-  }
-  out->set_weights_dtype(DType(c.weights_dtype));
-  out->set_input_dtype(DType(c.input_dtype));
-  out->set_output_dtype(DType(c.output_dtype));
+  out->set_math_fidelity(ToProto(c.math_fidelity));
+  out->set_weights_dtype(ToProto(c.weights_dtype));
+  out->set_input_dtype(ToProto(c.input_dtype));
+  out->set_output_dtype(ToProto(c.output_dtype));
   out->set_fp32_dest_acc_en(c.EffectiveFp32DestAcc());
   out->set_packer_l1_acc(c.packer_l1_acc);
   out->set_math_approx_mode(c.math_approx_mode);
-  out->set_arch(c.arch == device::Arch::kBlackhole ? kiln::v1::BLACKHOLE : kiln::v1::WORMHOLE_B0);
+  out->set_arch(ToProto(c.arch));
   out->set_act_block_w(c.act_block_w);
 }
 
-}  // namespace kiln::server
+namespace {
+
+Result<bool> ParseBool(const std::string& flag, const std::string& v) {
+  if (v == "true" || v == "1" || v == "on") return true;
+  if (v == "false" || v == "0" || v == "off") return false;
+  return InvalidArgument(flag + " expects true or false, got '" + v + "'");
+}
+
+Result<kiln::v1::DataType> DTypeFlag(const std::string& flag, const std::string& v) {
+  if (v.empty()) return kiln::v1::DATA_TYPE_UNSPECIFIED;
+  auto d = device::ParseDeviceDType(v);
+  if (!d.ok()) return d.status().WithContext(flag);
+  return ToProto(*d);
+}
+
+}  // namespace
+
+Result<kiln::v1::Precision> ParsePrecisionFlags(const PrecisionFlags& f) {
+  kiln::v1::Precision p;
+  if (!f.math_fidelity.empty()) {
+    auto v = device::ParseMathFidelity(f.math_fidelity);
+    if (!v.ok()) return v.status().WithContext("--math-fidelity");
+    p.set_math_fidelity(ToProto(*v));
+  }
+  auto w = DTypeFlag("--weights-dtype", f.weights_dtype);
+  auto i = DTypeFlag("--input-dtype", f.input_dtype);
+  auto o = DTypeFlag("--output-dtype", f.output_dtype);
+  for (const auto* r : {&w, &i, &o}) {
+    if (!r->ok()) return r->status();
+  }
+  p.set_weights_dtype(*w);
+  p.set_input_dtype(*i);
+  p.set_output_dtype(*o);
+  if (!f.arch.empty()) {
+    auto arch = device::ParseArch(f.arch);
+    if (!arch.ok()) return arch.status().WithContext("--arch");
+    p.set_arch(ToProto(*arch));
+  }
+  struct BoolFlag {
+    const char* flag;
+    const std::string& value;
+    void (kiln::v1::Precision::*set)(bool);
+  };
+  for (const BoolFlag& b : {BoolFlag{"--fp32-dest-acc-en", f.fp32_dest_acc_en, &kiln::v1::Precision::set_fp32_dest_acc_en},
+                            BoolFlag{"--packer-l1-acc", f.packer_l1_acc, &kiln::v1::Precision::set_packer_l1_acc},
+                            BoolFlag{"--math-approx-mode", f.math_approx_mode, &kiln::v1::Precision::set_math_approx_mode}}) {
+    if (b.value.empty()) continue;
+    auto v = ParseBool(b.flag, b.value);
+    if (!v.ok()) return v.status();
+    (p.*b.set)(*v);
+  }
+  p.set_act_block_w(f.act_block_w);
+  return p;
+}
+
+}  // namespace kiln::api

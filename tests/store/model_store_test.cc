@@ -1,4 +1,4 @@
-#include "server/model_store.h"
+#include "store/model_store.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 
 namespace fs = std::filesystem;
 
-namespace kiln::server {
+namespace kiln::store {
 namespace {
 
 std::string testing_read(const fs::path& p) {
@@ -390,4 +390,4 @@ TEST_F(ModelStoreTest, RejectsBadNamesAndDigests) {
 }
 
 }  // namespace
-}  // namespace kiln::server
+}  // namespace kiln::store

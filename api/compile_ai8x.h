@@ -1,0 +1,40 @@
+// One ai8x compile, from ONNX bytes to a kiln.v1.CompileAi8xResponse: compiler/onnx LoadModel,
+// then compiler/ai8x CompileAi8x, then the conversion to the API message. CompileService and
+// `kiln compile --local` both call it, so both give the same answer for the same input. The
+// defaults a compile depends on are decided here once: the model name (the default `arch`,
+// CompileModelName) and the CLI's flag spellings (ParseCompileFlags).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "kiln/v1/compile.pb.h"
+#include "store/model_store.h"
+
+namespace kiln::api {
+
+/// Compiles `bytes` (one .onnx file). `model_name` names the model in errors and is the default
+/// `arch`. Errors: those of onnx_fe::LoadModel (INVALID_ARGUMENT, FAILED_PRECONDITION,
+/// RESOURCE_EXHAUSTED) and INVALID_ARGUMENT for malformed options. Hardware-rule violations are
+/// not errors: the response has ok = false and diagnostics. Thread-safe; blocking (CPU lane).
+Result<kiln::v1::CompileAi8xResponse> CompileAi8x(std::string_view bytes, const std::string& model_name,
+                                                  const kiln::v1::CompileAi8xOptions& options);
+
+/// The name a stored model is compiled under (its default arch): `requested` when the request
+/// named the model by one of its names, else its first name, else the id's first 12 digits.
+std::string CompileModelName(const store::ModelInfo& info, const std::string& requested);
+
+/// The flags of `kiln compile`, as typed.
+struct CompileFlags {
+  std::string device = "MAX78000";  ///< MAX78000 | MAX78002 (also AI85/85, AI87/87), any case
+  std::string arch, dataset;
+  std::string input_format = "auto";  ///< auto | HWC | CHW, any case
+  std::vector<std::string> sets;      ///< LAYER.KEY=VALUE
+  bool use_fifos = false, move_l0 = false, verbose = false;
+};
+/// INVALID_ARGUMENT naming the flag and the value.
+Result<kiln::v1::CompileAi8xOptions> ParseCompileFlags(const CompileFlags& flags);
+
+}  // namespace kiln::api

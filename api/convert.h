@@ -1,0 +1,44 @@
+// Conversions between kiln.v1 messages and Kiln's domain types, both ways, and the parsers of the
+// CLI's precision flags. The only place that maps these enums (server/ and cli/ call here).
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "device/backends/precision.h"
+#include "device/tensor.h"
+#include "kiln/v1/device.pb.h"
+
+namespace kiln::api {
+
+/// kiln.v1.Tensor -> device::Tensor in float32 (FP32, FP16, BF16, INT32, INT64 accepted; others
+/// INVALID_ARGUMENT). The byte count must equal product(shape) x element size; the message names
+/// the tensor, the expected and the received byte counts.
+Result<device::Tensor> FromProto(const kiln::v1::Tensor& t);
+
+/// float32 device::Tensor -> kiln.v1.Tensor ("FP32", little-endian raw_data).
+void ToProto(const std::string& name, const device::Tensor& t, kiln::v1::Tensor* out);
+
+/// kiln.v1.Precision -> PrecisionConfig; unset fields keep TT-NN's conv defaults
+/// (PrecisionConfig::TtnnConvDefaults). INVALID_ARGUMENT for values the config rejects (e.g.
+/// bfloat4_b activations).
+Result<device::PrecisionConfig> FromProto(const kiln::v1::Precision& p);
+/// The resolved config back as a message (every field set).
+void ToProto(const device::PrecisionConfig& c, kiln::v1::Precision* out);
+
+kiln::v1::DataType ToProto(device::DeviceDType d);
+kiln::v1::MathFidelity ToProto(device::MathFidelity f);
+kiln::v1::Arch ToProto(device::Arch a);
+
+/// The precision flags of `kiln run`, as typed ("" = not given: the server's TT-NN default).
+struct PrecisionFlags {
+  std::string math_fidelity;                 ///< LoFi | HiFi2 | HiFi3 | HiFi4
+  std::string weights_dtype, input_dtype, output_dtype;  ///< float32 | bfloat16 | bfloat8_b | bfloat4_b
+  std::string arch;                          ///< wormhole_b0 | blackhole
+  std::string fp32_dest_acc_en, packer_l1_acc, math_approx_mode;  ///< true | false (also 1/0, on/off)
+  int act_block_w = 0;                       ///< K-block width in tiles, 0 = TT-NN's default
+};
+/// Only the given flags are set in the message. INVALID_ARGUMENT naming the flag and its value.
+Result<kiln::v1::Precision> ParsePrecisionFlags(const PrecisionFlags& flags);
+
+}  // namespace kiln::api

@@ -1,0 +1,33 @@
+// kilnd's CPU lanes of the scheduler (sched/scheduler.h) and how the configuration sizes them.
+// Device lanes are named by their backend (--devices).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sched/scheduler.h"
+
+namespace kiln::api {
+
+/// ai8x compiles (CompileService): --compile-workers running, --compile-queue waiting.
+inline constexpr const char* kCompileLane = "compile";
+/// The first stage of a run (read the model, load, plan) when its plan is not cached.
+inline constexpr const char* kPlanLane = "plan";
+/// The store's blocking work: upload commit (fsync, SHA-256 check, ONNX parse), DeleteModel's
+/// index rewrite, GetModel's inline bytes. Its own lane with a queue as deep as it needs, so
+/// that a full compile queue never delays or refuses an upload (uploads never answered
+/// RESOURCE_EXHAUSTED for a busy server, only for the store's size limits).
+inline constexpr const char* kStoreLane = "store";
+
+struct LaneSizes {
+  int compile_workers = 2;
+  int compile_queue = 16;
+  int device_queue = 64;  ///< runs admitted per backend; the plan lane admits as many
+};
+
+/// The CPU lanes of kilnd: compile as configured; plan with as many workers as compile and a
+/// queue of device_queue (a run refused there would have been refused by its device lane);
+/// store with 2 workers and a queue of 4096 (bounded by the open upload streams in practice).
+std::vector<sched::CpuLaneSpec> KilndCpuLanes(const LaneSizes& sizes);
+
+}  // namespace kiln::api

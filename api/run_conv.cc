@@ -1,0 +1,302 @@
+#include "api/run_conv.h"
+
+#include <chrono>
+#include <exception>
+
+#include "api/convert.h"
+#include "api/lanes.h"
+#include "api/version.h"
+#include "common/reactor.h"
+#include "compiler/onnx/loader.h"
+#include "device/backends/builtin.h"
+
+namespace kiln::api {
+
+Result<std::shared_ptr<const convplan::ConvPlan>> PlanModel(std::string_view bytes,
+                                                            const std::string& model_name) {
+  AssertNotOnReactor("PlanModel");
+  onnx_fe::LoadOptions load;
+  load.model_name = model_name;
+  auto model = onnx_fe::LoadModel(bytes, load);
+  if (!model.ok()) return model.status();
+  auto plan = convplan::BuildConvPlan(*model);
+  if (!plan.ok()) return plan.status().WithContext("model '" + model_name + "'");
+  return std::make_shared<const convplan::ConvPlan>(std::move(plan).value());
+}
+
+Result<PreparedConvRun> PrepareConvRun(std::string_view bytes, const std::string& model_name,
+                                       const kiln::v1::RunConvLayersRequest& request) {
+  auto plan = PlanModel(bytes, model_name);
+  if (!plan.ok()) return plan.status();
+  return PrepareConvRun(std::move(plan).value(), request);
+}
+
+Result<PreparedConvRun> PrepareConvRun(std::shared_ptr<const convplan::ConvPlan> plan,
+                                       const kiln::v1::RunConvLayersRequest& request) {
+  PreparedConvRun run;
+  run.plan = std::move(plan);
+  run.backend = request.backend().empty() ? kDefaultRunBackend : request.backend();
+  auto precision = FromProto(request.precision());
+  if (!precision.ok()) return precision.status().WithContext("precision");
+  run.options.precision = *precision;
+  run.options.mode = request.mode() == kiln::v1::PER_LAYER ? convplan::RunMode::kPerLayer
+                                                           : convplan::RunMode::kChained;
+  run.options.compare_to_reference = !request.skip_reference();
+  run.options.input_seed = request.seed();
+  for (const auto& t : request.inputs()) {
+    if (run.inputs.count(t.name())) {
+      return InvalidArgument("input tensor '" + t.name() + "' given twice");
+    }
+    auto tensor = FromProto(t);
+    if (!tensor.ok()) return tensor.status();
+    run.inputs.emplace(t.name(), std::move(tensor).value());
+  }
+  return run;
+}
+
+void FillRunResponse(const convplan::RunResult& result, bool omit_outputs,
+                     kiln::v1::RunConvLayersResponse* response) {
+  if (!omit_outputs) {
+    for (const auto& [name, tensor] : result.outputs) ToProto(name, tensor, response->add_outputs());
+  }
+  for (const auto& l : result.layers) {
+    auto* p = response->add_layers();
+    p->set_name(l.name);
+    p->set_op(l.op);
+    if (!l.input_shapes.empty()) {
+      for (int64_t d : l.input_shapes.front()) p->add_input_shape(d);
+    }
+    if (!l.output_shapes.empty()) {
+      for (int64_t d : l.output_shapes.front()) p->add_output_shape(d);
+    }
+    p->set_device_seconds(l.seconds);
+    p->set_pcc(l.pcc);
+    p->set_max_abs_error(l.max_abs_error);
+    p->set_pcc_threshold(l.threshold);
+    p->set_pass(l.pass);
+    p->set_compared(l.compared);
+    std::string detail = l.on_device ? "device" : "host";
+    if (!l.activation.empty() && l.activation != "none") detail += " act=" + l.activation;
+    if (!l.blocking.empty()) detail += " " + l.blocking;
+    p->set_detail(detail);
+  }
+  response->set_pass(result.all_pass);
+  response->set_backend(result.backend);
+  response->set_resolved_precision(result.precision.ToString());
+  ToProto(result.precision, response->mutable_precision());
+  response->set_kiln_version(KilnVersion());
+  response->set_run_seconds(result.total_seconds);
+}
+
+sched::JobFn MakeRunJob(std::shared_ptr<const convplan::ConvPlan> plan, convplan::RunInputs inputs,
+                        convplan::RunOptions options, std::shared_ptr<convplan::RunResult> result) {
+  return [plan = std::move(plan), inputs = std::move(inputs), options, result = std::move(result)](
+             device::Backend& backend, sched::JobContext& ctx) -> Status {
+    if (!plan || !result) return InvalidArgument("MakeRunJob: null plan or result");
+    convplan::RunOptions o = options;
+    // A run on the reference backend is its own reference (a stage on its own lane could wait
+    // for the very worker it occupies).
+    if (o.reference != nullptr && o.reference->name() == backend.name()) o.reference = nullptr;
+    auto r = convplan::RunConvPlan(*plan, inputs, backend, o, ctx.cancel, ctx.progress);
+    if (!r.ok()) return r.status();
+    *result = std::move(*r);
+    return Status::Ok();
+  };
+}
+
+Result<kiln::v1::RunConvLayersResponse> RunConvLocal(std::string_view bytes, const std::string& model_name,
+                                                     const kiln::v1::RunConvLayersRequest& request,
+                                                     const std::map<std::string, std::string>& backend_settings) {
+  auto prepared = PrepareConvRun(bytes, model_name, request);
+  if (!prepared.ok()) return prepared.status();
+  device::BackendOptions bo;
+  bo.settings = backend_settings;
+  auto backend = device::DefaultBackendRegistry().Create(prepared->backend, bo);
+  if (!backend.ok()) return backend.status();
+  prepared->options.reference_threads = 0;  // in process: every core
+  auto result = convplan::RunConvPlan(*prepared->plan, prepared->inputs, **backend, prepared->options);
+  if (!result.ok()) return result.status();
+  kiln::v1::RunConvLayersResponse response;
+  FillRunResponse(*result, request.omit_outputs(), &response);
+  response.set_device(prepared->backend + " (in process)");
+  return response;
+}
+
+std::shared_ptr<const convplan::ConvPlan> PlanCache::Get(const std::string& model_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = plans_.begin(); it != plans_.end(); ++it) {
+    if (it->first == model_id) {
+      plans_.splice(plans_.begin(), plans_, it);
+      return plans_.front().second;
+    }
+  }
+  return nullptr;
+}
+
+void PlanCache::Put(const std::string& model_id, std::shared_ptr<const convplan::ConvPlan> plan) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(plans_, [&](const auto& e) { return e.first == model_id; });
+  plans_.emplace_front(model_id, std::move(plan));
+  if (plans_.size() > entries_) plans_.pop_back();
+}
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+std::mutex hook_mu;
+std::function<void(const std::string&)> plan_hook;
+
+}  // namespace
+
+void SetPlanStageHookForTesting(std::function<void(const std::string& model_id)> hook) {
+  std::lock_guard<std::mutex> lock(hook_mu);
+  plan_hook = std::move(hook);
+}
+
+std::shared_ptr<RunConvJob> RunConvJob::Start(Env env, store::ModelInfo model,
+                                              const kiln::v1::RunConvLayersRequest* request,
+                                              kiln::v1::RunConvLayersResponse* response, std::string client_id,
+                                              std::optional<sched::CancelToken::Clock::time_point> deadline,
+                                              DoneFn done) {
+  auto job = std::shared_ptr<RunConvJob>(new RunConvJob());
+  job->env_ = env;
+  job->model_ = std::move(model);
+  job->request_ = request;
+  job->response_ = response;
+  job->client_id_ = std::move(client_id);
+  job->deadline_ = deadline;
+  job->done_ = std::move(done);
+  if (auto plan = env.plans->Get(job->model_.model_id)) {
+    job->StartDeviceStage(std::move(plan));
+  } else {
+    job->StartPlanStage();
+  }
+  return job;
+}
+
+void RunConvJob::Cancel() {
+  std::shared_ptr<sched::JobHandle> stage;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    stage = stage_;
+  }
+  if (stage) stage->Cancel();
+}
+
+bool RunConvJob::SetStage(std::shared_ptr<sched::JobHandle> handle) {
+  bool cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stage_ = handle;
+    cancelled = cancelled_;
+  }
+  if (cancelled) handle->Cancel();
+  return !cancelled;
+}
+
+void RunConvJob::Finish(const Status& status, int64_t retry_after_ms) {
+  DoneFn done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    finished_ = true;
+    done = std::move(done_);
+    stage_.reset();
+  }
+  if (done) done(status, retry_after_ms);
+}
+
+void RunConvJob::Refused(const Status& status, const std::string& lane) {
+  int64_t ms = 0;
+  if (status.code() == StatusCode::kResourceExhausted) ms = env_.scheduler->SuggestedRetryAfter(lane).count();
+  Finish(status, ms);
+}
+
+void RunConvJob::StartPlanStage() {
+  auto self = shared_from_this();
+  auto plan = std::make_shared<std::shared_ptr<const convplan::ConvPlan>>();
+  sched::JobRequest job;
+  job.lane = kPlanLane;
+  job.client_id = client_id_;
+  job.deadline = deadline_;
+  job.task = [self, plan](sched::JobContext& ctx) -> Status {
+    {
+      std::function<void(const std::string&)> hook;
+      {
+        std::lock_guard<std::mutex> lock(hook_mu);
+        hook = plan_hook;
+      }
+      if (hook) hook(self->model_.model_id);
+    }
+    KILN_RETURN_IF_ERROR(ctx.cancel->Check());
+    auto reader = self->env_.store->OpenReader(self->model_.model_id);
+    if (!reader.ok()) return reader.status();
+    auto bytes = (*reader)->ReadAll();
+    if (!bytes.ok()) return bytes.status();
+    const std::string name = self->model_.names.empty() ? self->model_.model_id.substr(0, 12) : self->model_.names.front();
+    Result<std::shared_ptr<const convplan::ConvPlan>> planned = Internal("not planned");
+    try {
+      planned = PlanModel(*bytes, name);
+    } catch (const std::exception& e) {
+      planned = Internal("planning model '" + name + "' failed: " + e.what());
+    }
+    if (!planned.ok()) return planned.status();
+    self->env_.plans->Put(self->model_.model_id, *planned);
+    *plan = std::move(*planned);
+    return Status::Ok();
+  };
+  auto handle = env_.scheduler->Submit(std::move(job));
+  if (!handle.ok()) return Refused(handle.status(), kPlanLane);
+  if (!SetStage(*handle)) return;  // its OnDone reports the cancellation
+  (*handle)->OnDone([self, plan](const Status& status) {
+    if (!status.ok()) return self->Finish(status);
+    self->StartDeviceStage(*plan);
+  });
+}
+
+void RunConvJob::StartDeviceStage(std::shared_ptr<const convplan::ConvPlan> plan) {
+  bool cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled = cancelled_;
+  }
+  if (cancelled) return Finish(Cancelled("cancelled by client"));  // between the stages
+  auto prepared = PrepareConvRun(std::move(plan), *request_);
+  if (!prepared.ok()) return Finish(prepared.status());
+  prepared->options.reference = &env_.scheduler->Reference();
+  auto result = std::make_shared<convplan::RunResult>();
+  auto started = std::make_shared<std::pair<std::mutex, std::pair<SteadyClock::time_point, std::string>>>();
+  const auto submitted = SteadyClock::now();
+  sched::JobFn inner = MakeRunJob(prepared->plan, std::move(prepared->inputs), prepared->options, result);
+  sched::JobRequest job;
+  job.lane = prepared->backend;
+  job.client_id = client_id_;
+  job.deadline = deadline_;
+  job.work = [inner, started](device::Backend& backend, sched::JobContext& ctx) {
+    {
+      std::lock_guard<std::mutex> lock(started->first);
+      started->second = {SteadyClock::now(), ctx.device};
+    }
+    return inner(backend, ctx);
+  };
+  for (const auto& t : request_->inputs()) job.cost_bytes += static_cast<int64_t>(t.raw_data().size());
+  auto handle = env_.scheduler->Submit(std::move(job));
+  if (!handle.ok()) return Refused(handle.status(), prepared->backend);
+  if (!SetStage(*handle)) return;
+  auto self = shared_from_this();
+  (*handle)->OnDone([self, result, started, submitted](const Status& status) {
+    if (!status.ok()) return self->Finish(status);
+    FillRunResponse(*result, self->request_->omit_outputs(), self->response_);
+    {
+      std::lock_guard<std::mutex> lock(started->first);
+      self->response_->set_queue_seconds(std::chrono::duration<double>(started->second.first - submitted).count());
+      self->response_->set_device(started->second.second);
+    }
+    self->response_->set_model_id(self->model_.model_id);
+    self->Finish(Status::Ok());
+  });
+}
+
+}  // namespace kiln::api

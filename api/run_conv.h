@@ -1,0 +1,130 @@
+// One conv run (kiln.v1.RunConvLayers), shared by DeviceService and `kiln run --local`:
+//   PlanModel        bytes -> immutable ConvPlan (compiler/onnx LoadModel + convplan BuildConvPlan)
+//   PrepareConvRun   request -> plan inputs, RunOptions, backend (defaults resolved here once)
+//   MakeRunJob       a prepared run as a device-lane job of the scheduler (sched/scheduler.h)
+//   FillRunResponse  the executor's RunResult -> response message
+// and RunConvJob, the server's run as scheduler stages: plan (CPU lane "plan", skipped when
+// PlanCache holds the model's plan) -> device (the backend's lane), cancellable at any point.
+#pragma once
+
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "common/status.h"
+#include "compiler/convplan/executor.h"
+#include "kiln/v1/device.pb.h"
+#include "sched/scheduler.h"
+#include "store/model_store.h"
+
+namespace kiln::api {
+
+/// The backend a request without `backend` runs on.
+inline constexpr const char* kDefaultRunBackend = "tt-emu";
+
+struct PreparedConvRun {
+  std::shared_ptr<const convplan::ConvPlan> plan;
+  convplan::RunInputs inputs;
+  convplan::RunOptions options;
+  std::string backend;  ///< request backend, defaulted to kDefaultRunBackend
+};
+
+/// Loads and plans the model (`bytes`, named `model_name` in errors). Errors: the loader's
+/// (INVALID_ARGUMENT / FAILED_PRECONDITION / RESOURCE_EXHAUSTED), INVALID_ARGUMENT listing every
+/// unsupported node. A plan depends on the bytes only, so callers may cache it by model id.
+/// Blocking (CPU lane).
+Result<std::shared_ptr<const convplan::ConvPlan>> PlanModel(std::string_view bytes, const std::string& model_name);
+
+/// Converts the request's inputs and precision for `plan`. INVALID_ARGUMENT for bad tensors or
+/// precision values. Nothing runs on a device here.
+Result<PreparedConvRun> PrepareConvRun(std::shared_ptr<const convplan::ConvPlan> plan,
+                                       const kiln::v1::RunConvLayersRequest& request);
+
+/// PlanModel then PrepareConvRun.
+Result<PreparedConvRun> PrepareConvRun(std::string_view bytes, const std::string& model_name,
+                                       const kiln::v1::RunConvLayersRequest& request);
+
+/// Wraps a prepared run as a device-lane job: the job runs RunConvPlan with the worker's backend,
+/// the job's cancel token and progress function, and on success moves the RunResult into
+/// `*result`; the job's status is the run's. `plan` and `result` are shared so the job may outlive
+/// the caller's stack frame; read `*result` only after the job is done and OK. `result` must not
+/// be null.
+sched::JobFn MakeRunJob(std::shared_ptr<const convplan::ConvPlan> plan, convplan::RunInputs inputs,
+                        convplan::RunOptions options, std::shared_ptr<convplan::RunResult> result);
+
+/// Fills the response from a finished run (outputs unless `omit_outputs`).
+void FillRunResponse(const convplan::RunResult& result, bool omit_outputs, kiln::v1::RunConvLayersResponse* response);
+
+/// In process, no server (`kiln run --local`): plan, prepare, run on a fresh backend of the
+/// request's kind created with `backend_settings`, the fp32 reference on all cores. Blocking.
+Result<kiln::v1::RunConvLayersResponse> RunConvLocal(std::string_view bytes, const std::string& model_name,
+                                                     const kiln::v1::RunConvLayersRequest& request,
+                                                     const std::map<std::string, std::string>& backend_settings);
+
+/// Plans kept for recently run models, by model id (content-addressed, so a plan never goes
+/// stale). Thread-safe.
+class PlanCache {
+ public:
+  explicit PlanCache(size_t entries = 16) : entries_(entries) {}
+  /// The cached plan of `model_id` (now the most recently used), or null.
+  std::shared_ptr<const convplan::ConvPlan> Get(const std::string& model_id);
+  void Put(const std::string& model_id, std::shared_ptr<const convplan::ConvPlan> plan);
+
+ private:
+  size_t entries_;
+  std::mutex mu_;
+  std::list<std::pair<std::string, std::shared_ptr<const convplan::ConvPlan>>> plans_;  // MRU first
+};
+
+/// Test hook: called at the start of every plan stage with the model id, on the plan worker.
+/// Tests use it to hold plan stages on a latch; null (the default) in production.
+void SetPlanStageHookForTesting(std::function<void(const std::string& model_id)> hook);
+
+/// kilnd's run of one RunConvLayers request as scheduler stages (see the header comment).
+class RunConvJob : public std::enable_shared_from_this<RunConvJob> {
+ public:
+  struct Env {
+    store::ModelStore* store = nullptr;
+    sched::Scheduler* scheduler = nullptr;
+    PlanCache* plans = nullptr;
+  };
+  /// Final status; on OK `response` is filled. `retry_after_ms` > 0 with RESOURCE_EXHAUSTED: the
+  /// scheduler's hint for the refused stage. Called exactly once, on a scheduler thread (or on
+  /// the caller's thread when Start fails at once).
+  using DoneFn = std::function<void(const Status& status, int64_t retry_after_ms)>;
+
+  /// `request` and `response` must stay valid until `done` has been called.
+  static std::shared_ptr<RunConvJob> Start(Env env, store::ModelInfo model, const kiln::v1::RunConvLayersRequest* request,
+                                           kiln::v1::RunConvLayersResponse* response, std::string client_id,
+                                           std::optional<sched::CancelToken::Clock::time_point> deadline, DoneFn done);
+  /// Cancels the current stage (queued or running) and every later one. Idempotent.
+  void Cancel();
+
+ private:
+  RunConvJob() = default;
+  void StartPlanStage();
+  void StartDeviceStage(std::shared_ptr<const convplan::ConvPlan> plan);
+  // Remembers the running stage; false (and the stage cancelled) when the job was cancelled.
+  bool SetStage(std::shared_ptr<sched::JobHandle> handle);
+  void Finish(const Status& status, int64_t retry_after_ms = 0);
+  void Refused(const Status& status, const std::string& lane);
+
+  Env env_;
+  store::ModelInfo model_;
+  const kiln::v1::RunConvLayersRequest* request_ = nullptr;
+  kiln::v1::RunConvLayersResponse* response_ = nullptr;
+  std::string client_id_;
+  std::optional<sched::CancelToken::Clock::time_point> deadline_;
+  DoneFn done_;
+  std::mutex mu_;
+  std::shared_ptr<sched::JobHandle> stage_;
+  bool cancelled_ = false;
+  bool finished_ = false;
+};
+
+}  // namespace kiln::api

@@ -1,0 +1,232 @@
+// api/: a prepared run as a scheduler job (MakeRunJob), the plan cache, the staged RunConvJob,
+// the CLI's flag parsers and the compile name. Real models from tests/data/conv-cases.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <future>
+#include <sstream>
+
+#include "api/compile_ai8x.h"
+#include "api/convert.h"
+#include "api/lanes.h"
+#include "api/run_conv.h"
+#include "common/reactor.h"
+#include "common/sha256.h"
+#include "device/backends/builtin.h"
+
+namespace kiln::api {
+namespace {
+
+std::string ReadCase(const std::string& name) {
+  std::ifstream in(std::string(KILN_TEST_DATA) + "/conv-cases/" + name, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+double MaxDiff(const convplan::RunResult& a, const convplan::RunResult& b) {
+  double m = 0;
+  EXPECT_EQ(a.outputs.size(), b.outputs.size());
+  for (size_t i = 0; i < a.outputs.size() && i < b.outputs.size(); ++i) {
+    auto x = a.outputs[i].second.span<float>();
+    auto y = b.outputs[i].second.span<float>();
+    EXPECT_EQ(x.size(), y.size());
+    for (size_t e = 0; e < x.size() && e < y.size(); ++e) m = std::max(m, std::abs(double(x[e]) - y[e]));
+  }
+  return m;
+}
+
+TEST(RunConvApi, RunsAsASchedulerJobLikeInProcess) {
+  const std::string bytes = ReadCase("conv_relu.onnx");
+  auto plan = PlanModel(bytes, "conv_relu");
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  kiln::v1::RunConvLayersRequest req;
+  req.set_backend("reference");
+  req.set_seed(7);
+  auto prepared = PrepareConvRun(*plan, req);
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  EXPECT_EQ(prepared->backend, "reference");
+
+  sched::SchedulerOptions so;
+  so.devices = {{"reference", 1}};
+  auto scheduler = sched::Scheduler::Create(so);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status().ToString();
+  auto result = std::make_shared<convplan::RunResult>();
+  std::atomic<int> progress{0};
+  sched::JobRequest job;
+  job.lane = "reference";
+  auto options = prepared->options;
+  options.reference = &(*scheduler)->Reference();  // its own reference: never a stage on its own lane
+  job.work = MakeRunJob(prepared->plan, prepared->inputs, options, result);
+  job.progress = [&](const device::JobProgress&) { ++progress; };
+  auto h = (*scheduler)->Submit(std::move(job));
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_TRUE((*h)->Wait().ok()) << (*h)->status().ToString();
+  EXPECT_EQ(progress.load(), static_cast<int>(result->layers.size()));
+  ASSERT_FALSE(result->layers.empty());
+  EXPECT_TRUE(result->all_pass);
+
+  auto dev = device::DefaultBackendRegistry().Create("reference");
+  ASSERT_TRUE(dev.ok());
+  auto direct = convplan::RunConvPlan(*prepared->plan, prepared->inputs, **dev, prepared->options);
+  ASSERT_TRUE(direct.ok()) << direct.status().ToString();
+  EXPECT_EQ(MaxDiff(*result, *direct), 0.0);
+
+  // The same run through RunConvLocal, as `kiln run --local` does, fills the response.
+  auto local = RunConvLocal(bytes, "conv_relu", req, {});
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  EXPECT_EQ(local->layers_size(), static_cast<int>(direct->layers.size()));
+  EXPECT_EQ(local->outputs_size(), 1);
+  EXPECT_EQ(local->device(), "reference (in process)");
+}
+
+TEST(RunConvApi, StagedJobPlansOnceThenUsesTheCache) {
+  auto dir = std::filesystem::temp_directory_path() / ("kiln_api_test_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  store::ModelStoreOptions so;
+  so.dir = dir;
+  auto st = store::ModelStore::Open(so);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  const std::string bytes = ReadCase("conv_sigmoid.onnx");
+  auto up = (*st)->BeginUpload("sig", bytes.size(), Sha256Hex(bytes));
+  ASSERT_TRUE(up.ok()) << up.status().ToString();
+  ASSERT_TRUE((*up)->Append(bytes.data(), bytes.size()).ok());
+  auto info = (*up)->Commit();
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+
+  sched::SchedulerOptions o;
+  o.devices = {{"tt-emu", 1}};
+  o.cpu_lanes = KilndCpuLanes({});
+  o.reference_threads = 1;
+  auto scheduler = sched::Scheduler::Create(o);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status().ToString();
+  PlanCache plans(2);
+  std::atomic<int> planned{0};
+  SetPlanStageHookForTesting([&](const std::string& id) {
+    EXPECT_EQ(id, info->model_id);
+    ++planned;
+  });
+  kiln::v1::RunConvLayersRequest req;
+  req.set_backend("tt-emu");
+  for (int round = 0; round < 2; ++round) {
+    kiln::v1::RunConvLayersResponse resp;
+    std::promise<Status> done;
+    auto job = RunConvJob::Start({st->get(), scheduler->get(), &plans}, *info, &req, &resp, "test", std::nullopt,
+                                 [&](const Status& s, int64_t) { done.set_value(s); });
+    Status s = done.get_future().get();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(resp.model_id(), info->model_id);
+    EXPECT_EQ(resp.device(), "tt-emu:0");
+    EXPECT_EQ(resp.backend(), "tt-emu");
+    EXPECT_TRUE(resp.pass());
+    EXPECT_GT(resp.layers_size(), 0);
+  }
+  EXPECT_EQ(planned.load(), 1);  // the second run found the plan in the cache
+  EXPECT_NE(plans.Get(info->model_id), nullptr);
+
+  // Cancelled before its plan stage runs: CANCELLED, nothing runs.
+  PlanCache empty(1);
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  SetPlanStageHookForTesting([gate](const std::string&) { gate.wait(); });
+  kiln::v1::RunConvLayersResponse resp;
+  std::promise<Status> done;
+  auto job = RunConvJob::Start({st->get(), scheduler->get(), &empty}, *info, &req, &resp, "test", std::nullopt,
+                               [&](const Status& s, int64_t) { done.set_value(s); });
+  job->Cancel();
+  release.set_value();
+  EXPECT_EQ(done.get_future().get().code(), StatusCode::kCancelled);
+  SetPlanStageHookForTesting(nullptr);
+  (*scheduler)->Shutdown(true);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RunConvApi, PlanningOnAReactorThreadIsCounted) {
+  const std::string bytes = ReadCase("conv_relu.onnx");
+  const uint64_t before = ReactorViolations();
+  {
+    ReactorScope on_reactor;
+    EXPECT_TRUE(OnReactorThread());
+#ifdef NDEBUG
+    EXPECT_TRUE(PlanModel(bytes, "conv_relu").ok());
+#endif
+  }
+  EXPECT_FALSE(OnReactorThread());
+#ifdef NDEBUG
+  EXPECT_GT(ReactorViolations(), before);
+#else
+  EXPECT_DEATH((void)[&] { ReactorScope r; (void)PlanModel(bytes, "x"); }(), "PlanModel");
+  (void)before;
+#endif
+  const uint64_t now = ReactorViolations();
+  EXPECT_TRUE(PlanModel(bytes, "conv_relu").ok());  // off the reactor: not counted
+  EXPECT_EQ(ReactorViolations(), now);
+}
+
+TEST(ConvertApi, PrecisionFlagsSetOnlyWhatIsGiven) {
+  PrecisionFlags f;
+  auto none = ParsePrecisionFlags(f);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->math_fidelity(), kiln::v1::MATH_FIDELITY_UNSPECIFIED);
+  EXPECT_FALSE(none->has_fp32_dest_acc_en());
+  f.math_fidelity = "LoFi";
+  f.weights_dtype = "bfloat8_b";
+  f.arch = "blackhole";
+  f.packer_l1_acc = "on";
+  f.act_block_w = 4;
+  auto p = ParsePrecisionFlags(f);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->math_fidelity(), kiln::v1::LOFI);
+  EXPECT_EQ(p->weights_dtype(), kiln::v1::BFLOAT8_B);
+  EXPECT_EQ(p->arch(), kiln::v1::BLACKHOLE);
+  EXPECT_TRUE(p->has_packer_l1_acc() && p->packer_l1_acc());
+  EXPECT_FALSE(p->has_math_approx_mode());
+  EXPECT_EQ(p->act_block_w(), 4);
+  // Round trip through the domain type keeps the given values.
+  auto c = FromProto(*p);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  kiln::v1::Precision back;
+  ToProto(*c, &back);
+  EXPECT_EQ(back.math_fidelity(), kiln::v1::LOFI);
+  EXPECT_EQ(back.weights_dtype(), kiln::v1::BFLOAT8_B);
+  f.fp32_dest_acc_en = "maybe";
+  auto bad = ParsePrecisionFlags(f);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--fp32-dest-acc-en"), std::string::npos);
+  PrecisionFlags g;
+  g.output_dtype = "int8";
+  auto bad2 = ParsePrecisionFlags(g);
+  EXPECT_NE(bad2.status().message().find("--output-dtype"), std::string::npos) << bad2.status().ToString();
+}
+
+TEST(CompileApi, FlagsAndTheCompileName) {
+  CompileFlags f;
+  f.device = "ai87";
+  f.input_format = "hwc";
+  f.sets = {"conv.1.processors=0xff"};
+  auto o = ParseCompileFlags(f);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->device(), kiln::v1::MAX78002);
+  EXPECT_EQ(o->input_format(), kiln::v1::INPUT_FORMAT_HWC);
+  ASSERT_EQ(o->overrides_size(), 1);
+  EXPECT_EQ(o->overrides(0).layer(), "conv.1");
+  EXPECT_EQ(o->overrides(0).key(), "processors");
+  EXPECT_EQ(o->overrides(0).value(), "0xff");
+  f.sets = {"noequals"};
+  EXPECT_NE(ParseCompileFlags(f).status().message().find("LAYER.KEY=VALUE"), std::string::npos);
+  f.sets.clear();
+  f.device = "MAX7";
+  EXPECT_EQ(ParseCompileFlags(f).status().code(), StatusCode::kInvalidArgument);
+
+  store::ModelInfo info;
+  info.model_id = std::string(64, 'a');
+  info.names = {"first", "second"};
+  EXPECT_EQ(CompileModelName(info, "second"), "second");
+  EXPECT_EQ(CompileModelName(info, info.model_id), "first");
+  info.names.clear();
+  EXPECT_EQ(CompileModelName(info, info.model_id), "aaaaaaaaaaaa");
+}
+
+}  // namespace
+}  // namespace kiln::api
