@@ -20,6 +20,7 @@
 #include "device/backends/tt_emu/tt_conv.h"
 #include "device/backends/tt_emu/tt_emu_backend.h"
 #include "device/numerics/formats.h"
+#include "device/numerics/fpu.h"
 #include "device/numerics/pcc.h"
 
 namespace kiln::device {
@@ -431,16 +432,13 @@ TEST_P(TtMetalShapes, PassesTtMetalPccThreshold) {
   }
   double thr;
   if (c.transposed) {
-    thr = nx::ConvTransposePccThreshold(c.fp32_acc, c.fid == MF::kLoFi ? nx::MathFidelity::kLoFi : nx::MathFidelity::kHiFi4,
-                                        c.out == kBfp8);
+    thr = nx::ConvTransposePccThreshold(c.fp32_acc, c.fid, c.out == kBfp8);
   } else {
     nx::ConvPccRuleInput r;
     r.fp32_accum = c.fp32_acc;
-    r.fidelity = c.fid == MF::kLoFi ? nx::MathFidelity::kLoFi : nx::MathFidelity::kHiFi4;
+    r.fidelity = c.fid;
     r.bfp8_output = c.out == kBfp8;
-    r.activation = c.act == Activation::kSigmoid ? nx::ConvActivation::kSigmoid
-                   : c.act == Activation::kTanh  ? nx::ConvActivation::kTanh
-                                                 : nx::ConvActivation::kNone;
+    r.activation = c.act;
     r.cin_kh_kw = c.C * c.kh * c.kw;
     r.custom = c.custom_pcc;
     thr = nx::ConvPccThreshold(r);
