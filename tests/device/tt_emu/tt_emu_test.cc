@@ -543,6 +543,17 @@ TEST(TtEmuBackend, RegistryReportAndErrors) {
   EXPECT_TRUE((*be)->capabilities().honours_precision);
   EXPECT_FALSE(reg.Create("tt-emu", BackendOptions{0, {{"level", "turbo"}}}).ok());
   EXPECT_FALSE(reg.Create("tt-emu", BackendOptions{0, {{"colour", "red"}}}).ok());
+  EXPECT_EQ(reg.Create("tt-emu", BackendOptions{0, {{"colour", "red"}}}).status().message(),
+            "tt-emu: unknown setting 'colour' (known: level)");
+  auto settings = reg.Settings("tt-emu");
+  ASSERT_TRUE(settings.ok());
+  ASSERT_EQ(settings->size(), 1u);
+  EXPECT_EQ((*settings)[0].key, "level");
+  EXPECT_EQ((*settings)[0].default_value, "exact");
+  EXPECT_FALSE((*settings)[0].help.empty());
+  auto by_default = MakeTtEmuBackend();
+  ASSERT_TRUE(by_default.ok());
+  EXPECT_NE((*by_default)->capabilities().description.find("level exact"), std::string::npos);
 
   std::mt19937 rng(3);
   Tensor x = MakeTensor({1, 64, 6, 6}, RandBf16(64 * 36, rng));
