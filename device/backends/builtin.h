@@ -8,7 +8,8 @@
 //   "ttnn"      — real card, when kiln_backend_ttnn exists; defines RegisterTtnnBackend likewise.
 // Each backend declares its settings (default and one-line help) when it registers:
 // DefaultBackendRegistry().Settings(name). Code outside device/backends names a built-in backend
-// or setting only through the constants below, never as a string literal.
+// or setting through the constants below rather than string literals (tests may spell the public
+// names they assert).
 #pragma once
 
 #include <string_view>

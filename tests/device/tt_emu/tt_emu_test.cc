@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -140,7 +141,7 @@ TEST(TtEmuExact, Bfp8OutputMatchesNumericsChain) {
           b1[k] = xq[16 + k];
         }
         uint32_t d = 0;
-        const int nph = f == MF::kLoFi ? 1 : static_cast<int>(f);
+        const int nph = nx::NumPhases(f);
         for (int ph = 0; ph < nph; ++ph) {
           d = nx::MvmulPhase(a0, b0, d, ph, cfg);
           d = nx::MvmulPhase(a1, b1, d, ph, cfg);
@@ -364,7 +365,7 @@ const std::vector<ShapeCase>& Cases() {
 // Multiply-accumulates of a case times its fidelity phases: the exact level's cost.
 int64_t PhaseMacs(const ShapeCase& c, int64_t OH, int64_t OW) {
   const int64_t cin_pad = (c.C + 31) / 32 * 32;  // the emulator walks padded K (block-diagonal groups)
-  return c.N * OH * OW * c.O * cin_pad * c.kh * c.kw * (c.fid == MF::kLoFi ? 1 : static_cast<int>(c.fid));
+  return c.N * OH * OW * c.O * cin_pad * c.kh * c.kw * nx::NumPhases(c.fid);
 }
 
 class TtMetalShapes : public ::testing::TestWithParam<ShapeCase> {};
@@ -470,7 +471,7 @@ TEST(TtEmuExact, FidelityOrderingOnRandomData) {
   cp.pads = {1, 1, 1, 1};
   auto ref = (*MakeReferenceBackend())->Conv2d(x, w, nullptr, cp, ExecContext{});
   ASSERT_TRUE(ref.ok());
-  double pcc[5];
+  std::map<MF, double> pcc;
   for (MF f : {MF::kLoFi, MF::kHiFi2, MF::kHiFi3, MF::kHiFi4}) {
     PrecisionConfig p;
     p.math_fidelity = f;
@@ -478,9 +479,9 @@ TEST(TtEmuExact, FidelityOrderingOnRandomData) {
     p.output_dtype = kFp32;  // keep the fidelity effect visible (no bf16 output rounding)
     auto y = tt_emu::Conv2d(x, w, nullptr, cp, p, tt_emu::EmuLevel::kExact);
     ASSERT_TRUE(y.ok()) << y.status().ToString();
-    pcc[static_cast<int>(f)] = PccOf(*ref, *y);
+    pcc[f] = PccOf(*ref, *y);
   }
-  const double lofi = pcc[0], hifi2 = pcc[2], hifi3 = pcc[3], hifi4 = pcc[4];
+  const double lofi = pcc[MF::kLoFi], hifi2 = pcc[MF::kHiFi2], hifi3 = pcc[MF::kHiFi3], hifi4 = pcc[MF::kHiFi4];
   EXPECT_GE(hifi4, hifi2);
   EXPECT_GE(hifi2, lofi);
   EXPECT_GE(hifi4, hifi3);
