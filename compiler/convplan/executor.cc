@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "compiler/convplan/host_ops.h"
+#include "device/backends/builtin.h"
 #include "device/backends/reference/reference_backend.h"
 #include "device/numerics/pcc.h"
 
@@ -107,29 +108,6 @@ Result<Tensor> ConstantToTensor(const fe::Graph& g, const std::string& name) {
     shape = {static_cast<int64_t>(t->constant->size())};
   }
   return Tensor::FromFloats(shape, t->constant->floats());
-}
-
-numerics::ConvActivation ToNumericsActivation(Activation a) {
-  switch (a) {
-    case Activation::kRelu: return numerics::ConvActivation::kRelu;
-    case Activation::kRelu6: return numerics::ConvActivation::kRelu6;
-    case Activation::kSilu: return numerics::ConvActivation::kSilu;
-    case Activation::kGelu: return numerics::ConvActivation::kGelu;
-    case Activation::kSigmoid: return numerics::ConvActivation::kSigmoid;
-    case Activation::kTanh: return numerics::ConvActivation::kTanh;
-    case Activation::kNone: break;
-  }
-  return numerics::ConvActivation::kNone;
-}
-
-numerics::MathFidelity ToNumericsFidelity(device::MathFidelity f) {
-  switch (f) {
-    case device::MathFidelity::kLoFi: return numerics::MathFidelity::kLoFi;
-    case device::MathFidelity::kHiFi2: return numerics::MathFidelity::kHiFi2;
-    case device::MathFidelity::kHiFi3: return numerics::MathFidelity::kHiFi3;
-    case device::MathFidelity::kHiFi4: break;
-  }
-  return numerics::MathFidelity::kHiFi4;
 }
 
 // Result of one device op on one backend (before the output split).
@@ -392,13 +370,14 @@ class Runner {
     const device::PrecisionConfig& p = opt_.precision;
     const bool fp32 = p.EffectiveFp32DestAcc();
     const bool bfp8 = p.output_dtype == device::DeviceDType::kBFloat8B;
-    const auto fid = ToNumericsFidelity(p.math_fidelity);
-    if (d.kind == DeviceOpKind::kConvTranspose2d) return numerics::ConvTransposePccThreshold(fp32, fid, bfp8);
+    if (d.kind == DeviceOpKind::kConvTranspose2d) {
+      return numerics::ConvTransposePccThreshold(fp32, p.math_fidelity, bfp8);
+    }
     numerics::ConvPccRuleInput in;
     in.fp32_accum = fp32;
-    in.fidelity = fid;
+    in.fidelity = p.math_fidelity;
     in.bfp8_output = bfp8;
-    in.activation = ToNumericsActivation(d.activation());
+    in.activation = d.activation();
     in.cin_kh_kw = d.in_channels() * d.kernel().first * d.kernel().second;
     return numerics::ConvPccThreshold(in);
   }
@@ -544,11 +523,13 @@ Result<RunResult> RunConvPlan(const ConvPlan& plan, const RunInputs& inputs, dev
     device::Backend* ref = options.reference;
     std::unique_ptr<device::Backend> owned;
     if (ref == nullptr) {
-      if (device.name() == "reference") {
+      if (device::IsFp32Reference(device.name())) {
         ref = &device;
       } else {
         device::BackendOptions bo;
-        if (options.reference_threads > 0) bo.settings["threads"] = std::to_string(options.reference_threads);
+        if (options.reference_threads > 0) {
+          bo.settings[device::kReferenceThreadsSetting] = std::to_string(options.reference_threads);
+        }
         auto r = device::MakeReferenceBackend(bo);
         if (!r.ok()) return r.status();
         owned = std::move(*r);

@@ -1,20 +1,12 @@
 #include "device/backends/backend.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 
 #include "device/backends/conv_geometry.h"
 
 namespace kiln::device {
 namespace {
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
 std::string Shape(const std::vector<int64_t>& s) { return ShapeToString(s); }
 
@@ -90,30 +82,6 @@ class GenericPreparedConv final : public PreparedConv {
 };
 
 }  // namespace
-
-const char* ActivationName(Activation a) {
-  switch (a) {
-    case Activation::kNone: return "none";
-    case Activation::kRelu: return "relu";
-    case Activation::kRelu6: return "relu6";
-    case Activation::kSilu: return "silu";
-    case Activation::kGelu: return "gelu";
-    case Activation::kSigmoid: return "sigmoid";
-    case Activation::kTanh: return "tanh";
-  }
-  return "?";
-}
-
-Result<Activation> ParseActivation(std::string_view name) {
-  const std::string s = Lower(name);
-  if (s.empty() || s == "none" || s == "identity" || s == "linear") return Activation::kNone;
-  for (Activation a : {Activation::kRelu, Activation::kRelu6, Activation::kSilu, Activation::kGelu,
-                       Activation::kSigmoid, Activation::kTanh}) {
-    if (s == ActivationName(a)) return a;
-  }
-  return InvalidArgument("unknown activation '" + std::string(name) +
-                         "' (expected none, relu, relu6, silu, gelu, sigmoid, tanh)");
-}
 
 float ApplyActivation(Activation a, float x) {
   switch (a) {
@@ -262,14 +230,29 @@ Result<std::vector<int64_t>> ValidatePool2d(const Tensor& input, const Pool2dPar
   return out;
 }
 
-Status BackendRegistry::Register(const std::string& name, BackendFactory factory) {
+Status UnknownBackendSetting(std::string_view who, std::string_view key,
+                             const std::vector<BackendSetting>& declared) {
+  std::string known;
+  for (const BackendSetting& s : declared) known += (known.empty() ? "" : ", ") + s.key;
+  return InvalidArgument(std::string(who) + ": unknown setting '" + std::string(key) + "' (known: " +
+                         (known.empty() ? "none" : known) + ")");
+}
+
+Status BackendRegistry::Register(const std::string& name, BackendFactory factory,
+                                 std::vector<BackendSetting> settings) {
   if (name.empty()) return InvalidArgument("backend name must not be empty");
   if (!factory) return InvalidArgument("backend '" + name + "': empty factory");
   std::lock_guard<std::mutex> lock(mu_);
-  if (!factories_.emplace(name, std::move(factory)).second) {
+  if (!factories_.emplace(name, Entry{std::move(factory), std::move(settings)}).second) {
     return Status(StatusCode::kAlreadyExists, "backend '" + name + "' is already registered");
   }
   return Status::Ok();
+}
+
+Status BackendRegistry::UnknownBackend(const std::string& name) const {
+  std::string known;
+  for (const auto& n : Names()) known += (known.empty() ? "" : ", ") + n;
+  return NotFound("unknown backend '" + name + "' (available: " + (known.empty() ? "none" : known) + ")");
 }
 
 Result<std::unique_ptr<Backend>> BackendRegistry::Create(const std::string& name,
@@ -278,18 +261,23 @@ Result<std::unique_ptr<Backend>> BackendRegistry::Create(const std::string& name
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = factories_.find(name);
-    if (it != factories_.end()) f = it->second;
+    if (it != factories_.end()) f = it->second.factory;
   }
-  if (!f) {
-    std::string known;
-    for (const auto& n : Names()) known += (known.empty() ? "" : ", ") + n;
-    return NotFound("unknown backend '" + name + "' (available: " + (known.empty() ? "none" : known) + ")");
-  }
+  if (!f) return UnknownBackend(name);
   try {
     return f(options);
   } catch (const std::exception& e) {
     return Internal("backend '" + name + "' factory threw: " + e.what());
   }
+}
+
+Result<std::vector<BackendSetting>> BackendRegistry::Settings(const std::string& name) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = factories_.find(name);
+    if (it != factories_.end()) return it->second.settings;
+  }
+  return UnknownBackend(name);
 }
 
 bool BackendRegistry::Contains(const std::string& name) const {
@@ -300,7 +288,7 @@ bool BackendRegistry::Contains(const std::string& name) const {
 std::vector<std::string> BackendRegistry::Names() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> names;
-  for (const auto& [n, f] : factories_) names.push_back(n);
+  for (const auto& [n, e] : factories_) names.push_back(n);
   return names;
 }
 

@@ -47,6 +47,7 @@
 
 #include "common/status.h"
 #include "device/backends/precision.h"
+#include "device/numerics/types.h"
 #include "device/tensor.h"
 
 namespace kiln::device {
@@ -54,16 +55,14 @@ namespace kiln::device {
 // ---------------------------------------------------------------------------------------------
 // Op parameters
 
-/// Activation fused after the conv (applied to conv + bias). relu6 = min(max(x, 0), 6);
-/// silu = x·sigmoid(x); gelu = the exact erf form 0.5·x·(1 + erf(x/√2)); tanh is in tt-metal's
-/// conv activation tests. HARDSWISH is deliberately absent (TT-NN silently skips it when fused,
-/// ../shared/seeds/ttaw-conv.py.txt).
-enum class Activation : int { kNone = 0, kRelu, kRelu6, kSilu, kGelu, kSigmoid, kTanh };
-/// "none", "relu", "relu6", "silu", "gelu", "sigmoid", "tanh".
-const char* ActivationName(Activation a);
-/// Inverse of ActivationName (case-insensitive; also "identity"/"linear" → kNone).
-Result<Activation> ParseActivation(std::string_view name);
-/// The activation applied to one float (the fp32 definition above); for host code and tests.
+// Activation (the one fused-activation type, its semantics and ActivationName / ParseActivation)
+// is defined in device/numerics/types.h and re-exported here.
+using numerics::Activation;
+using numerics::ActivationName;
+using numerics::ParseActivation;
+
+/// The activation applied to one float, in fp32 as defined in device/numerics/types.h; for host
+/// code, the tt-emu epilogue and tests.
 float ApplyActivation(Activation a, float x);
 
 /// conv2d: input (N, C, H, W); weights OIHW (O, C/group, kH, kW); bias [O] optional;
@@ -251,29 +250,55 @@ Result<std::vector<int64_t>> ValidatePool2d(const Tensor& input, const Pool2dPar
 // Registry
 
 /// Options a backend factory receives. `settings` carries backend-specific keys, e.g. tt-emu's
-/// "level" = "exact" | "fast", or a remote worker's "address".
+/// "level" = "exact" | "fast", or a remote worker's "address"; each backend declares the keys it
+/// takes (BackendSetting) when it registers.
 struct BackendOptions {
   int device_index = 0;  ///< which device of this backend (one Backend per device)
   std::map<std::string, std::string> settings;
 };
 
+/// One key of BackendOptions::settings as a backend declares it.
+struct BackendSetting {
+  std::string key;            ///< e.g. "level"
+  std::string default_value;  ///< the value the factory uses when the key is absent, e.g. "exact"
+  std::string help;           ///< one line, e.g. for `--help` or `kiln devices`
+
+  bool operator==(const BackendSetting&) const = default;
+};
+
+/// The error every factory returns for a key it does not declare:
+/// INVALID_ARGUMENT "<who>: unknown setting '<key>' (known: <declared keys, comma-separated>)".
+Status UnknownBackendSetting(std::string_view who, std::string_view key,
+                             const std::vector<BackendSetting>& declared);
+
 using BackendFactory = std::function<Result<std::unique_ptr<Backend>>(const BackendOptions&)>;
 
-/// Name → factory. Thread-safe.
+/// Name → factory and declared settings. Thread-safe. The built-in backends, their names and the
+/// default backend are in device/backends/builtin.h.
 class BackendRegistry {
  public:
+  /// `settings`: the keys the factory accepts, with defaults and help (Settings() returns them).
   /// ALREADY_EXISTS if `name` is taken; INVALID_ARGUMENT for an empty name or factory.
-  Status Register(const std::string& name, BackendFactory factory);
+  Status Register(const std::string& name, BackendFactory factory,
+                  std::vector<BackendSetting> settings = {});
   /// NOT_FOUND (listing the registered names) or the factory's error.
   Result<std::unique_ptr<Backend>> Create(const std::string& name,
                                           const BackendOptions& options = {}) const;
+  /// The settings `name` declared at registration. NOT_FOUND as Create.
+  Result<std::vector<BackendSetting>> Settings(const std::string& name) const;
   bool Contains(const std::string& name) const;
   /// Sorted names.
   std::vector<std::string> Names() const;
 
  private:
+  struct Entry {
+    BackendFactory factory;
+    std::vector<BackendSetting> settings;
+  };
+  Status UnknownBackend(const std::string& name) const;
+
   mutable std::mutex mu_;
-  std::map<std::string, BackendFactory> factories_;
+  std::map<std::string, Entry> factories_;
 };
 
 }  // namespace kiln::device

@@ -16,33 +16,23 @@
 
 #include <optional>
 #include <string>
-#include <string_view>
 
 #include "common/status.h"
+#include "device/numerics/types.h"
 
 namespace kiln::device {
 
-/// Number of FPU fidelity phases: LoFi 1, HiFi2 2, HiFi3 3, HiFi4 4 (tt-numerics.md §5.2).
-enum class MathFidelity : int { kLoFi = 0, kHiFi2 = 2, kHiFi3 = 3, kHiFi4 = 4 };
-
-/// Device data formats (tt-numerics.md §1). bfloat8_b / bfloat4_b are block-float formats
-/// (one shared 8-bit exponent per 16 values of a tile face row).
-enum class DeviceDType : int { kFloat32 = 0, kBFloat16 = 1, kBFloat8B = 2, kBFloat4B = 3 };
-
-/// Tensix generation; the FPU model differs in a few places (tt-numerics.md §5).
-enum class Arch : int { kWormholeB0 = 0, kBlackhole = 1 };
-
-/// Names as TT-NN spells them: "LoFi", "HiFi2", "HiFi3", "HiFi4".
-const char* MathFidelityName(MathFidelity f);
-/// "float32", "bfloat16", "bfloat8_b", "bfloat4_b".
-const char* DeviceDTypeName(DeviceDType d);
-/// "wormhole_b0", "blackhole".
-const char* ArchName(Arch a);
-/// Case-insensitive parsers for the names above (also "lofi", "hifi4", "bf16", "bfp8_b", "bfp4_b",
-/// "fp32", "wormhole", "wh", "bh"); INVALID_ARGUMENT listing the accepted names otherwise.
-Result<MathFidelity> ParseMathFidelity(std::string_view name);
-Result<DeviceDType> ParseDeviceDType(std::string_view name);
-Result<Arch> ParseArch(std::string_view name);
+// MathFidelity, DeviceDType and Arch (and their name / parse functions) are the one definition of
+// each in device/numerics/types.h, re-exported here for the device API.
+using numerics::Arch;
+using numerics::ArchName;
+using numerics::DeviceDType;
+using numerics::DeviceDTypeName;
+using numerics::MathFidelity;
+using numerics::MathFidelityName;
+using numerics::ParseArch;
+using numerics::ParseDeviceDType;
+using numerics::ParseMathFidelity;
 
 struct PrecisionConfig {
   MathFidelity math_fidelity = MathFidelity::kHiFi4;

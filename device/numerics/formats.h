@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <span>
 
+#include "device/numerics/types.h"
+
 namespace kiln::numerics {
 
 /// Bit pattern of a float, and back.
@@ -27,6 +29,11 @@ inline float Bf16ToFloat(uint16_t b) { return std::bit_cast<float>(static_cast<u
 enum class BfpFormat { kBfp8, kBfp4 };
 /// Bits per element code (8 or 4).
 inline int BfpCodeBits(BfpFormat f) { return f == BfpFormat::kBfp8 ? 8 : 4; }
+/// The element width of a block-float device dtype (device/numerics/types.h): bfloat8_b → kBfp8,
+/// bfloat4_b → kBfp4. Only meaningful for those two; any other dtype gives kBfp4.
+inline BfpFormat BfpFormatOf(DeviceDType d) {
+  return d == DeviceDType::kBFloat8B ? BfpFormat::kBfp8 : BfpFormat::kBfp4;
+}
 
 /// One group of 16 bfp values: shared exponent (bias 127) and 16 codes (low BfpCodeBits bits used).
 struct BfpGroup {

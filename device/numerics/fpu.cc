@@ -8,16 +8,6 @@
 
 namespace kiln::numerics {
 
-std::string_view MathFidelityName(MathFidelity f) {
-  switch (f) {
-    case MathFidelity::kLoFi: return "LoFi";
-    case MathFidelity::kHiFi2: return "HiFi2";
-    case MathFidelity::kHiFi3: return "HiFi3";
-    case MathFidelity::kHiFi4: return "HiFi4";
-  }
-  return "?";
-}
-
 FpuSlice SliceA(uint32_t a, int phase) {
   FpuSlice s;
   int e = static_cast<int>((a >> 23) & 0xFFu);

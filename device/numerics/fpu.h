@@ -12,20 +12,14 @@
 #include <cstdint>
 #include <span>
 #include <utility>
-#include <string_view>
 
 #include "device/numerics/formats.h"
+#include "device/numerics/types.h"
 
 namespace kiln::numerics {
 
-/// Tensix generation. The only numeric difference is the Wormhole normalisation quirk (§5.5 step 5).
-enum class Arch { kWormholeB0, kBlackhole };
-
-/// Math fidelity: the number of fidelity phases run (§5.2): LoFi 1, HiFi2 2, HiFi3 3, HiFi4 4.
-enum class MathFidelity { kLoFi = 1, kHiFi2 = 2, kHiFi3 = 3, kHiFi4 = 4 };
-inline int NumPhases(MathFidelity f) { return static_cast<int>(f); }
-/// "LoFi", "HiFi2", "HiFi3", "HiFi4".
-std::string_view MathFidelityName(MathFidelity f);
+// Arch (the Wormhole normalisation quirk is §5.5 step 5) and MathFidelity (NumPhases: the number of
+// fidelity phases, §5.2) are defined in device/numerics/types.h.
 
 /// Configuration of one FPU operation.
 struct FpuConfig {

@@ -70,12 +70,12 @@ double ConvPccThreshold(const ConvPccRuleInput& in) {
     t = in.cin_kh_kw > 10000 ? 0.97 : 0.985;
   } else if (in.fidelity == MathFidelity::kLoFi && in.bfp8_output) {
     t = 0.996;
-  } else if (in.activation == ConvActivation::kSigmoid) {
+  } else if (in.activation == Activation::kSigmoid) {
     t = 0.995;
   } else {
     t = 0.997;
   }
-  if (in.activation == ConvActivation::kTanh) t *= 0.99;
+  if (in.activation == Activation::kTanh) t *= 0.99;
   return t;
 }
 

@@ -5,7 +5,7 @@
 #include <span>
 
 #include "common/status.h"
-#include "device/numerics/fpu.h"
+#include "device/numerics/types.h"
 
 namespace kiln::numerics {
 
@@ -25,15 +25,12 @@ struct PccResult {
 /// Errors: INVALID_ARGUMENT when the sizes differ.
 Result<PccResult> CompPcc(std::span<const float> golden, std::span<const float> calculated, double threshold = 0.99);
 
-/// Fused activation of a conv (§8.7, §9.1).
-enum class ConvActivation { kNone, kRelu, kRelu6, kSilu, kGelu, kSigmoid, kTanh, kSqrt };
-
 /// Inputs of the run_conv threshold rule (§9.1).
 struct ConvPccRuleInput {
   bool fp32_accum = false;           ///< fp32_dest_acc_en
   MathFidelity fidelity = MathFidelity::kHiFi4;
   bool bfp8_output = false;          ///< output dtype is bfloat8_b
-  ConvActivation activation = ConvActivation::kNone;
+  Activation activation = Activation::kNone;  ///< fused activation (device/numerics/types.h)
   int64_t cin_kh_kw = 0;             ///< Cin·kh·kw (input channels times kernel area)
   double custom = 0.0;               ///< > 0: a custom PCC given by the test, used as is
 };

@@ -5,17 +5,17 @@
 
 namespace kiln::numerics {
 
-size_t TileBytes(TileFormat fmt) {
+size_t TileBytes(DeviceDType fmt) {
   switch (fmt) {
-    case TileFormat::kFloat32: return 4096;
-    case TileFormat::kBfloat16: return 2048;
-    case TileFormat::kBfp8: return 64 + 1024;
-    case TileFormat::kBfp4: return 64 + 512;
+    case DeviceDType::kFloat32: return 4096;
+    case DeviceDType::kBFloat16: return 2048;
+    case DeviceDType::kBFloat8B: return 64 + 1024;
+    case DeviceDType::kBFloat4B: return 64 + 512;
   }
   return 0;
 }
 
-Result<std::vector<uint8_t>> EncodeTile(std::span<const float> tile, TileFormat fmt, TileEncoder enc,
+Result<std::vector<uint8_t>> EncodeTile(std::span<const float> tile, DeviceDType fmt, TileEncoder enc,
                                         HostBfpRounding host_bfp) {
   if (tile.size() != static_cast<size_t>(kTileElems))
     return InvalidArgument("EncodeTile: expected 1024 values, got " + std::to_string(tile.size()));
@@ -25,7 +25,7 @@ Result<std::vector<uint8_t>> EncodeTile(std::span<const float> tile, TileFormat 
     for (int c = 0; c < kTileDim; ++c) f[FaceOrderIndex(r, c)] = FloatBits(tile[r * kTileDim + c]);
   std::vector<uint8_t> out(TileBytes(fmt), 0);
   switch (fmt) {
-    case TileFormat::kFloat32: {
+    case DeviceDType::kFloat32: {
       for (int i = 0; i < kTileElems; ++i) {
         uint32_t u = f[i];
         if (enc == TileEncoder::kPackerBf16Dst) u = PackBf16DstToFp32(static_cast<uint16_t>(u >> 16));
@@ -33,7 +33,7 @@ Result<std::vector<uint8_t>> EncodeTile(std::span<const float> tile, TileFormat 
       }
       break;
     }
-    case TileFormat::kBfloat16: {
+    case DeviceDType::kBFloat16: {
       for (int i = 0; i < kTileElems; ++i) {
         uint16_t t;
         if (enc == TileEncoder::kHost) t = HostFp32ToBf16(f[i]);
@@ -44,9 +44,9 @@ Result<std::vector<uint8_t>> EncodeTile(std::span<const float> tile, TileFormat 
       }
       break;
     }
-    case TileFormat::kBfp8:
-    case TileFormat::kBfp4: {
-      BfpFormat bf = fmt == TileFormat::kBfp8 ? BfpFormat::kBfp8 : BfpFormat::kBfp4;
+    case DeviceDType::kBFloat8B:
+    case DeviceDType::kBFloat4B: {
+      const BfpFormat bf = BfpFormatOf(fmt);
       for (int g = 0; g < 64; ++g) {  // group g = face g/16, row g%16 = 16 consecutive face-order values
         std::span<const uint32_t, 16> in(&f[g * 16], 16);
         BfpGroup grp;
@@ -75,26 +75,26 @@ Result<std::vector<uint8_t>> EncodeTile(std::span<const float> tile, TileFormat 
   return out;
 }
 
-Result<std::vector<float>> DecodeTile(std::span<const uint8_t> bytes, TileFormat fmt, TileDecoder dec) {
+Result<std::vector<float>> DecodeTile(std::span<const uint8_t> bytes, DeviceDType fmt, TileDecoder dec) {
   if (bytes.size() != TileBytes(fmt))
     return InvalidArgument("DecodeTile: expected " + std::to_string(TileBytes(fmt)) + " bytes, got " +
                            std::to_string(bytes.size()));
   std::array<uint32_t, kTileElems> f{};
   switch (fmt) {
-    case TileFormat::kFloat32:
+    case DeviceDType::kFloat32:
       for (int i = 0; i < kTileElems; ++i) {
         uint32_t u = 0;
         for (int b = 0; b < 4; ++b) u |= static_cast<uint32_t>(bytes[4 * i + b]) << (8 * b);
         f[i] = dec == TileDecoder::kUnpacker ? static_cast<uint32_t>(UnpackFp32ToBf16(u)) << 16 : u;
       }
       break;
-    case TileFormat::kBfloat16:
+    case DeviceDType::kBFloat16:
       for (int i = 0; i < kTileElems; ++i)
         f[i] = (static_cast<uint32_t>(bytes[2 * i]) | (static_cast<uint32_t>(bytes[2 * i + 1]) << 8)) << 16;
       break;
-    case TileFormat::kBfp8:
-    case TileFormat::kBfp4: {
-      BfpFormat bf = fmt == TileFormat::kBfp8 ? BfpFormat::kBfp8 : BfpFormat::kBfp4;
+    case DeviceDType::kBFloat8B:
+    case DeviceDType::kBFloat4B: {
+      const BfpFormat bf = BfpFormatOf(fmt);
       for (int idx = 0; idx < kTileElems; ++idx) {
         uint8_t e = bytes[idx / 16];
         uint8_t code = bf == BfpFormat::kBfp8 ? bytes[64 + idx]

@@ -14,6 +14,7 @@
 
 #include "common/status.h"
 #include "device/numerics/formats.h"
+#include "device/numerics/types.h"
 
 namespace kiln::numerics {
 
@@ -27,10 +28,9 @@ inline int FaceOrderIndex(int row, int col) {
   return face * 256 + (row % kFaceDim) * kFaceDim + (col % kFaceDim);
 }
 
-/// Tile data formats with an exact byte encoding.
-enum class TileFormat { kFloat32, kBfloat16, kBfp8, kBfp4 };
-/// Bytes in one encoded tile: 4096, 2048, 1088, 576.
-size_t TileBytes(TileFormat fmt);
+/// Bytes in one encoded tile of each device data type (device/numerics/types.h): float32 4096,
+/// bfloat16 2048, bfloat8_b 1088, bfloat4_b 576.
+size_t TileBytes(DeviceDType fmt);
 
 /// How the fp32 values are converted while encoding.
 enum class TileEncoder {
@@ -41,7 +41,7 @@ enum class TileEncoder {
 
 /// Encodes one row-major tile (1024 floats) into the exact byte layout of `fmt`.
 /// Errors: INVALID_ARGUMENT if `tile` does not hold 1024 values.
-Result<std::vector<uint8_t>> EncodeTile(std::span<const float> tile, TileFormat fmt, TileEncoder enc,
+Result<std::vector<uint8_t>> EncodeTile(std::span<const float> tile, DeviceDType fmt, TileEncoder enc,
                                         HostBfpRounding host_bfp = HostBfpRounding::kCurrent);
 
 /// How encoded values are read back.
@@ -52,6 +52,6 @@ enum class TileDecoder {
 
 /// Decodes one encoded tile to 1024 row-major floats.
 /// Errors: INVALID_ARGUMENT if `bytes` is not TileBytes(fmt) long.
-Result<std::vector<float>> DecodeTile(std::span<const uint8_t> bytes, TileFormat fmt, TileDecoder dec);
+Result<std::vector<float>> DecodeTile(std::span<const uint8_t> bytes, DeviceDType fmt, TileDecoder dec);
 
 }  // namespace kiln::numerics

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -149,12 +150,8 @@ bool HexArray(const Json* v, std::array<T, N>* out) {
   return true;
 }
 
-bool ParseArch(const std::string& key, Arch* arch) {
-  if (key == "wh") *arch = Arch::kWormholeB0;
-  else if (key == "bh") *arch = Arch::kBlackhole;
-  else return false;
-  return true;
-}
+// The per-arch results of a line are keyed "wh" / "bh".
+constexpr std::pair<const char*, Arch> kArchKeys[] = {{"wh", Arch::kWormholeB0}, {"bh", Arch::kBlackhole}};
 
 bool ParseSrcFormat(const Json* v, SrcFormat* f) {
   if (!v || !v->is_string()) return false;
@@ -164,14 +161,12 @@ bool ParseSrcFormat(const Json* v, SrcFormat* f) {
   return true;
 }
 
+// A fidelity key: exactly the canonical name ("LoFi" ... "HiFi4"), case included.
 bool ParseFidelity(std::string_view s, MathFidelity* f) {
-  for (MathFidelity x : {MathFidelity::kLoFi, MathFidelity::kHiFi2, MathFidelity::kHiFi3, MathFidelity::kHiFi4}) {
-    if (MathFidelityName(x) == s) {
-      *f = x;
-      return true;
-    }
-  }
-  return false;
+  auto parsed = ParseMathFidelity(s);
+  if (!parsed.ok() || MathFidelityName(*parsed) != s) return false;
+  *f = *parsed;
+  return true;
 }
 
 bool IsInfoKey(const std::string& k) { return k == "id" || k == "cat" || k == "ref_f64" || k == "exact"; }
@@ -285,10 +280,10 @@ void CheckMvmul(const Json& o, LineCheck* c) {
   uint64_t dst;
   if (!LineCheck::ParseHex(Find(o, "dst_in"), &dst)) return c->Fail("field dst_in: not a hex string");
   CheckKnownKeys(o, {"fp32_acc", "a_fmt", "b_fmt", "a", "b", "dst_in", "wh", "bh"}, "", c);
-  for (const char* ak : {"wh", "bh"}) {
+  for (const auto& [ak, arch] : kArchKeys) {
     const Json* r = Find(o, ak);
     if (!r) continue;
-    ParseArch(ak, &cfg.arch);
+    cfg.arch = arch;
     std::string p = ak;
     CheckKnownKeys(*r, {"phase", "LoFi", "HiFi2", "HiFi3", "HiFi4"}, p + ".", c);
     if (const Json* ph = Find(*r, "phase")) {
@@ -318,10 +313,10 @@ void CheckKacc32(const Json& o, LineCheck* c) {
   std::array<uint32_t, 32> x;
   if (!HexArray(Find(o, "x"), &x)) return c->Fail("field x: not 32 hex strings");
   CheckKnownKeys(o, {"a_fmt", "b_fmt", "w", "x", "wh", "bh"}, "", c);
-  for (const char* ak : {"wh", "bh"}) {
+  for (const auto& [ak, arch] : kArchKeys) {
     const Json* r = Find(o, ak);
     if (!r) continue;
-    ParseArch(ak, &cfg.arch);
+    cfg.arch = arch;
     for (const auto& [key, res] : Members(*r)) {
       std::string p = std::string(ak) + "." + key;
       MathFidelity fid;
@@ -390,8 +385,8 @@ void CheckElwadd(const Json& o, LineCheck* c) {
   if (!LineCheck::ParseHex(Find(o, "b"), &b)) return c->Fail("field b: not a hex string");
   if (!LineCheck::ParseHex(Find(o, "dst_in"), &dst)) return c->Fail("field dst_in: not a hex string");
   CheckKnownKeys(o, {"fp32_acc", "a_fmt", "b_fmt", "a", "b", "dst_in", "wh", "bh", "wh_accum", "bh_accum"}, "", c);
-  for (const char* ak : {"wh", "bh"}) {
-    ParseArch(ak, &cfg.arch);
+  for (const auto& [ak, arch] : kArchKeys) {
+    cfg.arch = arch;
     std::string k = ak;
     if (auto* v = Find(o, k))
       c->Hex(k, v, Elwadd(static_cast<uint32_t>(a), static_cast<uint32_t>(b), static_cast<uint32_t>(dst), false, cfg));

@@ -165,5 +165,47 @@ TEST(BackendRegistryTest, RegisterCreateNames) {
   EXPECT_EQ(r.Create("tt-emu").status().code(), StatusCode::kNotFound);
 }
 
+TEST(BackendRegistryTest, DeclaredSettings) {
+  BackendRegistry r;
+  const std::vector<BackendSetting> declared = {{"level", "exact", "numerics level"}, {"seed", "0", "rng seed"}};
+  ASSERT_TRUE(r.Register("fake", [](const BackendOptions&) -> Result<std::unique_ptr<Backend>> {
+                 return std::unique_ptr<Backend>(new FakeBackend());
+               }, declared).ok());
+  ASSERT_TRUE(r.Register("bare", [](const BackendOptions&) -> Result<std::unique_ptr<Backend>> {
+                 return std::unique_ptr<Backend>(new FakeBackend());
+               }).ok());
+  auto s = r.Settings("fake");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(*s, declared);
+  ASSERT_TRUE(r.Settings("bare").ok());
+  EXPECT_TRUE(r.Settings("bare")->empty());
+  auto missing = r.Settings("nope");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("bare, fake"), std::string::npos);
+
+  const Status unknown = UnknownBackendSetting("fake", "colour", declared);
+  EXPECT_EQ(unknown.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(unknown.message(), "fake: unknown setting 'colour' (known: level, seed)");
+  EXPECT_EQ(UnknownBackendSetting("bare", "x", {}).message(), "bare: unknown setting 'x' (known: none)");
+}
+
+TEST(DeviceTypesTest, FidelityValueIsThePhaseCount) {
+  EXPECT_EQ(numerics::NumPhases(MathFidelity::kLoFi), 1);
+  EXPECT_EQ(numerics::NumPhases(MathFidelity::kHiFi2), 2);
+  EXPECT_EQ(numerics::NumPhases(MathFidelity::kHiFi3), 3);
+  EXPECT_EQ(numerics::NumPhases(MathFidelity::kHiFi4), 4);
+  for (MathFidelity f : {MathFidelity::kLoFi, MathFidelity::kHiFi2, MathFidelity::kHiFi3, MathFidelity::kHiFi4}) {
+    EXPECT_EQ(*ParseMathFidelity(MathFidelityName(f)), f);
+  }
+  for (DeviceDType d : {DeviceDType::kFloat32, DeviceDType::kBFloat16, DeviceDType::kBFloat8B, DeviceDType::kBFloat4B}) {
+    EXPECT_EQ(*ParseDeviceDType(DeviceDTypeName(d)), d);
+  }
+  for (Arch a : {Arch::kWormholeB0, Arch::kBlackhole}) EXPECT_EQ(*ParseArch(ArchName(a)), a);
+  for (Activation a : {Activation::kNone, Activation::kRelu, Activation::kRelu6, Activation::kSilu, Activation::kGelu,
+                       Activation::kSigmoid, Activation::kTanh}) {
+    EXPECT_EQ(*ParseActivation(ActivationName(a)), a);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::device

@@ -13,6 +13,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
+#include "device/backends/builtin.h"
 #include "device/backends/conv_geometry.h"
 
 namespace kiln::device {
@@ -21,6 +22,9 @@ namespace {
 using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
+
+// The "threads" setting's default: no limit (every core).
+constexpr int kDefaultThreads = 0;
 
 dnnl::engine& Engine() {
   static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
@@ -94,7 +98,7 @@ void FillReport(const ExecContext& ctx, const char* op, const std::string& impl,
   if (!ctx.report) return;
   OpReport& r = *ctx.report;
   r.op = op;
-  r.backend = "reference";
+  r.backend = kReferenceBackend;
   r.implementation = "oneDNN " + impl + " (fp32)";
   r.blocking.clear();
   r.precision = ctx.precision;
@@ -317,7 +321,7 @@ class ReferenceBackend final : public Backend {
  public:
   explicit ReferenceBackend(int threads) : threads_(threads) {}
 
-  std::string name() const override { return "reference"; }
+  std::string name() const override { return kReferenceBackend; }
 
   BackendCapabilities capabilities() const override {
     BackendCapabilities c;
@@ -510,10 +514,17 @@ class ReferenceBackend final : public Backend {
 
 }  // namespace
 
+const std::vector<BackendSetting>& ReferenceBackendSettings() {
+  static const std::vector<BackendSetting> settings = {
+      {kReferenceThreadsSetting, std::to_string(kDefaultThreads),
+       "OpenMP threads per op, 0..1024 (0 = all cores); set it when several devices share the cores"}};
+  return settings;
+}
+
 Result<std::unique_ptr<Backend>> MakeReferenceBackend(const BackendOptions& options) {
-  int threads = 0;
+  int threads = kDefaultThreads;
   for (const auto& [key, value] : options.settings) {
-    if (key == "threads") {
+    if (key == kReferenceThreadsSetting) {
       char* end = nullptr;
       const long n = std::strtol(value.c_str(), &end, 10);
       if (value.empty() || *end != '\0' || n < 0 || n > 1024) {
@@ -521,7 +532,7 @@ Result<std::unique_ptr<Backend>> MakeReferenceBackend(const BackendOptions& opti
       }
       threads = static_cast<int>(n);
     } else {
-      return InvalidArgument("reference backend: unknown setting '" + key + "' (known: threads)");
+      return UnknownBackendSetting("reference backend", key, ReferenceBackendSettings());
     }
   }
   return Guard("init", [&]() -> Result<std::unique_ptr<Backend>> {
@@ -531,7 +542,8 @@ Result<std::unique_ptr<Backend>> MakeReferenceBackend(const BackendOptions& opti
 }
 
 Status RegisterReferenceBackend(BackendRegistry& registry) {
-  return registry.Register("reference", [](const BackendOptions& o) { return MakeReferenceBackend(o); });
+  return registry.Register(
+      kReferenceBackend, [](const BackendOptions& o) { return MakeReferenceBackend(o); }, ReferenceBackendSettings());
 }
 
 }  // namespace kiln::device

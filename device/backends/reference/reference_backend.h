@@ -20,6 +20,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "common/status.h"
 #include "device/backends/backend.h"
@@ -31,7 +32,10 @@ namespace kiln::device {
 /// "reference:2" on 2 cores → threads=1). Unknown keys or bad values → INVALID_ARGUMENT.
 Result<std::unique_ptr<Backend>> MakeReferenceBackend(const BackendOptions& options = {});
 
-/// Registers "reference" → MakeReferenceBackend.
+/// The settings MakeReferenceBackend takes (key, default, help), as registered.
+const std::vector<BackendSetting>& ReferenceBackendSettings();
+
+/// Registers "reference" → MakeReferenceBackend with ReferenceBackendSettings().
 Status RegisterReferenceBackend(BackendRegistry& registry);
 
 }  // namespace kiln::device

@@ -12,6 +12,7 @@
 
 #include <dnnl.hpp>
 
+#include "device/backends/builtin.h"
 #include "device/numerics/formats.h"
 #include "device/numerics/fpu.h"
 
@@ -33,18 +34,6 @@ namespace {
 
 inline int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-nx::MathFidelity ToNx(MathFidelity f) {
-  switch (f) {
-    case MathFidelity::kLoFi: return nx::MathFidelity::kLoFi;
-    case MathFidelity::kHiFi2: return nx::MathFidelity::kHiFi2;
-    case MathFidelity::kHiFi3: return nx::MathFidelity::kHiFi3;
-    case MathFidelity::kHiFi4: return nx::MathFidelity::kHiFi4;
-  }
-  return nx::MathFidelity::kHiFi4;
-}
-
-nx::Arch ToNx(Arch a) { return a == Arch::kBlackhole ? nx::Arch::kBlackhole : nx::Arch::kWormholeB0; }
-
 struct Geometry {
   int64_t N, C, H, W, O, G, Cg, Og, kh, kw, sh, sw, dh, dw, pt, pl, OH, OW;
   int64_t Cin_pad, O_pad, K, M, block_w, nb;
@@ -62,7 +51,7 @@ void HostConvertGroup(const uint32_t* in, int n, DeviceDType dt, uint32_t* out) 
       return;
     case DeviceDType::kBFloat8B:
     case DeviceDType::kBFloat4B: {
-      nx::BfpFormat f = dt == DeviceDType::kBFloat8B ? nx::BfpFormat::kBfp8 : nx::BfpFormat::kBfp4;
+      const nx::BfpFormat f = nx::BfpFormatOf(dt);
       std::array<uint32_t, 16> g{};
       for (int i = 0; i < n; ++i) g[i] = in[i];
       nx::BfpGroup enc = nx::HostEncodeBfpGroup(g, f, nx::HostBfpRounding::kCurrent);
@@ -103,7 +92,7 @@ void PackRow(const uint32_t* dst, int64_t n, DeviceDType dt, bool fp32_dst, bool
       return;
     case DeviceDType::kBFloat8B:
     case DeviceDType::kBFloat4B: {
-      nx::BfpFormat f = dt == DeviceDType::kBFloat8B ? nx::BfpFormat::kBfp8 : nx::BfpFormat::kBfp4;
+      const nx::BfpFormat f = nx::BfpFormatOf(dt);
       for (int64_t g0 = 0; g0 < n; g0 += 16) {
         std::array<uint16_t, 16> e{};
         for (int i = 0; i < 16 && g0 + i < n; ++i) {
@@ -199,8 +188,8 @@ class Engine {
   Engine(const Geometry& g, const PrecisionConfig& p, Activation act, EmuLevel level)
       : g_(g), p_(p), act_(act), level_(level) {
     fp32_dst_ = p.EffectiveFp32DestAcc();
-    fid_ = ToNx(p.math_fidelity);
-    arch_ = ToNx(p.arch);
+    fid_ = p.math_fidelity;
+    arch_ = p.arch;
   }
 
   // Device operands. x: NCHW input; w: OIHW weights; bias: [O] or null.
@@ -352,8 +341,8 @@ class Engine {
       if (((u >> 23) & 0xFFu) == 0) return 0.0f;
       return nx::BitsFloat(u & m);
     };
-    const bool lofi = fid_ == nx::MathFidelity::kLoFi, hifi3 = fid_ == nx::MathFidelity::kHiFi3,
-               hifi4 = fid_ == nx::MathFidelity::kHiFi4;
+    const bool lofi = fid_ == MathFidelity::kLoFi, hifi3 = fid_ == MathFidelity::kHiFi3,
+               hifi4 = fid_ == MathFidelity::kHiFi4;
     // The weight variants replace wdev_ (not needed by the fast epilogue) to bound memory on
     // wide convs: the primary variant is converted in place, HiFi3's second one is a copy.
     const size_t wn = wdev_.size();
@@ -620,8 +609,8 @@ class Engine {
   double fast_sums_s_ = 0;
   bool has_bias_ = false;
   bool l1acc_ = false;
-  nx::MathFidelity fid_;
-  nx::Arch arch_;
+  MathFidelity fid_;
+  Arch arch_;
   std::vector<uint32_t> xdev_, wdev_, bdev_;
   std::vector<uint32_t> wsl_[2];  // exact: packed SrcA lanes per phase variant (p & 1)
   std::vector<uint8_t> wnz_;      // exact: per (o, 8-lane group) any non-zero weight
@@ -632,8 +621,12 @@ std::string BlockingText(const Geometry& g, const PrecisionConfig& p, bool l1acc
                   "*" + std::to_string(g.Cin_pad) + ") in " + std::to_string(g.nb) + " block" + (g.nb > 1 ? "s" : "") +
                   " of " + std::to_string(g.block_w) + " (act_block_w=" + std::to_string(g.block_w / 32) + " tiles" +
                   (p.act_block_w == 0 ? ", height-sharded default" : "") + "), partials ";
-  if (l1acc) s += std::string(fp32_dst ? "float32" : "bfloat16") + " accumulated in L1 (packer_l1_acc)";
-  else s += DeviceDTypeName(p.output_dtype);
+  if (l1acc) {
+    s += DeviceDTypeName(fp32_dst ? DeviceDType::kFloat32 : DeviceDType::kBFloat16);
+    s += " accumulated in L1 (packer_l1_acc)";
+  } else {
+    s += DeviceDTypeName(p.output_dtype);
+  }
   s += std::string(", Dst ") + (fp32_dst ? "fp32" : "bf16");
   return s;
 }
@@ -698,7 +691,7 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
   }
   if (report) {
     report->op = op_name;
-    report->backend = "tt-emu";
+    report->backend = kTtEmuBackend;
     report->implementation = EmuLevelName(level);
     report->blocking = BlockingText(g, precision, eng.l1acc(), eng.fp32_dst());
     report->precision = precision;

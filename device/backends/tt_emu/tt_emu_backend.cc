@@ -1,13 +1,18 @@
 #include "device/backends/tt_emu/tt_emu_backend.h"
 
+#include "device/backends/builtin.h"
+
 namespace kiln::device {
 namespace {
+
+// The "level" setting's default.
+constexpr tt_emu::EmuLevel kDefaultLevel = tt_emu::EmuLevel::kExact;
 
 class TtEmuBackend final : public Backend {
  public:
   explicit TtEmuBackend(tt_emu::EmuLevel level) : level_(level) {}
 
-  std::string name() const override { return "tt-emu"; }
+  std::string name() const override { return kTtEmuBackend; }
 
   BackendCapabilities capabilities() const override {
     BackendCapabilities c;
@@ -41,20 +46,29 @@ class TtEmuBackend final : public Backend {
 
 }  // namespace
 
+const std::vector<BackendSetting>& TtEmuBackendSettings() {
+  static const std::vector<BackendSetting> settings = {
+      {kTtEmuLevelSetting, tt_emu::EmuLevelName(kDefaultLevel),
+       "numerics: exact (bit-level model) or fast (oneDNN fp32 per fidelity phase)"}};
+  return settings;
+}
+
 Result<std::unique_ptr<Backend>> MakeTtEmuBackend(const BackendOptions& options) {
-  tt_emu::EmuLevel level = tt_emu::EmuLevel::kExact;
+  tt_emu::EmuLevel level = kDefaultLevel;
   for (const auto& [k, v] : options.settings) {
-    if (k == "level") {
+    if (k == kTtEmuLevelSetting) {
       auto l = tt_emu::ParseEmuLevel(v);
       if (!l.ok()) return l.status();
       level = *l;
     } else {
-      return InvalidArgument("tt-emu: unknown setting '" + k + "' (known: level)");
+      return UnknownBackendSetting(kTtEmuBackend, k, TtEmuBackendSettings());
     }
   }
   return std::unique_ptr<Backend>(new TtEmuBackend(level));
 }
 
-Status RegisterTtEmuBackend(BackendRegistry& registry) { return registry.Register("tt-emu", MakeTtEmuBackend); }
+Status RegisterTtEmuBackend(BackendRegistry& registry) {
+  return registry.Register(kTtEmuBackend, MakeTtEmuBackend, TtEmuBackendSettings());
+}
 
 }  // namespace kiln::device

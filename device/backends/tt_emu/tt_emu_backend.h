@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "common/status.h"
 #include "device/backends/backend.h"
@@ -22,7 +23,10 @@ namespace kiln::device {
 /// INVALID_ARGUMENT.
 Result<std::unique_ptr<Backend>> MakeTtEmuBackend(const BackendOptions& options = {});
 
-/// Registers "tt-emu" → MakeTtEmuBackend.
+/// The settings MakeTtEmuBackend takes (key, default, help), as registered.
+const std::vector<BackendSetting>& TtEmuBackendSettings();
+
+/// Registers "tt-emu" → MakeTtEmuBackend with TtEmuBackendSettings().
 Status RegisterTtEmuBackend(BackendRegistry& registry);
 
 }  // namespace kiln::device

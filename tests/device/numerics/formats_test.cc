@@ -42,7 +42,7 @@ TEST(Tile, Bfp8ByteLayoutAndRoundTrip) {
   std::vector<float> t(kTileElems);
   for (int r = 0; r < 32; ++r)
     for (int c = 0; c < 32; ++c) t[r * 32 + c] = static_cast<float>((r * 32 + c) % 64) * 0.25f - 4.0f;
-  auto enc = EncodeTile(t, TileFormat::kBfp8, TileEncoder::kHost);
+  auto enc = EncodeTile(t, DeviceDType::kBFloat8B, TileEncoder::kHost);
   ASSERT_TRUE(enc.ok());
   ASSERT_EQ(enc->size(), 1088u);
   // Exponent byte 16 = face1 row 0 = tile row 0, cols 16..31: values 0..3.75 → max 3.75 → E = 128.
@@ -52,30 +52,30 @@ TEST(Tile, Bfp8ByteLayoutAndRoundTrip) {
   // Tile (0,0) = -4 → face0 row0 max |.| = 4 → E = 129; -4 = 64·2^(129-127-6) → code 0x80|64.
   EXPECT_EQ((*enc)[0], 129);
   EXPECT_EQ((*enc)[64], 0xC0);
-  auto dec = DecodeTile(*enc, TileFormat::kBfp8, TileDecoder::kHost);
+  auto dec = DecodeTile(*enc, DeviceDType::kBFloat8B, TileDecoder::kHost);
   ASSERT_TRUE(dec.ok());
   for (int i = 0; i < kTileElems; ++i) EXPECT_EQ((*dec)[i], t[i]) << i;  // quarter steps are exact here
-  auto up = DecodeTile(*enc, TileFormat::kBfp8, TileDecoder::kUnpacker);
+  auto up = DecodeTile(*enc, DeviceDType::kBFloat8B, TileDecoder::kUnpacker);
   ASSERT_TRUE(up.ok());
   for (int i = 0; i < kTileElems; ++i) EXPECT_EQ((*up)[i], t[i]) << i;
 }
 
 TEST(Tile, Bfp4NibbleOrderAndSizes) {
-  EXPECT_EQ(TileBytes(TileFormat::kBfp4), 576u);
-  EXPECT_EQ(TileBytes(TileFormat::kBfloat16), 2048u);
+  EXPECT_EQ(TileBytes(DeviceDType::kBFloat4B), 576u);
+  EXPECT_EQ(TileBytes(DeviceDType::kBFloat16), 2048u);
   std::vector<float> t(kTileElems, 0.0f);
   t[0] = 1.0f;   // face0 element 0 → low nibble of byte 64
   t[1] = -1.0f;  // element 1 → high nibble
-  auto enc = EncodeTile(t, TileFormat::kBfp4, TileEncoder::kHost);
+  auto enc = EncodeTile(t, DeviceDType::kBFloat4B, TileEncoder::kHost);
   ASSERT_TRUE(enc.ok());
   EXPECT_EQ((*enc)[0], 127);
   EXPECT_EQ((*enc)[64], 0xC4);  // low nibble 4 (= 1.0), high nibble 8|4
-  auto dec = DecodeTile(*enc, TileFormat::kBfp4, TileDecoder::kHost);
+  auto dec = DecodeTile(*enc, DeviceDType::kBFloat4B, TileDecoder::kHost);
   ASSERT_TRUE(dec.ok());
   EXPECT_EQ((*dec)[0], 1.0f);
   EXPECT_EQ((*dec)[1], -1.0f);
-  EXPECT_FALSE(DecodeTile(std::vector<uint8_t>(10), TileFormat::kBfp4, TileDecoder::kHost).ok());
-  EXPECT_FALSE(EncodeTile(std::vector<float>(3), TileFormat::kBfp4, TileEncoder::kHost).ok());
+  EXPECT_FALSE(DecodeTile(std::vector<uint8_t>(10), DeviceDType::kBFloat4B, TileDecoder::kHost).ok());
+  EXPECT_FALSE(EncodeTile(std::vector<float>(3), DeviceDType::kBFloat4B, TileEncoder::kHost).ok());
 }
 
 TEST(Tile, Bf16PackerRoundTripFaceOrder) {
@@ -83,12 +83,12 @@ TEST(Tile, Bf16PackerRoundTripFaceOrder) {
   std::normal_distribution<float> nd;
   std::vector<float> t(kTileElems);
   for (auto& v : t) v = nd(rng);
-  auto enc = EncodeTile(t, TileFormat::kBfloat16, TileEncoder::kPackerFp32Dst);
+  auto enc = EncodeTile(t, DeviceDType::kBFloat16, TileEncoder::kPackerFp32Dst);
   ASSERT_TRUE(enc.ok());
   // Element (16, 0) is the first element of face2 (byte offset 2*512).
   uint16_t first_face2 = static_cast<uint16_t>((*enc)[1024] | ((*enc)[1025] << 8));
   EXPECT_EQ(first_face2, PackFp32DstToBf16(FloatBits(t[16 * 32])));
-  auto dec = DecodeTile(*enc, TileFormat::kBfloat16, TileDecoder::kHost);
+  auto dec = DecodeTile(*enc, DeviceDType::kBFloat16, TileDecoder::kHost);
   ASSERT_TRUE(dec.ok());
   for (int i = 0; i < kTileElems; ++i) EXPECT_EQ(FloatBits((*dec)[i]) >> 16, PackFp32DstToBf16(FloatBits(t[i])));
 }

@@ -60,12 +60,12 @@ TEST(ConvThreshold, RunConvRules) {
   EXPECT_EQ(ConvPccThreshold(in), 0.996);
   in.fidelity = MathFidelity::kHiFi4;
   EXPECT_EQ(ConvPccThreshold(in), 0.997);
-  in.activation = ConvActivation::kSigmoid;
+  in.activation = Activation::kSigmoid;
   EXPECT_EQ(ConvPccThreshold(in), 0.995);
-  in.activation = ConvActivation::kTanh;
+  in.activation = Activation::kTanh;
   EXPECT_DOUBLE_EQ(ConvPccThreshold(in), 0.997 * 0.99);
   in.custom = 0.9;
-  in.activation = ConvActivation::kNone;
+  in.activation = Activation::kNone;
   EXPECT_EQ(ConvPccThreshold(in), 0.9);
   EXPECT_EQ(ConvTransposePccThreshold(false, MathFidelity::kHiFi4, false), 0.99);
   EXPECT_EQ(ConvTransposePccThreshold(true, MathFidelity::kLoFi, true), 0.9969);

@@ -370,5 +370,25 @@ TEST_F(ReferenceBackendTest, CapabilitiesAndRegistry) {
   EXPECT_TRUE(DefaultBackendRegistry().Contains("reference"));
 }
 
+TEST(BuiltinBackendsTest, NamesSettingsAndDefault) {
+  EXPECT_STREQ(kReferenceBackend, "reference");
+  EXPECT_STREQ(kTtEmuBackend, "tt-emu");
+  EXPECT_STREQ(DefaultBackendName(), "tt-emu");
+  EXPECT_TRUE(IsFp32Reference("reference"));
+  EXPECT_FALSE(IsFp32Reference("tt-emu"));
+  EXPECT_FALSE(IsFp32Reference(""));
+  auto s = DefaultBackendRegistry().Settings(kReferenceBackend);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->size(), 1u);
+  EXPECT_EQ((*s)[0].key, "threads");
+  EXPECT_EQ((*s)[0].default_value, "0");
+  EXPECT_FALSE((*s)[0].help.empty());
+  EXPECT_EQ(*s, ReferenceBackendSettings());
+  BackendOptions bad;
+  bad.settings["bogus"] = "1";
+  EXPECT_EQ(MakeReferenceBackend(bad).status().message(),
+            "reference backend: unknown setting 'bogus' (known: threads)");
+}
+
 }  // namespace
 }  // namespace kiln::device

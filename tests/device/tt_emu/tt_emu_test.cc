@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -20,6 +21,7 @@
 #include "device/backends/tt_emu/tt_conv.h"
 #include "device/backends/tt_emu/tt_emu_backend.h"
 #include "device/numerics/formats.h"
+#include "device/numerics/fpu.h"
 #include "device/numerics/pcc.h"
 
 namespace kiln::device {
@@ -139,7 +141,7 @@ TEST(TtEmuExact, Bfp8OutputMatchesNumericsChain) {
           b1[k] = xq[16 + k];
         }
         uint32_t d = 0;
-        const int nph = f == MF::kLoFi ? 1 : static_cast<int>(f);
+        const int nph = nx::NumPhases(f);
         for (int ph = 0; ph < nph; ++ph) {
           d = nx::MvmulPhase(a0, b0, d, ph, cfg);
           d = nx::MvmulPhase(a1, b1, d, ph, cfg);
@@ -363,7 +365,7 @@ const std::vector<ShapeCase>& Cases() {
 // Multiply-accumulates of a case times its fidelity phases: the exact level's cost.
 int64_t PhaseMacs(const ShapeCase& c, int64_t OH, int64_t OW) {
   const int64_t cin_pad = (c.C + 31) / 32 * 32;  // the emulator walks padded K (block-diagonal groups)
-  return c.N * OH * OW * c.O * cin_pad * c.kh * c.kw * (c.fid == MF::kLoFi ? 1 : static_cast<int>(c.fid));
+  return c.N * OH * OW * c.O * cin_pad * c.kh * c.kw * nx::NumPhases(c.fid);
 }
 
 class TtMetalShapes : public ::testing::TestWithParam<ShapeCase> {};
@@ -431,16 +433,13 @@ TEST_P(TtMetalShapes, PassesTtMetalPccThreshold) {
   }
   double thr;
   if (c.transposed) {
-    thr = nx::ConvTransposePccThreshold(c.fp32_acc, c.fid == MF::kLoFi ? nx::MathFidelity::kLoFi : nx::MathFidelity::kHiFi4,
-                                        c.out == kBfp8);
+    thr = nx::ConvTransposePccThreshold(c.fp32_acc, c.fid, c.out == kBfp8);
   } else {
     nx::ConvPccRuleInput r;
     r.fp32_accum = c.fp32_acc;
-    r.fidelity = c.fid == MF::kLoFi ? nx::MathFidelity::kLoFi : nx::MathFidelity::kHiFi4;
+    r.fidelity = c.fid;
     r.bfp8_output = c.out == kBfp8;
-    r.activation = c.act == Activation::kSigmoid ? nx::ConvActivation::kSigmoid
-                   : c.act == Activation::kTanh  ? nx::ConvActivation::kTanh
-                                                 : nx::ConvActivation::kNone;
+    r.activation = c.act;
     r.cin_kh_kw = c.C * c.kh * c.kw;
     r.custom = c.custom_pcc;
     thr = nx::ConvPccThreshold(r);
@@ -472,7 +471,7 @@ TEST(TtEmuExact, FidelityOrderingOnRandomData) {
   cp.pads = {1, 1, 1, 1};
   auto ref = (*MakeReferenceBackend())->Conv2d(x, w, nullptr, cp, ExecContext{});
   ASSERT_TRUE(ref.ok());
-  double pcc[5];
+  std::map<MF, double> pcc;
   for (MF f : {MF::kLoFi, MF::kHiFi2, MF::kHiFi3, MF::kHiFi4}) {
     PrecisionConfig p;
     p.math_fidelity = f;
@@ -480,9 +479,9 @@ TEST(TtEmuExact, FidelityOrderingOnRandomData) {
     p.output_dtype = kFp32;  // keep the fidelity effect visible (no bf16 output rounding)
     auto y = tt_emu::Conv2d(x, w, nullptr, cp, p, tt_emu::EmuLevel::kExact);
     ASSERT_TRUE(y.ok()) << y.status().ToString();
-    pcc[static_cast<int>(f)] = PccOf(*ref, *y);
+    pcc[f] = PccOf(*ref, *y);
   }
-  const double lofi = pcc[0], hifi2 = pcc[2], hifi3 = pcc[3], hifi4 = pcc[4];
+  const double lofi = pcc[MF::kLoFi], hifi2 = pcc[MF::kHiFi2], hifi3 = pcc[MF::kHiFi3], hifi4 = pcc[MF::kHiFi4];
   EXPECT_GE(hifi4, hifi2);
   EXPECT_GE(hifi2, lofi);
   EXPECT_GE(hifi4, hifi3);
@@ -545,6 +544,17 @@ TEST(TtEmuBackend, RegistryReportAndErrors) {
   EXPECT_TRUE((*be)->capabilities().honours_precision);
   EXPECT_FALSE(reg.Create("tt-emu", BackendOptions{0, {{"level", "turbo"}}}).ok());
   EXPECT_FALSE(reg.Create("tt-emu", BackendOptions{0, {{"colour", "red"}}}).ok());
+  EXPECT_EQ(reg.Create("tt-emu", BackendOptions{0, {{"colour", "red"}}}).status().message(),
+            "tt-emu: unknown setting 'colour' (known: level)");
+  auto settings = reg.Settings("tt-emu");
+  ASSERT_TRUE(settings.ok());
+  ASSERT_EQ(settings->size(), 1u);
+  EXPECT_EQ((*settings)[0].key, "level");
+  EXPECT_EQ((*settings)[0].default_value, "exact");
+  EXPECT_FALSE((*settings)[0].help.empty());
+  auto by_default = MakeTtEmuBackend();
+  ASSERT_TRUE(by_default.ok());
+  EXPECT_NE((*by_default)->capabilities().description.find("level exact"), std::string::npos);
 
   std::mt19937 rng(3);
   Tensor x = MakeTensor({1, 64, 6, 6}, RandBf16(64 * 36, rng));
