@@ -35,7 +35,7 @@ Result<PreparedConvRun> PrepareConvRun(std::shared_ptr<const convplan::ConvPlan>
                                        const kiln::v1::RunConvLayersRequest& request) {
   PreparedConvRun run;
   run.plan = std::move(plan);
-  run.backend = request.backend().empty() ? kDefaultRunBackend : request.backend();
+  run.backend = request.backend().empty() ? device::DefaultBackendName() : request.backend();
   auto precision = FromProto(request.precision());
   if (!precision.ok()) return precision.status().WithContext("precision");
   run.options.precision = *precision;

@@ -24,14 +24,11 @@
 
 namespace kiln::api {
 
-/// The backend a request without `backend` runs on.
-inline constexpr const char* kDefaultRunBackend = "tt-emu";
-
 struct PreparedConvRun {
   std::shared_ptr<const convplan::ConvPlan> plan;
   convplan::RunInputs inputs;
   convplan::RunOptions options;
-  std::string backend;  ///< request backend, defaulted to kDefaultRunBackend
+  std::string backend;  ///< request backend, defaulted to device::DefaultBackendName()
 };
 
 /// Loads and plans the model (`bytes`, named `model_name` in errors). Errors: the loader's

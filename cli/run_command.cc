@@ -11,6 +11,7 @@
 #include "cli/model_commands.h"
 #include "api/convert.h"
 #include "api/run_conv.h"
+#include "device/backends/builtin.h"
 #include "device/npy.h"
 #include "kiln/v1/device.grpc.pb.h"
 
@@ -20,7 +21,7 @@ namespace {
 struct RunArgs {
   std::string model;
   std::vector<std::string> inputs;  // name=path.npy
-  std::string backend = api::kDefaultRunBackend;
+  std::string backend = device::DefaultBackendName();
   api::PrecisionFlags precision;
   std::string mode = "chained";
   std::string out_dir;
@@ -112,7 +113,7 @@ int Report(const kiln::v1::RunConvLayersResponse& r, const RunArgs& a) {
     }
     std::printf("backend %s%s%s, precision %s, run %.3f s%s: %s\n", r.backend().c_str(),
                 r.device().empty() ? "" : " on ", r.device().c_str(),
-                r.backend() == "reference" ? "fp32 (reference ignores device precision)"
+                device::IsFp32Reference(r.backend()) ? "fp32 (reference ignores device precision)"
                                            : r.resolved_precision().c_str(),
                 r.run_seconds(),
                 r.queue_seconds() > 0 ? (", queued " + std::to_string(r.queue_seconds()) + " s").c_str() : "",
@@ -131,7 +132,7 @@ int RunLocal(const RunArgs& a, const kiln::v1::RunConvLayersRequest& req) {
   ss << in.rdbuf();
   std::string name = std::filesystem::path(a.model).stem().string();
   std::map<std::string, std::string> settings;
-  if (req.backend() == "tt-emu") settings["level"] = a.level;
+  if (req.backend() == device::kTtEmuBackend) settings[device::kTtEmuLevelSetting] = a.level;
   auto resp = api::RunConvLocal(ss.str(), name, req, settings);
   if (!resp.ok()) {
     std::cerr << "kiln: run " << a.model << ": " << resp.status().ToString() << "\n";

@@ -62,7 +62,7 @@ namespace {
 
 class Job;
 
-constexpr const char* kReferenceLane = "reference";
+constexpr const char* kReferenceLane = device::kReferenceBackend;
 
 }  // namespace
 
@@ -654,7 +654,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions options) {
     q.device = true;
     q.hidden = true;
     device::BackendOptions bo;
-    if (options.reference_threads > 0) bo.settings["threads"] = std::to_string(options.reference_threads);
+    if (options.reference_threads > 0) bo.settings[device::kReferenceThreadsSetting] = std::to_string(options.reference_threads);
     KILN_RETURN_IF_ERROR(add_workers(q, 1, kReferenceLane, bo));
   }
   for (const CpuLaneSpec& spec : options.cpu_lanes) {

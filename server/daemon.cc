@@ -13,6 +13,7 @@
 
 #include "api/lanes.h"
 #include "api/version.h"
+#include "device/backends/builtin.h"
 #include "server/auth_interceptor.h"
 
 namespace kiln::server {
@@ -66,15 +67,16 @@ Status Daemon::StartServices() {
   // the cores, so that several of them do not each start a team of every core.
   int reference_workers = 1;
   for (const auto& spec : *devices) {
-    if (spec.backend == "reference") reference_workers = spec.count;
+    if (device::IsFp32Reference(spec.backend)) reference_workers = spec.count;
   }
   const int threads = config_.reference_threads > 0
                           ? static_cast<int>(config_.reference_threads)
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / reference_workers);
   sched_options.reference_threads = threads;
   for (const auto& spec : *devices) {
-    if (spec.backend == "tt-emu") sched_options.backend_settings["tt-emu"]["level"] = config_.tt_emu_level;
-    if (spec.backend == "reference") sched_options.backend_settings["reference"]["threads"] = std::to_string(threads);
+    auto& settings = sched_options.backend_settings;
+    if (spec.backend == device::kTtEmuBackend) settings[spec.backend][device::kTtEmuLevelSetting] = config_.tt_emu_level;
+    if (device::IsFp32Reference(spec.backend)) settings[spec.backend][device::kReferenceThreadsSetting] = std::to_string(threads);
   }
   sched_options.metrics = metrics_->shared_registry();
   auto scheduler = sched::Scheduler::Create(sched_options);
