@@ -2,7 +2,7 @@
 // (npm kubernetes-models / @kubernetes-models/prometheus-operator, pinned in package.json), then
 // checks that the pieces fit together (selectors, ports, probes, config keys).
 //
-//   node validate-k8s.mjs [--config-h server/config.h] [--no-render] DIR_OR_FILE...
+//   node validate-k8s.mjs [--config-table README.md] [--no-render] DIR_OR_FILE...
 //
 // A directory with a kustomization.yaml is checked file by file and, when `kubectl` is on PATH
 // (or $KUBECTL names it), also as rendered by `kubectl kustomize` (unless --no-render). Exit 0: all valid; 1: errors
@@ -53,12 +53,13 @@ function schemaCheck(where, doc) {
   }
 }
 
-// kilnd's YAML keys and the KILN_* variable of each, from the table at the top of server/config.h.
-function kilndKeys(configH) {
-  if (!configH || !fs.existsSync(configH)) return null;
+// kilnd's YAML keys and the KILN_* variable of each, from the README's configuration table (which
+// `kilnd --print-config-markdown` generates from server/config.cc; a test keeps them identical).
+function kilndKeys(table) {
+  if (!table || !fs.existsSync(table)) return null;
   const keys = new Map();
-  for (const line of fs.readFileSync(configH, "utf8").split("\n")) {
-    const m = line.match(/^\/\/ \| --[\w-]+\s*\|\s*(KILN_[A-Z_]+)\s*\|\s*([a-z_]+)\s*\|/);
+  for (const line of fs.readFileSync(table, "utf8").split("\n")) {
+    const m = line.match(/^\| `--[\w-]+` \| `(KILN_[A-Z_]+)` \| `([a-z_]+)` \|/);
     if (m) keys.set(m[2], m[1]);
   }
   return keys.size ? keys : null;
@@ -135,7 +136,7 @@ function crossCheck(where, docs, configKeys) {
       for (const k of Object.keys(cfg || {})) {
         if (!configKeys) break;
         const env = configKeys.get(k);
-        if (!env) err(where, `kilnd config key '${k}' is unknown to kilnd (server/config.h)`);
+        if (!env) err(where, `kilnd config key '${k}' is unknown to kilnd (server/config.cc)`);
         else if (IMAGE_ENV.has(env) || podEnv.has(env)) err(where, `kilnd config key '${k}' has no effect: ${env} (${IMAGE_ENV.has(env) ? "image ENV" : "pod env"}) overrides the file`);
       }
     }
@@ -223,16 +224,16 @@ function checkDir(dir, configKeys) {
 }
 
 const argv = process.argv.slice(2);
-let configH = path.join(here, "..", "server", "config.h");
+let configH = path.join(here, "..", "README.md");
 let noRender = false;
 const targets = [];
 for (let i = 0; i < argv.length; i++) {
-  if (argv[i] === "--config-h") configH = argv[++i];
+  if (argv[i] === "--config-table") configH = argv[++i];
   else if (argv[i] === "--no-render") noRender = true;
   else targets.push(argv[i]);
 }
 if (targets.length === 0) {
-  console.error("usage: node validate-k8s.mjs [--config-h server/config.h] [--no-render] DIR_OR_FILE...");
+  console.error("usage: node validate-k8s.mjs [--config-table README.md] [--no-render] DIR_OR_FILE...");
   process.exit(2);
 }
 const configKeys = kilndKeys(configH);

@@ -19,7 +19,17 @@ struct Setting {
   const char* help;
   // Applies a textual value; returns an error message or "".
   std::string (*apply)(Config&, const std::string&);
+  // The value as the table shows it (for the default-constructed Config: the default).
+  std::string (*show)(const Config&);
 };
+
+std::string Or(const std::string& v, const char* none) { return v.empty() ? none : v; }
+std::string Num(double v) {
+  std::string s = std::to_string(v);
+  s.erase(s.find_last_not_of('0') + 1);
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
 
 std::string ParseU64(const std::string& v, uint64_t* out) {
   try {
@@ -39,34 +49,42 @@ const std::vector<Setting>& Settings() {
        [](Config& c, const std::string& v) {
          c.listen = v;
          return SplitHostPort(v).ok() ? std::string() : std::string("expected host:port");
-       }},
+       },
+       [](const Config& c) { return std::string(c.listen); }},
       {"--metrics-listen", "KILN_METRICS_LISTEN", "metrics_listen",
        "Prometheus /metrics listen address host:port",
        [](Config& c, const std::string& v) {
          c.metrics_listen = v;
          return SplitHostPort(v).ok() ? std::string() : std::string("expected host:port");
-       }},
+       },
+       [](const Config& c) { return std::string(c.metrics_listen); }},
       {"--data-dir", "KILN_DATA_DIR", "data_dir", "model store directory",
        [](Config& c, const std::string& v) {
          c.data_dir = v;
          return v.empty() ? std::string("must not be empty") : std::string();
-       }},
+       },
+       [](const Config& c) { return std::string(c.data_dir); }},
       {"--max-model-bytes", "KILN_MAX_MODEL_BYTES", "max_model_bytes",
        "largest accepted model in bytes",
        [](Config& c, const std::string& v) {
          std::string err = ParseU64(v, &c.max_model_bytes);
          return err.empty() && c.max_model_bytes == 0 ? std::string("must be > 0") : err;
-       }},
+       },
+       [](const Config& c) { return std::string(std::to_string(c.max_model_bytes)); }},
       {"--max-store-bytes", "KILN_MAX_STORE_BYTES", "max_store_bytes",
        "total bytes the model store may hold (0 = unlimited)",
-       [](Config& c, const std::string& v) { return ParseU64(v, &c.max_store_bytes); }},
+       [](Config& c, const std::string& v) { return ParseU64(v, &c.max_store_bytes); },
+       [](const Config& c) { return std::string(std::to_string(c.max_store_bytes) + " (0 = no limit)"); }},
       {"--tls-cert", "KILN_TLS_CERT", "tls_cert", "PEM certificate chain; enables TLS with --tls-key",
-       [](Config& c, const std::string& v) { c.tls_cert = v; return std::string(); }},
+       [](Config& c, const std::string& v) { c.tls_cert = v; return std::string(); },
+       [](const Config& c) { return std::string(Or(c.tls_cert, "(none: plaintext)")); }},
       {"--tls-key", "KILN_TLS_KEY", "tls_key", "PEM private key for --tls-cert",
-       [](Config& c, const std::string& v) { c.tls_key = v; return std::string(); }},
+       [](Config& c, const std::string& v) { c.tls_key = v; return std::string(); },
+       [](const Config& c) { return std::string(Or(c.tls_key, "(none)")); }},
       {"--token", "KILN_TOKEN", "token",
        "require 'authorization: Bearer <token>' on every RPC but health",
-       [](Config& c, const std::string& v) { c.token = v; return std::string(); }},
+       [](Config& c, const std::string& v) { c.token = v; return std::string(); },
+       [](const Config& c) { return std::string(Or(c.token, "(none: no authentication)")); }},
       {"--shutdown-grace", "KILN_SHUTDOWN_GRACE", "shutdown_grace_seconds",
        "seconds in-flight RPCs get to finish on SIGTERM/SIGINT",
        [](Config& c, const std::string& v) {
@@ -78,7 +96,8 @@ const std::vector<Setting>& Settings() {
          } catch (...) {
            return std::string("expected seconds >= 0");
          }
-       }},
+       },
+       [](const Config& c) { return std::string(Num(c.shutdown_grace_seconds) + " (seconds)"); }},
       {"--log-level", "KILN_LOG_LEVEL", "log_level", "trace|debug|info|warn|error",
        [](Config& c, const std::string& v) {
          c.log_level = v;
@@ -87,56 +106,76 @@ const std::vector<Setting>& Settings() {
            if (v == l) return std::string();
          }
          return std::string("expected trace|debug|info|warn|error|critical|off");
-       }},
+       },
+       [](const Config& c) { return std::string(c.log_level); }},
       {"--compile-workers", "KILN_COMPILE_WORKERS", "compile_workers",
-       "compiles running at once",
+       "compiles running at once (also the workers of the plan lane, where runs are planned)",
        [](Config& c, const std::string& v) {
          std::string err = ParseU64(v, &c.compile_workers);
          return err.empty() && (c.compile_workers == 0 || c.compile_workers > 256)
                     ? std::string("must be 1..256") : err;
-       }},
+       },
+       [](const Config& c) { return std::string(std::to_string(c.compile_workers)); }},
       {"--compile-queue", "KILN_COMPILE_QUEUE", "compile_queue",
        "compiles waiting beyond the running ones; more get RESOURCE_EXHAUSTED",
        [](Config& c, const std::string& v) {
          std::string err = ParseU64(v, &c.compile_queue);
          return err.empty() && c.compile_queue > 1000000 ? std::string("must be 0..1000000") : err;
-       }},
+       },
+       [](const Config& c) { return std::string(std::to_string(c.compile_queue)); }},
       {"--devices", "KILN_DEVICES", "devices", "device workers, e.g. tt-emu:2,reference:1",
        [](Config& c, const std::string& v) {
          c.devices = v;
          return v.empty() ? std::string("must name at least one backend") : std::string();
-       }},
+       },
+       [](const Config& c) { return std::string(c.devices); }},
       {"--device-queue", "KILN_DEVICE_QUEUE", "device_queue", "queued conv runs per backend",
        [](Config& c, const std::string& v) {
          std::string err = ParseU64(v, &c.device_queue);
          return err.empty() && (c.device_queue == 0 || c.device_queue > 1000000)
                     ? std::string("must be 1..1000000") : err;
-       }},
+       },
+       [](const Config& c) { return std::string(std::to_string(c.device_queue) + " (per backend)"); }},
       {"--reference-threads", "KILN_REFERENCE_THREADS", "reference_threads",
        "OpenMP threads of each fp32 reference worker (the reference devices, or the one kept for "
        "PCC when none is configured); 0 = the cores divided among them",
        [](Config& c, const std::string& v) {
          std::string err = ParseU64(v, &c.reference_threads);
          return err.empty() && c.reference_threads > 1024 ? std::string("must be 0..1024") : err;
-       }},
+       },
+       [](const Config& c) { return std::string(std::to_string(c.reference_threads)); }},
       {"--tt-emu-level", "KILN_TT_EMU_LEVEL", "tt_emu_level",
        "tt-emu numerics: exact (bit-level model) or fast (oneDNN bf16 per fidelity phase)",
        [](Config& c, const std::string& v) {
          c.tt_emu_level = v;
          return v == "exact" || v == "fast" ? std::string() : std::string("expected exact|fast");
-       }},
+       },
+       [](const Config& c) { return std::string(c.tt_emu_level + " (or fast)"); }},
       {"--max-message-bytes", "KILN_MAX_MESSAGE_BYTES", "max_message_bytes",
        "largest gRPC message received or sent (conv tensors, inline models)",
        [](Config& c, const std::string& v) {
          std::string err = ParseU64(v, &c.max_message_bytes);
          return err.empty() && (c.max_message_bytes < (4u << 20) || c.max_message_bytes > (2047ull << 20))
                     ? std::string("must be between 4 MiB and 2047 MiB") : err;
-       }},
+       },
+       [](const Config& c) { return std::string(std::to_string(c.max_message_bytes)); }},
   };
   return kSettings;
 }
 
 }  // namespace
+
+std::string ConfigMarkdownTable() {
+  const Config defaults;
+  std::string out = "| flag | environment | YAML key | default | meaning |\n|---|---|---|---|---|\n";
+  for (const auto& s : Settings()) {
+    std::string help;
+    for (const char* c = s.help; *c; ++c) help += *c == '|' ? std::string("\\|") : std::string(1, *c);
+    out += std::string("| `") + s.flag + "` | `" + s.env + "` | `" + s.yaml + "` | " + s.show(defaults) + " | " +
+           help + " |\n";
+  }
+  return out;
+}
 
 Result<std::pair<std::string, int>> SplitHostPort(const std::string& address) {
   auto colon = address.rfind(':');

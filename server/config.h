@@ -1,25 +1,8 @@
 // kilnd configuration: defaults, then an optional YAML file (--config / KILN_CONFIG), then
 // environment variables (KILN_*), then command-line flags; a later source overrides an earlier one.
 //
-// | flag               | env                   | YAML key               | default          |
-// |--------------------|-----------------------|------------------------|------------------|
-// | --listen           | KILN_LISTEN           | listen                 | 127.0.0.1:50051  |
-// | --metrics-listen   | KILN_METRICS_LISTEN   | metrics_listen         | 127.0.0.1:9464   |
-// | --data-dir         | KILN_DATA_DIR         | data_dir               | ./var/kiln       |
-// | --max-model-bytes  | KILN_MAX_MODEL_BYTES  | max_model_bytes        | 2147483647       |
-// | --max-store-bytes  | KILN_MAX_STORE_BYTES  | max_store_bytes        | 68719476736      |
-// | --tls-cert         | KILN_TLS_CERT         | tls_cert               | (none)           |
-// | --tls-key          | KILN_TLS_KEY          | tls_key                | (none)           |
-// | --token            | KILN_TOKEN            | token                  | (none: no auth)  |
-// | --shutdown-grace   | KILN_SHUTDOWN_GRACE   | shutdown_grace_seconds | 10 (seconds)     |
-// | --log-level        | KILN_LOG_LEVEL        | log_level              | info             |
-// | --compile-workers  | KILN_COMPILE_WORKERS  | compile_workers        | 2                |
-// | --compile-queue    | KILN_COMPILE_QUEUE    | compile_queue          | 16               |
-// | --devices          | KILN_DEVICES          | devices                | tt-emu:1,reference:1 |
-// | --device-queue     | KILN_DEVICE_QUEUE     | device_queue           | 64 (per backend) |
-// | --reference-threads| KILN_REFERENCE_THREADS| reference_threads      | 0 (cores / reference workers) |
-// | --tt-emu-level     | KILN_TT_EMU_LEVEL     | tt_emu_level           | exact            |
-// | --max-message-bytes| KILN_MAX_MESSAGE_BYTES| max_message_bytes      | 268435456        |
+// The settings, their flag, variable, YAML key and default are declared once, in config.cc's
+// table; `kilnd --print-config-markdown` prints them as the README's table (a test diffs the two).
 // Port 0 in either listen address picks a free port.
 #pragma once
 
@@ -58,6 +41,10 @@ struct Config {
 /// KILN_CONFIG. INVALID_ARGUMENT names the flag, variable or key that is wrong. When --help is
 /// given, returns CANCELLED after printing the help text to stdout.
 Result<Config> LoadConfig(int argc, char** argv);
+
+/// The settings table (flag, environment variable, YAML key, default, meaning) as Markdown, one
+/// row per setting, from config.cc's declarations and a default-constructed Config.
+std::string ConfigMarkdownTable();
 
 /// Splits "host:port" (IPv6 as "[::1]:port"). INVALID_ARGUMENT when malformed.
 Result<std::pair<std::string, int>> SplitHostPort(const std::string& address);

@@ -18,6 +18,10 @@ int main(int argc, char** argv) {
       std::printf("kilnd %s\n", kiln::api::KilnVersion());
       return 0;
     }
+    if (std::strcmp(argv[i], "--print-config-markdown") == 0) {
+      std::printf("%s", kiln::server::ConfigMarkdownTable().c_str());
+      return 0;
+    }
   }
   // Logs go to stderr: stdout's first line is the machine-readable "listening" line.
   spdlog::set_default_logger(spdlog::stderr_color_mt("kilnd"));

@@ -14,12 +14,14 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <atomic>
 #include <vector>
 
 #include "common/sha256.h"
 #include "compiler/convplan/executor.h"
 #include "compiler/onnx/loader.h"
 #include "device/backends/builtin.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "kiln/v1/device.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
 #include "tests/server/kilnd_process.h"
@@ -62,6 +64,8 @@ std::string Upload(kiln::v1::ModelService::Stub& stub, const std::string& bytes)
 struct Server {
   std::unique_ptr<kiln::testing::KilndProcess> kilnd;
   std::unique_ptr<kiln::v1::DeviceService::Stub> devices;
+  std::unique_ptr<kiln::v1::ModelService::Stub> models;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health;
   std::string model_id;
 };
 
@@ -76,8 +80,9 @@ Server StartServer(const fs::path& dir, const std::string& devices, const std::s
       (dir.string() + ".log"));
   auto channel = grpc::CreateChannel(s.kilnd->grpc_address(), grpc::InsecureChannelCredentials());
   s.devices = kiln::v1::DeviceService::NewStub(channel);
-  auto models = kiln::v1::ModelService::NewStub(channel);
-  s.model_id = Upload(*models, model);
+  s.models = kiln::v1::ModelService::NewStub(channel);
+  s.health = grpc::health::v1::Health::NewStub(channel);
+  s.model_id = Upload(*s.models, model);
   return s;
 }
 
@@ -85,9 +90,9 @@ struct RemoteTimes {
   double run = 0, queue = 0;
 };
 
-bool RunRemote(Server& s, double* seconds, RemoteTimes* times = nullptr) {
+bool RunRemote(Server& s, double* seconds, RemoteTimes* times = nullptr, const std::string& model_id = "") {
   kiln::v1::RunConvLayersRequest req;
-  req.set_model_id(s.model_id);
+  req.set_model_id(model_id.empty() ? s.model_id : model_id);
   req.set_backend("tt-emu");
   req.set_skip_reference(true);
   grpc::ClientContext ctx;
@@ -110,6 +115,41 @@ double Throughput(Server& s, int clients, int jobs_per_client) {
   }
   for (auto& t : threads) t.join();
   return clients * jobs_per_client / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Health-check latency while `runs` first runs of distinct models (each planned on the plan lane,
+// then run) are in flight: reactions never block, so health answers stay fast. Prints p50/p99.
+void HealthUnderLoad(Server& s, const std::string& bytes, int runs) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < runs; ++i) {
+    // A distinct model: ModelProto.doc_string (field 6, length-delimited) appended; the last wins.
+    std::string doc = "copy " + std::to_string(i);
+    std::string copy = bytes + static_cast<char>(0x32) + static_cast<char>(doc.size()) + doc;
+    ids.push_back(Upload(*s.models, copy));
+  }
+  std::atomic<int> left{runs};
+  std::vector<std::thread> threads;
+  for (const auto& id : ids) {
+    threads.emplace_back([&, id] {
+      RunRemote(s, nullptr, nullptr, id);
+      --left;
+    });
+  }
+  std::vector<double> health;
+  while (left.load() > 0) {
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckResponse resp;
+    auto t0 = Clock::now();
+    grpc::Status st = s.health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &resp);
+    if (st.ok()) health.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (auto& t : threads) t.join();
+  if (health.empty()) return;
+  std::sort(health.begin(), health.end());
+  std::printf("health under %d first runs           p50 %.2f ms, p99 %.2f ms, max %.2f ms (%zu checks)\n", runs,
+              health[health.size() / 2] * 1e3, health[std::min(health.size() - 1, health.size() * 99 / 100)] * 1e3,
+              health.back() * 1e3, health.size());
 }
 
 }  // namespace
@@ -167,6 +207,7 @@ int main(int argc, char** argv) {
   one.kilnd->Stop();
   Server two = StartServer(dir / "two", "tt-emu:2", bytes);
   double tp2 = Throughput(two, clients, jobs);
+  HealthUnderLoad(two, bytes, 64);
   two.kilnd->Stop();
   fs::remove_all(dir);
   std::printf("throughput, 1 tt-emu device          %8.2f jobs/s (%d clients)\n", tp1, clients);

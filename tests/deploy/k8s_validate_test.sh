@@ -27,7 +27,7 @@ p = pathlib.Path(os.environ["F"]); s = p.read_text()
 assert os.environ["OLD"] in s, "edit target missing in " + str(p)
 p.write_text(s.replace(os.environ["OLD"], os.environ["NEW"], 1))'
   set +e
-  out=$(node "$DEPLOY/validate-k8s.mjs" --no-render --config-h "$ROOT/server/config.h" "$dir" 2>&1)
+  out=$(node "$DEPLOY/validate-k8s.mjs" --no-render --config-table "$ROOT/README.md" "$dir" 2>&1)
   rc=$?
   set -e
   if [[ $rc -eq 1 && "$out" == *"$5"* ]]; then
