@@ -277,7 +277,7 @@ void RunConvJob::StartDeviceStage(std::shared_ptr<const convplan::ConvPlan> plan
   job.work = [inner, started](device::Backend& backend, sched::JobContext& ctx) {
     {
       std::lock_guard<std::mutex> lock(started->first);
-      started->second = {SteadyClock::now(), ctx.device};
+      started->second = {SteadyClock::now(), ctx.worker};
     }
     return inner(backend, ctx);
   };

@@ -20,6 +20,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/reactor.h"
 #include "device/backends/builtin.h"
 
 namespace kiln::sched {
@@ -289,6 +290,7 @@ class ReferenceProxy final : public Backend {
  private:
   // The referenced data lives on the caller's stack, which waits until the stage is done.
   Status RunStage(const std::function<Status(Backend&)>& fn) const {
+    AssertNotOnReactor("Scheduler::Reference() op");
     JobRequest r;
     r.lane = kReferenceLane;
     r.work = [&fn](Backend& b, JobContext&) { return fn(b); };
@@ -350,8 +352,8 @@ void Scheduler::Impl::RunOnWorker(Worker* w, std::shared_ptr<Job> job) {
   if (st.ok()) {
     JobContext ctx;
     ctx.job_id = job->id_;
-    ctx.device = w->name;
-    ctx.device_index = w->index;
+    ctx.worker = w->name;
+    ctx.worker_index = w->index;
     ctx.cancel = job->token_.get();
     ProgressFn user = job->progress_;
     ctx.progress = [user](const JobProgress& p) {

@@ -86,8 +86,8 @@ Result<std::vector<DeviceSpec>> ParseDeviceList(std::string_view text);
 /// What a job function sees while it runs on a worker.
 struct JobContext {
   uint64_t job_id = 0;
-  std::string device;  ///< the worker: "tt-emu:1", "compile:0"
-  int device_index = 0;
+  std::string worker;  ///< "tt-emu:1" (a device), "compile:0" (a CPU-lane worker)
+  int worker_index = 0;  ///< index within its lane (a device worker's BackendOptions::device_index)
   const CancelToken* cancel = nullptr;  ///< never null inside a job; check between stages/layers
   ProgressFn progress;                  ///< never empty inside a job (no-op if the client gave none)
 };

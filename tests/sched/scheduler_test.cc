@@ -150,7 +150,7 @@ TEST(SchedulerTest, RunsJobsOnTheirBackendAndReportsDevices) {
   JobRequest r;
   r.lane = "reference";
   r.work = [&](Backend& b, JobContext& ctx) {
-    seen_device = ctx.device;
+    seen_device = ctx.worker;
     EXPECT_NE(ctx.cancel, nullptr);
     ctx.progress({1, 1, "layer"});
     return b.name() == "reference" ? Status::Ok() : Internal("wrong backend");
