@@ -18,6 +18,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -38,16 +39,19 @@ std::string FirstLines(const std::string& s, size_t max_chars = 600);
 /// Names are views into the protos on the context's arena, which outlive every stage.
 struct GraphInfo {
   onnx::GraphProto* proto = nullptr;
+  // Set by ValidateModel when it collects the graphs.
   int parent = -1;  ///< index into LoadContext::graphs; -1 for the main graph
   size_t depth = 0;
   std::string original_name;
   std::string where;  ///< "main graph" or "subgraph 'x' (attribute 'then_branch' of node 'if1' (If))"
+  /// Per node (in the proto's current order; HoistConstants and ResolveScopes keep it in step):
+  /// the indices of the node's subgraphs in LoadContext::graphs.
+  std::vector<std::vector<int>> node_children;
   // Filled by ValidateGraphs: graph inputs, initializers and node outputs; the producer of each
   // node output (by node index; cleared by ResolveScopes once the nodes are sorted).
   std::unordered_set<std::string_view> defined;
   std::unordered_set<std::string_view> initializers;
   std::unordered_map<std::string_view, int> producer;
-  std::vector<std::vector<int>> node_children;  ///< per node (current proto order): child graph indices
   std::vector<std::string_view> free_vars;      ///< names read from enclosing graphs (ResolveScopes), sorted
   std::unordered_map<std::string, std::string> aliases;  ///< removed Identity/Dropout outputs (BuildModel)
   std::unordered_set<std::string> transparent_outputs;   ///< the keys of `aliases`
@@ -68,6 +72,7 @@ Site At(const onnx::NodeProto& node, std::string attribute = {}, std::string ten
 /// The site of a tensor that no node owns (graph input, initializer, graph output, value_info).
 inline Site AtTensor(std::string tensor) { return Site{{}, {}, {}, std::move(tensor)}; }
 
+/// The state of one load, shared by its stages; lives for one LoadModel() call.
 struct LoadContext {
   LoadContext(std::string_view bytes, const LoadOptions& options);
   LoadContext(const LoadContext&) = delete;
