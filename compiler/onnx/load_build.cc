@@ -233,7 +233,6 @@ Status IrBuilder::ConvertAttribute(AttributeProto& a, bool from_default, const N
   return Status::Ok();
 }
 
-// The schema's optional attributes that have a default value, converted (from_default = true).
 Status IrBuilder::DefaultAttributes(const onnx::OpSchema* schema, const NodeProto& node,
                                     const std::vector<Attribute>** out) {
   auto it = default_attrs_.find(schema);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cassert>
 #include <exception>
+#include <iterator>
 #include <new>
 #include <utility>
 
