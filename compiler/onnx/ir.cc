@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 namespace kiln::onnx_fe {
 
@@ -356,6 +357,51 @@ std::vector<std::string> Model::Symbols() const {
     }
   }
   return {syms.begin(), syms.end()};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model::BindSymbols (iterative over nested subgraphs)
+
+Result<std::shared_ptr<const Model>> Model::BindSymbols(const std::map<std::string, int64_t>& values) const {
+  for (const auto& [sym, v] : values) {
+    if (v < 0) return InvalidArgument("BindSymbols: symbol '" + sym + "' bound to negative value " + std::to_string(v));
+  }
+  // Pre-order list of every graph, then rebuild children before parents.
+  std::vector<const Graph*> order{graph_.get()};
+  for (size_t i = 0; i < order.size(); ++i) {
+    for (const Node& n : order[i]->nodes()) {
+      for (const auto& [_, a] : n.attributes) {
+        if (a.g) order.push_back(a.g.get());
+        for (const auto& sg : a.graphs) order.push_back(sg.get());
+      }
+    }
+  }
+  auto bind_shape = [&](Shape& s) {
+    if (!s.has_rank()) return;
+    std::vector<Dim> dims = s.dims();
+    for (Dim& d : dims) {
+      if (!d.is_symbol()) continue;
+      auto it = values.find(d.symbol());
+      if (it != values.end()) d = Dim::Known(it->second);
+    }
+    s = Shape(std::move(dims));
+  };
+  std::unordered_map<const Graph*, std::shared_ptr<const Graph>> rebuilt;
+  for (size_t k = order.size(); k-- > 0;) {
+    auto g = std::make_shared<Graph>(*order[k]);
+    for (auto& [_, t] : g->tensors_) bind_shape(t.shape);
+    for (Node& n : g->nodes_) {
+      for (auto& [_, a] : n.attributes) {
+        if (a.g) a.g = rebuilt.at(a.g.get());
+        for (auto& sg : a.graphs) sg = rebuilt.at(sg.get());
+      }
+    }
+    g->Reindex();  // consumers_ viewed the old subgraphs' captured names
+    rebuilt[order[k]] = std::move(g);
+  }
+  auto m = std::make_shared<Model>(*this);
+  m->graph_ = rebuilt.at(graph_.get());
+  return std::shared_ptr<const Model>(std::move(m));
 }
 
 }  // namespace kiln::onnx_fe

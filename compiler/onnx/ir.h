@@ -327,7 +327,8 @@ class Graph {
   Result<std::vector<int64_t>> StaticOutputShape(const Node& node, size_t i) const;
 
  private:
-  friend class GraphBuilder;  // the loader's builder (compiler/onnx/loader.cc)
+  friend class GraphBuilder;  // the loader's builder (compiler/onnx/load_build.cc)
+  friend class Model;         // Model::BindSymbols rebuilds graphs (compiler/onnx/ir.cc)
   /// Rebuilds producer_/consumers_ from nodes_ (after nodes_ or subgraph attributes change).
   void Reindex();
   std::string name_;

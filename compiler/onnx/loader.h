@@ -1,42 +1,48 @@
 // The ONNX front end: untrusted model bytes in, immutable graph IR (compiler/onnx/ir.h) out.
 //
-// This is the only module in Kiln that touches onnx::ModelProto. Pipeline of LoadModel():
-//   1. limits    — size (<= LoaderLimits::max_model_bytes, and < 2 GiB, protobuf's hard limit),
-//                  then an iterative pre-scan of the protobuf wire format that counts nodes and
-//                  subgraph nesting depth before anything is allocated for them;
-//   2. parse     — onnx::ModelProto from the bytes, with a protobuf recursion limit derived from
-//                  LoaderLimits::max_graph_depth;
-//   3. structure — Constant nodes in the plain `value` form become initializers of their graph
-//                  (IR >= 4, never under a name a graph input or initializer already has; their
-//                  payload is checked as the node's). A QAT export is a third Constants, and
-//                  hoisting them spares per-node validation, inference and checks: for the
-//                  MobileNetV2-0.5 export ~1 ms of ~8 (tests/ai8x/ai8x_bench). Then
-//                  Kiln's own validation (iterative, never recursive), done *before* onnx's
-//                  library code sees the graph, because onnx 1.12's shape inference, checker and
-//                  IR import crash (not throw) on some malformed graphs. It checks: ir_version
-//                  (1..8), opset imports (default domain 6..17), no model-local functions or
-//                  sparse tensors, known ops and their arity/attribute types against the op
-//                  schema (OpSchema::Verify), required inputs present, every input defined (graph
-//                  input, initializer, node output, or outer scope for subgraphs), single
-//                  assignment and no shadowing of enclosing names, graph outputs produced,
-//                  value_info naming existing tensors, nodes with >= 1 output, positive
-//                  strides/dilations/kernel_shape/blocksize/group, external-data tensors
-//                  (rejected, no path is ever opened), tensor payload sizes (element count x
-//                  element size == bytes), caps on total tensor bytes; and it orders nodes
-//                  topologically (a cycle is an error naming a node on it);
-//   4. onnx::shape_inference::InferShapes (strict), with every schema's inference function
-//      wrapped (compiler/onnx/schema_patch.h) so that untyped required inputs and conv/pool rank
-//      mismatches fail inference instead of reaching onnx 1.12 code that dereferences or indexes
-//      out of bounds, and MaxPool/AveragePool output shapes for ceil_mode=1 computed by the
-//      corrected rule of onnx PR #5741 (see below);
-//   5. onnx::checker::check_model;
-//   6. IR build — attributes completed with schema defaults from onnx::OpSchemaRegistry for the
-//      model's opset, Constant nodes folded to constant tensors, Identity / inference Dropout
-//      removed, initializer payloads decoded (moved out of the protobuf, not copied).
+// This is the only module in Kiln that touches onnx::ModelProto. LoadModel() runs these stages,
+// in this order (the kStages table of compiler/onnx/loader.cc; one file each, over one
+// LoadContext, compiler/onnx/load_context.h); the LoadStage a failure reports is given in brackets:
+//   1. limits [kLimits] (load_parse.cc) — size (<= LoaderLimits::max_model_bytes, and < 2 GiB,
+//      protobuf's hard limit);
+//   2. parse [kParse] (load_parse.cc) — an iterative pre-scan of the protobuf wire format that
+//      counts nodes and subgraph nesting depth before anything is allocated for them, then
+//      onnx::ModelProto from the bytes, with a protobuf recursion limit derived from
+//      LoaderLimits::max_graph_depth;
+//   3. structure [kStructure] — Kiln's own validation (iterative, never recursive), done *before*
+//      onnx's library code sees the graph, because onnx 1.12's shape inference, checker and IR
+//      import crash (not throw) on some malformed graphs:
+//      a. model level (load_validate.cc): ir_version (1..8), opset imports (default domain
+//         6..17), no model-local functions, LoadOptions::bind_symbols values >= 0;
+//      b. constants (load_constants.cc): Constant nodes in the plain `value` form become
+//         initializers of the main graph (IR >= 4, never under a name a graph input or
+//         initializer already has; their payload is checked as the node's), which spares them
+//         per-node validation, inference and checks;
+//      c. graphs (load_validate.cc): no sparse tensors, known ops and their arity/attribute types
+//         against the op schema (OpSchema::Verify), required inputs present, single assignment
+//         and no shadowing of enclosing names, nodes with >= 1 output, positive
+//         strides/dilations/kernel_shape/blocksize/group, external-data tensors (rejected, no path
+//         is ever opened), tensor payload sizes (element count x element size == bytes), caps on
+//         total tensor bytes;
+//      d. scopes (load_scopes.cc): every input defined (graph input, initializer, node output, or
+//         outer scope for subgraphs), graph outputs produced, value_info naming existing tensors;
+//         and nodes ordered topologically (a cycle is an error naming a node on it);
+//   4. shape inference [kShapeInference] (load_infer.cc) — onnx::shape_inference::InferShapes
+//      (strict), with every schema's inference function wrapped (compiler/onnx/schema_patch.h)
+//      so that untyped required inputs and conv/pool rank mismatches fail inference instead of
+//      reaching onnx 1.12 code that dereferences or indexes out of bounds, and MaxPool/AveragePool
+//      output shapes for ceil_mode=1 computed by the corrected rule of onnx PR #5741 (see below);
+//   5. checker [kChecker] (load_infer.cc) — onnx::checker::check_model;
+//   6. IR build [kBuild] (load_build.cc) — Identity / inference Dropout removed (a Dropout whose
+//      mask is used, or whose training_mode is not a constant false, is rejected), attributes
+//      completed with schema defaults from onnx::OpSchemaRegistry for the model's opset,
+//      Constant nodes folded to constant tensors, initializer payloads decoded (moved out of the
+//      protobuf, not copied).
+// An exceeded LoaderLimits cap is RESOURCE_EXHAUSTED and kLimits whichever stage finds it.
 // No exception escapes: everything onnx throws becomes a Status. Isolation choice: all of this runs
 // in-process; instead of a child process per load, the known crash classes of onnx 1.12 are
-// rejected up front (steps 1-3) or turned into inference errors (step 4), and the libFuzzer target
-// tests/fuzz/onnx_loader_fuzzer keeps looking for new ones (scripts/fuzz-onnx.sh).
+// rejected up front (stages 1-3) or turned into inference errors (stage 4), and the libFuzzer
+// target tests/fuzz/onnx_loader_fuzzer.cc keeps looking for new ones (scripts/fuzz-onnx.sh).
 //
 // Pooling ceil_mode (onnx PR #5741, agreed by PyTorch and ONNX Runtime): with ceil_mode=1 the last
 // pooling window must start inside the input plus the begin padding, i.e.
@@ -83,7 +89,9 @@ struct LoadOptions {
   std::string model_name;
 };
 
-/// Which stage rejected the model.
+/// Which stage rejected the model, in the order the stages run (see the top of this file; a
+/// static_assert in compiler/onnx/loader.cc keeps its stage table in this order). A LoaderLimits
+/// cap is kLimits whichever stage finds it; an exception that escapes the stages is kBuild.
 enum class LoadStage {
   kLimits,
   kParse,

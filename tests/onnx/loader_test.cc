@@ -720,6 +720,33 @@ TEST(OnnxLoader, DropoutTrainingModeTrueIsAnError) {
   EXPECT_EQ(m.status().code(), StatusCode::kFailedPrecondition);
 }
 
+// Dropout is removed while the IR is built (compiler/onnx/load_build.cc), after shape inference:
+// its errors report kBuild, and a model that also fails inference reports the inference error.
+TEST(OnnxLoader, DropoutErrorsComeFromTheBuildStage) {
+  auto b = ConvModel(13);
+  b.Node("Conv", {"x", "W", "B"}, {"c"}, "conv");
+  b.Initializer(kt::BoolTensor("train", {}, {true}));
+  b.Node("Dropout", {"c", "", "train"}, {"d"}, "drop");
+  b.Output("d");
+  LoadError err;
+  ASSERT_FALSE(Load(b, &err).ok());
+  EXPECT_EQ(err.stage, LoadStage::kBuild);
+  EXPECT_EQ(err.node, "drop");
+  EXPECT_EQ(err.tensor, "train");
+
+  OnnxModelBuilder b2;
+  b2.Input("x", TensorProto::FLOAT, {1, 3});
+  b2.FloatInitializer("W", {4, 3, 3, 3}, kt::RandomFloats(108, 1));
+  b2.Node("Conv", {"x", "W"}, {"c"}, "conv");  // ranks differ: inference fails
+  b2.Initializer(kt::BoolTensor("train", {}, {true}));
+  b2.Node("Dropout", {"c", "", "train"}, {"d"}, "drop");
+  b2.Output("d");
+  LoadError err2;
+  ASSERT_FALSE(Load(b2, &err2).ok());
+  EXPECT_EQ(err2.stage, LoadStage::kShapeInference);
+  EXPECT_EQ(err2.node, "conv");
+}
+
 TEST(OnnxLoader, IdentityAndBatchNormChain) {
   auto b = ConvModel(13);
   b.Node("Conv", {"x", "W", "B"}, {"c"}, "conv");
