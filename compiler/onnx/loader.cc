@@ -9,6 +9,7 @@
 #include <new>
 #include <utility>
 
+#include "common/reactor.h"
 #include "compiler/onnx/load_stages.h"
 
 namespace kiln::onnx_fe {
@@ -83,6 +84,7 @@ LoadError Unexpected(const LoadOptions& options, StatusCode code, std::string me
 }  // namespace
 
 Result<std::shared_ptr<const Model>> LoadModel(std::string_view bytes, const LoadOptions& options, LoadError* error) {
+  AssertNotOnReactor("LoadModel");
   LoadError local;
   LoadError& err = error != nullptr ? *error : local;
   try {
