@@ -9,6 +9,7 @@
 #include "common/reactor.h"
 #include "compiler/onnx/loader.h"
 #include "device/backends/builtin.h"
+#include "runtime/host_kernels/registry.h"
 
 namespace kiln::api {
 
@@ -19,7 +20,7 @@ Result<std::shared_ptr<const convplan::ConvPlan>> PlanModel(std::string_view byt
   load.model_name = model_name;
   auto model = onnx_fe::LoadModel(bytes, load);
   if (!model.ok()) return model.status();
-  auto plan = convplan::BuildConvPlan(*model);
+  auto plan = convplan::BuildConvPlan(*model, runtime::HostKernels());
   if (!plan.ok()) return plan.status().WithContext("model '" + model_name + "'");
   return std::make_shared<const convplan::ConvPlan>(std::move(plan).value());
 }
@@ -39,8 +40,8 @@ Result<PreparedConvRun> PrepareConvRun(std::shared_ptr<const convplan::ConvPlan>
   auto precision = FromProto(request.precision());
   if (!precision.ok()) return precision.status().WithContext("precision");
   run.options.precision = *precision;
-  run.options.mode = request.mode() == kiln::v1::PER_LAYER ? convplan::RunMode::kPerLayer
-                                                           : convplan::RunMode::kChained;
+  run.options.mode = request.mode() == kiln::v1::PER_LAYER ? runtime::RunMode::kPerLayer
+                                                           : runtime::RunMode::kChained;
   run.options.compare_to_reference = !request.skip_reference();
   run.options.input_seed = request.seed();
   for (const auto& t : request.inputs()) {
@@ -54,7 +55,7 @@ Result<PreparedConvRun> PrepareConvRun(std::shared_ptr<const convplan::ConvPlan>
   return run;
 }
 
-void FillRunResponse(const convplan::RunResult& result, bool omit_outputs,
+void FillRunResponse(const runtime::RunResult& result, bool omit_outputs,
                      kiln::v1::RunConvLayersResponse* response) {
   if (!omit_outputs) {
     for (const auto& [name, tensor] : result.outputs) ToProto(name, tensor, response->add_outputs());
@@ -88,16 +89,16 @@ void FillRunResponse(const convplan::RunResult& result, bool omit_outputs,
   response->set_run_seconds(result.total_seconds);
 }
 
-sched::JobFn MakeRunJob(std::shared_ptr<const convplan::ConvPlan> plan, convplan::RunInputs inputs,
-                        convplan::RunOptions options, std::shared_ptr<convplan::RunResult> result) {
+sched::JobFn MakeRunJob(std::shared_ptr<const convplan::ConvPlan> plan, runtime::RunInputs inputs,
+                        runtime::RunOptions options, std::shared_ptr<runtime::RunResult> result) {
   return [plan = std::move(plan), inputs = std::move(inputs), options, result = std::move(result)](
              device::Backend& backend, sched::JobContext& ctx) -> Status {
     if (!plan || !result) return InvalidArgument("MakeRunJob: null plan or result");
-    convplan::RunOptions o = options;
+    runtime::RunOptions o = options;
     // A run on the reference backend is its own reference (a stage on its own lane could wait
     // for the very worker it occupies).
     if (o.reference != nullptr && o.reference->name() == backend.name()) o.reference = nullptr;
-    auto r = convplan::RunConvPlan(*plan, inputs, backend, o, ctx.cancel, ctx.progress);
+    auto r = runtime::RunConvPlan(*plan, inputs, backend, o, ctx.cancel, ctx.progress);
     if (!r.ok()) return r.status();
     *result = std::move(*r);
     return Status::Ok();
@@ -114,7 +115,7 @@ Result<kiln::v1::RunConvLayersResponse> RunConvLocal(std::string_view bytes, con
   auto backend = device::DefaultBackendRegistry().Create(prepared->backend, bo);
   if (!backend.ok()) return backend.status();
   prepared->options.reference_threads = 0;  // in process: every core
-  auto result = convplan::RunConvPlan(*prepared->plan, prepared->inputs, **backend, prepared->options);
+  auto result = runtime::RunConvPlan(*prepared->plan, prepared->inputs, **backend, prepared->options);
   if (!result.ok()) return result.status();
   kiln::v1::RunConvLayersResponse response;
   FillRunResponse(*result, request.omit_outputs(), &response);
@@ -266,7 +267,7 @@ void RunConvJob::StartDeviceStage(std::shared_ptr<const convplan::ConvPlan> plan
   auto prepared = PrepareConvRun(std::move(plan), *request_);
   if (!prepared.ok()) return Finish(prepared.status());
   prepared->options.reference = &env_.scheduler->Reference();
-  auto result = std::make_shared<convplan::RunResult>();
+  auto result = std::make_shared<runtime::RunResult>();
   auto started = std::make_shared<std::pair<std::mutex, std::pair<SteadyClock::time_point, std::string>>>();
   const auto submitted = SteadyClock::now();
   sched::JobFn inner = MakeRunJob(prepared->plan, std::move(prepared->inputs), prepared->options, result);

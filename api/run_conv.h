@@ -17,8 +17,9 @@
 #include <utility>
 
 #include "common/status.h"
-#include "compiler/convplan/executor.h"
+#include "compiler/convplan/plan.h"
 #include "kiln/v1/device.pb.h"
+#include "runtime/executor.h"
 #include "sched/scheduler.h"
 #include "store/model_store.h"
 
@@ -26,8 +27,8 @@ namespace kiln::api {
 
 struct PreparedConvRun {
   std::shared_ptr<const convplan::ConvPlan> plan;
-  convplan::RunInputs inputs;
-  convplan::RunOptions options;
+  runtime::RunInputs inputs;
+  runtime::RunOptions options;
   std::string backend;  ///< request backend, defaulted to device::DefaultBackendName()
 };
 
@@ -51,11 +52,11 @@ Result<PreparedConvRun> PrepareConvRun(std::string_view bytes, const std::string
 /// `*result`; the job's status is the run's. `plan` and `result` are shared so the job may outlive
 /// the caller's stack frame; read `*result` only after the job is done and OK. `result` must not
 /// be null.
-sched::JobFn MakeRunJob(std::shared_ptr<const convplan::ConvPlan> plan, convplan::RunInputs inputs,
-                        convplan::RunOptions options, std::shared_ptr<convplan::RunResult> result);
+sched::JobFn MakeRunJob(std::shared_ptr<const convplan::ConvPlan> plan, runtime::RunInputs inputs,
+                        runtime::RunOptions options, std::shared_ptr<runtime::RunResult> result);
 
 /// Fills the response from a finished run (outputs unless `omit_outputs`).
-void FillRunResponse(const convplan::RunResult& result, bool omit_outputs, kiln::v1::RunConvLayersResponse* response);
+void FillRunResponse(const runtime::RunResult& result, bool omit_outputs, kiln::v1::RunConvLayersResponse* response);
 
 /// In process, no server (`kiln run --local`): plan, prepare, run on a fresh backend of the
 /// request's kind created with `backend_settings`, the fp32 reference on all cores. Blocking.

@@ -36,9 +36,9 @@ struct RunArgs {
 Result<kiln::v1::RunConvLayersRequest> BuildRequest(const RunArgs& a) {
   kiln::v1::RunConvLayersRequest req;
   req.set_backend(a.backend);
-  auto mode = convplan::ParseRunMode(a.mode);
+  auto mode = runtime::ParseRunMode(a.mode);
   if (!mode.ok()) return mode.status().WithContext("--mode");
-  req.set_mode(*mode == convplan::RunMode::kPerLayer ? kiln::v1::PER_LAYER : kiln::v1::CHAINED);
+  req.set_mode(*mode == runtime::RunMode::kPerLayer ? kiln::v1::PER_LAYER : kiln::v1::CHAINED);
   req.set_seed(a.seed);
   req.set_skip_reference(a.skip_reference);
   auto precision = api::ParsePrecisionFlags(a.precision);

@@ -18,12 +18,13 @@
 #include <vector>
 
 #include "common/sha256.h"
-#include "compiler/convplan/executor.h"
 #include "compiler/onnx/loader.h"
 #include "device/backends/builtin.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "kiln/v1/device.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
+#include "runtime/executor.h"
+#include "runtime/host_kernels/registry.h"
 #include "tests/server/kilnd_process.h"
 
 namespace fs = std::filesystem;
@@ -166,15 +167,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
     return 1;
   }
-  auto plan = kiln::convplan::BuildConvPlan(*model);
+  auto plan = kiln::convplan::BuildConvPlan(*model, kiln::runtime::HostKernels());
   auto backend = kiln::device::DefaultBackendRegistry().Create("tt-emu", {});
   if (!plan.ok() || !backend.ok()) return 1;
-  kiln::convplan::RunOptions options;
+  kiln::runtime::RunOptions options;
   options.compare_to_reference = false;
   std::vector<double> direct;
   for (int i = 0; i < reps + 2; ++i) {
     auto t0 = Clock::now();
-    auto r = kiln::convplan::RunConvPlan(*plan, {}, **backend, options);
+    auto r = kiln::runtime::RunConvPlan(*plan, {}, **backend, options);
     if (!r.ok()) return 1;
     if (i >= 2) direct.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }

@@ -6,7 +6,7 @@
 #include <set>
 #include <sstream>
 
-#include "compiler/convplan/passes.h"
+#include "compiler/convplan/passes/pass_manager.h"
 #include "device/backends/conv_geometry.h"
 
 namespace kiln::convplan {
@@ -111,25 +111,7 @@ std::string ConvPlan::ToString() const {
   return os.str();
 }
 
-const std::vector<std::string>& HostOpTypes() {
-  static const std::vector<std::string> kTypes = [] {
-    std::vector<std::string> v = {"MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Gemm", "MatMul",
-                                  "BatchNormalization", "Add", "Sub", "Mul", "Div", "Relu", "Clip", "Sigmoid",
-                                  "Tanh", "Erf", "Sqrt", "Abs", "Neg", "Cast", "Reshape", "Flatten",
-                                  "Transpose", "Squeeze", "Unsqueeze", "Pad", "Softmax", "Identity",
-                                  "Dropout", "Constant"};
-    std::sort(v.begin(), v.end());
-    return v;
-  }();
-  return kTypes;
-}
-
 namespace {
-
-bool IsHostOp(const std::string& op_type) {
-  const auto& v = HostOpTypes();
-  return std::binary_search(v.begin(), v.end(), op_type);
-}
 
 bool IsDefaultDomain(const std::string& domain) { return domain.empty() || domain == "ai.onnx"; }
 
@@ -350,26 +332,27 @@ Result<PlanOp> LowerConv(const fe::Graph& g, const fe::Node& n) {
 
 }  // namespace
 
-Status CheckSupported(const fe::Graph& graph) {
+Status CheckSupported(const fe::Graph& graph, const HostOpSupport& host_ops) {
   std::vector<std::string> bad;
   for (const fe::Node& n : graph.nodes()) {
-    const bool ok = IsDefaultDomain(n.domain) && (n.op_type == "Conv" || n.op_type == "ConvTranspose" || IsHostOp(n.op_type));
+    const bool ok = IsDefaultDomain(n.domain) &&
+                    (n.op_type == "Conv" || n.op_type == "ConvTranspose" || host_ops.SupportsHostOp(n.op_type));
     if (!ok) bad.push_back(NodeLabel(n));
   }
   if (bad.empty()) return Status::Ok();
   std::string msg = "model has " + std::to_string(bad.size()) + " unsupported node(s): ";
   for (size_t i = 0; i < bad.size(); ++i) msg += (i ? ", " : "") + bad[i];
   msg += " (device ops: Conv, ConvTranspose; host ops: ";
-  const auto& h = HostOpTypes();
+  const std::vector<std::string> h = host_ops.HostOpTypes();
   for (size_t i = 0; i < h.size(); ++i) msg += (i ? ", " : "") + h[i];
   msg += ")";
   return InvalidArgument(msg);
 }
 
-Result<ConvPlan> LowerModel(std::shared_ptr<const fe::Model> model) {
+Result<ConvPlan> LowerModel(std::shared_ptr<const fe::Model> model, const HostOpSupport& host_ops) {
   if (!model) return InvalidArgument("BuildConvPlan: no model");
   const fe::Graph& g = model->graph();
-  KILN_RETURN_IF_ERROR(CheckSupported(g));
+  KILN_RETURN_IF_ERROR(CheckSupported(g, host_ops));
   ConvPlan plan;
   plan.model = model;
   for (const std::string& name : g.inputs()) {
@@ -400,11 +383,14 @@ Result<ConvPlan> LowerModel(std::shared_ptr<const fe::Model> model) {
   return plan;
 }
 
-Result<ConvPlan> BuildConvPlan(std::shared_ptr<const fe::Model> model, const PlanOptions& options) {
+Result<ConvPlan> BuildConvPlan(std::shared_ptr<const fe::Model> model, const HostOpSupport& host_ops,
+                               const PlanOptions& options) {
   try {
-    auto plan = LowerModel(std::move(model));
+    auto passes = PipelinePasses(options.disabled_passes);
+    if (!passes.ok()) return passes.status();
+    auto plan = LowerModel(std::move(model), host_ops);
     if (!plan.ok()) return plan.status();
-    return RunPasses(std::move(*plan), PassesFor(options));
+    return RunPasses(std::move(*plan), *passes, options.max_rounds);
   } catch (const std::bad_alloc&) {
     return ResourceExhausted("BuildConvPlan: out of memory");
   } catch (const std::exception& e) {

@@ -3,39 +3,27 @@
 // A ConvPlan is the ordered list of operations that runs one ONNX model's conv layers on a device
 // backend (device/backends/backend.h) and everything else on the host in fp32. It is built from the
 // immutable IR of the ONNX front end (compiler/onnx/ir.h) and is independent of any backend: the
-// executor (compiler/convplan/executor.h) runs it on one.
+// executor (runtime/executor.h) runs it on one.
 //
 // Pipeline of BuildConvPlan():
-//   1. CheckSupported — every node's op type must be a device op (Conv, ConvTranspose) or one of
-//      the host ops below; otherwise INVALID_ARGUMENT listing EVERY unsupported node ("op 'name'"),
-//      before any other work.
+//   1. CheckSupported — every node's op type must be a device op (Conv, ConvTranspose) or a host
+//      op of the HostOpSupport passed in (compiler/convplan/host_op_support.h; the runtime's host
+//      kernel registry, runtime/host_kernels/registry.h, is the one list); otherwise
+//      INVALID_ARGUMENT listing EVERY unsupported node ("op 'name'"), before any other work.
 //   2. Lowering — one PlanOp per IR node, in the IR's topological order: Conv / ConvTranspose
 //      (1-D and 2-D) become DeviceOps with explicit pads (auto_pad, ConvTranspose output_shape
 //      resolved with device/backends/conv_geometry.h, ONNX Conv-11 / ConvTranspose-11 text), every
 //      other node a HostOp. Conv weights and bias must be constants (initializers, Constant
 //      nodes, or such a constant behind a Cast to FLOAT).
-//   3. Rewrite passes (compiler/convplan/passes.h), each a small condition + apply pass in the
-//      style of ONNX Runtime's graph optimizer, repeated to a fixed point:
-//        FoldBatchNorm      Conv/ConvTranspose → BatchNormalization folded into weights and bias
-//        FuseSilu           y = conv; Mul(y, Sigmoid(y))      (both Mul inputs the same y)
-//        FuseGelu           y = conv; 0.5 · y · (1 + Erf(y / √2))   (onnx ≤ 1.12 has no Gelu op)
-//        FuseRelu / FuseRelu6 (Clip(0, 6)) / FuseSigmoid
-//        FuseResidualAdd    Add(conv_out, r) with r of the same shape (an activation after the Add
-//                           is then fused by the activation passes as the residual activation)
-//        KSplitConcat       Concat(axis = 1) read only by a conv → the conv reads the Concat's
-//                           inputs as K parts (sum of partial convs; no concat is built)
-//        MergeSiblingConvs  convs reading the same input with equal geometry → one conv whose
-//                           output channels are split back into the original tensors
-//        RemoveDeadHostOps  host ops whose outputs nobody reads (e.g. the Cast of FLOAT16 /
-//                           BFLOAT16 conv weights, which lowering reads through)
-//      A fusion never applies when an intermediate tensor has another consumer or is a graph
-//      output.
+//   3. Rewrite passes, one rule per file under compiler/convplan/passes/ in the style of ONNX
+//      Runtime's graph optimizer, run by the pass manager (compiler/convplan/passes/pass_manager.h,
+//      which declares the pipeline order) to a fixed point: BatchNormalization folding, activation
+//      fusions (Relu, Relu6, Sigmoid, SiLU, Gelu), residual Add, Concat → K-split, sibling-conv
+//      merging, dead host-op removal. A fusion never applies when an intermediate tensor has
+//      another consumer or is a graph output. PlanOptions::disabled_passes switches passes off by
+//      name; a pipeline that does not converge is INTERNAL naming the passes still firing.
 //
-// Host ops (fp32, run by the executor): MaxPool (pads, dilations, ceil_mode), AveragePool
-// (count_include_pad, ceil_mode), GlobalAveragePool, Concat, Gemm, MatMul, BatchNormalization
-// (unfolded), Add / Sub / Mul / Div (numpy broadcasting), Relu, Clip, Sigmoid, Tanh, Erf, Sqrt, Abs,
-// Neg, Cast, Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Pad, Softmax, Identity, Dropout,
-// Constant. (Identity, inference Dropout and Constant are normally already removed by the loader.)
+// Host ops run in fp32 in the runtime (runtime/executor.h, kernels in runtime/host_kernels/).
 //
 // Tensor conventions: feature maps NCHW (rank 4) or NCW (rank 3, 1-D convs); device weights are
 // rank 4, OIHW for conv2d and IOHW for conv_transpose2d, 1-D convs carry H = 1 (kernel height 1,
@@ -50,6 +38,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "compiler/convplan/host_op_support.h"
 #include "compiler/onnx/ir.h"
 #include "device/backends/backend.h"
 #include "device/tensor.h"
@@ -72,7 +61,7 @@ struct OutputSlice {
 
 /// A conv-style op executed on the device backend.
 ///
-/// Computation (executor.h), for K parts x_k = inputs[k] with weights[k]:
+/// Computation (runtime/device_op_runner.h), for K parts x_k = inputs[k] with weights[k]:
 ///   y   = Σ_k conv(x_k, weights[k]) + bias             (K-split: partial convs summed in fp32 on
 ///                                                        the host; one part: a single device call)
 ///   y   = activation(y)                                 (fused into the device call when one part)
@@ -114,7 +103,7 @@ struct DeviceOp {
   int64_t group() const;
 };
 
-/// An ONNX node executed on the host in fp32 (see the list in the header comment).
+/// An ONNX node executed on the host in fp32 (a host kernel of runtime/host_kernels/).
 struct HostOp {
   /// A copy of the IR node (op type, attributes with schema defaults, inputs, outputs).
   onnx_fe::Node node;
@@ -171,27 +160,34 @@ struct ConvPlan {
   std::string ToString() const;
 };
 
-/// Which passes run (all by default; tests switch them off one at a time).
+/// Rounds of the pass pipeline after which a plan that still rewrites is INTERNAL
+/// (compiler/convplan/passes/pass_manager.h).
+inline constexpr int kMaxPassRounds = 64;
+
+/// Which passes run: all of the pipeline (compiler/convplan/passes/pass_manager.cc) by default.
 struct PlanOptions {
-  bool fold_batchnorm = true;
-  bool fuse_activations = true;  ///< Relu, Relu6 (Clip), Sigmoid, SiLU, Gelu
-  bool fuse_residual_add = true;
-  bool ksplit_concat = true;
-  bool merge_sibling_convs = true;
+  /// Names of passes to skip ("FuseRelu", "MergeSiblingConvs", ...); an unknown name is
+  /// INVALID_ARGUMENT listing the pipeline.
+  std::vector<std::string> disabled_passes;
+  /// See kMaxPassRounds (>= 1).
+  int max_rounds = kMaxPassRounds;
 };
 
-/// Op types the host executes (the list in the header comment), sorted.
-const std::vector<std::string>& HostOpTypes();
-
 /// Step 1 of the pipeline: OK, or INVALID_ARGUMENT "model has N unsupported node(s): Resize 'up1',
-/// LSTM 'lstm'" naming every node (ONNX original name when it had one) whose op type (in the
-/// default domain) is neither Conv / ConvTranspose nor a host op, or whose domain is not ai.onnx.
-Status CheckSupported(const onnx_fe::Graph& graph);
+/// LSTM 'lstm' (device ops: Conv, ConvTranspose; host ops: ...)" naming every node (ONNX original
+/// name when it had one) whose op type (in the default domain) is neither Conv / ConvTranspose nor
+/// supported by `host_ops`, or whose domain is not ai.onnx.
+Status CheckSupported(const onnx_fe::Graph& graph, const HostOpSupport& host_ops);
 
-/// Builds the plan (see the header comment). Errors: INVALID_ARGUMENT for unsupported nodes (all
-/// listed), non-constant conv weights / bias, conv ranks other than 1-D / 2-D, inconsistent
-/// attributes (message names the node); never throws.
-Result<ConvPlan> BuildConvPlan(std::shared_ptr<const onnx_fe::Model> model,
+/// Steps 1–2 of BuildConvPlan (check + lowering), no rewrites: one PlanOp per IR node.
+Result<ConvPlan> LowerModel(std::shared_ptr<const onnx_fe::Model> model, const HostOpSupport& host_ops);
+
+/// Builds the plan (see the header comment); `host_ops` says which ops the host executes (pass
+/// runtime::HostKernels(), runtime/host_kernels/registry.h). Errors: INVALID_ARGUMENT for
+/// unsupported nodes (all listed), non-constant conv weights / bias, conv ranks other than 1-D /
+/// 2-D, inconsistent attributes (message names the node), unknown disabled passes; INTERNAL when
+/// the passes do not converge; never throws.
+Result<ConvPlan> BuildConvPlan(std::shared_ptr<const onnx_fe::Model> model, const HostOpSupport& host_ops,
                                const PlanOptions& options = {});
 
 }  // namespace kiln::convplan

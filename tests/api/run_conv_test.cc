@@ -25,7 +25,7 @@ std::string ReadCase(const std::string& name) {
   return ss.str();
 }
 
-double MaxDiff(const convplan::RunResult& a, const convplan::RunResult& b) {
+double MaxDiff(const runtime::RunResult& a, const runtime::RunResult& b) {
   double m = 0;
   EXPECT_EQ(a.outputs.size(), b.outputs.size());
   for (size_t i = 0; i < a.outputs.size() && i < b.outputs.size(); ++i) {
@@ -52,7 +52,7 @@ TEST(RunConvApi, RunsAsASchedulerJobLikeInProcess) {
   so.devices = {{"reference", 1}};
   auto scheduler = sched::Scheduler::Create(so);
   ASSERT_TRUE(scheduler.ok()) << scheduler.status().ToString();
-  auto result = std::make_shared<convplan::RunResult>();
+  auto result = std::make_shared<runtime::RunResult>();
   std::atomic<int> progress{0};
   sched::JobRequest job;
   job.lane = "reference";
@@ -69,7 +69,7 @@ TEST(RunConvApi, RunsAsASchedulerJobLikeInProcess) {
 
   auto dev = device::DefaultBackendRegistry().Create("reference");
   ASSERT_TRUE(dev.ok());
-  auto direct = convplan::RunConvPlan(*prepared->plan, prepared->inputs, **dev, prepared->options);
+  auto direct = runtime::RunConvPlan(*prepared->plan, prepared->inputs, **dev, prepared->options);
   ASSERT_TRUE(direct.ok()) << direct.status().ToString();
   EXPECT_EQ(MaxDiff(*result, *direct), 0.0);
 

@@ -62,7 +62,7 @@ Planned PlanCase(const std::string& name) {
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   if (!m.ok()) return p;
   p.model = *m;
-  auto plan = BuildConvPlan(p.model);
+  auto plan = BuildConvPlan(p.model, runtime::HostKernels());
   EXPECT_TRUE(plan.ok()) << plan.status().ToString();
   if (plan.ok()) p.plan = std::move(*plan);
   return p;

@@ -9,10 +9,12 @@
 #include <sstream>
 #include <string>
 
-#include "compiler/convplan/executor.h"
 #include "compiler/onnx/loader.h"
 #include "device/backends/builtin.h"
 #include "device/npy.h"
+#include "runtime/executor.h"
+#include "runtime/host_kernels/registry.h"
+#include "runtime/report_table.h"
 
 using namespace kiln;  // NOLINT
 
@@ -23,8 +25,8 @@ int main(int argc, char** argv) {
   }
   std::string backend = "reference", level, threads;
   bool print_plan = false;
-  convplan::RunOptions o;
-  convplan::RunInputs inputs;
+  runtime::RunOptions o;
+  runtime::RunInputs inputs;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -34,7 +36,7 @@ int main(int argc, char** argv) {
     else if (a == "--plan") print_plan = true;
     else if (a == "--no-compare") o.compare_to_reference = false;
     else if (a == "--mode") {
-      auto m = convplan::ParseRunMode(next());
+      auto m = runtime::ParseRunMode(next());
       if (!m.ok()) return std::fprintf(stderr, "%s\n", m.status().ToString().c_str()), 2;
       o.mode = *m;
     } else if (a == "--fidelity") {
@@ -64,7 +66,7 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   auto model = onnx_fe::LoadModel(ss.str());
   if (!model.ok()) return std::fprintf(stderr, "%s\n", model.status().ToString().c_str()), 1;
-  auto plan = convplan::BuildConvPlan(*model);
+  auto plan = convplan::BuildConvPlan(*model, runtime::HostKernels());
   if (!plan.ok()) return std::fprintf(stderr, "%s\n", plan.status().ToString().c_str()), 1;
   const double plan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (print_plan) std::printf("%s\n", plan->ToString().c_str());
@@ -73,9 +75,9 @@ int main(int argc, char** argv) {
   if (!threads.empty()) bo.settings["threads"] = threads;
   auto dev = device::DefaultBackendRegistry().Create(backend, bo);
   if (!dev.ok()) return std::fprintf(stderr, "%s\n", dev.status().ToString().c_str()), 1;
-  auto r = convplan::RunConvPlan(*plan, inputs, **dev, o);
+  auto r = runtime::RunConvPlan(*plan, inputs, **dev, o);
   if (!r.ok()) return std::fprintf(stderr, "%s\n", r.status().ToString().c_str()), 1;
-  std::printf("%s", convplan::FormatReportTable(*r).c_str());
+  std::printf("%s", runtime::FormatReportTable(*r).c_str());
   std::printf("load+plan %.3f s, %zu ops (%zu device), run %.3f s\n", plan_s, plan->ops.size(),
               plan->num_device_ops(), r->total_seconds);
   for (const auto& [name, t] : r->outputs) std::printf("output %s %s\n", name.c_str(), t.DebugString().c_str());

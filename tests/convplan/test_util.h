@@ -1,5 +1,6 @@
-// Helpers shared by the convplan tests: small ONNX models built with OnnxModelBuilder, loading,
-// planning and running on the fp32 reference backend.
+// Helpers shared by the convplan and runtime tests (tests/convplan, tests/runtime): small ONNX
+// models built with OnnxModelBuilder, loading, planning (with the runtime's host-kernel registry)
+// and running on the fp32 reference backend.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,15 +11,25 @@
 #include <string>
 #include <vector>
 
-#include "compiler/convplan/executor.h"
+#include "compiler/convplan/passes/pass_manager.h"
 #include "compiler/convplan/plan.h"
 #include "compiler/onnx/loader.h"
 #include "device/backends/reference/reference_backend.h"
+#include "runtime/executor.h"
+#include "runtime/host_kernels/registry.h"
+#include "runtime/report_table.h"
 #include "tests/support/onnx_model_builder.h"
 
 namespace kiln::convplan::testutil {
 
 using kiln::testing::OnnxModelBuilder;
+using runtime::FormatReportTable;
+using runtime::LayerReport;
+using runtime::RunConvPlan;
+using runtime::RunInputs;
+using runtime::RunMode;
+using runtime::RunOptions;
+using runtime::RunResult;
 
 inline std::shared_ptr<const onnx_fe::Model> Load(const OnnxModelBuilder& b) {
   auto m = onnx_fe::LoadModel(b.Serialize());
@@ -100,9 +111,12 @@ inline double MaxDiff(const RunResult& a, const RunResult& b) {
 /// Plans `model` with all passes and with none, runs both on the reference backend and returns the
 /// max difference of the outputs (the rewrites must not change the result beyond fp32 rounding).
 inline double FusedVsUnfused(const std::shared_ptr<const onnx_fe::Model>& model) {
-  auto fused = BuildConvPlan(model);
-  PlanOptions none{false, false, false, false, false};
-  auto plain = BuildConvPlan(model, none);
+  auto fused = BuildConvPlan(model, runtime::HostKernels());
+  PlanOptions none;  // every pass off but RemoveDeadHostOps
+  for (const PipelinePass& p : Pipeline()) {
+    if (std::string(p.name) != "RemoveDeadHostOps") none.disabled_passes.push_back(p.name);
+  }
+  auto plain = BuildConvPlan(model, runtime::HostKernels(), none);
   EXPECT_TRUE(fused.ok()) << fused.status().ToString();
   EXPECT_TRUE(plain.ok()) << plain.status().ToString();
   if (!fused.ok() || !plain.ok()) return INFINITY;

@@ -6,6 +6,7 @@
 #   device/                 never includes compiler/, sched/, server/, store/, api/, cli/
 #   sched/                  never includes compiler/, server/, store/, api/, cli/
 #   store/                  never includes sched/, server/, api/, cli/
+#   runtime/                never includes sched/, server/, store/, api/, cli/ (knows no scheduler)
 #   api/                    never includes server/, cli/
 set -u
 root=${1:?usage: include_rules.sh SOURCE_ROOT}
@@ -30,6 +31,7 @@ check compiler sched server store api cli runtime
 check device compiler sched server store api cli runtime
 check sched compiler server store api cli runtime
 check store sched server api cli runtime
+check runtime sched server store api cli
 check api server cli
 [ $status -eq 0 ] && echo "include rules hold"
 exit $status

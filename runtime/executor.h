@@ -1,38 +1,38 @@
-// The ConvPlan executor (target kiln_convplan_runner): runs a ConvPlan (compiler/convplan/plan.h)
-// on a device backend, host ops in fp32, optionally next to an fp32 reference computed in the same
-// run, and reports per layer. This is the single entry point of `kiln run --local`, of the
-// DeviceService (wrapped as a WorkerPool job with MakeRunJob) and of tests.
+// The ConvPlan executor (library kiln_runtime, runtime/): runs a ConvPlan
+// (compiler/convplan/plan.h) on a device backend, host ops in fp32, optionally next to an fp32
+// reference computed in the same run, and reports per layer. This is the single entry point of
+// `kiln run --local`, of the DeviceService (wrapped as a scheduler job by its caller; the runtime
+// knows no scheduler) and of tests.
 //
-// Usage (kiln run --local / DeviceService):
-//   auto model = onnx_fe::LoadModel(bytes);                        // compiler/onnx/loader.h
-//   auto plan = convplan::BuildConvPlan(*model);                   // plan.h; cache it per model:
+// Usage:
+//   auto model = onnx_fe::LoadModel(bytes);                               // compiler/onnx/loader.h
+//   auto plan = convplan::BuildConvPlan(*model, runtime::HostKernels());  // plan.h; cache it per model:
 //   auto shared = std::make_shared<const convplan::ConvPlan>(std::move(*plan));  // immutable
-//   // in process:
-//   auto dev = device::DefaultBackendRegistry().Create("tt-emu");  // device/backends/builtin.h
-//   auto result = convplan::RunConvPlan(*shared, inputs, **dev, options, &token, progress);
-//   // or on the worker pool:
-//   auto out = std::make_shared<convplan::RunResult>();
-//   pool->Submit({.backend = "tt-emu", .client_id = peer,
-//                 .work = convplan::MakeRunJob(shared, inputs, options, out), .progress = fn});
-//   // after the JobHandle is done with OK: *out holds outputs + per-layer report.
-// When the pool runs several devices on few cores, set RunOptions::reference_threads (the fp32
-// reference chain otherwise uses every core inside each job).
+//   auto dev = device::DefaultBackendRegistry().Create("tt-emu");         // device/backends/builtin.h
+//   auto result = runtime::RunConvPlan(*shared, inputs, **dev, options, &token, progress);
+//   std::cout << runtime::FormatReportTable(*result);                      // runtime/report_table.h
+// When several runs share few cores, set RunOptions::reference_threads (the fp32 reference chain
+// otherwise uses every core inside each run).
+//
+// Responsibilities, one file each: this loop and value lifetime (executor.cc), inputs
+// (runtime/inputs.h), one device op on a backend (runtime/device_op_runner.h), the accuracy policy
+// (runtime/accuracy.h), host kernels (runtime/host_kernels/registry.h), the text report
+// (runtime/report_table.h).
 //
 // Execution
-// * Inputs: `RunInputs` by graph input name; any dtype device::Tensor accepts (converted to fp32),
-//   rank and known dims must match the plan's input (INVALID_ARGUMENT otherwise); symbolic dims
-//   take the given size. An absent input is generated: seeded uniform random in [-1, 1) with
-//   RunOptions::input_seed (same seed + same input name → same data), symbolic dims bound to 1;
-//   an input with an unknown (not symbolic) dim cannot be generated → INVALID_ARGUMENT.
-//   Unknown input names → INVALID_ARGUMENT.
-// * Device ops go to `device` with RunOptions::precision; fused activations are passed to the
-//   backend (when its capabilities().activations lists them; otherwise applied on the host in fp32
-//   and flagged in the report). K-split parts run as separate device convs (no bias, no activation) whose partial
-//   results are summed on the host in fp32, then bias and activation are applied on the host; a
-//   residual add and its activation are always host fp32 (no backend has an eltwise op).
-// * Host ops run in fp32 (MaxPool / AveragePool through the fp32 reference backend, the rest in
-//   plain C++). Host values are fp32 row-major tensors; integer tensors (e.g. Reshape shapes
-//   computed at run time) are carried as fp32 values, constant ones are read exactly.
+// * Inputs: `RunInputs` by graph input name, checked and converted to fp32; absent inputs are
+//   generated with RunOptions::input_seed (rules in runtime/inputs.h). INVALID_ARGUMENT for
+//   unknown names, shapes that do not match, inputs that cannot be generated.
+// * Device ops go to `device` with RunOptions::precision (runtime/device_op_runner.h: fused
+//   activations passed to the backend when its capabilities().activations lists them, otherwise
+//   applied on the host in fp32 and flagged in the report; K-split parts summed on the host; the
+//   residual add always host fp32).
+// * Host ops run through the host-kernel registry (runtime/host_kernels/registry.h) in fp32,
+//   MaxPool / AveragePool through the fp32 reference backend. Host values are fp32 row-major
+//   tensors; integer tensors (e.g. Reshape shapes computed at run time) are carried as fp32
+//   values, constant ones are read exactly.
+// * Value lifetime: every tensor is dropped (from both chains) after the last op that reads it,
+//   except graph outputs; model constants are converted to tensors once per run, on first use.
 // * Modes (RunMode):
 //     kChained  — the device output of each op feeds the next op (what a real deployment sees);
 //                 with compare_to_reference an independent fp32 chain runs alongside and every op
@@ -40,16 +40,13 @@
 //     kPerLayer — every device op is fed the fp32 REFERENCE input (isolates each layer's own
 //                 error); the reference chain is always computed. Graph outputs are the device
 //                 results where a device op produced them, else the reference values.
-// * Comparison: per op, PCC of device vs reference output computed as tt-metal's comp_pcc
-//   (device/numerics/pcc.h, tt-numerics.md §9.3) on all the op's outputs concatenated, max abs
-//   error, and the threshold of tt-metal's run_conv rule for the resolved precision
-//   (tt-numerics.md §9.1: ConvPccThreshold with Cin·kh·kw = total input channels times kernel
-//   area, and the op's device activation; ConvTransposePccThreshold for transposed convs);
-//   RunOptions::pcc_threshold > 0 replaces the rule (tt-metal's "custom PCC"). pass = comp_pcc's
-//   pass at that threshold. Host ops are reported (timing, and PCC / max error when compared) but
-//   have no threshold and always pass.
-// * Cancellation: `cancel` is checked before every op (and backends check it inside long ops):
-//   CANCELLED or DEADLINE_EXCEEDED is returned as the run's status.
+// * Comparison: per op, comp_pcc of device vs reference output, max abs error and pass at the
+//   threshold of tt-metal's run_conv rule for the resolved precision (policy in
+//   runtime/accuracy.h); RunOptions::pcc_threshold > 0 replaces the rule. Host ops are reported
+//   (timing, and PCC / max error when compared) but have no threshold and always pass.
+// * Cancellation: `cancel` is checked before every op (backends check it inside long ops, host
+//   kernels at least every ~50 ms of work): CANCELLED or DEADLINE_EXCEEDED is returned as the
+//   run's status.
 // * Progress: `progress` (may be empty) is called after every op with step = 1-based op index,
 //   total = number of ops, message = "conv1 conv2d 3.2 ms pcc=0.99987".
 // * Errors: INVALID_ARGUMENT (inputs, shapes the backend rejects — message names the op),
@@ -61,9 +58,9 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -72,17 +69,15 @@
 #include "device/backends/backend.h"
 #include "device/backends/precision.h"
 #include "device/tensor.h"
+#include "runtime/inputs.h"
 
-namespace kiln::convplan {
+namespace kiln::runtime {
 
 enum class RunMode { kChained = 0, kPerLayer = 1 };
 /// "chained" / "per_layer".
 const char* RunModeName(RunMode mode);
 /// "chained" | "per_layer" (also "per-layer", case-insensitive); INVALID_ARGUMENT otherwise.
 Result<RunMode> ParseRunMode(std::string_view name);
-
-/// Graph input name → tensor.
-using RunInputs = std::map<std::string, device::Tensor>;
 
 struct RunOptions {
   RunMode mode = RunMode::kChained;
@@ -103,7 +98,7 @@ struct RunOptions {
 
 /// One op of the run.
 struct LayerReport {
-  std::string name;                 ///< PlanOp::name
+  std::string name;                 ///< convplan::PlanOp::name
   std::string op;                   ///< "conv2d", "conv_transpose2d", or the host ONNX op type
   bool on_device = false;
   std::vector<std::string> source_nodes;  ///< ONNX nodes folded into this op
@@ -122,7 +117,7 @@ struct LayerReport {
   std::string implementation;       ///< OpReport::implementation (device ops)
   std::string blocking;             ///< OpReport::blocking (tt-emu's K blocking)
   bool compared = false;            ///< false when no reference was computed
-  double pcc = 0.0;                 ///< comp_pcc value (tt-numerics.md §9.3)
+  double pcc = 0.0;                 ///< comp_pcc value (runtime/accuracy.h)
   double max_abs_error = 0.0;       ///< max |device - reference| over the op's outputs
   double threshold = 0.0;           ///< tt-metal rule (device ops; 0 for host ops)
   bool pass = true;                 ///< comp_pcc pass at `threshold` (host ops: always true)
@@ -143,16 +138,12 @@ struct RunResult {
   double total_seconds = 0.0;           ///< wall time of the whole run
 };
 
-/// Progress callback type (device/backends/backend.h): step, total, message.
+/// Progress callback (device/backends/backend.h): step, total, message.
 using ProgressFn = device::ProgressFn;
 
 /// Runs `plan` on `device` (see the header comment). `cancel` and `progress` may be null / empty.
-Result<RunResult> RunConvPlan(const ConvPlan& plan, const RunInputs& inputs, device::Backend& device,
+Result<RunResult> RunConvPlan(const convplan::ConvPlan& plan, const RunInputs& inputs, device::Backend& device,
                               const RunOptions& options, const device::CancelToken* cancel = nullptr,
                               const ProgressFn& progress = {});
 
-/// A fixed-width text table of the report (one row per layer: name, op, output shape, time, PCC,
-/// max error, threshold, pass), for `kiln run --report table` and `make demo`.
-std::string FormatReportTable(const RunResult& result);
-
-}  // namespace kiln::convplan
+}  // namespace kiln::runtime

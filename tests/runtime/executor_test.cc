@@ -1,19 +1,20 @@
 // The ConvPlan executor: tt-emu in chained and per_layer modes with the per-layer report
-// (thresholds follow tt-metal's run_conv rules, tt-numerics.md §9.1; pass = PCC >= threshold),
-// inputs (generated / given / wrong), cancellation, progress, and the WorkerPool job wrapper.
+// (thresholds follow tt-metal's run_conv rules, runtime/accuracy.h; pass = PCC >= threshold),
+// inputs (generated / given / wrong), cancellation and progress.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <stdexcept>
 
 #include "device/backends/builtin.h"
 #include "device/backends/tt_emu/tt_emu_backend.h"
 #include "tests/convplan/test_util.h"
 
-namespace kiln::convplan {
+namespace kiln::runtime {
 namespace {
 
-using namespace testutil;  // NOLINT
+using namespace convplan::testutil;  // NOLINT
+using convplan::BuildConvPlan;
+using convplan::ConvPlan;
 using kiln::testing::SetInt;
 using kiln::testing::SetInts;
 
@@ -36,7 +37,7 @@ std::shared_ptr<const onnx_fe::Model> SmallNet() {
 }
 
 ConvPlan SmallPlan() {
-  auto p = BuildConvPlan(SmallNet());
+  auto p = BuildConvPlan(SmallNet(), HostKernels());
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   return std::move(*p);
 }
@@ -163,7 +164,7 @@ TEST(Executor, HugeOutputIsResourceExhaustedNamingTheLayer) {
   b.Output("y");
   auto m = Load(b);
   ASSERT_NE(m, nullptr);
-  auto p = BuildConvPlan(m);
+  auto p = BuildConvPlan(m, HostKernels());
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   auto tt = device::MakeTtEmuBackend({});
   ASSERT_TRUE(tt.ok()) << tt.status().ToString();
@@ -319,4 +320,4 @@ TEST(Executor, BackendErrorsNameTheOpAndExceptionsDoNotEscape) {
 }
 
 }  // namespace
-}  // namespace kiln::convplan
+}  // namespace kiln::runtime

@@ -1,19 +1,26 @@
-// fp32 host ops of the executor (compiler/convplan/host_ops.h), against hand-computed values from
-// the ONNX operator definitions.
+// fp32 host kernels of the runtime (runtime/host_kernels/registry.h), against hand-computed values
+// from the ONNX operator definitions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
-#include "compiler/convplan/host_ops.h"
+#include "runtime/host_kernels/registry.h"
 #include "tests/convplan/test_util.h"
 
-namespace kiln::convplan {
+namespace kiln::runtime {
 namespace {
 
 using device::Tensor;
 using onnx_fe::Attribute;
 using onnx_fe::AttributeType;
 using onnx_fe::Node;
+
+// Runs `node` through the registry (as the executor does), without a cancel token.
+Result<std::vector<Tensor>> RunHostOp(const Node& node, const HostKernelInputs& inputs, device::Backend& fp32) {
+  return HostKernels().Run(node, inputs, HostKernelContext{fp32, nullptr});
+}
 
 Node MakeNode(const std::string& op, size_t n_in, int64_t opset = 13) {
   Node n;
@@ -63,7 +70,7 @@ Tensor T(std::vector<int64_t> shape, std::vector<float> v) {
 std::vector<float> Vals(const Tensor& t) { return {t.span<float>().begin(), t.span<float>().end()}; }
 
 Tensor Run1(const Node& n, std::vector<const Tensor*> in) {
-  auto r = RunHostOp(n, in, testutil::Reference());
+  auto r = RunHostOp(n, in, convplan::testutil::Reference());
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   if (!r.ok()) return Tensor();
   return std::move((*r)[0]);
@@ -80,7 +87,7 @@ TEST(HostOps, BroadcastArithmetic) {
   EXPECT_EQ(d.shape(), (std::vector<int64_t>{2, 3}));
   EXPECT_FLOAT_EQ(d.data<float>()[5], 1.5f);
   Tensor bad = T({4}, {1, 2, 3, 4});
-  auto r = RunHostOp(MakeNode("Add", 2), {&a, &bad}, testutil::Reference());
+  auto r = RunHostOp(MakeNode("Add", 2), {&a, &bad}, convplan::testutil::Reference());
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
 }
@@ -198,7 +205,7 @@ TEST(HostOps, PoolingAndBatchNormAndCast) {
   Node mpi = MakeNode("MaxPool", 1);
   mpi.outputs.push_back("indices");
   SetIs(mpi, "kernel_shape", {1, 2});
-  auto r = RunHostOp(mpi, {&x}, testutil::Reference());
+  auto r = RunHostOp(mpi, {&x}, convplan::testutil::Reference());
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
 }
@@ -216,10 +223,111 @@ TEST(HostOps, ConcatAndUnaryMath) {
   EXPECT_NEAR(Run1(MakeNode("Erf", 1), {&x}).data<float>()[0], std::erf(-1.0), 1e-7);
   EXPECT_NEAR(Run1(MakeNode("Tanh", 1), {&x}).data<float>()[2], std::tanh(4.0), 1e-7);
   EXPECT_NEAR(Run1(MakeNode("Sigmoid", 1), {&x}).data<float>()[1], 0.5, 1e-7);
-  auto r = RunHostOp(MakeNode("Exp", 1), {&x}, testutil::Reference());
+  auto r = RunHostOp(MakeNode("Exp", 1), {&x}, convplan::testutil::Reference());
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
 }
 
+
+// The registry is the one list of host ops: what BuildConvPlan accepts is what the executor runs.
+TEST(HostOpRegistry, OneListForPlannerAndExecutor) {
+  const HostKernelRegistry& r = HostKernels();
+  ASSERT_TRUE(r.status().ok()) << r.status().ToString();
+  const std::vector<std::string> types = r.HostOpTypes();
+  EXPECT_TRUE(std::is_sorted(types.begin(), types.end()));
+  EXPECT_EQ(types.size(), 30u);
+  for (const char* t : {"MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Gemm", "MatMul",
+                        "BatchNormalization", "Add", "Sub", "Mul", "Div", "Relu", "Clip", "Sigmoid", "Tanh",
+                        "Erf", "Sqrt", "Abs", "Neg", "Cast", "Reshape", "Flatten", "Transpose", "Squeeze",
+                        "Unsqueeze", "Pad", "Softmax", "Identity", "Dropout", "Constant"}) {
+    EXPECT_TRUE(r.SupportsHostOp(t)) << t;
+    ASSERT_NE(r.Find(t), nullptr) << t;
+  }
+  EXPECT_FALSE(r.SupportsHostOp("Conv"));
+  EXPECT_FALSE(r.SupportsHostOp("Exp"));
+  const convplan::HostOpSupport& support = r;  // what compiler/convplan sees
+  EXPECT_EQ(support.HostOpTypes(), types);
+}
+
+TEST(HostOpRegistry, RejectsDuplicatesAndIncompleteKernels) {
+  auto run = [](const Node&, const HostKernelInputs&, const HostKernelContext&) -> Result<std::vector<Tensor>> {
+    return std::vector<Tensor>{};
+  };
+  auto bytes = [](const Node&, const std::vector<std::vector<int64_t>>&) -> int64_t { return 0; };
+  HostKernelRegistry r;
+  r.Add({{"Foo", "Bar"}, bytes, run});
+  EXPECT_TRUE(r.status().ok());
+  r.Add({{"Baz", "Foo"}, bytes, run});
+  EXPECT_EQ(r.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(r.HostOpTypes(), (std::vector<std::string>{"Bar", "Foo"}));  // nothing of the rejected kernel
+  HostKernelRegistry empty;
+  empty.Add({{}, bytes, run});
+  EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
+  HostKernelRegistry null_fn;
+  null_fn.Add({{"Foo"}, bytes, nullptr});
+  EXPECT_EQ(null_fn.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(HostOpRegistry, MemoryEstimatesFromInputShapes) {
+  const HostKernelRegistry& r = HostKernels();
+  auto est = [&](const Node& n, std::vector<std::vector<int64_t>> shapes) {
+    auto b = r.EstimateBytes(n, shapes);
+    EXPECT_TRUE(b.ok()) << b.status().ToString();
+    return b.ok() ? *b : -1;
+  };
+  EXPECT_EQ(est(MakeNode("Relu", 1), {{2, 3, 4}}), 2 * 3 * 4 * 4);
+  EXPECT_EQ(est(MakeNode("Add", 2), {{2, 1, 4}, {3, 1}}), 2 * 3 * 4 * 4);
+  EXPECT_EQ(est(MakeNode("Concat", 2), {{1, 2, 5}, {1, 3, 5}}), 5 * 5 * 4);
+  Node gemm = MakeNode("Gemm", 2);
+  SetI(gemm, "transB", 1);
+  EXPECT_EQ(est(gemm, {{7, 16}, {9, 16}}), 7 * 9 * 4);
+  EXPECT_EQ(est(MakeNode("MatMul", 2), {{4, 1, 2, 8}, {3, 8, 5}}), 4 * 3 * 2 * 5 * 4);
+  EXPECT_EQ(est(MakeNode("GlobalAveragePool", 1), {{2, 8, 7, 7}}), 2 * 8 * 4);
+  Node pad = MakeNode("Pad", 1, 2);
+  SetIs(pad, "pads", {0, 1, 0, 2});
+  EXPECT_EQ(est(pad, {{2, 3}}), 2 * 6 * 4);
+  // MaxPool: a copy of the input plus an output at least as large as the real one.
+  Node mp = MakeNode("MaxPool", 1);
+  SetIs(mp, "kernel_shape", {2, 2});
+  SetIs(mp, "strides", {2, 2});
+  EXPECT_GE(est(mp, {{1, 4, 8, 8}}), (4 * 8 * 8 + 4 * 4 * 4) * 4);
+  EXPECT_LE(est(mp, {{1, 4, 8, 8}}), (4 * 8 * 8 + 4 * 5 * 5) * 4);
+  // Saturates instead of overflowing.
+  EXPECT_EQ(est(MakeNode("Relu", 1), {{int64_t{1} << 40, int64_t{1} << 40}}), std::numeric_limits<int64_t>::max());
+  auto unknown = r.EstimateBytes(MakeNode("Exp", 1), {{1}});
+  EXPECT_EQ(unknown.status().code(), StatusCode::kUnimplemented);
+}
+
+TEST(HostOpRegistry, LongKernelsHonourTheCancelToken) {
+  // 2^22 elements: several kCancelPollWork steps, so the kernels check the token mid-way.
+  auto x = Tensor::Zeros({1, 4, 1024, 1024});
+  ASSERT_TRUE(x.ok());
+  device::CancelToken cancelled;
+  cancelled.Cancel();
+  const HostKernelContext ctx{convplan::testutil::Reference(), &cancelled};
+  for (const char* op : {"Relu", "Sigmoid", "Softmax", "Transpose", "BatchNormalization", "GlobalAveragePool"}) {
+    Node n = MakeNode(op, 1);
+    Tensor c = T({4}, {1, 1, 1, 1});
+    HostKernelInputs in = {&*x};
+    if (std::string(op) == "BatchNormalization") {
+      n = MakeNode(op, 5);
+      in = {&*x, &c, &c, &c, &c};
+    }
+    auto r = HostKernels().Run(n, in, ctx);
+    ASSERT_FALSE(r.ok()) << op;
+    EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << op;
+  }
+  Tensor a = T({2, 2}, {1, 2, 3, 4});
+  auto add = HostKernels().Run(MakeNode("Add", 2), {&*x, &*x}, ctx);
+  EXPECT_EQ(add.status().code(), StatusCode::kCancelled);
+  device::CancelToken expired(device::CancelToken::Clock::now());
+  const HostKernelContext late{convplan::testutil::Reference(), &expired};
+  auto r = HostKernels().Run(MakeNode("Relu", 1), {&*x}, late);
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded);
+  // Small work finishes before the first check.
+  auto small = HostKernels().Run(MakeNode("MatMul", 2), {&a, &a}, ctx);
+  EXPECT_TRUE(small.ok()) << small.status().ToString();
+}
+
 }  // namespace
-}  // namespace kiln::convplan
+}  // namespace kiln::runtime

@@ -1,0 +1,55 @@
+// Runs one DeviceOp of a ConvPlan (compiler/convplan/plan.h) on one backend
+// (device/backends/backend.h), for the executor (runtime/executor.h) — on the device backend and,
+// for the comparison, on the fp32 reference.
+//
+// Computation, for K parts x_k = inputs[k] with weights[k] (DeviceOp's definition):
+//   y = Σ_k conv(x_k, weights[k]) + bias     one part: a single backend call with bias and the
+//                                            fused activation; K parts: one backend call per part
+//                                            (no bias, no activation), partial results summed on
+//                                            the host in fp32, then bias added on the host
+//   y = activation(y)                        on the host in fp32 for K-splits (it applies to the
+//                                            sum) and when `caps.activations` lacks it
+//                                            (DeviceOpRun::activation_on_host)
+//   y = residual_activation(y + residual)    always host fp32 (no backend has an eltwise op)
+// 1-D ops (spatial_rank 1) run as (N, C, 1, W) and come back as (N, C, W). Outputs are fp32 NCHW
+// row-major whatever layout the backend returns.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "compiler/convplan/plan.h"
+#include "device/backends/backend.h"
+#include "device/backends/precision.h"
+#include "device/tensor.h"
+
+namespace kiln::runtime {
+
+/// Result of one device op on one backend, before the output split.
+struct DeviceOpRun {
+  device::Tensor y;                 ///< all O output channels
+  double device_seconds = 0.0;      ///< OpReport::seconds summed over the K parts
+  double host_seconds = 0.0;        ///< host glue: K-split sum, bias / activation, residual add
+  int64_t macs = 0;                 ///< OpReport::macs summed
+  std::string implementation;       ///< first part's OpReport::implementation
+  std::string blocking;             ///< first part's OpReport::blocking
+  bool activation_on_host = false;  ///< a non-none fused activation ran on the host
+};
+
+/// Runs `op` on `backend` (whose capabilities are `caps`) with `inputs` (one per DeviceOp::inputs
+/// entry) and `residual` (null unless DeviceOp::residual is set), at `precision`, checking `cancel`
+/// (may be null; backends check it inside long ops). Errors: INVALID_ARGUMENT for an input of the
+/// wrong rank or a residual of another shape than the conv output, INTERNAL when K parts disagree
+/// in shape, the backend's errors unchanged.
+Result<DeviceOpRun> RunDeviceOp(const convplan::DeviceOp& op, device::Backend& backend,
+                                const device::BackendCapabilities& caps, const std::vector<const device::Tensor*>& inputs,
+                                const device::Tensor* residual, const device::PrecisionConfig& precision,
+                                const device::CancelToken* cancel);
+
+/// Splits `y` into the op's output slices (DeviceOp::outputs order; channels [begin, end) of
+/// dim 1). One slice covering every channel moves `y` without a copy.
+Result<std::vector<device::Tensor>> SplitOutputs(const convplan::DeviceOp& op, device::Tensor y);
+
+}  // namespace kiln::runtime

@@ -1,0 +1,45 @@
+// The inputs of a plan run (runtime/executor.h): given inputs checked and converted, absent ones
+// generated.
+//
+// * Given: any dtype device::Tensor accepts (converted to fp32 NCHW row-major); rank and known dims
+//   must match the plan's input (INVALID_ARGUMENT "input 'x' has shape [..], the model declares
+//   [..]"); symbolic dims take the given size. A name that is not a plan input is INVALID_ARGUMENT
+//   listing the model's inputs.
+// * Absent: seeded uniform random in [-1, 1): splitmix64 over (seed ^ FNV-1a(name)), one step per
+//   element, the top 24 bits scaled — platform independent, so the same seed and input name give
+//   the same data everywhere. Symbolic dims are bound to 1; an unknown rank or an unknown (not
+//   symbolic) dim cannot be generated → INVALID_ARGUMENT asking for the input.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "compiler/convplan/plan.h"
+#include "device/tensor.h"
+
+namespace kiln::runtime {
+
+/// Graph input name → tensor.
+using RunInputs = std::map<std::string, device::Tensor>;
+
+struct ResolvedInputs {
+  /// Every plan input in ConvPlan::inputs order: (name, fp32 tensor).
+  std::vector<std::pair<std::string, device::Tensor>> values;
+  /// Names of the inputs that were absent and generated, in plan order.
+  std::vector<std::string> generated;
+};
+
+/// Resolves the run's inputs (see the header comment); the first error in plan order is returned.
+Result<ResolvedInputs> ResolveInputs(const std::vector<convplan::PlanInput>& plan_inputs, const RunInputs& given,
+                                     uint64_t seed);
+
+/// One given input checked against `in` and converted to fp32 NCHW.
+Result<device::Tensor> ConvertInput(const convplan::PlanInput& in, const device::Tensor& given);
+/// One absent input generated with `seed`.
+Result<device::Tensor> GenerateInput(const convplan::PlanInput& in, uint64_t seed);
+
+}  // namespace kiln::runtime
