@@ -9,6 +9,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "common/reactor.h"
 #include "device/backends/builtin.h"
 #include "device/backends/reference/reference_backend.h"
 #include "runtime/accuracy.h"
@@ -298,6 +299,7 @@ class Runner {
 Result<RunResult> RunConvPlan(const ConvPlan& plan, const RunInputs& inputs, device::Backend& device,
                               const RunOptions& options, const device::CancelToken* cancel,
                               const ProgressFn& progress) {
+  AssertNotOnReactor("RunConvPlan");
   try {
     device::Backend* ref = options.reference;
     std::unique_ptr<device::Backend> owned;

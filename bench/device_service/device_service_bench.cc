@@ -91,12 +91,14 @@ struct RemoteTimes {
   double run = 0, queue = 0;
 };
 
-bool RunRemote(Server& s, double* seconds, RemoteTimes* times = nullptr, const std::string& model_id = "") {
+bool RunRemote(Server& s, double* seconds, RemoteTimes* times = nullptr, const std::string& model_id = "",
+               const std::string& client = "") {
   kiln::v1::RunConvLayersRequest req;
   req.set_model_id(model_id.empty() ? s.model_id : model_id);
   req.set_backend("tt-emu");
   req.set_skip_reference(true);
   grpc::ClientContext ctx;
+  if (!client.empty()) ctx.AddMetadata("x-kiln-client", client);
   kiln::v1::RunConvLayersResponse resp;
   auto t0 = Clock::now();
   grpc::Status st = s.devices->RunConvLayers(&ctx, req, &resp);
@@ -130,9 +132,10 @@ void HealthUnderLoad(Server& s, const std::string& bytes, int runs) {
   }
   std::atomic<int> left{runs};
   std::vector<std::thread> threads;
-  for (const auto& id : ids) {
-    threads.emplace_back([&, id] {
-      RunRemote(s, nullptr, nullptr, id);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    threads.emplace_back([&, i] {
+      // One client each, as 64 users would be (one client may queue half a lane).
+      RunRemote(s, nullptr, nullptr, ids[i], "client" + std::to_string(i));
       --left;
     });
   }

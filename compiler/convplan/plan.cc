@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/reactor.h"
 #include "compiler/convplan/passes/pass_manager.h"
 #include "device/backends/conv_geometry.h"
 
@@ -385,6 +386,7 @@ Result<ConvPlan> LowerModel(std::shared_ptr<const fe::Model> model, const HostOp
 
 Result<ConvPlan> BuildConvPlan(std::shared_ptr<const fe::Model> model, const HostOpSupport& host_ops,
                                const PlanOptions& options) {
+  AssertNotOnReactor("BuildConvPlan");
   try {
     auto passes = PipelinePasses(options.disabled_passes);
     if (!passes.ok()) return passes.status();
