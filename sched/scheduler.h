@@ -1,4 +1,4 @@
-// kiln::sched::Scheduler — the one scheduler of every unit of work in kilnd (ARCHITECTURE.md).
+// kiln::sched::Scheduler — the one scheduler of every unit of work in kilnd (docs/architecture.md).
 //
 // Lanes
 // * A lane is a bounded, fair queue in front of a fixed set of workers. Each worker is one thread

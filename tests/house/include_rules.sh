@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The rules of the house (ARCHITECTURE.md, "Rules of the house") as include checks over the source
+# The rules of the house (docs/architecture.md, "Rules of the house") as include checks over the source
 # tree: fails, listing every offending line, when a folder includes one it must not.
 #   cli/ <-> server/        never include each other (both use api/)
 #   compiler/               never includes sched/, server/, store/, api/, cli/, runtime/
