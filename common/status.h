@@ -1,6 +1,6 @@
 // Kiln's error type for module boundaries: Status (code + message) and Result<T> (value or Status).
 // Codes carry the same numeric values as grpc::StatusCode, so services map them one to one
-// (see server/grpc_status.h). Exceptions never cross a module boundary that returns these.
+// (server/rpc_context.h ToGrpc). Exceptions never cross a module boundary that returns these.
 #pragma once
 
 #include <cassert>
@@ -10,7 +10,7 @@
 
 namespace kiln {
 
-/// Canonical error codes; numeric values equal gRPC's (grpc/impl/codegen/status_code_enum.h).
+/// Canonical error codes; numeric values equal gRPC's (<grpcpp/support/status_code_enum.h>).
 enum class StatusCode : int {
   kOk = 0,
   kCancelled = 1,

@@ -1,4 +1,4 @@
-// Device benchmark (issue 5): FMA peak of this machine, the fp32 reference backend on a 3x3,
+// Device benchmark: FMA peak of this machine, the fp32 reference backend on a 3x3,
 // 64→64, 56x56, batch 8 conv (GFLOP/s and ratio to peak), and — when a "tt-emu" backend is
 // registered — tt-emu `fast` at HiFi4 and LoFi (ratio to the reference) and tt-emu `exact` MAC/s.
 //

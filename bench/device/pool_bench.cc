@@ -1,4 +1,4 @@
-// Worker-pool throughput (issue 6): the same batch of conv jobs through a pool of 1 device and of
+// Worker-pool throughput: the same batch of conv jobs through a pool of 1 device and of
 // 2 devices of one backend, submitted by 4 client threads. For "reference" the 1-device pool uses
 // all cores per op and each of 2 devices gets threads=1. tt-emu devices are created with
 // level=fast (override with --level).

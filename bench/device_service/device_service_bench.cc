@@ -1,10 +1,10 @@
-// DeviceService overhead and device scaling (issue 6):
+// DeviceService overhead and device scaling:
 //  1. End-to-end RunConvLayers through kilnd (gRPC, model load + plan, queueing, tensor
 //     serialization both ways) against calling the executor directly on a tt-emu backend in
 //     process, for the same job (target: overhead <= 10%).
 //  2. Throughput of kilnd with 2 tt-emu devices against 1, 8 concurrent clients.
 // Usage: bench_device_service [MODEL.onnx] [REPS]   (default: conv-cases convtranspose_s2_outpad1, a
-// ~40 ms job on tt-emu exact, the size the issue names)
+// ~40 ms job on tt-emu exact)
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // Benchmark: kiln::onnx_fe::LoadModel on a ~100 MB model (42 Conv 256->256 3x3 layers, fp32
 // raw_data weights) against a bare onnx::ModelProto::ParseFromArray of the same bytes, measured
-// side by side in one run. Target (issue 3): LoadModel <= 2x the bare parse.
+// side by side in one run. Target: LoadModel <= 2x the bare parse.
 // After the benchmarks it prints "ratio load/parse = X" (CPU time per load over CPU time per
 // parse, all repetitions; wall-time ratio too) and exits 1 when X > 2. CPU time is the gate
 // because the machine is shared and wall time includes waiting for a core.

@@ -1,8 +1,8 @@
-// tt-emu benchmark (issue 5):
+// tt-emu benchmark:
 //   --speed : the 3x3 64->64 56x56 batch-8 conv: reference (fp32 oneDNN, one-shot Conv2d) vs
 //             tt-emu fast at LoFi/HiFi2/HiFi4 (ratio to reference, time breakdown), and tt-emu exact
 //             MAC/s (HiFi4 and LoFi, N=1 28x28 to keep the run short).
-//   --table : fast vs exact on scaled-down tt-metal conv shapes (tt-numerics.md §13): PCC(fast,
+//   --table : fast vs exact on scaled-down tt-metal conv shapes (docs/specs/tt-numerics.md §13): PCC(fast,
 //             exact), max ulp difference in the output dtype (all outputs, and outputs with
 //             |y| >= max|y|/64), share of bit-identical outputs, PCC of each against fp32.
 // Usage: kiln_tt_emu_bench [--speed] [--table] [--reps N]   (default: both)

@@ -1,5 +1,5 @@
-// The device backend interface: the narrow boundary between Kiln's scheduling (worker pool,
-// device/worker_pool, issue 6) and whatever executes conv-style ops — the fp32 `reference` backend
+// The device backend interface: the narrow boundary between Kiln's scheduling (sched/scheduler.h)
+// and whatever executes conv-style ops — the fp32 `reference` backend
 // (oneDNN), the `tt-emu` Tensix emulator, later a remote `kiln-worker` proxy or a real-card `ttnn`
 // backend.
 //

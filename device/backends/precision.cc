@@ -7,7 +7,7 @@ PrecisionConfig PrecisionConfig::TtawConv() {
   p.math_fidelity = MathFidelity::kHiFi4;
   p.fp32_dest_acc_en = true;
   p.packer_l1_acc = true;
-  p.math_approx_mode = false;  // "exact SFPU activations" (ttaw-conv.py.txt header)
+  p.math_approx_mode = false;  // "exact SFPU activations" (CONV_PRECISION, precision.h)
   return p;
 }
 

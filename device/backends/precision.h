@@ -2,14 +2,14 @@
 // Conv2dConfig (weights_dtype, the output `dtype`, act_block_w) and its compute kernel config
 // (math_fidelity, math_approx_mode, fp32_dest_acc_en, packer_l1_acc), plus the architecture.
 //
-// Defaults are TT-NN's conv defaults (../shared/reference/tt-numerics.md §8 item 3, "Default
-// compute config"): HiFi4, math_approx_mode = true, fp32_dest_acc_en = true only if the input AND
-// the weights are float32, packer_l1_acc = false; weights, input and output in bfloat16 (TT-NN's
-// Conv2dConfig weights_dtype default and the output dtype following a bf16 input); arch
-// wormhole_b0; act_block_w = 0 meaning "TT-NN's height-sharded default: one K block per kernel row,
-// round_up(Cin_pad * kw, 32) wide" (tt-numerics.md §8 item 4).
-// Note: the ttaw builders (../shared/seeds/ttaw-conv.py.txt, CONV_PRECISION) deliberately run
-// "HiFi4+fp32+l1acc" instead; `PrecisionConfig::TtawConv()` gives that.
+// Defaults are TT-NN's conv defaults (docs/specs/tt-numerics.md §8 item 3, "Default compute
+// config"; docs/specs/tt-conv-dataflow.md §1): HiFi4, math_approx_mode = true, fp32_dest_acc_en =
+// true only if the input AND the weights are float32, packer_l1_acc = false; weights, input and
+// output in bfloat16 (TT-NN's Conv2dConfig weights_dtype default and the output dtype following a
+// bf16 input); arch wormhole_b0; act_block_w = 0 meaning "TT-NN's height-sharded default: one K
+// block per kernel row, round_up(Cin_pad * kw, 32) wide" (docs/specs/tt-numerics.md §8 item 4).
+// Note: the ttaw conv builders (Python, CONV_PRECISION) deliberately run "HiFi4+fp32+l1acc" with
+// exact SFPU activations instead; `PrecisionConfig::TtawConv()` gives that.
 //
 // The fp32 reference backend ignores every field (it always computes in float32); tt-emu models them.
 #pragma once
@@ -48,7 +48,7 @@ struct PrecisionConfig {
   /// weights_dtype are both float32. Use EffectiveFp32DestAcc().
   std::optional<bool> fp32_dest_acc_en;
   /// Accumulate partials in L1 with the packer (effective only when requested AND ((bias AND
-  /// num_blocks > 1) OR num_blocks > 2), tt-numerics.md §8 item 5).
+  /// num_blocks > 1) OR num_blocks > 2), docs/specs/tt-numerics.md §8 item 5).
   bool packer_l1_acc = false;
   /// SFPU approximations for the fused activations (silu/gelu/sigmoid...).
   bool math_approx_mode = true;

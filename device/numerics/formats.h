@@ -1,5 +1,5 @@
 // Tensix number formats and the conversions between them, as bit-pattern arithmetic.
-// Spec: ../shared/reference/tt-numerics.md (copied rules are cited by section: §1 formats, §2 host
+// Spec: docs/specs/tt-numerics.md (rules are cited by section: §1 formats, §2 host
 // conversions done by tt-metal on the CPU, §3 the device packer (Dst → L1), §4 the device unpacker
 // (L1 → SrcA/SrcB)). Every function here is total (defined for every input pattern, NaN/Inf
 // included) and bit-exact against tests/data/tt-vectors.

@@ -1,6 +1,6 @@
 // Tensix FPU arithmetic: the matrix-multiply (MVMUL) fidelity model, ELWADD (the fused bias add)
 // and packer L1 accumulation, as bit-exact integer models of ttsim v1.10.0.
-// Spec: ../shared/reference/tt-numerics.md §5 (MVMUL), §6 (ELWADD), §7 (packer_l1_acc).
+// Spec: docs/specs/tt-numerics.md §5 (MVMUL), §6 (ELWADD), §7 (packer_l1_acc).
 //
 // Values are fp32 bit patterns (uint32_t). With a bf16 Dst (fp32_dest_acc_en = false) Dst values
 // are fp32 patterns whose low 16 bits are 0, both on input and on output. Inf/NaN operands are

@@ -49,7 +49,7 @@ Result<PccResult> CompPcc(std::span<const float> golden, std::span<const float> 
   double cxx = sxx / denom, cyy = syy / denom, cxy = sxy / denom;
   // np.ma.corrcoef: c / sqrt(outer(d, d)); entries dividing by 0 are masked. min over the unmasked.
   // A constant tensor is detected directly (its variance can come out as a tiny non-zero number
-  // when the mean is inexact; tt-numerics.md §9.3 specifies the masked outcome).
+  // when the mean is inexact; docs/specs/tt-numerics.md §9.3 specifies the masked outcome).
   auto constant = [](const std::vector<double>& v) {
     return std::all_of(v.begin(), v.end(), [&](double e) { return e == v.front(); });
   };

@@ -1,4 +1,4 @@
-// PCC and the conv-test acceptance rules of tt-metal (tt-numerics.md §9).
+// PCC and the conv-test acceptance rules of tt-metal (docs/specs/tt-numerics.md §9).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Tensix tile layout (tt-numerics.md §1): a 32×32 tile is four 16×16 faces
+// Tensix tile layout (docs/specs/tt-numerics.md §1): a 32×32 tile is four 16×16 faces
 // (face0 = rows 0–15 × cols 0–15, face1 = rows 0–15 × cols 16–31, face2 = rows 16–31 × cols 0–15,
 // face3 = rows 16–31 × cols 16–31), each stored row-major, faces in order.
 // Bfp tiles: 64 shared-exponent bytes (face0 rows 0..15, then face1, face2, face3), then the codes

@@ -427,7 +427,7 @@ const std::vector<std::string>& InputKeys(const std::string& kind) {
   return kNone;
 }
 
-// Recognises a line's kind from its fields (tt-vectors/README.md).
+// Recognises a line's kind from its fields (tests/data/tt-vectors/README.md).
 std::string KindOf(const Json& o) {
   const Json* in = Find(o, "in");
   if (in && in->is_string()) return "fp32_to_bf16";

@@ -1,4 +1,4 @@
-// Checker for the golden-vector files of tt-numerics.md §10 / tests/data/tt-vectors/README.md.
+// Checker for the golden-vector files of docs/specs/tt-numerics.md §10 / tests/data/tt-vectors/README.md.
 // Each *.jsonl file holds one case per line; the kind of a line is recognised from its fields
 // (fp32_to_bf16, bfp_pack, unpack_bfp, mvmul, kacc32, elwadd, l1acc), so files may be renamed.
 // A line passes when every result field it carries (both `wh` and `bh` where given) equals the

@@ -19,7 +19,7 @@ TEST(PrecisionConfigTest, DefaultsAreTtnnConvDefaults) {
   p.input_dtype = DeviceDType::kFloat32;
   EXPECT_FALSE(p.EffectiveFp32DestAcc());
   p.weights_dtype = DeviceDType::kFloat32;
-  EXPECT_TRUE(p.EffectiveFp32DestAcc());  // both float32 → fp32 Dst (tt-numerics.md §8)
+  EXPECT_TRUE(p.EffectiveFp32DestAcc());  // both float32 → fp32 Dst (docs/specs/tt-numerics.md §8)
   p.fp32_dest_acc_en = false;
   EXPECT_FALSE(p.EffectiveFp32DestAcc());
   EXPECT_EQ(p.arch, Arch::kWormholeB0);

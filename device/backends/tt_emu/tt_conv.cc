@@ -1,3 +1,4 @@
+// Section numbers (§) cite docs/specs/tt-numerics.md, as in tt_conv.h.
 #include "device/backends/tt_emu/tt_conv.h"
 
 #include <algorithm>

@@ -1,6 +1,7 @@
 // The tt-emu convolution engine: conv2d and conv_transpose2d computed the way TT-NN computes them
-// on a Tensix core (spec: ../shared/reference/tt-numerics.md §8, using the device/numerics models
-// of §2–§7). Used by the "tt-emu" backend (tt_emu_backend.h); exposed for tests and benchmarks.
+// on a Tensix core (spec: docs/specs/tt-numerics.md §8, using the device/numerics models of
+// §2–§7; every § below cites that file; background: docs/specs/tt-conv-dataflow.md). Used by the
+// "tt-emu" backend (tt_emu_backend.h); exposed for tests and benchmarks.
 //
 // Dataflow (§8), for input x (N, C, H, W) NCHW, weights OIHW (O, C/group, kH, kW), bias [O]:
 //  1. Host conversion of x to precision.input_dtype (§2.1 RNE / §2.2 bfp8_b, groups of 16
@@ -29,7 +30,7 @@
 //    primitives over the same device operands: one convolution (kernel 1 x kW) per kernel row for
 //    the default blocking of an ungrouped conv, else im2col + one matmul per K block, in row
 //    chunks. Every phase's operand slices have at most 7 significant bits, and the merged ones at
-//    most 10 x 11, so every product is exact in fp32 (the property the issue relies on for a bf16
+//    most 10 x 11, so every product is exact in fp32 (which is what makes fp32 primitives valid for a bf16
 //    conv with fp32 accumulation; this CPU has no AVX512-BF16/AMX, so fp32 is also the fastest
 //    exact-product path here). Phases that share an operand slice are merged: LoFi = A0·B0,
 //    HiFi2 = A'·B0, HiFi3 = A'·B0 + A0·B1, HiFi4 = A'·B (A' = weight without mantissa bit 0).

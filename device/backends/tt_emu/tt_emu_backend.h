@@ -1,5 +1,5 @@
 // The "tt-emu" backend: Tenstorrent Tensix numerics emulated on the CPU (tt_conv.h has the
-// dataflow and the exact/fast levels; spec ../shared/reference/tt-numerics.md §8).
+// dataflow and the exact/fast levels; spec docs/specs/tt-numerics.md §8).
 //
 // * conv2d / conv_transpose2d with groups, dilations, asymmetric pads, output_padding and the fused
 //   activations of backend.h; pooling is not offered (UNIMPLEMENTED, capabilities().pool2d false).

@@ -1,4 +1,5 @@
-// Unit tests for the format conversions and tile layout (tt-numerics.md §1-§4) beyond the vectors.
+// Unit tests for the format conversions and tile layout (docs/specs/tt-numerics.md §1-§4) beyond
+// the vectors.
 #include <gtest/gtest.h>
 
 #include <cmath>

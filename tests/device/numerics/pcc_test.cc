@@ -1,4 +1,4 @@
-// comp_pcc branches and the conv threshold rules (tt-numerics.md §9).
+// comp_pcc branches and the conv threshold rules (docs/specs/tt-numerics.md §9).
 #include <gtest/gtest.h>
 
 #include <cmath>

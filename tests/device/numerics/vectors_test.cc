@@ -1,4 +1,4 @@
-// Bit-exact golden-vector tests (tt-numerics.md §10-§11): one test per vector file; a failure
+// Bit-exact golden-vector tests (docs/specs/tt-numerics.md §10-§11): one test per vector file; a failure
 // prints the first mismatching case in hex.
 #include <gtest/gtest.h>
 
@@ -21,7 +21,7 @@ void ExpectFileBitExact(const std::string& name, size_t expected_lines) {
   EXPECT_EQ(rep->passed, expected_lines) << name;
 }
 
-// Line counts from tt-vectors/README.md ("Counts (shared ...)").
+// Line counts from tests/data/tt-vectors/README.md ("Counts (shared ...)").
 TEST(TtVectors, Fp32ToBf16) { ExpectFileBitExact("fp32_to_bf16.jsonl", 2993); }
 TEST(TtVectors, BfpPack) { ExpectFileBitExact("bfp_pack.jsonl", 600); }
 TEST(TtVectors, UnpackBfp) { ExpectFileBitExact("unpack_bfp.jsonl", 589); }

@@ -1,5 +1,5 @@
-// The reference backend against the PyTorch / ONNX-spec computed cases of
-// ../shared/reference/conv-cases (copied to tests/data/conv-cases): every case whose graph is made
+// The reference backend against the PyTorch / ONNX-spec computed cases of tests/data/conv-cases
+// (manifest.json there): every case whose graph is made
 // of backend ops only — Conv, ConvTranspose, MaxPool, AveragePool (1-D as 2-D with H = 1), with
 // Relu / Sigmoid / Clip(0, 6) / bound-less Clip fused into the conv that feeds them. The ONNX
 // model is read with onnx::ModelProto directly (test code only); auto_pad and ConvTranspose

@@ -1,10 +1,11 @@
 // tt-emu backend tests:
 //  * end to end bit-exactness of the conv dataflow against kacc32.jsonl (a 1x1 conv of one pixel,
 //    Cin = 32, Cout = 16 is exactly one K tile of MVMULs, then the packer);
-//  * tt-emu against the fp32 reference backend on the tt-metal conv shapes of tt-numerics.md §13
+//  * tt-emu against the fp32 reference backend on the tt-metal conv shapes of docs/specs/tt-numerics.md §13
 //    (spatial size and batch scaled down; channels, kernel, stride, pad, dilation, groups kept),
 //    each passing tt-metal's threshold for its precision config (§9);
 //  * PCC(HiFi4) >= PCC(HiFi2) >= PCC(LoFi) on random data; fast vs exact agreement.
+// Section numbers (§) cite docs/specs/tt-numerics.md.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -313,7 +314,7 @@ struct ShapeCase {
 
 void PrintTo(const ShapeCase& c, std::ostream* os) { *os << c.name; }
 
-// Rows of tt-numerics.md §13 (N and H×W reduced).
+// Rows of docs/specs/tt-numerics.md §13 (N and H×W reduced).
 const std::vector<ShapeCase>& Cases() {
   static const std::vector<ShapeCase> cases = {
       {"r01_features_ws", 1, 384, 353, 8, 8, 3, 3, 2, 2, {1, 2, 2, 3}, 1, 1, kBf16, kBf16, MF::kHiFi4, true, true, true},
