@@ -9,7 +9,8 @@
 #     docs/specs/<name>; a Markdown file may use a relative path that leads there), or by a name it
 #     had before it moved into docs/specs/ (old_names below);
 #   * cites docs/specs/<file> that does not exist, or docs/specs/<file> §N where <file> has no
-#     heading numbered N (section numbers are part of a spec's interface).
+#     heading numbered N (section numbers are part of a spec's interface);
+#   * cites a bare section (§N) in a file whose comments name no docs/specs/ file.
 # Comments: // and /* */ in C++/proto/JavaScript files, # in CMake, shell, Python, YAML and text
 # files; every line of a Markdown file.
 # Usage: citations.sh SOURCE_ROOT FOLDER...   (folders relative to SOURCE_ROOT)
@@ -78,14 +79,20 @@ findings=$(
       m = split(old_names, olds, " ")
       for (k = 1; k <= m; k++) { split(olds[k], kv, "="); old[k] = kv[1]; new[k] = kv[2] }
     }
-    FNR == 1 { st = style(FILENAME); in_block = 0 }
+    # A bare section number (§N) needs the file to name its spec (docs/specs/...) somewhere.
+    function flush_bare() {
+      if (bare_line && !names_spec)
+        printf "%s:%d: cites a section without naming its spec (docs/specs/<file>): %s\n", file, bare_line, bare_text
+    }
+    FNR == 1 { flush_bare(); file = FILENAME; st = style(FILENAME); in_block = 0; bare_line = 0; names_spec = 0 }
+    END { flush_bare() }
     {
       c = comment_of($0)
       if (c == "") next
       lc = tolower(c)
       if (lc ~ /(^|[^a-z0-9_])issue[ -]?#?[0-9]/) report("cites an issue number")
       if (lc ~ /(^|[^a-z0-9_])seed steps?[ -]?[0-9]/) report("cites a seed step")
-      if (c ~ /(^|[^A-Za-z0-9_])(\.\.\/)+shared([\/ ]|$)/ || c ~ /\/work\//) report("points outside the repository")
+      if (c ~ /(^|[^A-Za-z0-9_])(\.\.\/)+shared([^A-Za-z0-9_-]|$)/ || c ~ /\/work\//) report("points outside the repository")
       # Spec names: the whole path-like token ending in the name must be docs/specs/<name>.
       for (k = 1; k <= n; k++) {
         s = c
@@ -108,6 +115,8 @@ findings=$(
           s = substr(s, p + length(old[k]))
         }
       }
+      if (index(c, "docs/specs/")) names_spec = 1
+      if (!bare_line && c ~ /§[0-9]/) { bare_line = FNR; bare_text = $0 }
       # docs/specs/ citations, with the section right after them when there is one.
       s = c
       while (match(s, /docs\/specs\/[A-Za-z0-9_.-]*/)) {

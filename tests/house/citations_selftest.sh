@@ -24,15 +24,17 @@ const char* s = "issue 4";  // a string, not a comment
 X
 printf '# issue-5 conv\nadd_test(NAME a COMMAND b)\n' > "$t/device/CMakeLists.txt"
 printf '// docs/specs/tt-numerics.md §9.3\n' > "$t/clean/b.cc"
+printf '// spec: docs/specs/tt-numerics.md\nint z;  // §9.3\n' > "$t/clean/c.cc"
+printf 'int z;\n// the PCC rule of §9.3\n' > "$t/device/bare.cc"
 out=$(bash "$checker" "$t" device clean 2>&1); rc=$?
 echo "$out"
 fail=0
 [ $rc -ne 0 ] || { echo "SELFTEST: expected a non-zero exit"; fail=1; }
 for where in device/a.h:1 device/a.h:2 device/a.h:3 device/a.h:4 device/a.h:5 device/a.h:6 \
-             device/a.h:7 device/a.h:8 device/CMakeLists.txt:1; do
+             device/a.h:7 device/a.h:8 device/CMakeLists.txt:1 device/bare.cc:2; do
   echo "$out" | grep -q "^$where:" || { echo "SELFTEST: $where not reported"; fail=1; }
 done
-for where in device/a.h:9 device/a.h:10 device/a.h:11 device/a.h:12 device/CMakeLists.txt:2 clean/b.cc; do
+for where in device/a.h:9 device/a.h:10 device/a.h:11 device/a.h:12 device/CMakeLists.txt:2 clean/b.cc clean/c.cc; do
   echo "$out" | grep -q "^$where:" && { echo "SELFTEST: $where reported, but it is fine"; fail=1; }
 done
 out=$(bash "$checker" "$t" clean 2>&1) || { echo "$out"; echo "SELFTEST: a clean folder failed"; fail=1; }

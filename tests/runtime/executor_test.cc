@@ -60,7 +60,7 @@ TEST(Executor, PlanShape) {
   EXPECT_EQ(p.ops[3].op, "conv_transpose2d");
 }
 
-// Expected threshold from §9.1, written out here independently of the executor.
+// Expected threshold from docs/specs/tt-numerics.md §9.1, written out here independently of the executor.
 double RuleConv(bool fp32, bool lofi_bfp8, bool sigmoid, int64_t cin_khkw) {
   if (!fp32) return cin_khkw > 10000 ? 0.97 : 0.985;
   if (lofi_bfp8) return 0.996;
