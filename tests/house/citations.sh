@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Comments cite files in the repository (ARCHITECTURE.md, "Rules of the house"; the specs are in
+# Comments cite files in the repository (docs/architecture.md, "Rules of the house"; the specs are in
 # docs/specs/, see docs/specs/README.md). Fails, listing every offending comment line, when a comment
 # in one of the given folders
 #   * cites an issue by number, or a step of the seed (the word "issue" or "seed step" followed by
@@ -21,9 +21,10 @@ shift
 cd "$root" || exit 2
 status=0
 
-# Spec names that must be cited with their path: the files in docs/specs/, and OLD=NEW names the
-# specs had before they moved there.
-old_names="IZER-RULES.md=ai8x-izer-rules.md izer-baseline.md=ai8x-izer-baseline.md"
+# Spec names that must be cited with their path: the files in docs/specs/, and OLD=NEW names
+# documents had before they moved into the repository.
+old_names="IZER-RULES.md=docs/specs/ai8x-izer-rules.md izer-baseline.md=docs/specs/ai8x-izer-baseline.md"
+old_names="$old_names ARCHITECTURE.md=docs/architecture.md"
 names=""
 for f in docs/specs/*.md; do
   [ -e "$f" ] && [ "$(basename "$f")" != README.md ] && names="$names $(basename "$f")"
@@ -111,7 +112,7 @@ findings=$(
       for (k = 1; k <= m; k++) {
         s = c
         while ((p = index(s, old[k])) > 0) {
-          if (p == 1 || substr(s, p - 1, 1) !~ /[A-Za-z0-9_-]/) report("cites " old[k] ", now docs/specs/" new[k])
+          if (p == 1 || substr(s, p - 1, 1) !~ /[A-Za-z0-9_-]/) report("cites " old[k] ", now " new[k])
           s = substr(s, p + length(old[k]))
         }
       }

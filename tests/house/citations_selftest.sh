@@ -16,7 +16,7 @@ int x;  // fused as in seed step 7a
 // docs/specs/tt-numerics.md §9.4
 // tt-numerics.md §9
 // IZER-RULES.md §1.3
-int y;  // izer-baseline.md
+int y;  // izer-baseline.md, ARCHITECTURE.md
 // docs/specs/tt-numerics.md §9.3 and docs/specs/tt-numerics.md §9.
 const char* s = "issue 4";  // a string, not a comment
 // the tissue 4 of the fuzz seeds (not a citation)
