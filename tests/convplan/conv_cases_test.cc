@@ -1,4 +1,4 @@
-// Every case of tests/data/conv-cases/manifest.json (copied from ../shared/reference/conv-cases),
+// Every case of tests/data/conv-cases/manifest.json (PyTorch / ONNX-spec computed; tests/data/conv-cases/README.md),
 // edge cases and the real networks (squeezenet1_1, mobilenet_v2 0.5, UNet), through the whole
 // path: onnx_fe::LoadModel -> BuildConvPlan (all passes) -> RunConvPlan on the fp32 reference
 // backend, checked against the stored expectation with the manifest's tolerance.fp32_reference

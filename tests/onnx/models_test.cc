@@ -1,6 +1,6 @@
-// Real models: the ai8x-training exports (tests/data/onnx/ai8x, copied from ../shared/models/ai8x)
+// Real models: the ai8x-training exports (tests/data/onnx/ai8x; tests/data/ai8x/models/manifest.json names their factories and checkpoints)
 // and the conv edge cases with PyTorch / ONNX-spec computed output shapes
-// (tests/data/onnx/conv-cases, copied from ../shared/reference/conv-cases).
+// (tests/data/onnx/conv-cases, as in tests/data/conv-cases/manifest.json).
 #include <gtest/gtest.h>
 
 #include <algorithm>
