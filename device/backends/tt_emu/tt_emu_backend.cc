@@ -25,7 +25,7 @@ class TtEmuBackend final : public Backend {
     c.prepared_ops = false;
     c.activations = {Activation::kNone, Activation::kRelu,    Activation::kRelu6, Activation::kSilu,
                      Activation::kGelu, Activation::kSigmoid, Activation::kTanh};
-    c.description = std::string("Tenstorrent Tensix numerics emulator (tt-numerics.md), level ") +
+    c.description = std::string("Tenstorrent Tensix numerics emulator (docs/specs/tt-numerics.md), level ") +
                     tt_emu::EmuLevelName(level_);
     return c;
   }
