@@ -37,7 +37,7 @@ kiln::v1::Severity ToProto(ai8x::Severity s) {
 }
 
 void ToProto(const ai8x::Ai8xOptions& o, kiln::v1::CompileAi8xOptions* out) {
-  out->set_device(o.device == ai8x::Device::kMAX78002 ? kiln::v1::MAX78002 : kiln::v1::MAX78000);
+  out->set_device(o.chip == ai8x::Chip::kMAX78002 ? kiln::v1::MAX78002 : kiln::v1::MAX78000);
   out->set_input_format(ToProto(o.input_format));
   out->set_use_fifos(o.use_fifos);
   out->set_move_l0(o.move_l0);
@@ -65,8 +65,8 @@ Result<kiln::v1::CompileAi8xResponse> CompileAi8x(std::string_view bytes,
   if (!model.ok()) return model.status();
 
   ai8x::Ai8xOptions opts;
-  opts.device = options.device() == kiln::v1::MAX78002 ? ai8x::Device::kMAX78002
-                                                       : ai8x::Device::kMAX78000;
+  opts.chip = options.device() == kiln::v1::MAX78002 ? ai8x::Chip::kMAX78002
+                                                       : ai8x::Chip::kMAX78000;
   opts.input_format = FromProto(options.input_format());
   opts.use_fifos = options.use_fifos();
   opts.move_l0 = options.move_l0();

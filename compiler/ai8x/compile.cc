@@ -209,7 +209,7 @@ Result<Ai8xCompileResult> CompileAi8xNetwork(Network net, const Ai8xOptions& opt
   Ai8xOptions resolved = options;
   if (resolved.arch.empty()) resolved.arch = resolved.default_arch.empty() ? "unknown" : resolved.default_arch;
   if (resolved.dataset.empty()) resolved.dataset = "unknown";
-  net.device = options.device;
+  net.chip = options.chip;
   net.lift_limits = options.lift_layer_limit;
   net.Reindex();
 
@@ -251,7 +251,7 @@ Result<Ai8xCompileResult> CompileAi8xNetwork(Network net, const Ai8xOptions& opt
                       [](const Diagnostic& d) { return d.severity == Severity::kError; });
   if (!net.layers.empty()) r.yaml = EmitYaml(net, resolved);
 
-  const DeviceSpec& spec = net.spec();
+  const ChipSpec& spec = net.spec();
   r.resources.layers = static_cast<int>(net.layers.size());
   r.resources.max_layers = spec.max_layers;
   r.resources.kernel_words_per_processor = spec.kernel_words_small;
@@ -306,7 +306,7 @@ Result<Ai8xCompileResult> CompileAi8xNetwork(Network net, const Ai8xOptions& opt
 
 Result<Ai8xCompileResult> CompileAi8x(const onnx_fe::Model& model, const Ai8xOptions& options) {
   Network net;
-  net.device = options.device;
+  net.chip = options.chip;
   BuildLayers(model.graph(), net);
   return CompileAi8xNetwork(std::move(net), options);
 }

@@ -1,7 +1,7 @@
 // Public entry point of the ai8x back end: ONNX IR in, izer network YAML + report out.
 //
 //   auto model = kiln::onnx_fe::LoadModel(bytes);                  // compiler/onnx
-//   kiln::ai8x::Ai8xOptions opts;  opts.device = Device::kMAX78000; opts.arch = "ai85net5";
+//   kiln::ai8x::Ai8xOptions opts;  opts.chip = Chip::kMAX78000; opts.arch = "ai85net5";
 //   auto r = kiln::ai8x::CompileAi8x(**model, opts);
 //   if (!r.ok()) -> the request itself was unusable (bad option value): INVALID_ARGUMENT.
 //   r->ok == false -> the model breaks a hardware rule; r->diagnostics say which and why.
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "compiler/ai8x/device.h"
+#include "compiler/ai8x/chip.h"
 #include "compiler/ai8x/network.h"
 #include "compiler/onnx/ir.h"
 
@@ -54,7 +54,7 @@ struct LayerOverride {
 
 /// Compile options (= CompileAi8xRequest minus the model).
 struct Ai8xOptions {
-  Device device = Device::kMAX78000;
+  Chip chip = Chip::kMAX78000;
   InputFormat input_format = InputFormat::kAuto;
   /// The izer will be run with `--fifo`: the first layer's input comes through the FIFOs (its
   /// processors are then limited to 0-3/16-19/32-35/48-51 HWC or 0/16/32/48 CHW). Kiln also sets

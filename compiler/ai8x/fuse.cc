@@ -126,7 +126,7 @@ void FusePooling(Network& net) {
 
 void FuseEltwise(Network& net) {
   net.Reindex();
-  const DeviceSpec& spec = net.spec();
+  const ChipSpec& spec = net.spec();
   auto readers = Readers(net);
   std::vector<bool> removed(net.layers.size(), false);
   for (size_t i = 0; i < net.layers.size(); ++i) {

@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "compiler/ai8x/device.h"
+#include "compiler/ai8x/chip.h"
 
 namespace kiln::ai8x {
 
@@ -142,7 +142,7 @@ struct Diagnostic {
 
 /// The layer list plus what the passes need to know about the network as a whole.
 struct Network {
-  Device device = Device::kMAX78000;
+  Chip chip = Chip::kMAX78000;
   std::vector<Layer> layers;
   Shape3 input_shape;      ///< network input (C, H, W); 1-D: (C, L, 1)
   bool input_one_d = false;
@@ -153,7 +153,7 @@ struct Network {
   bool lift_limits = false;  ///< bench only: skip layer-count, kernel- and bias-memory limits
   std::vector<Diagnostic> diagnostics;
 
-  const DeviceSpec& spec() const { return GetDeviceSpec(device); }
+  const ChipSpec& spec() const { return GetChipSpec(chip); }
   /// Position of the layer with `id`, or -1. O(1) after Reindex(); falls back to a scan.
   int IndexOf(int id) const;
   Layer* Find(int id);

@@ -98,7 +98,7 @@ static int64_t StreamBufferBytes(const Layer& l) {
 
 void ChooseInputFormatAndStreaming(Network& net, const Ai8xOptions& options) {
   if (net.layers.empty()) return;
-  const DeviceSpec& spec = net.spec();
+  const ChipSpec& spec = net.spec();
   const int64_t inst = spec.data_instance_bytes;
   std::vector<int> input_readers;
   for (const Layer& l : net.layers) {

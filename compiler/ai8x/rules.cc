@@ -22,7 +22,7 @@ void Err(Network& net, const char* code, const Layer& l, const std::string& msg)
 }  // namespace
 
 void CheckRules(Network& net) {
-  const DeviceSpec& spec = net.spec();
+  const ChipSpec& spec = net.spec();
   const size_t n = net.layers.size();
   net.Reindex();
   if (n == 0) return;
@@ -275,7 +275,7 @@ void CheckRules(Network& net) {
     if (l.streaming) {
       if (i > 0 && !net.layers[i - 1].streaming) Err(net, "AI8X_STREAMING", l, "streaming layers must form a prefix (izer.py L446-448)");
       if (static_cast<int>(i) >= spec.max_stream_layers) Err(net, "AI8X_STREAMING", l, "at most 8 layers can stream");
-      if (last_stream && l.pad == 0 && spec.device == Device::kMAX78000 &&
+      if (last_stream && l.pad == 0 && spec.chip == Chip::kMAX78000 &&
           !(l.op == OpKind::kConv2d && l.kernel_h == 1 && l.kernel_w == 1)) {  // 1x1: emulated as padded 3x3
         Err(net, "AI8X_STREAMING", l, "the final streaming layer must be padded on MAX78000 (max7800x.py L365-370)");
       }

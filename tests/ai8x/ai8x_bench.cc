@@ -63,7 +63,7 @@ static Network Chain(int n) {
 static int Loop(const char* path, int n) {
   const std::string bytes = ReadFile(path);
   Ai8xOptions o;
-  o.device = Device::kMAX78002;
+  o.chip = Chip::kMAX78002;
   std::vector<double> parse, comp, release, total;
   for (int i = 0; i < n; ++i) {
     auto t0 = Clock::now();
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
     const std::string name = e["name"].as<std::string>();
     const std::string bytes = ReadFile(data + "/models/" + e["file"].as<std::string>());
     Ai8xOptions o;
-    o.device = *ParseDevice(e["device"].as<std::string>());
+    o.chip = *ParseChip(e["device"].as<std::string>());
     o.arch = e["factory"].as<std::string>();
     std::vector<double> parse, comp, total;
     size_t layers = 0;
@@ -142,9 +142,9 @@ int main(int argc, char** argv) {
     std::vector<std::vector<double>> t(10);
     for (int rep = 0; rep < 7; ++rep) {
       Network net;
-      net.device = Device::kMAX78002;
+      net.chip = Chip::kMAX78002;
       Ai8xOptions o;
-      o.device = Device::kMAX78002;
+      o.chip = Chip::kMAX78002;
       std::vector<Clock::time_point> c{Clock::now()};
       BuildLayers((*model)->graph(), net); c.push_back(Clock::now());
       FuseActivation(net); c.push_back(Clock::now());

@@ -23,12 +23,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   kiln::ai8x::Ai8xOptions opts;
-  auto dev = kiln::ai8x::ParseDevice(argv[2]);
+  auto dev = kiln::ai8x::ParseChip(argv[2]);
   if (!dev.ok()) {
     std::cerr << dev.status().ToString() << "\n";
     return 2;
   }
-  opts.device = *dev;
+  opts.chip = *dev;
   opts.arch = argv[3];
   if (const char* f = std::getenv("AI8X_INPUT_FORMAT")) {
     auto fmt = kiln::ai8x::ParseInputFormat(f);

@@ -247,7 +247,7 @@ TEST_P(Ai8xModels, ThreeFormsCompileMatchGoldenAndReplay) {
     auto model = onnx_fe::LoadModel(ReadFile(kData + "/models/" + c.name + "." + form + ".onnx"));
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     Ai8xOptions o;
-    o.device = *ParseDevice(c.device);
+    o.chip = *ParseChip(c.device);
     o.arch = c.factory;
     o.dataset = c.dataset;
     // What the simplified form cannot carry comes from overrides, as the golden file implies.
@@ -273,7 +273,7 @@ TEST_P(Ai8xModels, ThreeFormsCompileMatchGoldenAndReplay) {
         if (l["quantization"]) bits.push_back({l["name"].as<std::string>(), "quantization", l["quantization"].as<std::string>()});
       }
     }
-    ReplayDataMemory(doc["layers"], *r, GetDeviceSpec(o.device).data_instance_bytes);
+    ReplayDataMemory(doc["layers"], *r, GetChipSpec(o.chip).data_instance_bytes);
     forms.push_back(doc["layers"]);
     // Weight order (CheckWeightOrder; AI8X_WEIGHT_ORDER would be an error above). The qat and
     // simplified forms keep the parameter names (`conv1.op.weight`), so every conv/linear layer

@@ -13,8 +13,8 @@ namespace {
 // Tiny builder for primitive layer lists.
 struct NetBuilder {
   Network net;
-  explicit NetBuilder(Shape3 input, Device d = Device::kMAX78000) {
-    net.device = d;
+  explicit NetBuilder(Shape3 input, Chip d = Chip::kMAX78000) {
+    net.chip = d;
     net.input_shape = input;
   }
   Shape3 shape_of(int id) const { return net.OutputShapeOf(id); }
@@ -109,9 +109,9 @@ bool HasError(const Network& net) {
   return false;
 }
 
-TEST(Ai8xDevice, ConstantsFromTornadocnn) {
-  const DeviceSpec& a = GetDeviceSpec(Device::kMAX78000);
-  const DeviceSpec& b = GetDeviceSpec(Device::kMAX78002);
+TEST(Ai8xChip, ConstantsFromTornadocnn) {
+  const ChipSpec& a = GetChipSpec(Chip::kMAX78000);
+  const ChipSpec& b = GetChipSpec(Chip::kMAX78002);
   EXPECT_EQ(a.max_layers, 32);
   EXPECT_EQ(b.max_layers, 128);
   EXPECT_EQ(a.data_instance_bytes, 0x8000);
@@ -123,9 +123,9 @@ TEST(Ai8xDevice, ConstantsFromTornadocnn) {
   EXPECT_EQ(b.bias_bytes_per_group, 2048);
   EXPECT_FALSE(a.support_depthwise);
   EXPECT_TRUE(b.support_depthwise);
-  EXPECT_EQ(*ParseDevice("ai87"), Device::kMAX78002);
-  EXPECT_EQ(*ParseDevice("85"), Device::kMAX78000);
-  EXPECT_FALSE(ParseDevice("MAX78003").ok());
+  EXPECT_EQ(*ParseChip("ai87"), Chip::kMAX78002);
+  EXPECT_EQ(*ParseChip("85"), Chip::kMAX78000);
+  EXPECT_FALSE(ParseChip("MAX78003").ok());
 }
 
 TEST(Ai8xPasses, MultipassArithmetic) {
@@ -210,7 +210,7 @@ TEST(Ai8xPasses, FuseEltwiseIntoConvWithPoolLast) {
 }
 
 TEST(Ai8xPasses, NoEltwiseFusionIntoBiasedConvOnMax78002) {
-  NetBuilder b({16, 8, 8}, Device::kMAX78002);
+  NetBuilder b({16, 8, 8}, Chip::kMAX78002);
   int c1 = b.Conv("conv1", kNetworkInput, 16, 1, 0, true);
   int c2 = b.Conv("conv2", c1, 16, 1, 0, true);
   int add = b.Eltwise("resid", c2, c1);
@@ -241,7 +241,7 @@ TEST(Ai8xPasses, WriteGapOnSoleProducerAndGapLayerForSharedSource) {
 
 TEST(Ai8xPasses, GapLayerBeforeStandaloneEltwise) {
   // MobileNetV2 pattern on MAX78002 with bias: the add stays a layer; the copy goes right before it.
-  NetBuilder b({16, 8, 8}, Device::kMAX78002);
+  NetBuilder b({16, 8, 8}, Chip::kMAX78002);
   int c0 = b.Conv("c0", kNetworkInput, 12, 1, 0, true);
   int c1 = b.Conv("c1", c0, 72, 1, 0, true);
   int c2 = b.Conv("c2", c1, 12, 1, 0, true);
@@ -394,7 +394,7 @@ TEST(Ai8xPasses, LayerCountLimit) {
   PlanDataMemory(b.net);
   CheckRules(b.net);
   EXPECT_TRUE(HasCode(b.net, "AI8X_LAYER_COUNT"));
-  b.net.device = Device::kMAX78002;
+  b.net.chip = Chip::kMAX78002;
   b.net.diagnostics.clear();
   CheckRules(b.net);
   EXPECT_FALSE(HasCode(b.net, "AI8X_LAYER_COUNT"));

@@ -94,13 +94,13 @@ class Export {
 
   OnnxModelBuilder& b() { return b_; }
 
-  Result<Ai8xCompileResult> Compile(const std::string& output, Device d = Device::kMAX78000,
+  Result<Ai8xCompileResult> Compile(const std::string& output, Chip d = Chip::kMAX78000,
                                     std::vector<LayerOverride> overrides = {}) {
     b_.Output(output);
     auto model = onnx_fe::LoadModel(b_.Serialize());
     if (!model.ok()) return model.status();
     Ai8xOptions o;
-    o.device = d;
+    o.chip = d;
     o.arch = "test";
     o.dataset = "test";
     o.input_format = InputFormat::kHWC;
@@ -172,7 +172,7 @@ TEST(Ai8xPatterns, NoClampsWarnWidthNotDerivedAndOverrideSetsIt) {
     Export e({1, 8, 8, 8});
     auto c1 = e.Conv("conv1", "x", 8, 16, {3, 3}, 1);
     auto c2 = e.Conv("conv2", c1, 16, 10, {1, 1}, 0);
-    return e.Compile(c2, Device::kMAX78000, std::move(overrides));
+    return e.Compile(c2, Chip::kMAX78000, std::move(overrides));
   };
   auto plain = compile({});
   ASSERT_TRUE(plain.ok());
@@ -194,7 +194,7 @@ TEST(Ai8xPatterns, BitsWarningSaysWhichLayersTheOverridesLeft) {
     auto q1 = e.Clamp("/conv1/clamp", c1, -1.0f, 127.0f / 128);
     auto c2 = e.Conv("conv2", q1, 16, 16, {3, 3}, 1);
     auto q2 = e.Clamp("/conv2/clamp", c2, -1.0f, 127.0f / 128);
-    return e.Compile(q2, Device::kMAX78000, std::move(overrides));
+    return e.Compile(q2, Chip::kMAX78000, std::move(overrides));
   };
   auto some = compile({{"conv1", "quantization", "4"}});
   ASSERT_TRUE(some.ok()) << some.status().ToString();
@@ -348,14 +348,14 @@ TEST(Ai8xPatterns, ConvTranspose2d) {
 }
 
 TEST(Ai8xPatterns, DepthwiseOnlyOnMax78002) {
-  for (Device d : {Device::kMAX78000, Device::kMAX78002}) {
+  for (Chip d : {Chip::kMAX78000, Chip::kMAX78002}) {
     Export e({1, 16, 8, 8});
     auto c1 = e.Conv("dw", "x", 16, 16, {3, 3}, 1, 0, /*group=*/16, /*bias=*/true);
     auto r = e.Compile(c1, d);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(YAML::Load(r->yaml)["layers"][0]["groups"].as<int>(), 16);
     const Diagnostic* g = Find(*r, "AI8X_GROUPS");
-    if (d == Device::kMAX78000) {
+    if (d == Chip::kMAX78000) {
       ASSERT_NE(g, nullptr);
       EXPECT_EQ(g->onnx_node, "/dw/Conv");
       EXPECT_FALSE(r->ok);

@@ -1,4 +1,4 @@
-// MAX78000 / MAX78002 device constants as the izer (ai8x-synthesis) uses them.
+// MAX78000 / MAX78002 chip constants (`Chip`, `ChipSpec`) as the izer (ai8x-synthesis) uses them.
 //
 // Source: ai8x-synthesis `izer/tornadocnn.py` (classes Dev85 L175-321 and Dev87 L324-545 at commit
 // ab4f4c0), summarised in ../shared/reference/ai8x/IZER-RULES.md §1.4. Where the izer's README
@@ -15,14 +15,14 @@
 namespace kiln::ai8x {
 
 /// The two supported accelerators.
-enum class Device {
+enum class Chip {
   kMAX78000,  ///< "ai85", izer device 85
   kMAX78002,  ///< "ai87", izer device 87
 };
 
-/// Hardware limits of one device. All sizes in bytes unless stated otherwise.
-struct DeviceSpec {
-  Device device;
+/// Hardware limits of one chip. All sizes in bytes unless stated otherwise.
+struct ChipSpec {
+  Chip chip;
   const char* name;      ///< "MAX78000" (what `ai8xize.py --device` accepts)
   int izer_number;       ///< 85 / 87
 
@@ -58,15 +58,15 @@ struct DeviceSpec {
   int KernelWords(int p) const { return p % processors_per_group == 0 ? kernel_words_large : kernel_words_small; }
 };
 
-/// The constants of `device`. Never fails.
-const DeviceSpec& GetDeviceSpec(Device device);
+/// The constants of `chip`. Never fails.
+const ChipSpec& GetChipSpec(Chip chip);
 
 /// Parses what `ai8xize.py --device` accepts (izer/devices.py L16-42): "MAX78000", "AI85", "85",
 /// "MAX78002", "AI87", "87" (case-insensitive).
 /// Errors: INVALID_ARGUMENT naming the value and the accepted spellings.
-Result<Device> ParseDevice(std::string_view text);
+Result<Chip> ParseChip(std::string_view text);
 
 /// "MAX78000" / "MAX78002".
-const char* DeviceName(Device device);
+const char* ChipName(Chip chip);
 
 }  // namespace kiln::ai8x

@@ -1,4 +1,4 @@
-#include "compiler/ai8x/device.h"
+#include "compiler/ai8x/chip.h"
 
 #include <algorithm>
 #include <cctype>
@@ -7,8 +7,8 @@ namespace kiln::ai8x {
 namespace {
 
 // izer/tornadocnn.py class Dev85 (MAX78000).
-constexpr DeviceSpec kMax78000{
-    .device = Device::kMAX78000,
+constexpr ChipSpec kMax78000{
+    .chip = Chip::kMAX78000,
     .name = "MAX78000",
     .izer_number = 85,
     .max_layers = 32,
@@ -39,8 +39,8 @@ constexpr DeviceSpec kMax78000{
 };
 
 // izer/tornadocnn.py class Dev87 (MAX78002).
-constexpr DeviceSpec kMax78002{
-    .device = Device::kMAX78002,
+constexpr ChipSpec kMax78002{
+    .chip = Chip::kMAX78002,
     .name = "MAX78002",
     .izer_number = 87,
     .max_layers = 128,
@@ -72,17 +72,17 @@ constexpr DeviceSpec kMax78002{
 
 }  // namespace
 
-const DeviceSpec& GetDeviceSpec(Device device) {
-  return device == Device::kMAX78002 ? kMax78002 : kMax78000;
+const ChipSpec& GetChipSpec(Chip chip) {
+  return chip == Chip::kMAX78002 ? kMax78002 : kMax78000;
 }
 
-const char* DeviceName(Device device) { return GetDeviceSpec(device).name; }
+const char* ChipName(Chip chip) { return GetChipSpec(chip).name; }
 
-Result<Device> ParseDevice(std::string_view text) {
+Result<Chip> ParseChip(std::string_view text) {
   std::string up(text);
   std::transform(up.begin(), up.end(), up.begin(), [](unsigned char c) { return std::toupper(c); });
-  if (up == "MAX78000" || up == "AI85" || up == "85") return Device::kMAX78000;
-  if (up == "MAX78002" || up == "AI87" || up == "87") return Device::kMAX78002;
+  if (up == "MAX78000" || up == "AI85" || up == "85") return Chip::kMAX78000;
+  if (up == "MAX78002" || up == "AI87" || up == "87") return Chip::kMAX78002;
   return InvalidArgument("unknown ai8x device '" + std::string(text) +
                          "' (accepted: MAX78000, AI85, 85, MAX78002, AI87, 87)");
 }
