@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "compiler/ai8x/passes.h"
+#include "compiler/ai8x/rules/rules.h"
 
 namespace kiln::ai8x {
 namespace {
@@ -60,30 +61,9 @@ int64_t Product(const std::vector<int64_t>& v) {
   return p;
 }
 
-// Every integer taken from an ONNX shape or attribute is range-checked before it is narrowed to
-// the Layer's `int` fields; out of range is an error diagnostic, never a wrapped value. The bounds
-// lie far above every hardware limit (channels <= 1024, rows/columns <= 2048, kernel/pool <= 16),
-// so the rule checks still report the real limit, and they keep the int64 byte counts and the int
-// arithmetic of the passes (e.g. pool_dilation * (pool_h - 1)) free of overflow.
-constexpr int64_t kMaxDim = int64_t{1} << 20;    // one tensor dimension
-constexpr int64_t kMaxAttr = int64_t{1} << 15;   // kernel, pad, stride, dilation, group, pooling
-
-std::string IntsString(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-// "" when every dimension of `v` lies in 1..kMaxDim, else what is wrong.
-std::string BadDims(const std::string& what, const std::vector<int64_t>& v) {
-  for (int64_t d : v) {
-    if (d < 1 || d > kMaxDim) {
-      return what + " has dimension " + std::to_string(d) + " (shape " + IntsString(v) + "); dimensions must be 1.." +
-             std::to_string(kMaxDim);
-    }
-  }
-  return "";
-}
+// Every integer taken from an ONNX shape or attribute is range-checked (rules::DimensionProblem,
+// the *AttributeInRange checks of compiler/ai8x/rules/rules.h) before it is narrowed to the Layer's
+// `int` fields; out of range is an error diagnostic, never a wrapped value.
 
 class Builder {
  public:
@@ -104,11 +84,8 @@ class Builder {
   void Set(const std::string& t, Value v) { values_[t] = std::move(v); }
 
   /// Static (C, H, W) of `t`; nullopt when unknown or, with `*bad` set, when a dimension is
-  /// outside 1..kMaxDim.
+  /// outside 1..rules::kMaxDimension.
   std::optional<Shape3> TensorShape(const std::string& t, bool* one_d, std::string* bad = nullptr) const;
-  /// Checks attribute values against [lo, kMaxAttr]; reports `code` on `l` and returns false when
-  /// one is out of range.
-  bool AttrInRange(Layer& l, const char* code, const std::string& attr, const std::vector<int64_t>& v, int64_t lo);
   Shape3 RefsShape(const std::vector<int>& refs) const;
   std::string LayerName(const Node& n, const std::string& fallback_kind);
   std::string WeightName(const Node& n) const;
@@ -148,7 +125,7 @@ std::optional<Shape3> Builder::TensorShape(const std::string& t, bool* one_d, st
   if (!vals) return std::nullopt;
   const std::vector<int64_t>& v = *vals;
   if (v.size() >= 2 && v.size() <= 4) {
-    std::string why = BadDims("tensor '" + t + "'", v);
+    std::string why = rules::DimensionProblem("tensor '" + t + "'", v);
     if (!why.empty()) {
       if (bad != nullptr) *bad = std::move(why);
       return std::nullopt;
@@ -332,19 +309,6 @@ std::string Builder::LayerName(const Node& n, const std::string& fallback_kind) 
   return name;
 }
 
-bool Builder::AttrInRange(Layer& l, const char* code, const std::string& attr, const std::vector<int64_t>& v,
-                          int64_t lo) {
-  for (int64_t x : v) {
-    if (x < lo || x > kMaxAttr) {
-      net_.Report(Severity::kError, code, &l,
-                  attr + " " + IntsString(v) + " is out of range (" +
-                      std::to_string(x) + " is not in " + std::to_string(lo) + ".." + std::to_string(kMaxAttr) + ")");
-      return false;
-    }
-  }
-  return true;
-}
-
 Layer& Builder::NewLayer(const Node& n, const std::vector<int>& refs, const std::string& name) {
   Layer l;
   l.id = net_.next_id++;
@@ -369,7 +333,7 @@ Layer& Builder::NewLayer(const Node& n, const std::vector<int>& refs, const std:
   }
   Layer& added = net_.Append(std::move(l));
   if (!bad.empty()) {
-    net_.Report(Severity::kError, "AI8X_DIMENSIONS", &added, "output " + bad);
+    rules::ReportDimensions(net_, &added, "output " + bad);
   }
   return added;
 }
@@ -383,22 +347,11 @@ void Builder::Reshaped(Layer& l, const Node& n) {
   std::string bad;
   auto s = TensorShape(n.inputs[0], &od, &bad);
   if (!bad.empty()) {
-    net_.Report(Severity::kError, "AI8X_DIMENSIONS", &l, "ONNX node '" + n.name + "': input " + bad);
+    rules::ReportDimensions(net_, &l, "ONNX node '" + n.name + "': input " + bad);
     return;
   }
   if (!s || *s == l.in_shape) return;
-  if (s->elements() != l.in_shape.elements()) {
-    net_.Report(Severity::kError, "AI8X_RESHAPE", &l,
-                "the input is reshaped from " + ShapeString(l.in_shape, false) + " to " + ShapeString(*s, false) +
-                    " with a different element count");
-    return;
-  }
-  if (s->c != l.in_shape.c) {
-    net_.Report(Severity::kError, "AI8X_RESHAPE", &l,
-                "the input is reshaped across channels (" + ShapeString(l.in_shape, false) + " -> " +
-                    ShapeString(*s, false) + "); the izer can only change the height/width view (`in_dim`)");
-    return;
-  }
+  if (!rules::CheckReshape(net_, l, *s)) return;
   l.in_shape = *s;
   l.in_dim = true;
 }
@@ -459,13 +412,13 @@ void Builder::HandleConv(const Node& n) {
   bool one_d = kernel.size() == 1;
   l.op = transpose ? OpKind::kConvTranspose2d : (one_d ? OpKind::kConv1d : OpKind::kConv2d);
   l.one_d = one_d;
-  std::string wbad = BadDims("weight of ONNX node '" + n.name + "'", *wshape);
+  std::string wbad = rules::DimensionProblem("weight of ONNX node '" + n.name + "'", *wshape);
   if (!wbad.empty()) {
-    net_.Report(Severity::kError, "AI8X_DIMENSIONS", &l, wbad);
+    rules::ReportDimensions(net_, &l, wbad);
     Set(n.outputs[0], Value{Value::kData, {l.id}, false});
     return;
   }
-  if (AttrInRange(l, "AI8X_KERNEL", "kernel_shape", kernel, 1)) {
+  if (rules::ConvAttributeInRange(net_, l, rules::ConvAttribute::kKernelShape, kernel)) {
     l.kernel_h = static_cast<int>(kernel[0]);
     l.kernel_w = one_d ? 1 : static_cast<int>(kernel[1]);
   }
@@ -474,34 +427,24 @@ void Builder::HandleConv(const Node& n) {
   auto dil = n.GetInts("dilations", std::vector<int64_t>(kernel.size(), 1));
   auto group = n.GetInt("group", 1);
   std::vector<int64_t> p = pads.ok() ? *pads : std::vector<int64_t>{};
-  if (!p.empty() && AttrInRange(l, "AI8X_PAD", "pads", p, 0)) {
+  if (!p.empty() && rules::ConvAttributeInRange(net_, l, rules::ConvAttribute::kPads, p)) {
     l.pad = static_cast<int>(p[0]);
-    for (int64_t x : p) {
-      if (x != p[0]) {
-        net_.Report(Severity::kError, "AI8X_PAD", &l,
-                    "asymmetric padding " + std::to_string(p[0]) + "/" + std::to_string(x) +
-                        " is not supported (the izer has one `pad` per layer)");
-        break;
-      }
-    }
+    rules::CheckUniformPads(net_, l, p);
   }
-  if (strides.ok() && !strides->empty() && AttrInRange(l, "AI8X_STRIDE", "strides", *strides, 1)) {
+  if (strides.ok() && !strides->empty() && rules::ConvAttributeInRange(net_, l, rules::ConvAttribute::kStrides, *strides)) {
     l.stride = static_cast<int>((*strides)[0]);
-    for (int64_t s : *strides) {
-      if (s != (*strides)[0]) {
-        net_.Report(Severity::kError, "AI8X_STRIDE", &l, "non-square stride is not supported");
-        break;
-      }
-    }
+    rules::CheckSquareStrides(net_, l, *strides);
   }
-  if (dil.ok() && !dil->empty() && AttrInRange(l, "AI8X_DILATION", "dilations", *dil, 1)) {
+  if (dil.ok() && !dil->empty() && rules::ConvAttributeInRange(net_, l, rules::ConvAttribute::kDilations, *dil)) {
     l.dilation = static_cast<int>((*dil)[0]);
   }
   l.groups = 1;
-  if (group.ok() && AttrInRange(l, "AI8X_GROUPS", "group", {*group}, 1)) l.groups = static_cast<int>(*group);
+  if (group.ok() && rules::ConvAttributeInRange(net_, l, rules::ConvAttribute::kGroup, {*group})) {
+    l.groups = static_cast<int>(*group);
+  }
   if (transpose) {
     auto op = n.GetInts("output_padding", {0, 0});
-    if (op.ok() && !op->empty() && AttrInRange(l, "AI8X_PAD", "output_padding", *op, 0)) {
+    if (op.ok() && !op->empty() && rules::ConvAttributeInRange(net_, l, rules::ConvAttribute::kOutputPadding, *op)) {
       l.output_padding = static_cast<int>((*op)[0]);
     }
   }
@@ -511,16 +454,8 @@ void Builder::HandleConv(const Node& n) {
   int64_t w_in = transpose ? (*wshape)[0] : (*wshape)[1] * l.groups;
   int64_t w_out = transpose ? (*wshape)[1] * l.groups : (*wshape)[0];
   l.in_channels_w = static_cast<int>(w_in);
-  if (w_in != l.in_shape.c) {
-    net_.Report(Severity::kError, "AI8X_SHAPE", &l,
-                "weights " + IntsString(*wshape) + " with group " +
-                    std::to_string(l.groups) + " expect " + std::to_string(w_in) + " input channels, but the input has " +
-                    std::to_string(l.in_shape.c) + " (" + ShapeString(l.in_shape, false) + ")");
-  } else if (auto os = TensorShape(n.outputs[0], nullptr); os && w_out != os->c) {
-    net_.Report(Severity::kError, "AI8X_SHAPE", &l,
-                "weights " + IntsString(*wshape) + " make " + std::to_string(w_out) +
-                    " output channels, but the output has " + std::to_string(os->c));
-  }
+  auto out_shape = TensorShape(n.outputs[0], nullptr);
+  rules::CheckConvWeightShape(net_, l, *wshape, w_in, w_out, out_shape ? out_shape->c : -1);
   FinishWeightLayer(l, n);
 }
 
@@ -550,9 +485,9 @@ void Builder::HandleLinear(const Node& n) {
   Layer& l = NewLayer(n, in->refs, LayerName(n, "fc"));
   l.op = OpKind::kLinear;
   l.one_d = true;
-  std::string wbad = BadDims("weight of ONNX node '" + n.name + "'", *wshape);
+  std::string wbad = rules::DimensionProblem("weight of ONNX node '" + n.name + "'", *wshape);
   if (!wbad.empty()) {
-    net_.Report(Severity::kError, "AI8X_DIMENSIONS", &l, wbad);
+    rules::ReportDimensions(net_, &l, wbad);
     Set(n.outputs[0], Value{Value::kData, {l.id}, false});
     return;
   }
@@ -570,12 +505,7 @@ void Builder::HandleLinear(const Node& n) {
   l.out_shape = {static_cast<int>(out_f), 1, 1};
   // Flatten when the producer's data is not 1x1 (seed: Gemm/MatMul whose input is not C x 1 x 1).
   Shape3 src = l.in_shape;
-  if (in_f != src.elements()) {
-    net_.Report(Severity::kError, "AI8X_SHAPE", &l,
-                "weights " + IntsString(*wshape) + " take " + std::to_string(in_f) +
-                    " input features, but the input " + ShapeString(src, false) + " has " +
-                    std::to_string(src.elements()) + " values (inner dimensions differ)");
-  }
+  rules::CheckLinearWeightShape(net_, l, *wshape, in_f, src);
   if (src.pixels() > 1) {
     l.flatten = true;
   }
@@ -604,16 +534,16 @@ void Builder::HandlePool(const Node& n) {
   Layer& l = NewLayer(n, in->refs, LayerName(n, "pool"));
   Reshaped(l, n);
   l.pool = n.op_type == "MaxPool" ? PoolType::kMax : PoolType::kAvg;
-  if (AttrInRange(l, "AI8X_POOL", "kernel_shape", *ks, 1)) {
+  if (rules::PoolAttributeInRange(net_, l, "kernel_shape", *ks)) {
     l.pool_h = static_cast<int>((*ks)[0]);
     l.pool_w = ks->size() > 1 ? static_cast<int>((*ks)[1]) : 1;
   }
-  if (strides.ok() && !strides->empty() && AttrInRange(l, "AI8X_POOL", "strides", *strides, 1)) {
+  if (strides.ok() && !strides->empty() && rules::PoolAttributeInRange(net_, l, "strides", *strides)) {
     l.pool_stride_h = static_cast<int>((*strides)[0]);
     l.pool_stride_w = strides->size() > 1 ? static_cast<int>((*strides)[1]) : 1;
   }
   if (ks->size() == 1) l.pool_stride_w = 1;
-  if (dil.ok() && !dil->empty() && AttrInRange(l, "AI8X_POOL", "dilations", *dil, 1)) {
+  if (dil.ok() && !dil->empty() && rules::PoolAttributeInRange(net_, l, "dilations", *dil)) {
     l.pool_dilation = static_cast<int>((*dil)[0]);
   }
   Set(n.outputs[0], Value{Value::kData, {l.id}, false});
@@ -655,12 +585,7 @@ void Builder::HandleEltwise(const Node& n, EltwiseOp op) {
   l.operands = 2;
   l.in_shape = net_.OutputShapeOf(refs[0]);
   l.out_shape = l.in_shape;
-  Shape3 other = net_.OutputShapeOf(refs[1]);
-  if (!(other == l.in_shape)) {
-    net_.Report(Severity::kError, "AI8X_ELTWISE", &l,
-                "element-wise operands differ in shape: " + ShapeString(l.in_shape, l.one_d) + " vs " +
-                    ShapeString(other, l.one_d));
-  }
+  rules::CheckOperandShapes(net_, l, net_.OutputShapeOf(refs[1]));
   Set(n.outputs[0], Value{Value::kData, {l.id}, false});
 }
 
@@ -680,21 +605,19 @@ void Builder::Run() {
     if (t != nullptr && !t->is_constant()) inputs.push_back(in);
   }
   if (inputs.size() != 1) {
-    net_.Report(Severity::kError, "AI8X_INPUT", nullptr,
-                "the accelerator takes exactly one input tensor; the model has " +
-                    std::to_string(inputs.size()));
+    rules::ReportInput(net_, "the accelerator takes exactly one input tensor; the model has " +
+                                 std::to_string(inputs.size()));
     return;
   }
   bool one_d = false;
   std::string bad;
   auto in_shape = TensorShape(inputs[0], &one_d, &bad);
   if (!bad.empty()) {
-    net_.Report(Severity::kError, "AI8X_DIMENSIONS", nullptr, "input " + bad);
+    rules::ReportDimensions(net_, nullptr, "input " + bad);
     return;
   }
   if (!in_shape) {
-    net_.Report(Severity::kError, "AI8X_INPUT", nullptr,
-                "input '" + inputs[0] + "' needs a static shape [1,C,H,W] or [1,C,L]");
+    rules::ReportInput(net_, "input '" + inputs[0] + "' needs a static shape [1,C,H,W] or [1,C,L]");
     return;
   }
   net_.input_shape = *in_shape;
@@ -835,129 +758,25 @@ void Builder::Run() {
   }
 
   if (net_.layers.empty()) {
-    std::string first;  // what the data meets first: the user's clue
-    for (size_t i = 0; i < host_ops_.size() && i < 3; ++i) first += (i ? ", " : "") + host_ops_[i];
-    net_.Report(Severity::kError, "AI8X_NO_LAYERS", nullptr,
-                "no operation of this model runs on the accelerator (first data op must be a "
-                "Conv/Gemm/MatMul/pooling)" +
-                    (first.empty() ? std::string() : "; the input is first read by host work: " + first));
+    rules::ReportNoLayers(net_, host_ops_);
     return;
   }
-  if (!host_ops_.empty()) {
-    std::string msg = "the accelerator part ends here; the host must still compute: ";
-    for (size_t i = 0; i < host_ops_.size(); ++i) msg += (i ? ", " : "") + host_ops_[i];
-    Diagnostic d{Severity::kInfo, "AI8X_HOST_OPS", -1, "", host_ops_.empty() ? "" : "", msg};
-    net_.diagnostics.push_back(d);
-  }
-  if (!dropped_hw_ops_.empty()) {
-    std::string msg = "these operations follow host-side work and are left to the host as well: ";
-    for (size_t i = 0; i < dropped_hw_ops_.size(); ++i) msg += (i ? ", " : "") + dropped_hw_ops_[i];
-    net_.diagnostics.push_back({Severity::kWarning, "AI8X_HOST_AFTER_HOST", -1, "", "", msg});
-  }
-  // What this export form does not carry (issue 4 "Inputs").
-  std::vector<std::string> no_bits;
-  size_t weight_layers = 0;
+  rules::ReportHostOps(net_, host_ops_, dropped_hw_ops_);
+  // What this export form does not carry: output widths without clamps, bit widths without QAT.
   for (Layer& l : net_.layers) {
-    if (!l.has_weights()) continue;
-    ++weight_layers;
-    if (!saw_clamp_) l.output_width_known = false;
-    if (!l.quantization_known) no_bits.push_back(l.name);
+    if (l.has_weights() && !saw_clamp_) l.output_width_known = false;
   }
-  if (!saw_clamp_) {
-    net_.diagnostics.push_back({Severity::kWarning, "AI8X_WIDTH_NOT_DERIVED", -1, "", "", WidthNotDerivedMessage({})});
-  }
-  if (!no_bits.empty()) {
-    net_.diagnostics.push_back(
-        {Severity::kWarning, "AI8X_BITS_NOT_DERIVED", -1, "", "", BitsNotDerivedMessage(no_bits, weight_layers)});
-  }
+  rules::ReportNotDerived(net_, saw_clamp_);
   // Conv/linear layers are emitted in topological (module call) order; CheckWeightOrder
   // compares that with the weight (state_dict) order.
 }
 
-// "a, b, c" of at most 8 names, then ", ...".
-std::string JoinNames(const std::vector<std::string>& names) {
-  std::string s;
-  for (size_t i = 0; i < names.size() && i < 8; ++i) s += (i ? ", " : "") + names[i];
-  if (names.size() > 8) s += ", ...";
-  return s;
-}
-
 }  // namespace
-
-std::string WidthNotDerivedMessage(const std::vector<std::string>& overridden) {
-  if (!overridden.empty()) {
-    return "the export has no activation clamps (simplified form), so 32-bit wide outputs cannot be "
-           "derived; output_width is as overridden for " + JoinNames(overridden) + " and 8-bit elsewhere";
-  }
-  return "the export has no activation clamps (simplified form), so 32-bit wide outputs "
-         "(`output_width: 32`) cannot be derived; all layers assumed 8-bit unless overridden "
-         "(--set LAYER.output_width=32)";
-}
-
-std::string BitsNotDerivedMessage(const std::vector<std::string>& missing, size_t weight_layers) {
-  if (missing.empty()) {
-    return "weight bit widths cannot be derived (no QAT weight chain); all " + std::to_string(weight_layers) +
-           " weight layer(s) have them from the overrides (--set LAYER.quantization)";
-  }
-  if (missing.size() < weight_layers) {
-    return "weight bit widths cannot be derived (no QAT weight chain) for " + std::to_string(missing.size()) +
-           " layer(s) without an override (" + JoinNames(missing) +
-           "); kernel memory is checked for 8-bit weights there and the izer takes the widths from the "
-           "checkpoint unless overridden (--set LAYER.quantization=N)";
-  }
-  return "weight bit widths cannot be derived (no QAT weight chain) for " + std::to_string(missing.size()) +
-         " layer(s) (" + JoinNames(missing) +
-         "); kernel memory is checked for 8-bit weights and the izer takes the widths from the "
-         "checkpoint unless overridden (--set LAYER.quantization=N)";
-}
 
 void BuildLayers(const onnx_fe::Graph& graph, Network& net) {
   Builder b(graph, net);
   b.Run();
   net.Reindex();
-}
-
-void CheckWeightOrder(Network& net) {
-  // Conv/linear layers in layer (= execution) order whose weights have a model position.
-  std::vector<const Layer*> w;
-  for (const Layer& l : net.layers) {
-    if (l.has_weights() && l.weight_position >= 0) w.push_back(&l);
-  }
-  // Layers whose weights precede those of an earlier-running layer.
-  int out_of_order = 0;
-  const Layer* first = nullptr;   // earlier-running layer of the first pair out of order
-  const Layer* second = nullptr;  // the layer right after it, whose weights are listed earlier
-  int max_pos = -1;
-  for (size_t i = 0; i < w.size(); ++i) {
-    if (w[i]->weight_position < max_pos) ++out_of_order;
-    max_pos = std::max(max_pos, w[i]->weight_position);
-    if (second == nullptr && i > 0 && w[i]->weight_position < w[i - 1]->weight_position) {
-      first = w[i - 1];
-      second = w[i];
-    }
-  }
-  if (second == nullptr) return;
-  auto describe = [](const Layer& l) {
-    std::string s = "`" + l.name + "`";
-    if (!l.onnx_nodes.empty()) s += " (ONNX node " + l.onnx_nodes.front() + ")";
-    return s;
-  };
-  std::string msg =
-      "conv/linear layers are not in weight order: layer " + describe(*first) + " runs before layer " +
-      describe(*second) + ", but the weights of `" + first->name + "` (`" + first->weight_initializer +
-      "`) come after those of `" + second->name + "` (`" + second->weight_initializer +
-      "`) in the model's initializer list (positions " + std::to_string(first->weight_position) +
-      " and " + std::to_string(second->weight_position) + "; torch writes it in state_dict order, the checkpoint's order)";
-  if (out_of_order > 1) {
-    msg += "; " + std::to_string(out_of_order) + " layers in all have weights listed before an earlier layer's";
-  }
-  msg +=
-      ". The izer assigns the checkpoint's weights to the YAML's conv/linear layers by position, so it would "
-      "load them into the wrong layers, and the YAML's layer order is the execution order, which cannot be "
-      "changed to match. Define the modules in the model's __init__ in the order forward() calls them (the "
-      "existing checkpoint loads into the reordered model by name with load_state_dict; save it again) and "
-      "re-export";
-  net.Report(Severity::kError, "AI8X_WEIGHT_ORDER", second, std::move(msg));
 }
 
 }  // namespace kiln::ai8x

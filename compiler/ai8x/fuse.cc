@@ -1,8 +1,9 @@
-// Passes 2-5: FuseActivation, FusePooling, FuseEltwise, InsertWriteGaps. See passes.h.
+// Passes FuseActivation, FusePooling, FuseEltwise, InsertWriteGaps (compiler/ai8x/passes.h).
 #include <algorithm>
 #include <unordered_map>
 
 #include "compiler/ai8x/passes.h"
+#include "compiler/ai8x/rules/rules.h"
 
 namespace kiln::ai8x {
 namespace {
@@ -69,9 +70,7 @@ void FuseActivation(Network& net) {
       why = "the conv/linear output is also read elsewhere before activation";
     }
     if (!why.empty()) {
-      net.Report(Severity::kError, "AI8X_ACTIVATION", &a,
-                 "activation cannot be fused: " + why +
-                     " (the izer allows activation only on conv/linear layers, izer.py L593-595)");
+      rules::ReportUnfusedActivation(net, a, why);
       continue;
     }
     prod->activation = a.activation;

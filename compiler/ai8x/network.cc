@@ -42,6 +42,12 @@ const char* SeverityName(Severity s) {
   return "?";
 }
 
+std::string IntsString(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
 std::string ShapeString(const Shape3& s, bool one_d) {
   if (one_d) return "(" + std::to_string(s.c) + ", " + std::to_string(s.h) + ")";
   return "(" + std::to_string(s.c) + ", " + std::to_string(s.h) + ", " + std::to_string(s.w) + ")";
@@ -118,7 +124,47 @@ Shape3 Network::OutputShapeOf(int id) const {
   return l ? l->out_shape : Shape3{};
 }
 
+namespace {
+
+std::string FindingKey(Severity s, const std::string& code, const std::string& layer_name) {
+  std::string k(1, static_cast<char>('0' + static_cast<int>(s)));
+  k += code;
+  k += '\0';
+  k += layer_name;
+  return k;
+}
+
+}  // namespace
+
+size_t Network::FindingOf(Severity s, const std::string& code, const std::string& layer_name) {
+  auto matches = [&](size_t i) {
+    if (i >= diagnostics.size()) return false;
+    const Diagnostic& d = diagnostics[i];
+    return d.severity == s && d.code == code && d.layer_name == layer_name;
+  };
+  const std::string key = FindingKey(s, code, layer_name);
+  auto it = finding_index_.find(key);
+  if (it != finding_index_.end() && matches(it->second)) return it->second;
+  if (it == finding_index_.end()) return diagnostics.size();
+  // A stale entry: `diagnostics` was edited from outside (cleared, replaced); index it again.
+  finding_index_.clear();
+  for (size_t i = 0; i < diagnostics.size(); ++i) {
+    const Diagnostic& d = diagnostics[i];
+    if (!d.layer_name.empty()) finding_index_.try_emplace(FindingKey(d.severity, d.code, d.layer_name), i);
+  }
+  it = finding_index_.find(key);
+  return it == finding_index_.end() ? diagnostics.size() : it->second;
+}
+
 void Network::Report(Severity s, std::string code, const Layer* layer, std::string message) {
+  if (layer != nullptr && !layer->name.empty()) {
+    size_t at = FindingOf(s, code, layer->name);
+    if (at < diagnostics.size()) {
+      std::string& kept = diagnostics[at].message;
+      if (kept.find(message) == std::string::npos) kept += "; also: " + message;
+      return;
+    }
+  }
   Diagnostic d;
   d.severity = s;
   d.code = std::move(code);
@@ -126,6 +172,7 @@ void Network::Report(Severity s, std::string code, const Layer* layer, std::stri
     d.layer = IndexOf(layer->id);
     d.layer_name = layer->name;
     if (!layer->onnx_nodes.empty()) d.onnx_node = layer->onnx_nodes.front();
+    if (!d.layer_name.empty()) finding_index_[FindingKey(s, d.code, d.layer_name)] = diagnostics.size();
   }
   d.message = std::move(message);
   diagnostics.push_back(std::move(d));

@@ -46,6 +46,7 @@ struct Shape3 {
   bool operator==(const Shape3&) const = default;
 };
 std::string ShapeString(const Shape3& s, bool one_d);  // "(16, 32, 32)" / "(128, 128)"
+std::string IntsString(const std::vector<int64_t>& v);  // "[1,2,3]"
 
 /// One izer layer (or, before fusion, one primitive).
 struct Layer {
@@ -130,7 +131,8 @@ Passes ComputePasses(int channels);
 enum class Severity { kInfo, kWarning, kError };
 const char* SeverityName(Severity s);  // "info", "warning", "error"
 
-/// One finding. `code` is a stable identifier documented in docs (e.g. "AI8X_DATA_MEMORY").
+/// One finding. `code` is a stable identifier: a compiler/ai8x/codes.h constant, documented in
+/// docs/ai8x-diagnostics.md.
 struct Diagnostic {
   Severity severity = Severity::kInfo;
   std::string code;
@@ -168,10 +170,19 @@ struct Network {
   /// Output shape of `id` (kNetworkInput: the input shape).
   Shape3 OutputShapeOf(int id) const;
 
+  /// Adds a finding (`code`: a compiler/ai8x/codes.h constant; `layer` may be null). A layer has
+  /// at most one finding per severity and code: a second one about the same layer (by name) is
+  /// joined to the first as "; also: MESSAGE" (unless its message is already there), so one
+  /// problem seen at two stages (e.g. fusion and the rule checks) reads as one finding.
   void Report(Severity s, std::string code, const Layer* layer, std::string message);
 
  private:
+  /// Position in `diagnostics` of the finding of one (severity, code, layer name), or its size
+  /// when there is none; the index is rebuilt when `diagnostics` was edited from outside.
+  size_t FindingOf(Severity s, const std::string& code, const std::string& layer_name);
+
   std::unordered_map<int, int> index_;
+  std::unordered_map<std::string, size_t> finding_index_;
 };
 
 }  // namespace kiln::ai8x

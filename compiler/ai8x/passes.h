@@ -1,5 +1,7 @@
 // The passes of the ai8x back end. Each reads and rewrites a Network and reports findings into
-// Network::diagnostics; none throws. Run in the order declared here (CompileAi8x does).
+// Network::diagnostics (through the rule files of compiler/ai8x/rules, which decide every code);
+// none throws. Their order is compiler/ai8x/pipeline.cc's Ai8xPipeline(), the one list CompileAi8x
+// runs; each can also be run alone (tests) or as a range (RunPasses).
 #pragma once
 
 #include <string>
@@ -11,7 +13,7 @@
 
 namespace kiln::ai8x {
 
-/// Pass 1 — IR -> primitive layers (compiler/ai8x/build_layers.cc).
+/// BuildLayers — IR -> primitive layers (compiler/ai8x/build_layers.cc).
 /// Walks the data path (everything computed from the graph input; weight/QAT sub-graphs are
 /// constant-derived and only inspected) and makes one Layer per Conv / ConvTranspose / Gemm /
 /// MatMul, Relu / Abs, MaxPool / AveragePool, and element-wise Add / Sub (`Neg`+`Add`) /
@@ -35,14 +37,7 @@ namespace kiln::ai8x {
 /// features) AI8X_SHAPE, each naming the ONNX node.
 void BuildLayers(const onnx_fe::Graph& graph, Network& net);
 
-/// Messages of what an export form does not carry (issue 4 "Inputs"): AI8X_WIDTH_NOT_DERIVED
-/// (`overridden`: layers whose output_width came from overrides, may be empty) and
-/// AI8X_BITS_NOT_DERIVED (`missing`: the weight layers still without a bit width, of
-/// `weight_layers`). BuildLayers reports them; the override step rewords them (still warnings).
-std::string WidthNotDerivedMessage(const std::vector<std::string>& overridden);
-std::string BitsNotDerivedMessage(const std::vector<std::string>& missing, size_t weight_layers);
-
-/// Pass 1b — weight order (issue 4 "Recognise"; IZER-RULES.md §1.3 "Order mapping to weights").
+/// CheckWeightOrder (compiler/ai8x/rules/model.cc; IZER-RULES.md §1.3 "Order mapping to weights").
 /// The izer assigns the checkpoint's `*.weight` tensors to the YAML's conv/linear layers by
 /// position, and the YAML's layer order is the execution order, so the two must agree. Compares
 /// the conv/linear layers' Layer::weight_position (their weight initializers' model order,
@@ -52,32 +47,35 @@ std::string BitsNotDerivedMessage(const std::vector<std::string>& missing, size_
 /// reordering of the YAML can fix it; the modules must be defined in the order they are called.
 void CheckWeightOrder(Network& net);
 
-/// Applies LayerOverride entries whose key is a layer key (output_width, quantization,
-/// activate) to the fused layer list. Returns INVALID_ARGUMENT for unknown keys/values/layers
-/// (keys checked for all entries); every such error names LAYER.KEY=VALUE.
+/// ApplyStructureOverrides (compiler/ai8x/overrides.cc) — applies LayerOverride entries whose key
+/// is a layer key (output_width, quantization, activate) to the fused layer list, then rewords the
+/// AI8X_WIDTH_NOT_DERIVED / AI8X_BITS_NOT_DERIVED warnings to say what the overrides settled.
+/// Returns INVALID_ARGUMENT for unknown keys/values/layers (keys checked for all entries); every
+/// such error names LAYER.KEY=VALUE.
 Status ApplyStructureOverrides(Network& net, const std::vector<LayerOverride>& overrides);
-/// Applies placement keys (streaming, processors, output_processors, out_offset) after planning.
+/// ApplyPlacementOverrides — applies placement keys (streaming, processors, output_processors,
+/// out_offset) after planning. Errors as above.
 Status ApplyPlacementOverrides(Network& net, const std::vector<LayerOverride>& overrides);
 
-/// Pass 2 — fuse a stand-alone Relu/Abs into the conv/linear that produces its only input when
+/// FuseActivation (fuse.cc) — fuse a stand-alone Relu/Abs into the conv/linear that produces its only input when
 /// that layer has no other reader and no activation yet (seed step 7a). A stand-alone activation
 /// that cannot be fused is an error (AI8X_ACTIVATION): the izer rejects activation on passthrough
 /// layers (izer.py L593-595).
 void FuseActivation(Network& net);
 
-/// Pass 3 — fuse a pooling-only layer into the conv/linear that is its only reader (seed step
+/// FusePooling (fuse.cc) — fuse a pooling-only layer into the conv/linear that is its only reader (seed step
 /// 7b). Not into a flattening Linear (izer: flatten is incompatible with pooling). Left alone, a
 /// pooling layer stays a passthrough layer with `max_pool`/`avg_pool`.
 void FusePooling(Network& net);
 
-/// Pass 4 — fuse a stand-alone element-wise layer into the Conv2d/ConvTranspose2d that is its
+/// FuseEltwise (fuse.cc) — fuse a stand-alone element-wise layer into the Conv2d/ConvTranspose2d that is its
 /// only reader (seed step 7c): at most one pooling in total (`pool_first: false` when the conv
 /// pools), never into Conv1d (max7800x.py L504-506), not on MAX78002 when the conv has bias
 /// (SUPPORT_MULTIPASS_ELTWISE_CONV_BIAS false, max7800x.py L2074-2080), not on MAX78000 when the
 /// operands are multi-pass (EMULATE_ELTWISE_MP, max7800x.py L984-990).
 void FuseEltwise(Network& net);
 
-/// Pass 5 — element-wise inputs must be interleaved (IZER-RULES.md §1.6): a producer read only
+/// InsertWriteGaps (fuse.cc) — element-wise inputs must be interleaved (IZER-RULES.md §1.6): a producer read only
 /// by the element-wise layer gets `write_gap: operands-1`; a producer with other readers (or the
 /// network input) gets a `gap_<name>` passthrough copy with the write gap (seed step 8), whose
 /// output map equals its input map (fixes the seed's per-x16 packing defect, max7800x.py
@@ -86,7 +84,7 @@ void FuseEltwise(Network& net);
 /// placements of the hand-written ressimplenet and MobileNetV2 files).
 void InsertWriteGaps(Network& net);
 
-/// Pass 6 — input format and streaming. Picks `data_format` for the first layer
+/// ChooseInputFormatAndStreaming (input_format.cc) — input format and streaming. Picks `data_format` for the first layer
 /// (options.input_format; auto = the seed's rule: CHW for <= 16 channels) and marks the leading
 /// layers `streaming: true` when their input or output does not fit one data-memory instance
 /// (max7800x.py L469-479, L601-609), as the streaming rules allow (IZER-RULES.md §1.8: a prefix
@@ -95,7 +93,7 @@ void InsertWriteGaps(Network& net);
 /// AI8X_DATA_MEMORY error naming the layer and what would help.
 void ChooseInputFormatAndStreaming(Network& net, const Ai8xOptions& options);
 
-/// Pass 7 — processor allocation (seed steps 9-10, IZER-RULES.md §1.5, §1.7). Layers that read
+/// AllocateProcessors (allocate.cc) — processor allocation (seed steps 9-10, IZER-RULES.md §1.5, §1.7). Layers that read
 /// the same data share one map; element-wise operands are written to their consumer's map;
 /// concatenation parts get consecutive partial maps. Maps are contiguous runs (HWC) or one
 /// processor per group of 4 / 16 (CHW), placed at multiples of 4 so that the fullest processor's
@@ -103,7 +101,7 @@ void ChooseInputFormatAndStreaming(Network& net, const Ai8xOptions& options);
 /// producer does not read from. Sets processors and output_processors of every layer.
 void AllocateProcessors(Network& net, const Ai8xOptions& options);
 
-/// Pass 8 — data-memory planning (issue 4 "Plan" 2). Per data-memory instance, assigns
+/// PlanDataMemory (data_memory.cc) — data-memory planning (issue 4 "Plan" 2). Per data-memory instance, assigns
 /// out_offset / in_offset so that no layer writes over data a later layer still reads (network
 /// input and outputs included), interleaves element-wise operands (base, base+4, ...;
 /// consumer in_offset = base), places concatenation parts at one offset, reserves streaming
@@ -111,11 +109,13 @@ void AllocateProcessors(Network& net, const Ai8xOptions& options);
 /// that fits nowhere is an AI8X_DATA_MEMORY error naming the layer.
 void PlanDataMemory(Network& net);
 
-/// Pass 9 — every izer rule of IZER-RULES.md §1.3-§1.8 Kiln can decide statically; each
-/// violation is a diagnostic (see docs for the codes).
+/// CheckRules (rules/registry.cc) — runs the rule registry (compiler/ai8x/rules/rules.h): every
+/// izer rule of IZER-RULES.md §1.3-§1.8 Kiln can decide statically; each violation is a diagnostic
+/// (docs/ai8x-diagnostics.md lists the codes).
 void CheckRules(Network& net);
 
-/// Per-layer resource numbers used by CheckRules and the report.
+/// Per-layer resource numbers (the izer's size formulas, resources.cc) used by the planner, the
+/// rules and the report.
 int64_t DataInBytes(const Network& net, const Layer& l);   ///< izer in_size (per instance)
 int64_t DataOutBytes(const Network& net, const Layer& l);  ///< izer out_size (per instance)
 int64_t KernelWords(const Network& net, const Layer& l);   ///< izer kern_len
@@ -124,8 +124,14 @@ int64_t BiasBytes(const Layer& l);
 /// The izer's default output map of the final layer (izer.py L310-321): packed from processor 0.
 uint64_t DefaultFinalOutputMap(int out_channels);
 
-/// Pass 10 — YAML (yaml-cpp), keys in the seed's order, seed comments, `0x%016x` maps and
-/// `0x%04x` offsets.
+/// EmitYaml (yaml_writer.cc) — YAML (yaml-cpp), keys in the seed's order, seed comments,
+/// `0x%016x` maps and `0x%04x` offsets.
 std::string EmitYaml(const Network& net, const Ai8xOptions& options);
+
+/// Report (compile.cc) — the last pass: diagnostics get their final layer positions (-1: fused
+/// away), `r` gets ok, the per-layer rows, resources (kernel memory through KernelMemoryMap), izer
+/// flags, resolved options (`resolved` plus the planned input format and fifo) and the
+/// diagnostics. Moves names, node lists and diagnostics out of `net`.
+void FillReport(Network& net, const Ai8xOptions& resolved, Ai8xCompileResult& r);
 
 }  // namespace kiln::ai8x

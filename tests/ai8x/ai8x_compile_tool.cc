@@ -1,5 +1,6 @@
 // Developer tool (not a test): compiles one ONNX file with the ai8x back end and prints the YAML
-// and diagnostics. Usage: ai8x_compile_tool MODEL.onnx DEVICE ARCH DATASET [LAYER.KEY=VALUE ...]
+// and diagnostics. Usage: ai8x_compile_tool MODEL.onnx CHIP ARCH DATASET [LAYER.KEY=VALUE ...];
+// `ai8x_compile_tool --print-pipeline` prints compiler/ai8x/README.md's pass table.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -7,11 +8,17 @@
 #include <sstream>
 
 #include "compiler/ai8x/compile.h"
+#include "compiler/ai8x/pipeline.h"
 #include "compiler/onnx/loader.h"
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--print-pipeline") {  // compiler/ai8x/README.md's pass table
+    std::cout << kiln::ai8x::PipelineMarkdownTable();
+    return 0;
+  }
   if (argc < 5) {
-    std::cerr << "usage: ai8x_compile_tool MODEL.onnx DEVICE ARCH DATASET [LAYER.KEY=VALUE ...]\n";
+    std::cerr << "usage: ai8x_compile_tool MODEL.onnx CHIP ARCH DATASET [LAYER.KEY=VALUE ...]\n"
+                 "       ai8x_compile_tool --print-pipeline\n";
     return 2;
   }
   std::ifstream f(argv[1], std::ios::binary);
@@ -23,12 +30,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   kiln::ai8x::Ai8xOptions opts;
-  auto dev = kiln::ai8x::ParseChip(argv[2]);
-  if (!dev.ok()) {
-    std::cerr << dev.status().ToString() << "\n";
+  auto chip = kiln::ai8x::ParseChip(argv[2]);
+  if (!chip.ok()) {
+    std::cerr << chip.status().ToString() << "\n";
     return 2;
   }
-  opts.chip = *dev;
+  opts.chip = *chip;
   opts.arch = argv[3];
   if (const char* f = std::getenv("AI8X_INPUT_FORMAT")) {
     auto fmt = kiln::ai8x::ParseInputFormat(f);

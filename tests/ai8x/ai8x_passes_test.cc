@@ -6,6 +6,7 @@
 
 #include "compiler/ai8x/compile.h"
 #include "compiler/ai8x/passes.h"
+#include "compiler/ai8x/pipeline.h"
 
 namespace kiln::ai8x {
 namespace {
@@ -531,13 +532,13 @@ TEST(Ai8xPasses, OverrideValuesAreRangeCheckedAndErrorsNameLayerAndKey) {
   EXPECT_EQ(r->layers.front().processors, ~uint64_t{0});
 }
 
-// One network per remaining rule diagnostic: run the placement passes, break one thing the way a
-// user override or an unusual model would, and expect exactly that code.
+// One network per remaining rule diagnostic: run the placement passes of the pipeline
+// (ChooseInputFormatAndStreaming through PlanDataMemory), break one thing the way a user override
+// or an unusual model would, and expect exactly that code.
 Network Planned(NetBuilder& b, Ai8xOptions o = {}) {
   o.input_format = o.input_format == InputFormat::kAuto ? InputFormat::kHWC : o.input_format;
-  ChooseInputFormatAndStreaming(b.net, o);
-  AllocateProcessors(b.net, o);
-  PlanDataMemory(b.net);
+  Status s = RunPasses(b.net, o, "ChooseInputFormatAndStreaming", "PlanDataMemory");
+  EXPECT_TRUE(s.ok()) << s.ToString();
   return b.net;
 }
 

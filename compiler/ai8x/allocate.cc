@@ -1,0 +1,281 @@
+// Pass AllocateProcessors (compiler/ai8x/passes.h; IZER-RULES.md §1.5, §1.7): shared maps, then
+// one map per group placed where kernel memory (KernelMemoryMap) stays lowest, then output maps.
+#include <algorithm>
+#include <climits>
+#include <numeric>
+#include <tuple>
+#include <unordered_map>
+
+#include "compiler/ai8x/kernel_memory.h"
+#include "compiler/ai8x/passes.h"
+#include "compiler/ai8x/plan_util.h"
+#include "compiler/ai8x/rules/rules.h"
+
+namespace kiln::ai8x {
+namespace {
+
+struct UnionFind {
+  std::vector<int> p;
+  explicit UnionFind(size_t n) : p(n) { std::iota(p.begin(), p.end(), 0); }
+  int Find(int x) {
+    while (p[x] != x) x = p[x] = p[p[x]];
+    return x;
+  }
+  void Union(int a, int b) { p[Find(a)] = Find(b); }
+};
+
+bool IsConcat(const Layer& l) { return l.inputs.size() > 1 && l.operands == 1; }
+
+// Processors a layer reads with (IZER-RULES.md §1.5); CHW input: one processor per channel.
+int InProcs(const Layer& l) {
+  if (l.chw_input) return l.in_shape.c;
+  return ComputePasses(l.in_shape.c).processors;
+}
+
+// Kernel words of `l` while placing: the output map is not known yet, so its span is taken as the
+// packed count.
+int64_t EstimatedWords(const Layer& l) {
+  if (!l.has_weights()) return 0;
+  return KernLen(l, ProcessorRun(ComputePasses(l.out_shape.c).processors, 0));
+}
+
+// A map of `count` processors at `shift`: contiguous (HWC), one per group of 4 / 16 (CHW), or on
+// the FIFO processors 0-3/16-19/32-35/48-51.
+uint64_t MakeMap(int count, int shift, bool chw, bool fifo) {
+  if (chw) {
+    int mult = count <= 4 ? 16 : 4;
+    uint64_t m = 0;
+    for (int i = 0; i < count; ++i) m |= uint64_t{1} << (mult * i);
+    return m << shift;
+  }
+  if (fifo && count > 4) {
+    uint64_t m = 0;
+    for (int i = 0; i < count; ++i) m |= uint64_t{1} << ((i / 4) * 16 + i % 4);
+    return m;
+  }
+  return ProcessorRun(count, shift);
+}
+
+// Layers that must share one input map: readers of the same data (element-wise operands write to
+// their consumer's map), and passthrough / depthwise layers with their readers (output = packed
+// input per x16, max7800x.py L945-962; depthwise broadcast mode moves no data across processors
+// and then fills whole quadrants of bias memory the way kbias.py packs them, as in the
+// hand-written MobileNetV2).
+struct Groups {
+  std::unordered_map<int, std::vector<int>> members;  // root -> layer positions, in order
+  std::vector<int> order;                             // roots by their first member
+  std::unordered_map<int, int> count;                 // root -> processors of the map
+  int input_root = 0;
+};
+
+Groups GroupSharedMaps(Network& net, const std::unordered_map<int, std::vector<int>>& readers) {
+  const size_t n = net.layers.size();
+  UnionFind uf(n);
+  for (const auto& [prod, rs] : readers) {
+    int anchor = -1;
+    for (int r : rs) {
+      if (IsConcat(net.layers[r])) continue;
+      if (anchor < 0) {
+        anchor = r;
+      } else {
+        uf.Union(r, anchor);
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const Layer& l = net.layers[i];
+    if (l.op != OpKind::kNone && l.groups == 1) continue;
+    auto it = readers.find(l.id);
+    if (it == readers.end()) continue;
+    for (int r : it->second) {
+      if (!IsConcat(net.layers[r])) uf.Union(static_cast<int>(i), r);
+    }
+  }
+  Groups g;
+  for (size_t i = 0; i < n; ++i) {
+    int r = uf.Find(static_cast<int>(i));
+    std::vector<int>& m = g.members[r];
+    if (m.empty()) g.order.push_back(r);
+    m.push_back(static_cast<int>(i));
+  }
+  for (int r : g.order) {
+    int cnt = -1;
+    for (int m : g.members[r]) {
+      int need = InProcs(net.layers[m]);
+      if (cnt < 0) cnt = need;
+      rules::CheckSharedMapCount(net, net.layers[m], need, cnt);
+    }
+    g.count[r] = std::clamp(cnt, 1, 64);
+  }
+  g.input_root = uf.Find(0);
+  return g;
+}
+
+// The input group first, then by weight cost (seed yamlwriter step 10), heaviest first.
+std::vector<int> AllocationOrder(const Network& net, Groups& g) {
+  std::vector<int> rest;
+  for (int r : g.order) {
+    if (r != g.input_root) rest.push_back(r);
+  }
+  std::unordered_map<int, int64_t> weight;
+  for (int r : rest) {
+    int64_t w = 0;
+    for (int m : g.members[r]) w += EstimatedWords(net.layers[m]);
+    weight[r] = w;
+  }
+  std::stable_sort(rest.begin(), rest.end(), [&](int a, int b) {
+    int64_t wa = weight[a], wb = weight[b];
+    if (wa != wb) return wa > wb;
+    return g.count[a] > g.count[b];
+  });
+  std::vector<int> order{g.input_root};
+  order.insert(order.end(), rest.begin(), rest.end());
+  return order;
+}
+
+// The kernels of a group's weight layers, one after the other, all on `map`.
+void PlaceKernels(const Network& net, const std::vector<int>& members, uint64_t map, KernelMemoryMap& memory) {
+  for (int m : members) {
+    int64_t w = EstimatedWords(net.layers[m]);
+    if (w != 0) memory.Place(map, w);
+  }
+}
+
+// Data-memory instances the group's producers read from (ping-pong across instances is preferred
+// when kernel cost ties).
+uint32_t ProducerInstances(const Network& net, const std::vector<int>& members) {
+  uint32_t m = 0;
+  for (int member : members) {
+    for (int in : net.layers[member].inputs) {
+      if (in == kNetworkInput) continue;
+      int pi = net.IndexOf(in);
+      if (pi >= 0 && net.layers[pi].processors != 0) m |= InstanceMask(net.layers[pi].processors);
+    }
+  }
+  return m;
+}
+
+// The map of one group: every start at a multiple of 4, cheapest by (kernel memory of the whole
+// chip, depthwise bias waste, kernel memory of the map, instances shared with the producer, start).
+uint64_t PlaceGroup(const Network& net, const std::vector<int>& members, int cnt, bool is_input,
+                    const Ai8xOptions& options, const KernelMemoryMap& fill) {
+  bool chw = false;
+  for (int m : members) chw |= net.layers[m].chw_input;
+  bool fifo = is_input && net.use_fifo;
+  int max_shift;
+  if (chw) {
+    int mult = cnt <= 4 ? 16 : 4;
+    max_shift = 64 - (mult * (cnt - 1) + 1);
+    max_shift = std::min(max_shift, mult == 16 ? 15 : 3);
+  } else {
+    max_shift = 64 - cnt;
+  }
+  bool pinned = is_input && (!options.move_l0 || fifo || chw);
+  uint32_t avoid = ProducerInstances(net, members);
+  // Single weight layer (the common case): the fill only grows on the map's processors.
+  int weighted = 0;
+  int64_t single_words = 0;
+  bool dw_biased = false;
+  for (int m : members) {
+    const Layer& ml = net.layers[m];
+    int64_t w = EstimatedWords(ml);
+    if (w > 0) {
+      ++weighted;
+      single_words = w;
+    }
+    dw_biased |= ml.groups > 1 && ml.has_bias;
+  }
+  const int64_t global_before = fill.MaxFill();
+  std::tuple<int64_t, int64_t, int64_t, int, int> best{INT64_MAX, INT64_MAX, INT64_MAX, INT_MAX, 0};
+  for (int shift = 0; shift <= std::max(0, max_shift); shift += 4) {
+    uint64_t map = MakeMap(cnt, shift, chw, fifo);
+    int64_t global = 0, local = 0;
+    if (weighted <= 1) {
+      int64_t off = fill.MaxFillOf(map);
+      local = weighted ? (off + 3) / 4 * 4 + single_words : off;
+      global = std::max(global_before, local);
+    } else {
+      KernelMemoryMap f = fill;
+      PlaceKernels(net, members, map, f);
+      global = f.MaxFill();
+      local = f.MaxFillOf(map);
+    }
+    int overlap = std::popcount(InstanceMask(map) & avoid);
+    // Depthwise layers (broadcast mode) take bias bytes for every processor of each quadrant they
+    // touch, rearranged per quadrant (kbias.py L90-180); maps that start at processor 0, as in the
+    // hand-written MobileNetV2 file, waste the least (padding at the end is trimmed).
+    int64_t dw_bias = dw_biased ? shift : 0;
+    std::tuple<int64_t, int64_t, int64_t, int, int> cost{global, dw_bias, local, overlap, shift};
+    if (cost < best) best = cost;
+    if (pinned || fifo) break;
+  }
+  return MakeMap(cnt, std::get<4>(best), chw, fifo);
+}
+
+// Output maps: the readers' map; concatenation parts get consecutive partial maps.
+void AssignOutputMaps(Network& net, const std::unordered_map<int, std::vector<int>>& readers) {
+  const size_t n = net.layers.size();
+  for (size_t i = 0; i < n; ++i) {
+    Layer& l = net.layers[i];
+    auto it = readers.find(l.id);
+    uint64_t out = 0;
+    if (it != readers.end()) {
+      bool concat_reader = false, other_reader = false;
+      for (int r : it->second) (IsConcat(net.layers[r]) ? concat_reader : other_reader) = true;
+      if (concat_reader && (other_reader || it->second.size() > 1)) rules::ReportConcatAlsoReadElsewhere(net, l);
+      for (int r : it->second) {
+        const Layer& reader = net.layers[r];
+        if (!IsConcat(reader)) {
+          out = reader.processors;
+          break;
+        }
+        // concat part: offset = channels of earlier parts, each rounded up to a multiple of 4
+        int shift = FirstProcessor(reader.processors);
+        for (int part : reader.inputs) {
+          int ch = net.OutputShapeOf(part).c;
+          if (part == l.id) {
+            out = ProcessorRun(ch, shift);
+            break;
+          }
+          shift += (ch + 3) / 4 * 4;
+        }
+        break;
+      }
+    }
+    if (out == 0) {
+      // no reader: final/output-only layer. Passthrough keeps its map; others use the izer
+      // default (packed from processor 0) for the final layer, the next layer's map otherwise.
+      if (l.op == OpKind::kNone) {
+        out = l.processors;
+      } else if (i + 1 < n && std::popcount(net.layers[i + 1].processors) == ComputePasses(l.out_shape.c).processors) {
+        out = net.layers[i + 1].processors;
+      } else {
+        out = DefaultFinalOutputMap(l.out_shape.c);
+      }
+    }
+    l.output_processors = out;
+  }
+}
+
+}  // namespace
+
+void AllocateProcessors(Network& net, const Ai8xOptions& options) {
+  const size_t n = net.layers.size();
+  if (n == 0) return;
+  net.Reindex();
+  std::unordered_map<int, std::vector<int>> readers;  // producer id (kNetworkInput too) -> reader positions
+  for (size_t i = 0; i < n; ++i) {
+    for (int in : net.layers[i].inputs) readers[in].push_back(static_cast<int>(i));
+  }
+  Groups groups = GroupSharedMaps(net, readers);
+  KernelMemoryMap fill;
+  for (int r : AllocationOrder(net, groups)) {
+    const std::vector<int>& members = groups.members[r];
+    uint64_t map = PlaceGroup(net, members, groups.count[r], r == groups.input_root, options, fill);
+    PlaceKernels(net, members, map, fill);
+    for (int m : members) net.layers[m].processors = map;
+  }
+  AssignOutputMaps(net, readers);
+}
+
+}  // namespace kiln::ai8x
