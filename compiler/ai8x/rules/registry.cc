@@ -1,5 +1,7 @@
 // The rule registry and CheckRules (compiler/ai8x/passes.h). The order below is the order of the
 // findings of one layer.
+#include <vector>
+
 #include "compiler/ai8x/passes.h"
 #include "compiler/ai8x/rules/checks.h"
 
@@ -42,24 +44,41 @@ std::span<const Rule> Registry() { return kRules; }
 
 }  // namespace rules
 
+namespace {
+
+// The registry split by scope, once.
+struct ByScope {
+  std::vector<void (*)(rules::RuleContext&)> first, last;
+  std::vector<void (*)(rules::RuleContext&, const Layer&, size_t)> layer;
+};
+
+const ByScope& RulesByScope() {
+  static const ByScope by = [] {
+    ByScope b;
+    for (const rules::Rule& r : rules::Registry()) {
+      if (r.scope == rules::Rule::kNetworkFirst) b.first.push_back(r.network);
+      if (r.scope == rules::Rule::kLayer) b.layer.push_back(r.layer);
+      if (r.scope == rules::Rule::kNetworkLast) b.last.push_back(r.network);
+    }
+    return b;
+  }();
+  return by;
+}
+
+}  // namespace
+
 void CheckRules(Network& net) {
   net.Reindex();
   if (net.layers.empty()) return;
   rules::RuleContext c(net);
   for (const Layer& l : net.layers) c.bits_unknown |= l.has_weights() && !l.quantization_known;
-  std::span<const rules::Rule> all = rules::Registry();
-  for (const rules::Rule& r : all) {
-    if (r.scope == rules::Rule::kNetworkFirst) r.network(c);
-  }
+  const ByScope& by = RulesByScope();
+  for (auto* check : by.first) check(c);
   for (size_t i = 0; i < c.n; ++i) {
     const Layer& l = net.layers[i];
-    for (const rules::Rule& r : all) {
-      if (r.scope == rules::Rule::kLayer) r.layer(c, l, i);
-    }
+    for (auto* check : by.layer) check(c, l, i);
   }
-  for (const rules::Rule& r : all) {
-    if (r.scope == rules::Rule::kNetworkLast) r.network(c);
-  }
+  for (auto* check : by.last) check(c);
 }
 
 }  // namespace kiln::ai8x
