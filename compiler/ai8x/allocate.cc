@@ -28,7 +28,7 @@ bool IsConcat(const Layer& l) { return l.inputs.size() > 1 && l.operands == 1; }
 
 // Processors a layer reads with (IZER-RULES.md §1.5); CHW input: one processor per channel.
 int InProcs(const Layer& l) {
-  if (l.chw_input) return l.in_shape.c;
+  if (l.placed.chw_input) return l.in_shape.c;
   return ComputePasses(l.in_shape.c).processors;
 }
 
@@ -149,7 +149,7 @@ uint32_t ProducerInstances(const Network& net, const std::vector<int>& members) 
     for (int in : net.layers[member].inputs) {
       if (in == kNetworkInput) continue;
       int pi = net.IndexOf(in);
-      if (pi >= 0 && net.layers[pi].processors != 0) m |= InstanceMask(net.layers[pi].processors);
+      if (pi >= 0 && net.layers[pi].placed.processors != 0) m |= InstanceMask(net.layers[pi].placed.processors);
     }
   }
   return m;
@@ -160,7 +160,7 @@ uint32_t ProducerInstances(const Network& net, const std::vector<int>& members) 
 uint64_t PlaceGroup(const Network& net, const std::vector<int>& members, int cnt, bool is_input,
                     const Ai8xOptions& options, const KernelMemoryMap& fill) {
   bool chw = false;
-  for (int m : members) chw |= net.layers[m].chw_input;
+  for (int m : members) chw |= net.layers[m].placed.chw_input;
   bool fifo = is_input && net.use_fifo;
   int max_shift;
   if (chw) {
@@ -226,11 +226,11 @@ void AssignOutputMaps(Network& net, const std::unordered_map<int, std::vector<in
       for (int r : it->second) {
         const Layer& reader = net.layers[r];
         if (!IsConcat(reader)) {
-          out = reader.processors;
+          out = reader.placed.processors;
           break;
         }
         // concat part: offset = channels of earlier parts, each rounded up to a multiple of 4
-        int shift = FirstProcessor(reader.processors);
+        int shift = FirstProcessor(reader.placed.processors);
         for (int part : reader.inputs) {
           int ch = net.OutputShapeOf(part).c;
           if (part == l.id) {
@@ -246,14 +246,14 @@ void AssignOutputMaps(Network& net, const std::unordered_map<int, std::vector<in
       // no reader: final/output-only layer. Passthrough keeps its map; others use the izer
       // default (packed from processor 0) for the final layer, the next layer's map otherwise.
       if (l.op == OpKind::kNone) {
-        out = l.processors;
-      } else if (i + 1 < n && std::popcount(net.layers[i + 1].processors) == ComputePasses(l.out_shape.c).processors) {
-        out = net.layers[i + 1].processors;
+        out = l.placed.processors;
+      } else if (i + 1 < n && std::popcount(net.layers[i + 1].placed.processors) == ComputePasses(l.out_shape.c).processors) {
+        out = net.layers[i + 1].placed.processors;
       } else {
         out = DefaultFinalOutputMap(l.out_shape.c);
       }
     }
-    l.output_processors = out;
+    l.placed.output_processors = out;
   }
 }
 
@@ -273,7 +273,7 @@ void AllocateProcessors(Network& net, const Ai8xOptions& options) {
     const std::vector<int>& members = groups.members[r];
     uint64_t map = PlaceGroup(net, members, groups.count[r], r == groups.input_root, options, fill);
     PlaceKernels(net, members, map, fill);
-    for (int m : members) net.layers[m].processors = map;
+    for (int m : members) net.layers[m].placed.processors = map;
   }
   AssignOutputMaps(net, readers);
 }

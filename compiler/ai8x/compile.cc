@@ -67,21 +67,21 @@ void FillReport(Network& net, const Ai8xOptions& resolved_options, Ai8xCompileRe
     s.out_channels = l.out_shape.c;
     s.in_shape = ShapeString(l.in_shape, l.one_d);
     s.out_shape = ShapeString(l.out_shape, l.one_d);
-    s.processors = l.processors;
-    s.output_processors = l.output_processors;
-    s.in_offset = l.in_offset;
-    s.out_offset = l.out_offset;
+    s.processors = l.placed.processors;
+    s.output_processors = l.placed.output_processors;
+    s.in_offset = l.placed.in_offset;
+    s.out_offset = l.placed.out_offset;
     s.data_in_bytes = DataInBytes(net, l);
     s.data_out_bytes = DataOutBytes(net, l);
     s.kernel_words = KernelWords(net, l);
     s.bias_bytes = BiasBytes(l);
-    s.streaming = l.streaming;
+    s.streaming = l.placed.streaming;
     r.resources.bias_bytes_used += s.bias_bytes;
-    r.resources.streaming_layers += l.streaming ? 1 : 0;
+    r.resources.streaming_layers += l.placed.streaming ? 1 : 0;
     r.resources.data_bytes_peak = std::max<int64_t>(
         r.resources.data_bytes_peak,
-        std::max<int64_t>(l.out_offset + s.data_out_bytes, l.in_offset + s.data_in_bytes));
-    if (l.has_weights()) kernel_memory.Place(l.processors, s.kernel_words);
+        std::max<int64_t>(l.placed.out_offset + s.data_out_bytes, l.placed.in_offset + s.data_in_bytes));
+    if (l.has_weights()) kernel_memory.Place(l.placed.processors, s.kernel_words);
     r.layers.push_back(std::move(s));
   }
   r.resources.max_kernel_words_used = kernel_memory.MaxFill();

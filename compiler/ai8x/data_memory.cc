@@ -28,7 +28,7 @@ class DataMemoryPlanner {
         last_use_[in] = std::max(last_use_[in], static_cast<int>(i));
         readers_of_[in].push_back(net.layers[i].id);
       }
-      if (net.layers[i].streaming) last_stream_ = static_cast<int>(i);
+      if (net.layers[i].placed.streaming) last_stream_ = static_cast<int>(i);
     }
   }
 
@@ -85,19 +85,19 @@ class DataMemoryPlanner {
   void PlaceNetworkInput() {
     const Layer& first = net_.layers.front();
     Region r{};
-    r.instances = InstanceMask(first.processors);
+    r.instances = InstanceMask(first.placed.processors);
     for (const Layer& l : net_.layers) {
       if (std::find(l.inputs.begin(), l.inputs.end(), kNetworkInput) != l.inputs.end()) {
-        r.instances |= InstanceMask(l.processors);
+        r.instances |= InstanceMask(l.placed.processors);
       }
     }
     Layer probe = first;
     probe.operands = 1;
-    int64_t size = first.streaming && net_.use_fifo ? StreamBufferBytes(first) : DataInBytes(net_, probe);
+    int64_t size = first.placed.streaming && net_.use_fifo ? StreamBufferBytes(first) : DataInBytes(net_, probe);
     r.start = 0;
     r.end = size;
     r.t0 = -1;
-    r.t1 = first.streaming ? last_stream_ : (last_use_.count(kNetworkInput) ? last_use_[kNetworkInput] : 0);
+    r.t1 = first.placed.streaming ? last_stream_ : (last_use_.count(kNetworkInput) ? last_use_[kNetworkInput] : 0);
     r.owner = -1;
     if (size > inst_) {
       rules::ReportInputTooLarge(net_, first, size);
@@ -112,11 +112,11 @@ class DataMemoryPlanner {
     if (!l.inputs.empty()) {
       if (l.inputs.size() > 1) {
         auto gb = group_base_.find(l.id);
-        l.in_offset = gb == group_base_.end() ? 0 : static_cast<int>(gb->second);
+        l.placed.in_offset = gb == group_base_.end() ? 0 : static_cast<int>(gb->second);
       } else if (l.inputs[0] == kNetworkInput) {
-        l.in_offset = 0;
+        l.placed.in_offset = 0;
       } else if (const Layer* p = net_.Find(l.inputs[0])) {
-        l.in_offset = p->out_offset;
+        l.placed.in_offset = p->placed.out_offset;
       }
     }
     auto rit = readers_of_.find(l.id);
@@ -128,12 +128,12 @@ class DataMemoryPlanner {
       return;
     }
     Region r{};
-    r.instances = InstanceMask(l.output_processors);
+    r.instances = InstanceMask(l.placed.output_processors);
     r.owner = static_cast<int>(i);
     r.t0 = static_cast<int>(i);
     r.t1 = t1;
     int64_t size = DataOutBytes(net_, l);
-    if (l.streaming && static_cast<int>(i) < last_stream_) {
+    if (l.placed.streaming && static_cast<int>(i) < last_stream_) {
       // rolling buffer for the next (streaming) layer's input
       size = StreamBufferBytes(net_.layers[i + 1]);
       r.t0 = -1;
@@ -146,7 +146,7 @@ class DataMemoryPlanner {
       rules::ReportNoRoom(net_, l, size, nullptr);
       off = 0;
     }
-    l.out_offset = static_cast<int>(off);
+    l.placed.out_offset = static_cast<int>(off);
   }
 
   // An element-wise operand (interleaved: base, base+4, ...) or a concatenation part (all at one
@@ -156,7 +156,7 @@ class DataMemoryPlanner {
     int k = static_cast<int>(std::find(reader.inputs.begin(), reader.inputs.end(), l.id) - reader.inputs.begin());
     bool eltwise = reader.operands > 1;
     if (gb != group_base_.end()) {
-      l.out_offset = static_cast<int>(gb->second + (eltwise ? 4 * k : 0));
+      l.placed.out_offset = static_cast<int>(gb->second + (eltwise ? 4 * k : 0));
       return;
     }
     int first_pos = static_cast<int>(i);
@@ -166,7 +166,7 @@ class DataMemoryPlanner {
       const Layer* p = net_.Find(in);
       if (p == nullptr) continue;
       first_pos = std::min(first_pos, net_.IndexOf(in));
-      inst_mask |= InstanceMask(p->output_processors);
+      inst_mask |= InstanceMask(p->placed.output_processors);
       part = std::max(part, DataOutBytes(net_, *p));
     }
     Region r{};
@@ -184,7 +184,7 @@ class DataMemoryPlanner {
       base = 0;
     }
     group_base_[reader.id] = base;
-    l.out_offset = static_cast<int>(base + (eltwise ? 4 * k : 0));
+    l.placed.out_offset = static_cast<int>(base + (eltwise ? 4 * k : 0));
   }
 
   Network& net_;

@@ -34,16 +34,16 @@ void ChooseInputFormatAndStreaming(Network& net, const Ai8xOptions& options) {
       chw = can_chw && c <= 16;  // seed yamlwriter.py L476
       // memory may demand CHW: HWC input that does not fit one instance but fits as CHW
       Layer probe = first;
-      probe.chw_input = false;
+      probe.placed.chw_input = false;
       int64_t hwc = DataInBytes(net, probe);
-      probe.chw_input = true;
+      probe.placed.chw_input = true;
       int64_t chw_bytes = DataInBytes(net, probe);
       if (can_chw && hwc > inst && chw_bytes <= inst) chw = true;
       break;
     }
   }
-  first.chw_input = chw && first_reads_input;
-  net.chw_input = first.chw_input;
+  first.placed.chw_input = chw && first_reads_input;
+  net.chw_input = first.placed.chw_input;
 
   // Streaming: the prefix of layers whose input or output does not fit one instance.
   int last_big = -1;
@@ -94,11 +94,11 @@ void ChooseInputFormatAndStreaming(Network& net, const Ai8xOptions& options) {
     fail("the first layer has " + std::to_string(c) + " input channels; the FIFO takes at most 16 (HWC)");
     return;
   }
-  if (first.chw_input) {
-    first.chw_input = false;  // FIFO streaming: HWC
+  if (first.placed.chw_input) {
+    first.placed.chw_input = false;  // FIFO streaming: HWC
     net.chw_input = false;
   }
-  for (int i = 0; i <= k; ++i) net.layers[i].streaming = true;
+  for (int i = 0; i <= k; ++i) net.layers[i].placed.streaming = true;
   net.use_fifo = true;
   rules::ReportStreamingPrefix(net, net.layers[k], k);
 }

@@ -53,7 +53,7 @@ std::string ShapeString(const Shape3& s, bool one_d) {
   return "(" + std::to_string(s.c) + ", " + std::to_string(s.h) + ", " + std::to_string(s.w) + ")";
 }
 
-Shape3 Layer::pooled_shape() const {
+Shape3 LayerDef::pooled_shape() const {
   Shape3 s = in_shape;
   if (eltwise == EltwiseOp::kNone && operands == 1) {
     // plain layer

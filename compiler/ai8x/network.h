@@ -48,8 +48,10 @@ struct Shape3 {
 std::string ShapeString(const Shape3& s, bool one_d);  // "(16, 32, 32)" / "(128, 128)"
 std::string IntsString(const std::vector<int64_t>& v);  // "[1,2,3]"
 
-/// One izer layer (or, before fusion, one primitive).
-struct Layer {
+/// What building and fusion decide about a layer (BuildLayers, the Fuse* passes, InsertWriteGaps,
+/// ApplyStructureOverrides): the operation, its attributes, shapes and producers. The planning
+/// passes read these and write only Layer::placed.
+struct LayerDef {
   int id = 0;                 ///< stable identity; inputs refer to it
   std::string name;           ///< izer `name:` (unique), from the ONNX scope or weight name
   std::vector<std::string> onnx_nodes;  ///< ONNX nodes this layer implements (first = main one)
@@ -97,15 +99,8 @@ struct Layer {
   Shape3 out_shape;           ///< output as stored
   bool one_d = false;         ///< 1-D data (Conv1d / Linear); printed as (C, L)
 
-  // Set by the allocation passes.
-  uint64_t processors = 0;
-  uint64_t output_processors = 0;
-  int write_gap = 0;
-  int out_offset = 0;
-  int in_offset = 0;
-  bool streaming = false;
+  int write_gap = 0;           ///< InsertWriteGaps: interleaved output for an element-wise reader
   bool output = false;        ///< its data leaves the accelerator (`output: true`)
-  bool chw_input = false;     ///< first layer only: `data_format: CHW`
   bool gap_layer = false;     ///< inserted write_gap passthrough
   bool in_dim = false;        ///< the data is reshaped between producer and layer: emit `in_dim`
 
@@ -119,6 +114,23 @@ struct Layer {
   int out_channels() const { return out_shape.c; }
   /// Shape after the layer's pooling (what the convolution sees).
   Shape3 pooled_shape() const;
+};
+
+/// What the planning passes decide about a layer (ChooseInputFormatAndStreaming: chw_input,
+/// streaming; AllocateProcessors: the maps; PlanDataMemory: the offsets); ApplyPlacementOverrides
+/// replaces what the user names.
+struct Placement {
+  uint64_t processors = 0;         ///< input processor map (bit p = processor p)
+  uint64_t output_processors = 0;  ///< output processor map
+  int in_offset = 0;               ///< data-memory byte offset of the input (per instance)
+  int out_offset = 0;              ///< data-memory byte offset of the output (per instance)
+  bool streaming = false;          ///< `streaming: true`
+  bool chw_input = false;          ///< first layer only: `data_format: CHW`
+};
+
+/// One izer layer (or, before fusion, one primitive): its definition plus its placement.
+struct Layer : LayerDef {
+  Placement placed;
 };
 
 /// Multi-pass arithmetic of IZER-RULES.md §1.5 (max7800x.py L451-468, L915-941).

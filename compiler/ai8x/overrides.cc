@@ -144,17 +144,17 @@ Status ApplyPlacementOverrides(Network& net, const std::vector<LayerOverride>& o
     if (o.key == "streaming") {
       auto v = ParseBool(o.value);
       if (!v.ok()) return BadOverride(o, v.status().message());
-      l->streaming = *v;
+      l->placed.streaming = *v;
       if (*v) net.use_fifo = true;
     } else if (o.key == "out_offset") {
       auto v = ParseInt(o.value, 0, std::numeric_limits<int>::max());
       if (!v.ok()) return BadOverride(o, v.status().message());
-      l->out_offset = static_cast<int>(*v);
+      l->placed.out_offset = static_cast<int>(*v);
     } else {
       auto v = ParseUnsigned(o.value);  // a 64-bit processor mask
       if (!v.ok()) return BadOverride(o, v.status().message());
-      if (o.key == "processors") l->processors = *v;
-      if (o.key == "output_processors") l->output_processors = *v;
+      if (o.key == "processors") l->placed.processors = *v;
+      if (o.key == "output_processors") l->placed.output_processors = *v;
     }
   }
   return Status::Ok();

@@ -13,8 +13,8 @@ uint64_t DefaultFinalOutputMap(int out_channels) {
 }
 
 int64_t DataInBytes(const Network& /*net*/, const Layer& l) {
-  int passes = l.chw_input ? 1 : ComputePasses(l.in_shape.c).passes;
-  return l.in_shape.pixels() * passes * l.operands * (l.chw_input ? 1 : 4);
+  int passes = l.placed.chw_input ? 1 : ComputePasses(l.in_shape.c).passes;
+  return l.in_shape.pixels() * passes * l.operands * (l.placed.chw_input ? 1 : 4);
 }
 
 int64_t DataOutBytes(const Network& /*net*/, const Layer& l) {
@@ -25,7 +25,7 @@ int64_t DataOutBytes(const Network& /*net*/, const Layer& l) {
 int64_t KernLen(const Layer& l, uint64_t out_map) {
   if (!l.has_weights() || out_map == 0) return 0;
   int64_t ksize = int64_t{l.kernel_h} * l.kernel_w;
-  int in_exp = l.chw_input ? 1 : ComputePasses(l.in_shape.c).passes;
+  int in_exp = l.placed.chw_input ? 1 : ComputePasses(l.in_shape.c).passes;
   int out_exp = ComputePasses(l.out_shape.c).passes;
   int first = FirstProcessor(out_map);
   int start_col = first % 4;
@@ -49,7 +49,7 @@ int64_t KernLen(const Layer& l, uint64_t out_map) {
   return (kc * ksize * bits + res + 71) / 72;
 }
 
-int64_t KernelWords(const Network& /*net*/, const Layer& l) { return KernLen(l, l.output_processors); }
+int64_t KernelWords(const Network& /*net*/, const Layer& l) { return KernLen(l, l.placed.output_processors); }
 
 int64_t BiasBytes(const Layer& l) { return l.has_bias ? l.out_shape.c : 0; }
 

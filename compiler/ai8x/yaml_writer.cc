@@ -80,8 +80,8 @@ std::string EmitYaml(const Network& net, const Ai8xOptions& options) {
       }
       in_comment = "input shape: " + shapes;
     }
-    if (i == 0) out.Key("data_format", l.chw_input ? "CHW" : "HWC");
-    if (l.streaming) out.Key("streaming", true);
+    if (i == 0) out.Key("data_format", l.placed.chw_input ? "CHW" : "HWC");
+    if (l.placed.streaming) out.Key("streaming", true);
     // in_sequences when the input is not simply the previous layer's output
     bool sequential = l.inputs.size() == 1 && ((i == 0 && reads_input) || (prev != nullptr && l.inputs[0] == prev->id));
     if (!sequential && !l.inputs.empty()) {
@@ -98,10 +98,10 @@ std::string EmitYaml(const Network& net, const Ai8xOptions& options) {
     }
     bool output = l.output && (i + 1 < n || any_output);
     if (output) out.Key("output", true);
-    out.Key("processors", Hex16(l.processors));
-    int default_in = prev == nullptr ? 0 : prev->out_offset;
-    if (l.in_offset != default_in || !sequential) out.Key("in_offset", Hex4(l.in_offset));
-    out.Key("out_offset", Hex4(l.out_offset));
+    out.Key("processors", Hex16(l.placed.processors));
+    int default_in = prev == nullptr ? 0 : prev->placed.out_offset;
+    if (l.placed.in_offset != default_in || !sequential) out.Key("in_offset", Hex4(l.placed.in_offset));
+    out.Key("out_offset", Hex4(l.placed.out_offset));
     if (l.has_weights() && l.quantization_known && l.quantization != 8) out.Key("quantization", l.quantization);
     if (l.output_width != 8) out.Key("output_width", l.output_width);
     out.Key("op", l.op == OpKind::kLinear ? "linear" : OpKindName(l.op));
@@ -135,8 +135,8 @@ std::string EmitYaml(const Network& net, const Ai8xOptions& options) {
       if (l.pool_dilation != 1) out.Key("pool_dilation", l.pool_dilation);
     }
     if (l.write_gap != 0) out.Key("write_gap", l.write_gap);
-    uint64_t implied = next != nullptr ? next->processors : DefaultFinalOutputMap(l.out_shape.c);
-    if (l.output_processors != implied) out.Key("output_processors", Hex16(l.output_processors));
+    uint64_t implied = next != nullptr ? next->placed.processors : DefaultFinalOutputMap(l.out_shape.c);
+    if (l.placed.output_processors != implied) out.Key("output_processors", Hex16(l.placed.output_processors));
 
     // "  # Layer N", "  - name: x  # comment", "    # input shape", keys, "    # output shape".
     text += "\n  # Layer " + std::to_string(i) + "\n  - name: " + Scalar(l.name);

@@ -271,16 +271,16 @@ TEST(Ai8xPasses, SeedDefectGapPassthroughMapIsPacked) {
   PlanDataMemory(b.net);
   CheckRules(b.net);
   const Layer& gap = b.net.layers[2];
-  EXPECT_EQ(gap.processors, gap.output_processors);
+  EXPECT_EQ(gap.placed.processors, gap.placed.output_processors);
   EXPECT_FALSE(HasCode(b.net, "AI8X_PASSTHROUGH_MAP"));
   // Operands interleaved: base, base+4, consumer in_offset = base.
   const Layer& conv4 = b.net.layers[4];
   const Layer* a = b.net.Find(conv4.inputs[0]);
   const Layer* c = b.net.Find(conv4.inputs[1]);
-  EXPECT_EQ(a->out_offset, conv4.in_offset);
-  EXPECT_EQ(c->out_offset, conv4.in_offset + 4);
-  EXPECT_EQ(a->output_processors, conv4.processors);
-  EXPECT_EQ(c->output_processors, conv4.processors);
+  EXPECT_EQ(a->placed.out_offset, conv4.placed.in_offset);
+  EXPECT_EQ(c->placed.out_offset, conv4.placed.in_offset + 4);
+  EXPECT_EQ(a->placed.output_processors, conv4.placed.processors);
+  EXPECT_EQ(c->placed.output_processors, conv4.placed.processors);
   EXPECT_FALSE(HasError(b.net)) << b.net.diagnostics.front().message;
 }
 
@@ -291,7 +291,7 @@ TEST(Ai8xPasses, PassthroughWithForeignOutputMapIsReported) {
   ChooseInputFormatAndStreaming(b.net, {});
   AllocateProcessors(b.net, {});
   PlanDataMemory(b.net);
-  b.net.layers[1].output_processors = 0x000000000ffff0000ULL;  // the seed's mistake
+  b.net.layers[1].placed.output_processors = 0x000000000ffff0000ULL;  // the seed's mistake
   CheckRules(b.net);
   EXPECT_TRUE(HasCode(b.net, "AI8X_PASSTHROUGH_MAP"));
 }
@@ -305,12 +305,12 @@ TEST(Ai8xPasses, ProcessorCountsFollowMultipassRule) {
   o.input_format = InputFormat::kHWC;
   ChooseInputFormatAndStreaming(b.net, o);
   AllocateProcessors(b.net, o);
-  EXPECT_EQ(b.net.layers[0].processors, 0x7u);
-  EXPECT_EQ(std::popcount(b.net.layers[1].processors), 52);
-  EXPECT_EQ(std::popcount(b.net.layers[2].processors), 64);
-  EXPECT_EQ(b.net.layers[0].output_processors, b.net.layers[1].processors);
-  EXPECT_EQ(std::popcount(b.net.layers[2].output_processors), 10);
-  for (const Layer& l : b.net.layers) EXPECT_EQ(std::countr_zero(l.processors) % 4, 0);
+  EXPECT_EQ(b.net.layers[0].placed.processors, 0x7u);
+  EXPECT_EQ(std::popcount(b.net.layers[1].placed.processors), 52);
+  EXPECT_EQ(std::popcount(b.net.layers[2].placed.processors), 64);
+  EXPECT_EQ(b.net.layers[0].placed.output_processors, b.net.layers[1].placed.processors);
+  EXPECT_EQ(std::popcount(b.net.layers[2].placed.output_processors), 10);
+  for (const Layer& l : b.net.layers) EXPECT_EQ(std::countr_zero(l.placed.processors) % 4, 0);
 }
 
 TEST(Ai8xPasses, ChwInputUsesOneProcessorPerGroup) {
@@ -318,8 +318,8 @@ TEST(Ai8xPasses, ChwInputUsesOneProcessorPerGroup) {
   b.Conv("conv1", kNetworkInput, 8);
   ChooseInputFormatAndStreaming(b.net, {});  // auto: seed rule, <= 16 channels -> CHW
   AllocateProcessors(b.net, {});
-  EXPECT_TRUE(b.net.layers[0].chw_input);
-  EXPECT_EQ(b.net.layers[0].processors, 0x0000000100010001ULL);
+  EXPECT_TRUE(b.net.layers[0].placed.chw_input);
+  EXPECT_EQ(b.net.layers[0].placed.processors, 0x0000000100010001ULL);
 }
 
 TEST(Ai8xPasses, StreamingForLargeInput) {
@@ -337,11 +337,11 @@ TEST(Ai8xPasses, StreamingForLargeInput) {
   AllocateProcessors(b.net, {});
   PlanDataMemory(b.net);
   CheckRules(b.net);
-  EXPECT_TRUE(b.net.layers[0].streaming);
-  EXPECT_TRUE(b.net.layers[1].streaming);
-  EXPECT_FALSE(b.net.layers[2].streaming);
+  EXPECT_TRUE(b.net.layers[0].placed.streaming);
+  EXPECT_TRUE(b.net.layers[1].placed.streaming);
+  EXPECT_FALSE(b.net.layers[2].placed.streaming);
   EXPECT_TRUE(b.net.use_fifo);
-  EXPECT_FALSE(b.net.layers[0].chw_input);  // FIFO streaming is HWC
+  EXPECT_FALSE(b.net.layers[0].placed.chw_input);  // FIFO streaming is HWC
   EXPECT_FALSE(HasError(b.net)) << b.net.diagnostics.back().message;
 }
 
@@ -547,7 +547,7 @@ TEST(Ai8xRules, ProcessorCountMismatch) {
   int c1 = b.Conv("conv1", kNetworkInput, 16);
   b.Conv("conv2", c1, 16);
   Network net = Planned(b);
-  net.layers[1].processors = 0xff;  // 8 bits for 16 channels
+  net.layers[1].placed.processors = 0xff;  // 8 bits for 16 channels
   CheckRules(net);
   EXPECT_TRUE(HasCode(net, "AI8X_PROCESSORS"));
 }
@@ -617,8 +617,8 @@ TEST(Ai8xRules, EltwiseOperandsNeedWriteGapAndSharedMaps) {
   for (Layer& l : net.layers) {
     if (l.name == "conv2") {
       l.write_gap = 0;
-      uint64_t consumer = net.layers.back().processors;
-      l.output_processors = consumer == 0xffff ? 0xffff0000 : 0xffff;
+      uint64_t consumer = net.layers.back().placed.processors;
+      l.placed.output_processors = consumer == 0xffff ? 0xffff0000 : 0xffff;
     }
   }
   CheckRules(net);
@@ -643,7 +643,7 @@ TEST(Ai8xRules, ChwOnlyInFirstLayer) {
   int c1 = b.Conv("conv1", kNetworkInput, 8);
   b.Conv("conv2", c1, 8);
   Network net = Planned(b);
-  net.layers[1].chw_input = true;
+  net.layers[1].placed.chw_input = true;
   CheckRules(net);
   EXPECT_TRUE(HasCode(net, "AI8X_INPUT_FORMAT"));
 }
@@ -654,7 +654,7 @@ TEST(Ai8xRules, FifoProcessors) {
   Ai8xOptions o;
   o.use_fifos = true;
   Network net = Planned(b, o);
-  net.layers[0].processors = 0x70;  // not on FIFO processors 0-3
+  net.layers[0].placed.processors = 0x70;  // not on FIFO processors 0-3
   CheckRules(net);
   EXPECT_TRUE(HasCode(net, "AI8X_FIFO"));
 }
@@ -676,7 +676,7 @@ TEST(Ai8xRules, StreamingMustBeAPrefix) {
   int c1 = b.Conv("conv1", kNetworkInput, 8);
   b.Conv("conv2", c1, 8);
   Network net = Planned(b);
-  net.layers[1].streaming = true;
+  net.layers[1].placed.streaming = true;
   CheckRules(net);
   EXPECT_TRUE(HasCode(net, "AI8X_STREAMING"));
 }

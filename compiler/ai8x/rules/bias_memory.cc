@@ -14,11 +14,11 @@ void CheckBiasMemory(RuleContext& c) {
   uint32_t groups_used = 0;
   for (const Layer& l : net.layers) {
     for (int g = 0; g < 4; ++g) {
-      if ((l.processors >> (16 * g)) & 0xffff) groups_used |= 1u << g;
+      if ((l.placed.processors >> (16 * g)) & 0xffff) groups_used |= 1u << g;
     }
   }
   for (int g = 0; g < 4; ++g) {
-    if ((net.layers.back().output_processors >> (16 * g)) & 0xffff) groups_used |= 1u << g;
+    if ((net.layers.back().placed.output_processors >> (16 * g)) & 0xffff) groups_used |= 1u << g;
   }
   int64_t used[4] = {0, 0, 0, 0};
   struct Item {
@@ -32,12 +32,12 @@ void CheckBiasMemory(RuleContext& c) {
     int out_exp = ComputePasses(l.out_shape.c).passes;
     if (l.groups > 1) {
       for (int g = 0; g < 4; ++g) {
-        int cnt = std::popcount((l.processors >> (16 * g)) & 0xffff);
+        int cnt = std::popcount((l.placed.processors >> (16 * g)) & 0xffff);
         if (cnt > 0) used[g] += int64_t{cnt} * out_exp;
       }
       continue;
     }
-    int start_col = l.output_processors ? std::countr_zero(l.output_processors) % 4 : 0;
+    int start_col = l.placed.output_processors ? std::countr_zero(l.placed.output_processors) % 4 : 0;
     general.push_back({l.out_shape.c + int64_t{start_col} * out_exp, i});
   }
   std::stable_sort(general.begin(), general.end(), [](const Item& a, const Item& b) { return a.bytes > b.bytes; });

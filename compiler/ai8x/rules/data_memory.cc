@@ -10,7 +10,7 @@ namespace {
 void Err(Network& net, const Layer& l, const std::string& msg) { net.Report(Severity::kError, code::kDataMemory, &l, msg); }
 
 bool LastStreaming(const Network& net, const Layer& l, size_t i) {
-  return l.streaming && (i + 1 == net.layers.size() || !net.layers[i + 1].streaming);
+  return l.placed.streaming && (i + 1 == net.layers.size() || !net.layers[i + 1].placed.streaming);
 }
 
 }  // namespace
@@ -52,21 +52,21 @@ void ReportNoRoom(Network& net, const Layer& l, int64_t bytes, const Layer* read
 void CheckDataMemoryBounds(RuleContext& c, const Layer& l, size_t i) {
   Network& net = c.net;
   const int64_t inst = c.spec.data_instance_bytes;
-  if (!l.streaming) {
+  if (!l.placed.streaming) {
     int64_t in_size = DataInBytes(net, l);
-    if (l.in_offset + in_size > inst) {
-      Err(net, l, "input of " + std::to_string(in_size) + " B at offset " + std::to_string(l.in_offset) +
+    if (l.placed.in_offset + in_size > inst) {
+      Err(net, l, "input of " + std::to_string(in_size) + " B at offset " + std::to_string(l.placed.in_offset) +
                       " exceeds the " + std::to_string(inst) + "-byte data-memory instance");
     }
   }
-  if (!l.streaming || LastStreaming(net, l, i)) {
+  if (!l.placed.streaming || LastStreaming(net, l, i)) {
     int64_t out_size = DataOutBytes(net, l);
-    if (l.out_offset + out_size > inst) {
-      Err(net, l, "output of " + std::to_string(out_size) + " B at offset " + std::to_string(l.out_offset) +
+    if (l.placed.out_offset + out_size > inst) {
+      Err(net, l, "output of " + std::to_string(out_size) + " B at offset " + std::to_string(l.placed.out_offset) +
                       " exceeds the " + std::to_string(inst) + "-byte data-memory instance");
     }
   }
-  if (l.out_offset % 4 != 0 || l.in_offset % 4 != 0) Err(net, l, "offsets must be multiples of 4");
+  if (l.placed.out_offset % 4 != 0 || l.placed.in_offset % 4 != 0) Err(net, l, "offsets must be multiples of 4");
 }
 
 }  // namespace kiln::ai8x::rules

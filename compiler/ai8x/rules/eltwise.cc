@@ -35,9 +35,9 @@ void CheckOperands(RuleContext& c, const Layer& l, size_t) {
   bool maps_reported = false;
   for (size_t k = 0; k < l.inputs.size(); ++k) {
     const Layer* p = net.Find(l.inputs[k]);
-    uint64_t m = p ? p->output_processors : l.processors;
+    uint64_t m = p ? p->placed.output_processors : l.placed.processors;
     if (k == 0) first_map = m;
-    if ((m != first_map || m != l.processors) && !maps_reported) {
+    if ((m != first_map || m != l.placed.processors) && !maps_reported) {
       Err(net, code::kEltwise, l, "element-wise operands must share the consumer's processors (max7800x.py L759-768)");
       maps_reported = true;
     }

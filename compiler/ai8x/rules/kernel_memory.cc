@@ -8,7 +8,7 @@ namespace kiln::ai8x::rules {
 void CheckKernelMemory(RuleContext& c, const Layer& l, size_t) {
   if (!l.has_weights() || c.net.lift_limits) return;
   int64_t words = KernelWords(c.net, l);
-  KernelMemoryMap::Checked placed = c.kernel_memory.PlaceWithin(l.processors, words, c.spec);
+  KernelMemoryMap::Checked placed = c.kernel_memory.PlaceWithin(l.placed.processors, words, c.spec);
   if (placed.overflow < 0) return;
   int p = placed.overflow;
   c.net.Report(Severity::kError, code::kKernelMemory, &l,

@@ -200,7 +200,7 @@ void CheckConvAttributes(RuleContext& c, const Layer& l, size_t) {
     } else if (l.groups != l.in_shape.c || l.groups != l.out_shape.c) {
       Err(net, code::kGroups, l, "groups must equal input and output channels");
     }
-    if (l.output_processors != 0 && std::countr_zero(l.output_processors) % 4 != 0) {
+    if (l.placed.output_processors != 0 && std::countr_zero(l.placed.output_processors) % 4 != 0) {
       Err(net, code::kGroups, l, "depthwise output processors must start at a multiple of 4 (max7800x.py L965-970)");
     }
   }
@@ -218,7 +218,7 @@ void CheckFlatten(RuleContext& c, const Layer& l, size_t) {
         "flatten of " + std::to_string(pooled.h) + "x" + std::to_string(pooled.w) + " exceeds 256 pixels (izer.py L547-550)");
   }
   if (l.in_shape.elements() > 16384) Err(c.net, code::kFlatten, l, "flatten input C*H*W exceeds 16384");
-  if (l.streaming) Err(c.net, code::kFlatten, l, "flatten cannot stream");
+  if (l.placed.streaming) Err(c.net, code::kFlatten, l, "flatten cannot stream");
 }
 
 // Output width / activation (izer.py L414-417, L455-457); weight bits.

@@ -45,22 +45,22 @@ void ReportConcatAlsoReadElsewhere(Network& net, const Layer& l) {
 void CheckProcessorMaps(RuleContext& c, const Layer& l, size_t i) {
   Network& net = c.net;
   int in_ch = l.in_shape.c;
-  int expect_in = l.chw_input ? in_ch : ComputePasses(in_ch).processors;
-  if (std::popcount(l.processors) != expect_in) {
+  int expect_in = l.placed.chw_input ? in_ch : ComputePasses(in_ch).processors;
+  if (std::popcount(l.placed.processors) != expect_in) {
     Err(net, code::kProcessors, l,
         std::to_string(in_ch) + " input channels need " + std::to_string(expect_in) + " processors, map " +
-            Hex(l.processors) + " has " + std::to_string(std::popcount(l.processors)) + " (max7800x.py L915-924)");
+            Hex(l.placed.processors) + " has " + std::to_string(std::popcount(l.placed.processors)) + " (max7800x.py L915-924)");
   }
   Passes outp = ComputePasses(l.out_shape.c);
-  if (std::popcount(l.output_processors) != outp.processors) {
+  if (std::popcount(l.placed.output_processors) != outp.processors) {
     Err(net, code::kProcessors, l,
         std::to_string(l.out_shape.c) + " output channels need " + std::to_string(outp.processors) +
-            " output processors, map " + Hex(l.output_processors) + " has " +
-            std::to_string(std::popcount(l.output_processors)) + " (max7800x.py L934-941)");
+            " output processors, map " + Hex(l.placed.output_processors) + " has " +
+            std::to_string(std::popcount(l.placed.output_processors)) + " (max7800x.py L934-941)");
   }
-  if (!l.chw_input) return;
+  if (!l.placed.chw_input) return;
   for (int g = 0; g < 16; ++g) {
-    if (std::popcount((l.processors >> (4 * g)) & 0xf) > 1) {
+    if (std::popcount((l.placed.processors >> (4 * g)) & 0xf) > 1) {
       Err(net, code::kProcessors, l, "CHW input allows one processor per group of 4 (max7800x.py L442-450)");
       break;
     }
@@ -73,13 +73,13 @@ void CheckProcessorMaps(RuleContext& c, const Layer& l, size_t i) {
 void CheckPassthroughMap(RuleContext& c, const Layer& l, size_t) {
   if (l.op != OpKind::kNone) return;
   for (int g = 0; g < 4; ++g) {
-    uint64_t in_pro = (uint64_t{1} << std::popcount((l.processors >> (16 * g)) & 0xffff)) - 1;
-    uint64_t out_pro = (l.output_processors >> (16 * g)) & 0xffff;
+    uint64_t in_pro = (uint64_t{1} << std::popcount((l.placed.processors >> (16 * g)) & 0xffff)) - 1;
+    uint64_t out_pro = (l.placed.output_processors >> (16 * g)) & 0xffff;
     if (out_pro != 0) out_pro >>= std::countr_zero(out_pro);
     if (out_pro != in_pro) {
       Err(c.net, code::kPassthroughMap, l,
           "a passthrough layer's output processors must be a packed version of its input processors in each "
-          "group of 16: input " + Hex(l.processors) + ", output " + Hex(l.output_processors) +
+          "group of 16: input " + Hex(l.placed.processors) + ", output " + Hex(l.placed.output_processors) +
               " (max7800x.py L945-962)");
       return;
     }
@@ -100,8 +100,8 @@ void CheckConcat(RuleContext& c, const Layer& l, size_t) {
 // Some layer must use quadrant 0 (max7800x.py L1003-1004).
 void CheckQuadrant0(RuleContext& c) {
   bool quadrant0 = false;
-  for (const Layer& l : c.net.layers) quadrant0 |= (l.processors & 0xffff) != 0;
-  quadrant0 |= (c.net.layers.back().output_processors & 0xffff) != 0;
+  for (const Layer& l : c.net.layers) quadrant0 |= (l.placed.processors & 0xffff) != 0;
+  quadrant0 |= (c.net.layers.back().placed.output_processors & 0xffff) != 0;
   if (!quadrant0) {
     c.net.Report(Severity::kError, code::kProcessors, nullptr,
                  "no layer uses quadrant 0 (processors 0-15); the izer requires it (max7800x.py L1003-1004)");

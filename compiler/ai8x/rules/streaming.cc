@@ -18,11 +18,11 @@ void ReportStreamingPrefix(Network& net, const Layer& last, int last_index) {
 }
 
 void CheckStreaming(RuleContext& c, const Layer& l, size_t i) {
-  if (!l.streaming) return;
+  if (!l.placed.streaming) return;
   Network& net = c.net;
   const ChipSpec& spec = c.spec;
-  bool last_stream = i + 1 == c.n || !net.layers[i + 1].streaming;
-  if (i > 0 && !net.layers[i - 1].streaming) {
+  bool last_stream = i + 1 == c.n || !net.layers[i + 1].placed.streaming;
+  if (i > 0 && !net.layers[i - 1].placed.streaming) {
     Err(net, code::kStreaming, l, "streaming layers must form a prefix (izer.py L446-448)");
   }
   if (static_cast<int>(i) >= spec.max_stream_layers) Err(net, code::kStreaming, l, "at most 8 layers can stream");
@@ -38,11 +38,11 @@ void CheckStreaming(RuleContext& c, const Layer& l, size_t i) {
 void CheckFifoInput(RuleContext& c, const Layer& l, size_t i) {
   if (i != 0 || !c.net.use_fifo) return;
   int ch = l.in_shape.c;
-  if ((l.chw_input && ch > 4) || (!l.chw_input && ch > 16)) {
+  if ((l.placed.chw_input && ch > 4) || (!l.placed.chw_input && ch > 16)) {
     Err(c.net, code::kFifo, l, "FIFO input takes at most 16 HWC / 4 CHW channels (max7800x.py L314-344)");
   }
-  uint64_t allowed = l.chw_input ? 0x0001000100010001ULL : 0x000f000f000f000fULL;
-  if (l.processors & ~allowed) {
+  uint64_t allowed = l.placed.chw_input ? 0x0001000100010001ULL : 0x000f000f000f000fULL;
+  if (l.placed.processors & ~allowed) {
     Err(c.net, code::kFifo, l,
         "FIFO input processors must be within 0-3/16-19/32-35/48-51 (HWC) or 0/16/32/48 (CHW)");
   }
