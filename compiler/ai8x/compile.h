@@ -10,10 +10,8 @@
 // Ai8xOptions = the request minus the model, Ai8xCompileResult = the response. Every field is
 // documented where it is declared.
 //
-// Pipeline (each pass in compiler/ai8x/passes.h, testable alone):
-//   BuildLayers (IR -> primitive layers) -> ApplyOverrides -> FuseActivation -> FusePooling ->
-//   FuseEltwise -> InsertWriteGaps -> ChooseInputFormat/PlanStreaming -> AllocateProcessors ->
-//   PlanDataMemory -> CheckRules -> EmitYaml.
+// The passes run in the order of compiler/ai8x/pipeline.h (Ai8xPipeline(); each declared in
+// compiler/ai8x/passes.h and testable alone).
 #pragma once
 
 #include <cstdint>

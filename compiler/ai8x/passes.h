@@ -13,24 +13,22 @@
 
 namespace kiln::ai8x {
 
-/// BuildLayers — IR -> primitive layers (compiler/ai8x/build_layers.cc).
-/// Walks the data path (everything computed from the graph input; weight/QAT sub-graphs are
-/// constant-derived and only inspected) and makes one Layer per Conv / ConvTranspose / Gemm /
-/// MatMul, Relu / Abs, MaxPool / AveragePool, and element-wise Add / Sub (`Neg`+`Add`) /
-/// BitwiseOr / BitwiseXor. Transparent on the data path: the QAT quantize/clamp chain
-/// (Mul/Div/Round/Floor/Clip/Min/Max with constant operands), Reshape/Flatten/Squeeze/Unsqueeze,
-/// zero Pad before AveragePool, Identity/Dropout (already removed by the loader). Concat of data
-/// tensors becomes a multi-input (`in_sequences`) consumer.
-/// Recognised (IZER-RULES.md §2.3): QAT weight bits from `Mul(2^(bits-1))` before `Round`;
-/// `Clip(-32768)` after a conv/linear = `output_width: 32`; bias-less Linear as
+/// BuildLayers — IR -> primitive layers (compiler/ai8x/build_layers.cc). Walks the data path
+/// (everything computed from the graph input; weight/QAT sub-graphs are constant-derived and only
+/// inspected) and makes one Layer per Conv / ConvTranspose / Gemm / MatMul, Relu / Abs, MaxPool /
+/// AveragePool, and element-wise Add / Sub (`Neg`+`Add`) / BitwiseOr / BitwiseXor. Transparent on
+/// the data path: the QAT quantize/clamp chain (Mul/Div/Round/Floor/Clip/Min/Max with constant
+/// operands), Reshape/Flatten/Squeeze/Unsqueeze, zero Pad before AveragePool, Identity/Dropout
+/// (already removed by the loader). Concat of data tensors becomes a multi-input (`in_sequences`)
+/// consumer. Recognised (IZER-RULES.md §2.3): QAT weight bits from `Mul(2^(bits-1))` before
+/// `Round`; `Clip(-32768)` after a conv/linear = `output_width: 32`; bias-less Linear as
 /// `Transpose`+`MatMul`; flatten before Linear (producer H*W > 1). Names: the node scope
 /// (`/conv1/Conv` -> conv1, `/a/a.b/conv/Conv` -> a.b.conv), else the weight initializer
-/// (`conv1.op.weight` -> conv1).
-/// The hardware part ends at the first op the accelerator cannot do: every layer whose data
-/// reaches such an op or a graph output gets `output: true`, and one info diagnostic
-/// (AI8X_HOST_OPS) lists what the host must still compute. Errors only for what makes the model
-/// unusable as a whole (no/multiple inputs, no hardware layer, unknown shapes): AI8X_INPUT.
-/// No ONNX integer is narrowed unchecked: a tensor/weight dimension outside 1..2^20 is
+/// (`conv1.op.weight` -> conv1). The hardware part ends at the first op the accelerator cannot do:
+/// every layer whose data reaches such an op or a graph output gets `output: true`, and one info
+/// diagnostic (AI8X_HOST_OPS) lists what the host must still compute. Errors only for what makes
+/// the model unusable as a whole (no/multiple inputs, no hardware layer, unknown shapes):
+/// AI8X_INPUT. No ONNX integer is narrowed unchecked: a tensor/weight dimension outside 1..2^20 is
 /// AI8X_DIMENSIONS, an attribute outside its range (pads/output_padding 0..2^15, kernel, stride,
 /// dilation, group, pooling 1..2^15) the attribute's code (AI8X_PAD, AI8X_KERNEL, ...), and shapes
 /// that disagree (Conv W.shape[1]*group != input channels, Gemm/MatMul inner dimension != input
@@ -39,9 +37,9 @@ void BuildLayers(const onnx_fe::Graph& graph, Network& net);
 
 /// CheckWeightOrder (compiler/ai8x/rules/model.cc; IZER-RULES.md §1.3 "Order mapping to weights").
 /// The izer assigns the checkpoint's `*.weight` tensors to the YAML's conv/linear layers by
-/// position, and the YAML's layer order is the execution order, so the two must agree. Compares
-/// the conv/linear layers' Layer::weight_position (their weight initializers' model order,
-/// torch: state_dict = module definition order) with the layer order; layers without a position
+/// position, and the YAML's layer order is the execution order, so the two must agree. Compares the
+/// conv/linear layers' Layer::weight_position (their weight initializers' model order, torch:
+/// state_dict = module definition order) with the layer order; layers without a position
 /// (exporter-generated weight names, hand-built networks) are skipped. When they disagree: one
 /// AI8X_WEIGHT_ORDER error naming the first two layers (and ONNX nodes) out of order — no
 /// reordering of the YAML can fix it; the modules must be defined in the order they are called.
@@ -57,56 +55,58 @@ Status ApplyStructureOverrides(Network& net, const std::vector<LayerOverride>& o
 /// out_offset) after planning. Errors as above.
 Status ApplyPlacementOverrides(Network& net, const std::vector<LayerOverride>& overrides);
 
-/// FuseActivation (fuse.cc) — fuse a stand-alone Relu/Abs into the conv/linear that produces its only input when
-/// that layer has no other reader and no activation yet (seed step 7a). A stand-alone activation
+/// FuseActivation (fuse.cc) — fuse a stand-alone Relu/Abs into the conv/linear that produces its
+/// only input when that layer has no other reader and no activation yet. A stand-alone activation
 /// that cannot be fused is an error (AI8X_ACTIVATION): the izer rejects activation on passthrough
 /// layers (izer.py L593-595).
 void FuseActivation(Network& net);
 
-/// FusePooling (fuse.cc) — fuse a pooling-only layer into the conv/linear that is its only reader (seed step
-/// 7b). Not into a flattening Linear (izer: flatten is incompatible with pooling). Left alone, a
-/// pooling layer stays a passthrough layer with `max_pool`/`avg_pool`.
+/// FusePooling (fuse.cc) — fuse a pooling-only layer into the conv/linear that is its only reader.
+/// Not into a flattening Linear (izer: flatten is incompatible with pooling). Left alone, a pooling
+/// layer stays a passthrough layer with `max_pool`/`avg_pool`.
 void FusePooling(Network& net);
 
-/// FuseEltwise (fuse.cc) — fuse a stand-alone element-wise layer into the Conv2d/ConvTranspose2d that is its
-/// only reader (seed step 7c): at most one pooling in total (`pool_first: false` when the conv
-/// pools), never into Conv1d (max7800x.py L504-506), not on MAX78002 when the conv has bias
+/// FuseEltwise (fuse.cc) — fuse a stand-alone element-wise layer into the Conv2d/ConvTranspose2d
+/// that is its only reader: at most one pooling in total (`pool_first: false` when the conv pools),
+/// never into Conv1d (max7800x.py L504-506), not on MAX78002 when the conv has bias
 /// (SUPPORT_MULTIPASS_ELTWISE_CONV_BIAS false, max7800x.py L2074-2080), not on MAX78000 when the
 /// operands are multi-pass (EMULATE_ELTWISE_MP, max7800x.py L984-990).
 void FuseEltwise(Network& net);
 
-/// InsertWriteGaps (fuse.cc) — element-wise inputs must be interleaved (IZER-RULES.md §1.6): a producer read only
-/// by the element-wise layer gets `write_gap: operands-1`; a producer with other readers (or the
-/// network input) gets a `gap_<name>` passthrough copy with the write gap (seed step 8), whose
-/// output map equals its input map (fixes the seed's per-x16 packing defect, max7800x.py
-/// L945-962). The copy is placed right after its source when the element-wise operation is fused
-/// into a convolution, right before the element-wise layer when it stands alone (the two
-/// placements of the hand-written ressimplenet and MobileNetV2 files).
+/// InsertWriteGaps (fuse.cc) — element-wise inputs must be interleaved (IZER-RULES.md §1.6): a
+/// producer read only by the element-wise layer gets `write_gap: operands-1`; a producer with other
+/// readers (or the network input) gets a `gap_<name>` passthrough copy with the write gap, whose
+/// output map equals its input map (fixes the seed's per-x16 packing defect, max7800x.py L945-962).
+/// The copy is placed right after its source when the element-wise operation is fused into a
+/// convolution, right before the element-wise layer when it stands alone (the two placements of the
+/// hand-written ressimplenet and MobileNetV2 files).
 void InsertWriteGaps(Network& net);
 
-/// ChooseInputFormatAndStreaming (input_format.cc) — input format and streaming. Picks `data_format` for the first layer
-/// (options.input_format; auto = the seed's rule: CHW for <= 16 channels) and marks the leading
-/// layers `streaming: true` when their input or output does not fit one data-memory instance
-/// (max7800x.py L469-479, L601-609), as the streaming rules allow (IZER-RULES.md §1.8: a prefix
-/// of at most 8 layers, first layer HWC <= 16 channels on FIFO processors, last streaming layer
-/// padded and fitting). Streaming sets Network::use_fifo (`--fifo`). When streaming cannot help:
-/// AI8X_DATA_MEMORY error naming the layer and what would help.
+/// ChooseInputFormatAndStreaming (input_format.cc) — input format and streaming. Picks
+/// `data_format` for the first layer (options.input_format; auto = the seed's rule: CHW for <= 16
+/// channels) and marks the leading layers `streaming: true` when their input or output does not fit
+/// one data-memory instance (max7800x.py L469-479, L601-609), as the streaming rules allow
+/// (IZER-RULES.md §1.8: a prefix of at most 8 layers, first layer HWC <= 16 channels on FIFO
+/// processors, last streaming layer padded and fitting). Streaming sets Network::use_fifo
+/// (`--fifo`). When streaming cannot help: AI8X_DATA_MEMORY error naming the layer and what would
+/// help.
 void ChooseInputFormatAndStreaming(Network& net, const Ai8xOptions& options);
 
-/// AllocateProcessors (allocate.cc) — processor allocation (seed steps 9-10, IZER-RULES.md §1.5, §1.7). Layers that read
-/// the same data share one map; element-wise operands are written to their consumer's map;
-/// concatenation parts get consecutive partial maps. Maps are contiguous runs (HWC) or one
-/// processor per group of 4 / 16 (CHW), placed at multiples of 4 so that the fullest processor's
-/// kernel memory (izer `kern_len` with 4-word alignment) stays lowest, preferring memories the
-/// producer does not read from. Sets processors and output_processors of every layer.
+/// AllocateProcessors (allocate.cc) — processor allocation (IZER-RULES.md §1.5, §1.7; weight-cost
+/// order as the seed yamlwriter). Layers that read the same data share one map; element-wise
+/// operands are written to their consumer's map; concatenation parts get consecutive partial maps.
+/// Maps are contiguous runs (HWC) or one processor per group of 4 / 16 (CHW), placed at multiples
+/// of 4 so that the fullest processor's kernel memory (izer `kern_len` with 4-word alignment) stays
+/// lowest, preferring memories the producer does not read from. Sets placed.processors and
+/// placed.output_processors of every layer.
 void AllocateProcessors(Network& net, const Ai8xOptions& options);
 
-/// PlanDataMemory (data_memory.cc) — data-memory planning (issue 4 "Plan" 2). Per data-memory instance, assigns
-/// out_offset / in_offset so that no layer writes over data a later layer still reads (network
-/// input and outputs included), interleaves element-wise operands (base, base+4, ...;
-/// consumer in_offset = base), places concatenation parts at one offset, reserves streaming
-/// rolling buffers, and keeps every region inside the instance (izer size formulas). A region
-/// that fits nowhere is an AI8X_DATA_MEMORY error naming the layer.
+/// PlanDataMemory (data_memory.cc) — data-memory planning. Per data-memory instance, assigns
+/// placed.out_offset / placed.in_offset so that no layer writes over data a later layer still reads
+/// (network input and outputs included), interleaves element-wise operands (base, base+4, ...;
+/// consumer in_offset = base), places concatenation parts at one offset, reserves streaming rolling
+/// buffers, and keeps every region inside the instance (izer size formulas). A region that fits
+/// nowhere is an AI8X_DATA_MEMORY error naming the layer.
 void PlanDataMemory(Network& net);
 
 /// CheckRules (rules/registry.cc) — runs the rule registry (compiler/ai8x/rules/rules.h): every
@@ -124,14 +124,14 @@ int64_t BiasBytes(const Layer& l);
 /// The izer's default output map of the final layer (izer.py L310-321): packed from processor 0.
 uint64_t DefaultFinalOutputMap(int out_channels);
 
-/// EmitYaml (yaml_writer.cc) — YAML (yaml-cpp), keys in the seed's order, seed comments,
-/// `0x%016x` maps and `0x%04x` offsets.
+/// EmitYaml (yaml_writer.cc) — YAML (yaml-cpp), keys in the seed's order, seed comments, `0x%016x`
+/// maps and `0x%04x` offsets.
 std::string EmitYaml(const Network& net, const Ai8xOptions& options);
 
 /// Report (compile.cc) — the last pass: diagnostics get their final layer positions (-1: fused
 /// away), `r` gets ok, the per-layer rows, resources (kernel memory through KernelMemoryMap), izer
-/// flags, resolved options (`resolved` plus the planned input format and fifo) and the
-/// diagnostics. Moves names, node lists and diagnostics out of `net`.
+/// flags, resolved options (`resolved` plus the planned input format and fifo) and the diagnostics.
+/// Moves names, node lists and diagnostics out of `net`.
 void FillReport(Network& net, const Ai8xOptions& resolved, Ai8xCompileResult& r);
 
 }  // namespace kiln::ai8x

@@ -1,4 +1,5 @@
-// Pass 10: YAML emission with yaml-cpp (keys in the seed yamlwriter's order, its comments).
+// Pass EmitYaml (compiler/ai8x/passes.h): YAML with yaml-cpp (keys in the seed yamlwriter's order,
+// its comments).
 #include <cctype>
 #include <cstdio>
 #include <vector>
