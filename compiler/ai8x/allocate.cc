@@ -8,7 +8,7 @@
 
 #include "compiler/ai8x/kernel_memory.h"
 #include "compiler/ai8x/passes.h"
-#include "compiler/ai8x/plan_util.h"
+#include "compiler/ai8x/resources.h"
 #include "compiler/ai8x/rules/rules.h"
 
 namespace kiln::ai8x {
@@ -172,34 +172,22 @@ uint64_t PlaceGroup(const Network& net, const std::vector<int>& members, int cnt
   }
   bool pinned = is_input && (!options.move_l0 || fifo || chw);
   uint32_t avoid = ProducerInstances(net, members);
-  // Single weight layer (the common case): the fill only grows on the map's processors.
-  int weighted = 0;
-  int64_t single_words = 0;
+  // The group's weight layers go one after the other on its map (KernelMemoryMap::EndIfStacked):
+  // only the map's processors grow.
+  std::vector<int64_t> words;
+  words.reserve(members.size());
   bool dw_biased = false;
   for (int m : members) {
     const Layer& ml = net.layers[m];
-    int64_t w = EstimatedWords(ml);
-    if (w > 0) {
-      ++weighted;
-      single_words = w;
-    }
+    words.push_back(EstimatedWords(ml));
     dw_biased |= ml.groups > 1 && ml.has_bias;
   }
   const int64_t global_before = fill.MaxFill();
   std::tuple<int64_t, int64_t, int64_t, int, int> best{INT64_MAX, INT64_MAX, INT64_MAX, INT_MAX, 0};
   for (int shift = 0; shift <= std::max(0, max_shift); shift += 4) {
     uint64_t map = MakeMap(cnt, shift, chw, fifo);
-    int64_t global = 0, local = 0;
-    if (weighted <= 1) {
-      int64_t off = fill.MaxFillOf(map);
-      local = weighted ? (off + 3) / 4 * 4 + single_words : off;
-      global = std::max(global_before, local);
-    } else {
-      KernelMemoryMap f = fill;
-      PlaceKernels(net, members, map, f);
-      global = f.MaxFill();
-      local = f.MaxFillOf(map);
-    }
+    int64_t local = fill.EndIfStacked(map, words);
+    int64_t global = std::max(global_before, local);
     int overlap = std::popcount(InstanceMask(map) & avoid);
     // Depthwise layers (broadcast mode) take bias bytes for every processor of each quadrant they
     // touch, rearranged per quadrant (kbias.py L90-180); maps that start at processor 0, as in the

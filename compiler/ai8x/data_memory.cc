@@ -5,7 +5,7 @@
 #include <unordered_map>
 
 #include "compiler/ai8x/passes.h"
-#include "compiler/ai8x/plan_util.h"
+#include "compiler/ai8x/resources.h"
 #include "compiler/ai8x/rules/rules.h"
 
 namespace kiln::ai8x {

@@ -1,7 +1,5 @@
 #include "compiler/ai8x/kernel_memory.h"
 
-#include <algorithm>
-
 #include "compiler/ai8x/chip.h"
 
 namespace kiln::ai8x {
@@ -9,8 +7,8 @@ namespace kiln::ai8x {
 KernelMemoryMap::Checked KernelMemoryMap::PlaceWithin(uint64_t procs, int64_t words, const ChipSpec& spec) {
   Checked c;
   c.start = StartFor(procs);
-  for (uint64_t b = procs; b; b &= b - 1) {
-    int p = Lowest(b);
+  for (int p = 0; p < kProcessors; ++p) {
+    if (!((procs >> p) & 1)) continue;
     fill_[p] = c.start + words;
     if (fill_[p] > spec.KernelWords(p)) {
       c.overflow = p;
@@ -19,7 +17,5 @@ KernelMemoryMap::Checked KernelMemoryMap::PlaceWithin(uint64_t procs, int64_t wo
   }
   return c;
 }
-
-int64_t KernelMemoryMap::MaxFill() const { return *std::max_element(fill_.begin(), fill_.end()); }
 
 }  // namespace kiln::ai8x

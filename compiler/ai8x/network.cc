@@ -65,16 +65,6 @@ Shape3 LayerDef::pooled_shape() const {
   return s;
 }
 
-Passes ComputePasses(int channels) {
-  Passes p;
-  if (channels <= 0) return {1, 0};
-  p.passes = (channels + 63) / 64;
-  p.processors = (channels + p.passes - 1) / p.passes;
-  if (channels > 64) p.processors = (p.processors + 3) / 4 * 4;
-  if (p.processors > 64) p.processors = 64;
-  return p;
-}
-
 int Network::IndexOf(int id) const {
   auto it = index_.find(id);
   if (it != index_.end() && it->second < static_cast<int>(layers.size()) && layers[it->second].id == id) {

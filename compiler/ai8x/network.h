@@ -138,7 +138,16 @@ struct Passes {
   int passes = 1;      ///< ceil(ch / 64)
   int processors = 0;  ///< ceil(ch / passes), rounded up to a multiple of 4 when ch > 64
 };
-Passes ComputePasses(int channels);
+inline Passes ComputePasses(int channels) {
+  Passes p;
+  if (channels <= 0) return {1, 0};
+  p.passes = (channels + 63) / 64;
+  p.processors = (channels + p.passes - 1) / p.passes;
+  if (channels > 64) p.processors = (p.processors + 3) / 4 * 4;
+  if (p.processors > 64) p.processors = 64;
+  return p;
+}
+
 
 enum class Severity { kInfo, kWarning, kError };
 const char* SeverityName(Severity s);  // "info", "warning", "error"

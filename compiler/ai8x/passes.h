@@ -9,6 +9,7 @@
 
 #include "compiler/ai8x/compile.h"
 #include "compiler/ai8x/network.h"
+#include "compiler/ai8x/resources.h"
 #include "compiler/onnx/ir.h"
 
 namespace kiln::ai8x {
@@ -114,15 +115,8 @@ void PlanDataMemory(Network& net);
 /// (docs/ai8x-diagnostics.md lists the codes).
 void CheckRules(Network& net);
 
-/// Per-layer resource numbers (the izer's size formulas, resources.cc) used by the planner, the
-/// rules and the report.
-int64_t DataInBytes(const Network& net, const Layer& l);   ///< izer in_size (per instance)
-int64_t DataOutBytes(const Network& net, const Layer& l);  ///< izer out_size (per instance)
-int64_t KernelWords(const Network& net, const Layer& l);   ///< izer kern_len
-int64_t BiasBytes(const Layer& l);
-
-/// The izer's default output map of the final layer (izer.py L310-321): packed from processor 0.
-uint64_t DefaultFinalOutputMap(int out_channels);
+// The per-layer resource numbers (DataInBytes, DataOutBytes, KernelWords, BiasBytes,
+// DefaultFinalOutputMap) are in compiler/ai8x/resources.h.
 
 /// EmitYaml (yaml_writer.cc) — YAML (yaml-cpp), keys in the seed's order, seed comments, `0x%016x`
 /// maps and `0x%04x` offsets.
