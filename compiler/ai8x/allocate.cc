@@ -1,5 +1,6 @@
-// Pass AllocateProcessors (compiler/ai8x/passes.h; IZER-RULES.md §1.5, §1.7): shared maps, then
-// one map per group placed where kernel memory (KernelMemoryMap) stays lowest, then output maps.
+// Pass AllocateProcessors (compiler/ai8x/passes.h; docs/specs/ai8x-izer-rules.md §1.5, §1.7):
+// shared maps, then one map per group placed where kernel memory (KernelMemoryMap) stays lowest,
+// then output maps.
 #include <algorithm>
 #include <climits>
 #include <numeric>
@@ -26,7 +27,8 @@ struct UnionFind {
 
 bool IsConcat(const Layer& l) { return l.inputs.size() > 1 && l.operands == 1; }
 
-// Processors a layer reads with (IZER-RULES.md §1.5); CHW input: one processor per channel.
+// Processors a layer reads with (docs/specs/ai8x-izer-rules.md §1.5); CHW input: one processor per
+// channel.
 int InProcs(const Layer& l) {
   if (l.placed.chw_input) return l.in_shape.c;
   return ComputePasses(l.in_shape.c).processors;

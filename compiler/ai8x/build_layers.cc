@@ -144,7 +144,7 @@ void Builder::HandleElementwise(const Node& n, const std::vector<size_t>& data_i
 }
 
 // The QAT clamp: transparent; Clip(x, -32768) / Max(x, -32768) marks the conv/linear before it as
-// 32-bit wide (IZER-RULES.md §2.3).
+// 32-bit wide (docs/specs/ai8x-izer-rules.md §2.3).
 void Builder::HandleClamp(const Node& n, const std::vector<size_t>& data_inputs) {
   if (data_inputs.size() != 1 || data_inputs[0] != 0) {
     MakeHost(n, "");

@@ -77,7 +77,8 @@ class Builder {
   void WalkWeightPath(const Node& n, VisitFn visit, FollowFn follow) const;
   /// Weight initializer name "<layer>.op.weight" / "<layer>.weight" upstream of input 1, or "".
   std::string WeightName(const Node& n) const;
-  /// QAT weight bits: the weight path holds Mul(x, 2^(bits-1)) -> Round (IZER-RULES.md §2.3 (b)).
+  /// QAT weight bits: the weight path holds Mul(x, 2^(bits-1)) -> Round
+  /// (docs/specs/ai8x-izer-rules.md §2.3 (b)).
   std::optional<int> WeightBits(const Node& n) const;
   /// The initializer holding `n`'s weights: the nearest with l.weight_count elements, failing
   /// that the nearest named `*.weight`; sets l.weight_initializer and l.weight_position.

@@ -1,9 +1,9 @@
 // MAX78000 / MAX78002 chip constants (`Chip`, `ChipSpec`) as the izer (ai8x-synthesis) uses them.
 //
 // Source: ai8x-synthesis `izer/tornadocnn.py` (classes Dev85 L175-321 and Dev87 L324-545 at commit
-// ab4f4c0), summarised in ../shared/reference/ai8x/IZER-RULES.md §1.4. Where the izer's README
-// disagrees with its code (IZER-RULES.md §1.9) the code wins, because the code is what rejects a
-// YAML file.
+// ab4f4c0), summarised in docs/specs/ai8x-izer-rules.md §1.4. Where the izer's README disagrees
+// with its code (docs/specs/ai8x-izer-rules.md §1.9) the code wins, because the code is what
+// rejects a YAML file.
 #pragma once
 
 #include <cstdint>

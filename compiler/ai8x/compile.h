@@ -6,7 +6,8 @@
 //   if (!r.ok()) -> the request itself was unusable (bad option value): INVALID_ARGUMENT.
 //   r->ok == false -> the model breaks a hardware rule; r->diagnostics say which and why.
 //
-// The structs map one to one onto kiln.v1 CompileAi8xRequest / CompileAi8xResponse (issue 4):
+// The structs map one to one onto kiln.v1 CompileAi8xRequest / CompileAi8xResponse
+// (proto/kiln/v1):
 // Ai8xOptions = the request minus the model, Ai8xCompileResult = the response. Every field is
 // documented where it is declared.
 //

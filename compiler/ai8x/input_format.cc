@@ -1,5 +1,5 @@
 // Pass ChooseInputFormatAndStreaming (compiler/ai8x/passes.h): the first layer's data format and
-// the streaming prefix (IZER-RULES.md §1.8).
+// the streaming prefix (docs/specs/ai8x-izer-rules.md §1.8).
 #include <algorithm>
 
 #include "compiler/ai8x/passes.h"

@@ -1,9 +1,10 @@
 // Kernel memory of the 64 processors as the izer fills it, layer after layer (izer/kernels.py
-// L221-330, IZER-RULES.md §1.7): a layer's kernels start at the same word on every processor of its
-// map, that word being the first 4-word aligned one above everything already placed on those
-// processors. Kiln approximates the izer's placement search with this first fit (README "Known
-// limits"). One model for processor allocation (AllocateProcessors), the kernel-memory rule
-// (rules/kernel_memory.cc) and the report (Ai8xResourceSummary::max_kernel_words_used).
+// L221-330, docs/specs/ai8x-izer-rules.md §1.7): a layer's kernels start at the same word on every
+// processor of its map, that word being the first 4-word aligned one above everything already
+// placed on those processors. Kiln approximates the izer's placement search with this first fit
+// (README "Known limits"). One model for processor allocation (AllocateProcessors), the
+// kernel-memory rule (rules/kernel_memory.cc) and the report
+// (Ai8xResourceSummary::max_kernel_words_used).
 #pragma once
 
 #include <algorithm>

@@ -3,13 +3,13 @@
 //
 // A Network is an ordered list of Layers, the order being the izer's layer sequence (and, for
 // conv/linear layers, the weight order: the izer assigns checkpoint weights to YAML layers by
-// position, IZER-RULES.md §1.3 "Order mapping to weights"). Layers refer to their inputs by
-// stable ids (Layer::id), never by position, so passes may insert and remove layers freely;
-// `kNetworkInput` (-1) names the network input.
+// position, docs/specs/ai8x-izer-rules.md §1.3 "Order mapping to weights"). Layers refer to their
+// inputs by stable ids (Layer::id), never by position, so passes may insert and remove layers
+// freely; `kNetworkInput` (-1) names the network input.
 //
 // Before the fusion passes a Layer is one primitive (a conv/linear, an activation, a pooling or
 // an element-wise operation); after them it is one izer layer. Fields follow the izer's YAML keys
-// (IZER-RULES.md §1.3).
+// (docs/specs/ai8x-izer-rules.md §1.3).
 #pragma once
 
 #include <cstdint>
@@ -133,7 +133,7 @@ struct Layer : LayerDef {
   Placement placed;
 };
 
-/// Multi-pass arithmetic of IZER-RULES.md §1.5 (max7800x.py L451-468, L915-941).
+/// Multi-pass arithmetic of docs/specs/ai8x-izer-rules.md §1.5 (max7800x.py L451-468, L915-941).
 struct Passes {
   int passes = 1;      ///< ceil(ch / 64)
   int processors = 0;  ///< ceil(ch / passes), rounded up to a multiple of 4 when ch > 64

@@ -21,10 +21,10 @@ namespace kiln::ai8x {
 /// the data path: the QAT quantize/clamp chain (Mul/Div/Round/Floor/Clip/Min/Max with constant
 /// operands), Reshape/Flatten/Squeeze/Unsqueeze, zero Pad before AveragePool, Identity/Dropout
 /// (already removed by the loader). Concat of data tensors becomes a multi-input (`in_sequences`)
-/// consumer. Recognised (IZER-RULES.md §2.3): QAT weight bits from `Mul(2^(bits-1))` before
-/// `Round`; `Clip(-32768)` after a conv/linear = `output_width: 32`; bias-less Linear as
-/// `Transpose`+`MatMul`; flatten before Linear (producer H*W > 1). Names: the node scope
-/// (`/conv1/Conv` -> conv1, `/a/a.b/conv/Conv` -> a.b.conv), else the weight initializer
+/// consumer. Recognised (docs/specs/ai8x-izer-rules.md §2.3): QAT weight bits from
+/// `Mul(2^(bits-1))` before `Round`; `Clip(-32768)` after a conv/linear = `output_width: 32`;
+/// bias-less Linear as `Transpose`+`MatMul`; flatten before Linear (producer H*W > 1). Names: the
+/// node scope (`/conv1/Conv` -> conv1, `/a/a.b/conv/Conv` -> a.b.conv), else the weight initializer
 /// (`conv1.op.weight` -> conv1). The hardware part ends at the first op the accelerator cannot do:
 /// every layer whose data reaches such an op or a graph output gets `output: true`, and one info
 /// diagnostic (AI8X_HOST_OPS) lists what the host must still compute. Errors only for what makes
@@ -36,13 +36,13 @@ namespace kiln::ai8x {
 /// features) AI8X_SHAPE, each naming the ONNX node.
 void BuildLayers(const onnx_fe::Graph& graph, Network& net);
 
-/// CheckWeightOrder (compiler/ai8x/rules/model.cc; IZER-RULES.md §1.3 "Order mapping to weights").
-/// The izer assigns the checkpoint's `*.weight` tensors to the YAML's conv/linear layers by
-/// position, and the YAML's layer order is the execution order, so the two must agree. Compares the
-/// conv/linear layers' Layer::weight_position (their weight initializers' model order, torch:
-/// state_dict = module definition order) with the layer order; layers without a position
-/// (exporter-generated weight names, hand-built networks) are skipped. When they disagree: one
-/// AI8X_WEIGHT_ORDER error naming the first two layers (and ONNX nodes) out of order — no
+/// CheckWeightOrder (compiler/ai8x/rules/model.cc; docs/specs/ai8x-izer-rules.md §1.3 "Order
+/// mapping to weights"). The izer assigns the checkpoint's `*.weight` tensors to the YAML's
+/// conv/linear layers by position, and the YAML's layer order is the execution order, so the two
+/// must agree. Compares the conv/linear layers' Layer::weight_position (their weight initializers'
+/// model order, torch: state_dict = module definition order) with the layer order; layers without a
+/// position (exporter-generated weight names, hand-built networks) are skipped. When they disagree:
+/// one AI8X_WEIGHT_ORDER error naming the first two layers (and ONNX nodes) out of order — no
 /// reordering of the YAML can fix it; the modules must be defined in the order they are called.
 void CheckWeightOrder(Network& net);
 
@@ -74,32 +74,33 @@ void FusePooling(Network& net);
 /// operands are multi-pass (EMULATE_ELTWISE_MP, max7800x.py L984-990).
 void FuseEltwise(Network& net);
 
-/// InsertWriteGaps (fuse.cc) — element-wise inputs must be interleaved (IZER-RULES.md §1.6): a
-/// producer read only by the element-wise layer gets `write_gap: operands-1`; a producer with other
-/// readers (or the network input) gets a `gap_<name>` passthrough copy with the write gap, whose
-/// output map equals its input map (fixes the seed's per-x16 packing defect, max7800x.py L945-962).
-/// The copy is placed right after its source when the element-wise operation is fused into a
-/// convolution, right before the element-wise layer when it stands alone (the two placements of the
-/// hand-written ressimplenet and MobileNetV2 files).
+/// InsertWriteGaps (fuse.cc) — element-wise inputs must be interleaved
+/// (docs/specs/ai8x-izer-rules.md §1.6): a producer read only by the element-wise layer gets
+/// `write_gap: operands-1`; a producer with other readers (or the network input) gets a
+/// `gap_<name>` passthrough copy with the write gap, whose output map equals its input map (fixes
+/// the seed's per-x16 packing defect, max7800x.py L945-962). The copy is placed right after its
+/// source when the element-wise operation is fused into a convolution, right before the
+/// element-wise layer when it stands alone (the two placements of the hand-written ressimplenet and
+/// MobileNetV2 files).
 void InsertWriteGaps(Network& net);
 
 /// ChooseInputFormatAndStreaming (input_format.cc) — input format and streaming. Picks
 /// `data_format` for the first layer (options.input_format; auto = the seed's rule: CHW for <= 16
 /// channels) and marks the leading layers `streaming: true` when their input or output does not fit
 /// one data-memory instance (max7800x.py L469-479, L601-609), as the streaming rules allow
-/// (IZER-RULES.md §1.8: a prefix of at most 8 layers, first layer HWC <= 16 channels on FIFO
-/// processors, last streaming layer padded and fitting). Streaming sets Network::use_fifo
-/// (`--fifo`). When streaming cannot help: AI8X_DATA_MEMORY error naming the layer and what would
-/// help.
+/// (docs/specs/ai8x-izer-rules.md §1.8: a prefix of at most 8 layers, first layer HWC <= 16
+/// channels on FIFO processors, last streaming layer padded and fitting). Streaming sets
+/// Network::use_fifo (`--fifo`). When streaming cannot help: AI8X_DATA_MEMORY error naming the
+/// layer and what would help.
 void ChooseInputFormatAndStreaming(Network& net, const Ai8xOptions& options);
 
-/// AllocateProcessors (allocate.cc) — processor allocation (IZER-RULES.md §1.5, §1.7; weight-cost
-/// order as the seed yamlwriter). Layers that read the same data share one map; element-wise
-/// operands are written to their consumer's map; concatenation parts get consecutive partial maps.
-/// Maps are contiguous runs (HWC) or one processor per group of 4 / 16 (CHW), placed at multiples
-/// of 4 so that the fullest processor's kernel memory (izer `kern_len` with 4-word alignment) stays
-/// lowest, preferring memories the producer does not read from. Sets placed.processors and
-/// placed.output_processors of every layer.
+/// AllocateProcessors (allocate.cc) — processor allocation (docs/specs/ai8x-izer-rules.md §1.5,
+/// §1.7; weight-cost order as the seed yamlwriter). Layers that read the same data share one map;
+/// element-wise operands are written to their consumer's map; concatenation parts get consecutive
+/// partial maps. Maps are contiguous runs (HWC) or one processor per group of 4 / 16 (CHW), placed
+/// at multiples of 4 so that the fullest processor's kernel memory (izer `kern_len` with 4-word
+/// alignment) stays lowest, preferring memories the producer does not read from. Sets
+/// placed.processors and placed.output_processors of every layer.
 void AllocateProcessors(Network& net, const Ai8xOptions& options);
 
 /// PlanDataMemory (data_memory.cc) — data-memory planning. Per data-memory instance, assigns
@@ -111,8 +112,8 @@ void AllocateProcessors(Network& net, const Ai8xOptions& options);
 void PlanDataMemory(Network& net);
 
 /// CheckRules (rules/registry.cc) — runs the rule registry (compiler/ai8x/rules/rules.h): every
-/// izer rule of IZER-RULES.md §1.3-§1.8 Kiln can decide statically; each violation is a diagnostic
-/// (docs/ai8x-diagnostics.md lists the codes).
+/// izer rule of docs/specs/ai8x-izer-rules.md §1.3-§1.8 Kiln can decide statically; each violation
+/// is a diagnostic (docs/ai8x-diagnostics.md lists the codes).
 void CheckRules(Network& net);
 
 // The per-layer resource numbers (DataInBytes, DataOutBytes, KernelWords, BiasBytes,

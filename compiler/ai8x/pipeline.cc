@@ -87,7 +87,7 @@ constexpr Pass kPipeline[] = {
      RunPlanDataMemory},
     {"ApplyPlacementOverrides", "overrides.cc", "`--set LAYER.streaming/processors/output_processors/out_offset`", true,
      RunPlacementOverrides},
-    {"CheckRules", "rules/registry.cc", "the rule registry (rules/rules.h), IZER-RULES.md §1.3-§1.8", true,
+    {"CheckRules", "rules/registry.cc", "the rule registry (rules/rules.h), docs/specs/ai8x-izer-rules.md §1.3-§1.8", true,
      RunCheckRules},
     {"EmitYaml", "yaml_writer.cc", "seed key order and comments", true, RunEmitYaml},
     {"Report", "compile.cc", "diagnostic layer positions, per-layer rows, resources, izer flags", false, RunReport},

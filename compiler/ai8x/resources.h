@@ -48,8 +48,8 @@ inline int64_t DataOutBytes(const Network& /*net*/, const Layer& l) {
   return l.out_shape.pixels() * passes * 4 * l.output_width / 8;
 }
 
-/// izer `kern_len` (kernels.py L221-330, IZER-RULES.md §1.7): 72-bit words per enabled input
-/// processor of `l` when it writes `out_map`.
+/// izer `kern_len` (kernels.py L221-330, docs/specs/ai8x-izer-rules.md §1.7): 72-bit words per
+/// enabled input processor of `l` when it writes `out_map`.
 inline int64_t KernLen(const Layer& l, uint64_t out_map) {
   if (!l.has_weights() || out_map == 0) return 0;
   int64_t ksize = int64_t{l.kernel_h} * l.kernel_w;

@@ -1,7 +1,7 @@
-// End-to-end: the 14 ai8x reference models (tests/data/ai8x/models, copied from
-// ../shared/models/ai8x) in their three export forms compile, give one layer structure, match the
-// hand-written izer YAMLs (tests/data/ai8x/networks) on the fields issue 4 lists, and pass an
-// independent data-memory replay of the emitted YAML.
+// End-to-end: the 14 ai8x reference models (tests/data/ai8x/models, the ai8x-training reference
+// exports listed in its manifest.json) in their three export forms compile, give one layer
+// structure, match the hand-written izer YAMLs (tests/data/ai8x/networks) on the structural fields
+// (Structure below), and pass an independent data-memory replay of the emitted YAML.
 #include <algorithm>
 #include <bit>
 #include <fstream>
@@ -43,7 +43,8 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-// One layer's structure in normalised form (the fields issue 4 names).
+// One layer's structure in normalised form: op, eltwise, activation, kernel, pad, pooling,
+// flatten, write_gap, groups, output_width, number of in_sequences.
 std::map<std::string, std::string> Structure(const YAML::Node& l) {
   std::map<std::string, std::string> d;
   auto get = [&](std::initializer_list<const char*> keys) -> std::string {
@@ -110,7 +111,7 @@ std::vector<std::string> StructureDiff(const YAML::Node& ours, const YAML::Node&
 
 uint64_t Map(const YAML::Node& n) { return n.as<uint64_t>(); }
 
-// Independent data-memory replay of an emitted YAML (issue 4 "Tests"): layer sizes come from the
+// Independent data-memory replay of an emitted YAML: layer sizes come from the
 // compile report, everything else (sequence, maps, offsets, gaps) from the YAML text as the izer
 // reads it. Asserts that every read finds its producer's data at the offset it expects and that
 // no write lands on data a later layer (or the host) still needs.
@@ -305,7 +306,7 @@ TEST_P(Ai8xModels, ThreeFormsCompileMatchGoldenAndReplay) {
   if (c.name == "autoencoder-ai85autoencoder") {
     // ai85-autoencoder.yaml has `activate: ReLU` on layer 3 (en_lin2), but the model's en_lin2 is a
     // plain ai8x.Linear: the export has MatMul followed directly by the next Gemm, no Relu
-    // (IZER-RULES.md §3 "Golden quirk"). Everything else matches.
+    // (docs/specs/ai8x-izer-rules.md §3 "Golden quirk"). Everything else matches.
     EXPECT_EQ(diffs, std::vector<std::string>{"L3 activate: none vs relu"});
   } else {
     EXPECT_EQ(diffs, std::vector<std::string>{});

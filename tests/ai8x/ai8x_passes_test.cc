@@ -130,7 +130,7 @@ TEST(Ai8xChip, ConstantsFromTornadocnn) {
 }
 
 TEST(Ai8xPasses, MultipassArithmetic) {
-  // IZER-RULES.md §1.5 examples.
+  // docs/specs/ai8x-izer-rules.md §1.5 examples.
   EXPECT_EQ(ComputePasses(100).passes, 2);
   EXPECT_EQ(ComputePasses(100).processors, 52);
   EXPECT_EQ(ComputePasses(512).processors, 64);
@@ -241,7 +241,8 @@ TEST(Ai8xPasses, WriteGapOnSoleProducerAndGapLayerForSharedSource) {
 }
 
 TEST(Ai8xPasses, GapLayerBeforeStandaloneEltwise) {
-  // MobileNetV2 pattern on MAX78002 with bias: the add stays a layer; the copy goes right before it.
+  // MobileNetV2 pattern on MAX78002 with bias: the add stays a layer; the copy goes right before
+  // it.
   NetBuilder b({16, 8, 8}, Chip::kMAX78002);
   int c0 = b.Conv("c0", kNetworkInput, 12, 1, 0, true);
   int c1 = b.Conv("c1", c0, 72, 1, 0, true);
@@ -257,7 +258,8 @@ TEST(Ai8xPasses, GapLayerBeforeStandaloneEltwise) {
 }
 
 TEST(Ai8xPasses, SeedDefectGapPassthroughMapIsPacked) {
-  // Seed defect: gap_* output map not the packed input map (izer-baseline.md). Ours: equal maps.
+  // Seed defect: gap_* output map not the packed input map (docs/specs/ai8x-izer-baseline.md).
+  // Ours: equal maps.
   NetBuilder b({3, 16, 16});
   int c1 = b.Conv("conv1", kNetworkInput, 16);
   int c2 = b.Conv("conv2", c1, 20);

@@ -213,7 +213,8 @@ TEST(Ai8xPatterns, BitsWarningSaysWhichLayersTheOverridesLeft) {
 }
 
 TEST(Ai8xPatterns, SubExportedAsNegAddIsEltwiseSubWithOperandOrder) {
-  // Seed defect (IZER-RULES.md §2.5): y = c2(c1(x)); z = y - c1(x) became `eltwise: Add`.
+  // Seed defect (docs/specs/ai8x-izer-rules.md §2.5): y = c2(c1(x)); z = y - c1(x) became `eltwise:
+  // Add`.
   Export e({1, 16, 8, 8});
   auto a = e.Conv("conv1", "x", 16, 16, {3, 3}, 1);
   auto y = e.Conv("conv2", a, 16, 16, {3, 3}, 1);
@@ -565,11 +566,12 @@ TEST(Ai8xPatterns, StreamingNeedsFifoFlag) {
   EXPECT_NE(Find(*r, "AI8X_STREAMING"), nullptr);
 }
 
-// The izer assigns checkpoint weights to conv/linear layers by position (IZER-RULES.md §1.3), so
-// the layers (execution order) must be in weight (state_dict = initializer) order. Two QAT convs
-// whose weight initializers the model lists in reverse order: AI8X_WEIGHT_ORDER, naming both layers
-// and ONNX nodes; the same model with the initializers in order, or with exporter-generated
-// (BN-folded, `onnx::Conv_N`) weight names whose position says nothing about the state_dict, passes.
+// The izer assigns checkpoint weights to conv/linear layers by position
+// (docs/specs/ai8x-izer-rules.md §1.3), so the layers (execution order) must be in weight
+// (state_dict = initializer) order. Two QAT convs whose weight initializers the model lists in
+// reverse order: AI8X_WEIGHT_ORDER, naming both layers and ONNX nodes; the same model with the
+// initializers in order, or with exporter-generated (BN-folded, `onnx::Conv_N`) weight names whose
+// position says nothing about the state_dict, passes.
 TEST(Ai8xPatterns, WeightInitializersInReverseOrderAreAnError) {
   auto build = [](Export& e) {
     auto c1 = e.Conv("conv1", "x", 8, 16, {3, 3}, 1, /*bits=*/8);

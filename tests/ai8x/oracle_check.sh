@@ -1,10 +1,11 @@
 #!/bin/bash
 # Developer check (not run by ctest/CI: it needs the real izer, which is not part of the project):
 # compiles the 14 reference models in one export form with ai8x_compile_tool and feeds every YAML
-# to ai8x-synthesis' ai8xize.py through ../shared/tools/ai8x-oracle/izer_check.py.
+# to ai8x-synthesis' ai8xize.py through the ai8x oracle's izer_check.py (tools/ai8x-oracle in the
+# folder named by $KILN_SHARED, which is not part of the repository).
 #
-# Set-up once (see ../shared/tools/ai8x-oracle/README.md): fetch ai8x-synthesis, ai8x-training and
-# distiller with the search tool, then `sh ../shared/tools/ai8x-oracle/setup.sh`.
+# Set-up once (see that folder's README.md): fetch ai8x-synthesis, ai8x-training and distiller,
+# then run its setup.sh.
 #
 # Usage: tests/ai8x/oracle_check.sh [qat|float|simplified] [BUILD_DIR] [OUT_DIR]
 # Overrides as the tests pass them: simplified forms get `last.output_width=32` where the

@@ -1,5 +1,6 @@
-// Rule family "eltwise" (AI8X_ELTWISE, AI8X_WRITE_GAP): element-wise operands (yamlcfg.py
-// L411-417, max7800x.py L504-506, L525-528, L759-768, L984-990, L2074-2080; IZER-RULES.md §1.6).
+// Rule family "eltwise" (AI8X_ELTWISE, AI8X_WRITE_GAP): element-wise operands (yamlcfg.py L411-417,
+// max7800x.py L504-506, L525-528, L759-768, L984-990, L2074-2080; docs/specs/ai8x-izer-rules.md
+// §1.6).
 #include "compiler/ai8x/rules/checks.h"
 
 namespace kiln::ai8x::rules {

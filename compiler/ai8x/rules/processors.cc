@@ -1,6 +1,6 @@
 // Rule family "processors" (AI8X_PROCESSORS, AI8X_INPUT_FORMAT, AI8X_PASSTHROUGH_MAP,
 // AI8X_CONCAT): processor maps (max7800x.py L442-450, L915-962, L1003-1004; izer.py L449-451;
-// IZER-RULES.md §1.5).
+// docs/specs/ai8x-izer-rules.md §1.5).
 #include <cstdio>
 
 #include "compiler/ai8x/rules/checks.h"

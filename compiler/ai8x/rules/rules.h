@@ -1,4 +1,5 @@
-// The ai8x rule checks (IZER-RULES.md §1.3-§1.8, each check citing the izer code it mirrors).
+// The ai8x rule checks (docs/specs/ai8x-izer-rules.md §1.3-§1.8, each check citing the izer code it
+// mirrors).
 //
 // Every diagnostic code is decided in exactly one file of this folder (compiler/ai8x/codes.h names
 // it), one file per family:
@@ -13,10 +14,10 @@
 //   kernel_memory.cc, bias_memory.cc  the two weight memories
 //
 // CheckRules (compiler/ai8x/passes.h) runs the registry below over the planned network. Passes that
-// meet a rule's condition at their own stage (the builder reading ONNX attributes, fusion, planning)
-// call the functions declared here, grouped by the file that defines them, instead of reporting a
-// code themselves. A layer keeps one finding per severity and code (Network::Report joins the
-// explanations), so a problem seen at two stages reads as one finding.
+// meet a rule's condition at their own stage (the builder reading ONNX attributes, fusion,
+// planning) call the functions declared here, grouped by the file that defines them, instead of
+// reporting a code themselves. A layer keeps one finding per severity and code (Network::Report
+// joins the explanations), so a problem seen at two stages reads as one finding.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Rule family "streaming" (AI8X_STREAMING, AI8X_FIFO): the streaming prefix and FIFO input
-// (izer.py L446-448, max7800x.py L314-380; IZER-RULES.md §1.8).
+// (izer.py L446-448, max7800x.py L314-380; docs/specs/ai8x-izer-rules.md §1.8).
 #include "compiler/ai8x/rules/checks.h"
 
 namespace kiln::ai8x::rules {
