@@ -168,11 +168,7 @@ std::shared_ptr<RunConvJob> RunConvJob::Start(Env env, store::ModelInfo model,
   job->client_id_ = std::move(client_id);
   job->deadline_ = deadline;
   job->done_ = std::move(done);
-  if (auto plan = env.plans->Get(job->model_.model_id)) {
-    job->StartDeviceStage(std::move(plan));
-  } else {
-    job->StartPlanStage();
-  }
+  job->StartPlanStage();
   return job;
 }
 
@@ -215,57 +211,65 @@ void RunConvJob::Refused(const Status& status, const std::string& lane) {
   Finish(status, ms);
 }
 
+// Stage 1, on the plan lane: the plan (from the cache, or read + loaded + planned) and the
+// request's inputs and precision converted for it — all of it off the reactor, and a bad request
+// is refused before it takes a place in a device queue.
 void RunConvJob::StartPlanStage() {
   auto self = shared_from_this();
-  auto plan = std::make_shared<std::shared_ptr<const convplan::ConvPlan>>();
+  auto prepared = std::make_shared<PreparedConvRun>();
   sched::JobRequest job;
   job.lane = kPlanLane;
   job.client_id = client_id_;
   job.deadline = deadline_;
-  job.task = [self, plan](sched::JobContext& ctx) -> Status {
-    {
+  job.task = [self, prepared](sched::JobContext& ctx) -> Status {
+    std::shared_ptr<const convplan::ConvPlan> plan = self->env_.plans->Get(self->model_.model_id);
+    if (!plan) {
       std::function<void(const std::string&)> hook;
       {
         std::lock_guard<std::mutex> lock(hook_mu);
         hook = plan_hook;
       }
       if (hook) hook(self->model_.model_id);
+      KILN_RETURN_IF_ERROR(ctx.cancel->Check());
+      auto reader = self->env_.store->OpenReader(self->model_.model_id);
+      if (!reader.ok()) return reader.status();
+      auto bytes = (*reader)->ReadAll();
+      if (!bytes.ok()) return bytes.status();
+      const std::string name =
+          self->model_.names.empty() ? self->model_.model_id.substr(0, 12) : self->model_.names.front();
+      Result<std::shared_ptr<const convplan::ConvPlan>> planned = Internal("not planned");
+      try {
+        planned = PlanModel(*bytes, name);
+      } catch (const std::exception& e) {
+        planned = Internal("planning model '" + name + "' failed: " + e.what());
+      }
+      if (!planned.ok()) return planned.status();
+      plan = *planned;
+      self->env_.plans->Put(self->model_.model_id, plan);
     }
     KILN_RETURN_IF_ERROR(ctx.cancel->Check());
-    auto reader = self->env_.store->OpenReader(self->model_.model_id);
-    if (!reader.ok()) return reader.status();
-    auto bytes = (*reader)->ReadAll();
-    if (!bytes.ok()) return bytes.status();
-    const std::string name = self->model_.names.empty() ? self->model_.model_id.substr(0, 12) : self->model_.names.front();
-    Result<std::shared_ptr<const convplan::ConvPlan>> planned = Internal("not planned");
-    try {
-      planned = PlanModel(*bytes, name);
-    } catch (const std::exception& e) {
-      planned = Internal("planning model '" + name + "' failed: " + e.what());
-    }
-    if (!planned.ok()) return planned.status();
-    self->env_.plans->Put(self->model_.model_id, *planned);
-    *plan = std::move(*planned);
+    auto run = PrepareConvRun(std::move(plan), *self->request_);
+    if (!run.ok()) return run.status();
+    *prepared = std::move(run).value();
     return Status::Ok();
   };
   auto handle = env_.scheduler->Submit(std::move(job));
   if (!handle.ok()) return Refused(handle.status(), kPlanLane);
   if (!SetStage(*handle)) return;  // its OnDone reports the cancellation
-  (*handle)->OnDone([self, plan](const Status& status) {
+  (*handle)->OnDone([self, prepared](const Status& status) {
     if (!status.ok()) return self->Finish(status);
-    self->StartDeviceStage(*plan);
+    self->StartDeviceStage(prepared);
   });
 }
 
-void RunConvJob::StartDeviceStage(std::shared_ptr<const convplan::ConvPlan> plan) {
+// Stage 2, on the backend's device lane: the run, its fp32 reference on the reference lane.
+void RunConvJob::StartDeviceStage(std::shared_ptr<PreparedConvRun> prepared) {
   bool cancelled;
   {
     std::lock_guard<std::mutex> lock(mu_);
     cancelled = cancelled_;
   }
   if (cancelled) return Finish(Cancelled("cancelled by client"));  // between the stages
-  auto prepared = PrepareConvRun(std::move(plan), *request_);
-  if (!prepared.ok()) return Finish(prepared.status());
   prepared->options.reference = &env_.scheduler->Reference();
   auto result = std::make_shared<runtime::RunResult>();
   auto started = std::make_shared<std::pair<std::mutex, std::pair<SteadyClock::time_point, std::string>>>();

@@ -3,8 +3,9 @@
 //   PrepareConvRun   request -> plan inputs, RunOptions, backend (defaults resolved here once)
 //   MakeRunJob       a prepared run as a device-lane job of the scheduler (sched/scheduler.h)
 //   FillRunResponse  the executor's RunResult -> response message
-// and RunConvJob, the server's run as scheduler stages: plan (CPU lane "plan", skipped when
-// PlanCache holds the model's plan) -> device (the backend's lane), cancellable at any point.
+// and RunConvJob, the server's run as scheduler stages: plan (CPU lane "plan": the plan from
+// PlanCache or planned, the request converted) -> device (the backend's lane), cancellable at any
+// point.
 #pragma once
 
 #include <functional>
@@ -79,8 +80,9 @@ class PlanCache {
   std::list<std::pair<std::string, std::shared_ptr<const convplan::ConvPlan>>> plans_;  // MRU first
 };
 
-/// Test hook: called at the start of every plan stage with the model id, on the plan worker.
-/// Tests use it to hold plan stages on a latch; null (the default) in production.
+/// Test hook: called with the model id when a plan stage plans a model (its plan was not
+/// cached), on the plan worker. Tests use it to hold plan stages on a latch; null (the default) in
+/// production.
 void SetPlanStageHookForTesting(std::function<void(const std::string& model_id)> hook);
 
 /// kilnd's run of one RunConvLayers request as scheduler stages (see the header comment).
@@ -106,7 +108,7 @@ class RunConvJob : public std::enable_shared_from_this<RunConvJob> {
  private:
   RunConvJob() = default;
   void StartPlanStage();
-  void StartDeviceStage(std::shared_ptr<const convplan::ConvPlan> plan);
+  void StartDeviceStage(std::shared_ptr<PreparedConvRun> prepared);
   // Remembers the running stage; false (and the stage cancelled) when the job was cancelled.
   bool SetStage(std::shared_ptr<sched::JobHandle> handle);
   void Finish(const Status& status, int64_t retry_after_ms = 0);

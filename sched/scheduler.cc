@@ -260,34 +260,28 @@ class ReferenceProxy final : public Backend {
   Result<device::Tensor> Conv2d(const device::Tensor& input, const device::Tensor& weights,
                                 const device::Tensor* bias, const device::Conv2dParams& params,
                                 const device::ExecContext& ctx) override {
-    Result<device::Tensor> out = Internal("reference stage did not run");
-    KILN_RETURN_IF_ERROR(RunStage([&](Backend& b) {
-      out = b.Conv2d(input, weights, bias, params, ctx);
-      return Status::Ok();
-    }));
-    return out;
+    return RunOp([&](Backend& b) { return b.Conv2d(input, weights, bias, params, ctx); });
   }
   Result<device::Tensor> ConvTranspose2d(const device::Tensor& input, const device::Tensor& weights,
                                          const device::Tensor* bias, const device::ConvTranspose2dParams& params,
                                          const device::ExecContext& ctx) override {
-    Result<device::Tensor> out = Internal("reference stage did not run");
-    KILN_RETURN_IF_ERROR(RunStage([&](Backend& b) {
-      out = b.ConvTranspose2d(input, weights, bias, params, ctx);
-      return Status::Ok();
-    }));
-    return out;
+    return RunOp([&](Backend& b) { return b.ConvTranspose2d(input, weights, bias, params, ctx); });
   }
   Result<device::Tensor> Pool2d(const device::Tensor& input, const device::Pool2dParams& params,
                                 const device::ExecContext& ctx) override {
+    return RunOp([&](Backend& b) { return b.Pool2d(input, params, ctx); });
+  }
+
+ private:
+  template <typename Op>
+  Result<device::Tensor> RunOp(const Op& op) const {
     Result<device::Tensor> out = Internal("reference stage did not run");
     KILN_RETURN_IF_ERROR(RunStage([&](Backend& b) {
-      out = b.Pool2d(input, params, ctx);
+      out = op(b);
       return Status::Ok();
     }));
     return out;
   }
-
- private:
   // The referenced data lives on the caller's stack, which waits until the stage is done.
   Status RunStage(const std::function<Status(Backend&)>& fn) const {
     AssertNotOnReactor("Scheduler::Reference() op");

@@ -41,7 +41,7 @@ class ModelServiceImpl::UploadReactor final
 
   void OnReadDone(bool ok) override {
     ReactorScope on_reactor;
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (finished_) return;
     if (!ok) {
       // Half-close (all sent) or a broken/cancelled stream.
@@ -54,7 +54,11 @@ class ModelServiceImpl::UploadReactor final
                                  "upload stream ended before its header"));
         return;
       }
-      CommitLocked();
+      // From here on the commit finishes the call (OnCancel and shutdown leave it alone).
+      committing_ = true;
+      std::shared_ptr<store::Upload> upload = std::move(upload_);
+      lock.unlock();  // the commit's callbacks take mu_, and may run on this thread
+      SubmitCommit(std::move(upload));
       return;
     }
     if (!upload_) {
@@ -123,12 +127,11 @@ class ModelServiceImpl::UploadReactor final
  private:
   // The commit (fsync, SHA-256 check, ONNX parse, index rewrite) blocks: it runs on the store
   // lane, which has its own queue, so a busy compile lane never delays or refuses an upload.
-  void CommitLocked() {
-    committing_ = true;
+  void SubmitCommit(std::shared_ptr<store::Upload> upload) {
     sched::JobRequest job;
     job.lane = api::kStoreLane;
     job.client_id = ClientId(*context_);
-    job.task = [this, upload = std::shared_ptr<store::Upload>(std::move(upload_))](sched::JobContext&) {
+    job.task = [this, upload](sched::JobContext&) {
       bool already = false;
       std::string replaced;
       auto info = upload->Commit(&already, &replaced);
@@ -148,6 +151,7 @@ class ModelServiceImpl::UploadReactor final
     };
     auto handle = service_->env_.scheduler->Submit(std::move(job));
     if (!handle.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
       FinishLocked(ToGrpc(handle.status()));
       return;
     }
