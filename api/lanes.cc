@@ -1,6 +1,9 @@
 #include "api/lanes.h"
 
 #include <algorithm>
+#include <thread>
+
+#include "device/backends/builtin.h"
 
 namespace kiln::api {
 
@@ -13,6 +16,30 @@ std::vector<sched::CpuLaneSpec> KilndCpuLanes(const LaneSizes& s) {
       {.name = kPlanLane, .workers = workers, .queue_capacity = std::max(1, s.device_queue)},
       {.name = kStoreLane, .workers = 2, .queue_capacity = 4096, .max_queued_per_client = 4096},
   };
+}
+
+Result<sched::SchedulerOptions> KilndSchedulerOptions(const KilndSchedule& schedule) {
+  auto devices = sched::ParseDeviceList(schedule.devices);
+  if (!devices.ok()) return devices.status().WithContext("--devices");
+  sched::SchedulerOptions o;
+  o.devices = *devices;
+  o.queue_capacity = schedule.lanes.device_queue;
+  o.cpu_lanes = KilndCpuLanes(schedule.lanes);
+  int reference_workers = 1;
+  for (const auto& spec : *devices) {
+    if (device::IsFp32Reference(spec.backend)) reference_workers = spec.count;
+  }
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  o.reference_threads = schedule.reference_threads > 0 ? schedule.reference_threads : std::max(1, cores / reference_workers);
+  for (const auto& spec : *devices) {
+    if (spec.backend == device::kTtEmuBackend && !schedule.tt_emu_level.empty()) {
+      o.backend_settings[spec.backend][device::kTtEmuLevelSetting] = schedule.tt_emu_level;
+    }
+    if (device::IsFp32Reference(spec.backend)) {
+      o.backend_settings[spec.backend][device::kReferenceThreadsSetting] = std::to_string(o.reference_threads);
+    }
+  }
+  return o;
 }
 
 }  // namespace kiln::api

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "sched/scheduler.h"
@@ -29,5 +30,18 @@ struct LaneSizes {
 /// queue of device_queue (a run refused there would have been refused by its device lane);
 /// store with 2 workers and a queue of 4096 (bounded by the open upload streams in practice).
 std::vector<sched::CpuLaneSpec> KilndCpuLanes(const LaneSizes& sizes);
+
+/// kilnd's scheduler, from its configuration.
+struct KilndSchedule {
+  std::string devices;        ///< --devices, "tt-emu:1,reference:1"
+  LaneSizes lanes;
+  int reference_threads = 0;  ///< --reference-threads; 0 = the cores / the reference workers
+  std::string tt_emu_level;   ///< --tt-emu-level
+};
+/// Device lanes from the device list, the CPU lanes above, the tt-emu level, and the OpenMP
+/// threads of every fp32 reference worker (the configured reference devices, or the one the
+/// scheduler keeps for PCC): by default the cores divided among them, so that several reference
+/// workers do not each start a team of every core. INVALID_ARGUMENT for a bad device list.
+Result<sched::SchedulerOptions> KilndSchedulerOptions(const KilndSchedule& schedule);
 
 }  // namespace kiln::api

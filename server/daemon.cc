@@ -5,7 +5,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -13,7 +12,6 @@
 
 #include "api/lanes.h"
 #include "api/version.h"
-#include "device/backends/builtin.h"
 #include "server/auth_interceptor.h"
 
 namespace kiln::server {
@@ -55,31 +53,14 @@ Status Daemon::StartServices() {
   store_ = std::move(store).value();
   auth_ = std::make_unique<Authenticator>(config_.token);
 
-  auto devices = sched::ParseDeviceList(config_.devices);
-  if (!devices.ok()) return devices.status().WithContext("--devices");
-  sched::SchedulerOptions sched_options;
-  sched_options.devices = *devices;
-  sched_options.queue_capacity = static_cast<int>(config_.device_queue);
-  sched_options.cpu_lanes = api::KilndCpuLanes({static_cast<int>(config_.compile_workers),
-                                                static_cast<int>(config_.compile_queue),
-                                                static_cast<int>(config_.device_queue)});
-  // One CPU budget: the fp32 reference workers (configured devices, or the one kept for PCC) share
-  // the cores, so that several of them do not each start a team of every core.
-  int reference_workers = 1;
-  for (const auto& spec : *devices) {
-    if (device::IsFp32Reference(spec.backend)) reference_workers = spec.count;
-  }
-  const int threads = config_.reference_threads > 0
-                          ? static_cast<int>(config_.reference_threads)
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / reference_workers);
-  sched_options.reference_threads = threads;
-  for (const auto& spec : *devices) {
-    auto& settings = sched_options.backend_settings;
-    if (spec.backend == device::kTtEmuBackend) settings[spec.backend][device::kTtEmuLevelSetting] = config_.tt_emu_level;
-    if (device::IsFp32Reference(spec.backend)) settings[spec.backend][device::kReferenceThreadsSetting] = std::to_string(threads);
-  }
-  sched_options.metrics = metrics_->shared_registry();
-  auto scheduler = sched::Scheduler::Create(sched_options);
+  auto sched_options = api::KilndSchedulerOptions(
+      {config_.devices,
+       {static_cast<int>(config_.compile_workers), static_cast<int>(config_.compile_queue),
+        static_cast<int>(config_.device_queue)},
+       static_cast<int>(config_.reference_threads), config_.tt_emu_level});
+  if (!sched_options.ok()) return sched_options.status();
+  sched_options->metrics = metrics_->shared_registry();
+  auto scheduler = sched::Scheduler::Create(*std::move(sched_options));
   if (!scheduler.ok()) return scheduler.status().WithContext("scheduler");
   scheduler_ = std::move(scheduler).value();
 

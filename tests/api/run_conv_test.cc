@@ -6,6 +6,7 @@
 #include <fstream>
 #include <future>
 #include <sstream>
+#include <thread>
 
 #include "api/compile_ai8x.h"
 #include "api/convert.h"
@@ -226,6 +227,38 @@ TEST(CompileApi, FlagsAndTheCompileName) {
   EXPECT_EQ(CompileModelName(info, info.model_id), "first");
   info.names.clear();
   EXPECT_EQ(CompileModelName(info, info.model_id), "aaaaaaaaaaaa");
+}
+
+TEST(LanesApi, KilndSchedulerFromItsConfiguration) {
+  KilndSchedule k;
+  k.devices = "tt-emu:1,reference:2";
+  k.lanes = {.compile_workers = 3, .compile_queue = 0, .device_queue = 5};
+  k.tt_emu_level = "fast";
+  auto o = KilndSchedulerOptions(k);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  EXPECT_EQ(o->reference_threads, std::max(1, cores / 2));  // the cores shared by two reference workers
+  EXPECT_EQ(o->backend_settings.at("reference").at("threads"), std::to_string(o->reference_threads));
+  EXPECT_EQ(o->backend_settings.at("tt-emu").at("level"), "fast");
+  EXPECT_EQ(o->queue_capacity, 5);
+  ASSERT_EQ(o->cpu_lanes.size(), 3u);
+  EXPECT_EQ(o->cpu_lanes[0].name, std::string(kCompileLane));
+  EXPECT_EQ(o->cpu_lanes[0].workers, 3);
+  EXPECT_EQ(o->cpu_lanes[0].queue_capacity, 0);  // no waiting compiles, as --compile-queue 0 says
+  EXPECT_EQ(o->cpu_lanes[1].name, std::string(kPlanLane));
+  EXPECT_EQ(o->cpu_lanes[1].queue_capacity, 5);
+  EXPECT_EQ(o->cpu_lanes[2].name, std::string(kStoreLane));
+  k.reference_threads = 7;
+  EXPECT_EQ(KilndSchedulerOptions(k)->reference_threads, 7);
+  k.devices = "tt-emu:0";
+  auto bad = KilndSchedulerOptions(k);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--devices"), std::string::npos);
+  // The options make a working scheduler.
+  k.devices = "reference:1";
+  auto s = sched::Scheduler::Create(*KilndSchedulerOptions(k));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->Devices().size(), 1u);
 }
 
 }  // namespace
