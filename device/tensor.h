@@ -1,6 +1,6 @@
 // kiln::device::Tensor — a dense host tensor with a shape, an element type, a layout tag and
 // 64-byte aligned storage. It is the currency of every device backend (device/backends/backend.h),
-// of the worker pool and of the conv plan.
+// of the scheduler and of the conv plan.
 //
 // Conventions
 // * `shape()` is always the LOGICAL shape. For rank-4 feature maps that is (N, C, H, W), for
