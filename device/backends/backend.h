@@ -14,8 +14,7 @@
 // Contract for every implementation
 // * Thread safety: a Backend object may be called from several threads at once (the scheduler,
 //   sched/scheduler.h, normally gives each device its own Backend instance, but a backend must
-//   not rely on it). A
-//   PreparedConv is used by one thread at a time.
+//   not rely on it). A PreparedConv is used by one thread at a time.
 // * No exception escapes: failures are kiln::Status. Codes: INVALID_ARGUMENT (shapes, dtypes,
 //   parameters inconsistent — the message names the offending value), UNIMPLEMENTED (a valid op or
 //   option the backend does not support; see Capabilities), CANCELLED / DEADLINE_EXCEEDED (the
