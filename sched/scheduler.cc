@@ -453,12 +453,16 @@ Result<std::shared_ptr<Job>> Scheduler::Impl::Enqueue(JobRequest request, bool s
     std::lock_guard<std::mutex> l(mu);
     auto it = lanes.find(request.lane);
     if (stopping && !(stage && it != lanes.end() && !joined)) return Unavailable("scheduler is shutting down");
-    if (it == lanes.end() || (it->second.hidden && !stage)) {
+    // Device work names a backend; a CPU lane's name is no backend (and the reverse).
+    const bool device_job = static_cast<bool>(request.work);
+    if (it == lanes.end() || (it->second.hidden && !stage) || (device_job && !it->second.device) ||
+        (request.task && it->second.device)) {
       std::string known;
       for (const auto& [name, q] : lanes) {
-        if (!q.hidden) known += (known.empty() ? "" : ", ") + name;
+        if (!q.hidden && q.device == device_job) known += (known.empty() ? "" : ", ") + name;
       }
-      return NotFound("no device for backend '" + request.lane + "' (configured: " + known + ")");
+      return device_job ? NotFound("no device for backend '" + request.lane + "' (configured: " + known + ")")
+                        : NotFound("no CPU lane '" + request.lane + "' (configured: " + known + ")");
     }
     Lane& q = it->second;
     if (q.device ? !request.work : !request.task) {

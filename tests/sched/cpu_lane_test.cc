@@ -81,9 +81,12 @@ TEST(CpuLaneTest, WorkOfTheWrongKindAndUnknownLanes) {
   JobRequest device_work;
   device_work.lane = "compile";
   device_work.work = [](Backend&, JobContext&) { return Status::Ok(); };
-  auto r = s->Submit(device_work);
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("compile"), std::string::npos);
+  auto r = s->Submit(device_work);  // a CPU lane is no backend
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("no device for backend 'compile'"), std::string::npos) << r.status().ToString();
+  JobRequest nothing;
+  nothing.lane = "compile";
+  EXPECT_EQ(s->Submit(nothing).status().code(), StatusCode::kInvalidArgument);
   auto nf = s->Submit(Task([](JobContext&) { return Status::Ok(); }, "c"));
   EXPECT_TRUE(nf.ok());
   JobRequest unknown = Task([](JobContext&) { return Status::Ok(); });
