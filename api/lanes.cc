@@ -9,11 +9,12 @@ namespace kiln::api {
 
 std::vector<sched::CpuLaneSpec> KilndCpuLanes(const LaneSizes& s) {
   const int workers = std::max(1, s.compile_workers);
+  const int plan_queue = std::max(1, s.plan_queue > 0 ? s.plan_queue : s.device_queue);
   return {
       {.name = kCompileLane, .workers = workers, .queue_capacity = std::max(0, s.compile_queue),
        // One client may fill the compile queue, as before the scheduler existed.
        .max_queued_per_client = std::max(1, s.compile_queue)},
-      {.name = kPlanLane, .workers = workers, .queue_capacity = std::max(1, s.device_queue)},
+      {.name = kPlanLane, .workers = workers, .queue_capacity = plan_queue, .max_queued_per_client = plan_queue},
       {.name = kStoreLane, .workers = 2, .queue_capacity = 4096, .max_queued_per_client = 4096},
   };
 }
@@ -24,7 +25,10 @@ Result<sched::SchedulerOptions> KilndSchedulerOptions(const KilndSchedule& sched
   sched::SchedulerOptions o;
   o.devices = *devices;
   o.queue_capacity = schedule.lanes.device_queue;
-  o.cpu_lanes = KilndCpuLanes(schedule.lanes);
+  LaneSizes lanes = schedule.lanes;
+  lanes.plan_queue = 0;
+  for (const auto& spec : *devices) lanes.plan_queue += lanes.device_queue + spec.count;
+  o.cpu_lanes = KilndCpuLanes(lanes);
   int reference_workers = 1;
   for (const auto& spec : *devices) {
     if (device::IsFp32Reference(spec.backend)) reference_workers = spec.count;

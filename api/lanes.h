@@ -23,12 +23,16 @@ inline constexpr const char* kStoreLane = "store";
 struct LaneSizes {
   int compile_workers = 2;
   int compile_queue = 16;
-  int device_queue = 64;  ///< runs admitted per backend; the plan lane admits as many
+  int device_queue = 64;  ///< runs queued per backend (device lanes)
+  /// Runs the plan lane holds: 0 = device_queue; kilnd passes every device lane's queue plus its
+  /// devices (KilndSchedulerOptions).
+  int plan_queue = 0;
 };
 
-/// The CPU lanes of kilnd: compile as configured; plan with as many workers as compile and a
-/// queue of device_queue (a run refused there would have been refused by its device lane);
-/// store with 2 workers and a queue of 4096 (bounded by the open upload streams in practice).
+/// The CPU lanes of kilnd: compile as configured; plan with as many workers as compile, a queue
+/// of plan_queue and no per-client quota of its own (the device lanes keep theirs), so a run is
+/// only refused where it was before the plan stage existed: by its own backend's queue; store
+/// with 2 workers and a queue of 4096 (bounded by the open upload streams in practice).
 std::vector<sched::CpuLaneSpec> KilndCpuLanes(const LaneSizes& sizes);
 
 /// kilnd's scheduler, from its configuration.

@@ -168,6 +168,12 @@ std::shared_ptr<RunConvJob> RunConvJob::Start(Env env, store::ModelInfo model,
   job->client_id_ = std::move(client_id);
   job->deadline_ = deadline;
   job->done_ = std::move(done);
+  // A backend that does not exist is refused before anything is planned.
+  const std::string backend = request->backend().empty() ? device::DefaultBackendName() : request->backend();
+  if (Status known = env.scheduler->CheckBackend(backend); !known.ok()) {
+    job->Finish(known);
+    return job;
+  }
   job->StartPlanStage();
   return job;
 }

@@ -149,6 +149,14 @@ class Scheduler::Impl : public std::enable_shared_from_this<Scheduler::Impl> {
   void DisarmDeadline(uint64_t id);
   void Shutdown(bool drain);
   Result<std::shared_ptr<Job>> Enqueue(JobRequest request, bool stage);
+  Status UnknownLaneLocked(const std::string& lane, bool device) const {
+    std::string known;
+    for (const auto& [name, q] : lanes) {
+      if (!q.hidden && q.device == device) known += (known.empty() ? "" : ", ") + name;
+    }
+    return device ? NotFound("no device for backend '" + lane + "' (configured: " + known + ")")
+                  : NotFound("no CPU lane '" + lane + "' (configured: " + known + ")");
+  }
 };
 
 namespace {
@@ -457,12 +465,7 @@ Result<std::shared_ptr<Job>> Scheduler::Impl::Enqueue(JobRequest request, bool s
     const bool device_job = static_cast<bool>(request.work);
     if (it == lanes.end() || (it->second.hidden && !stage) || (device_job && !it->second.device) ||
         (request.task && it->second.device)) {
-      std::string known;
-      for (const auto& [name, q] : lanes) {
-        if (!q.hidden && q.device == device_job) known += (known.empty() ? "" : ", ") + name;
-      }
-      return device_job ? NotFound("no device for backend '" + request.lane + "' (configured: " + known + ")")
-                        : NotFound("no CPU lane '" + request.lane + "' (configured: " + known + ")");
+      return UnknownLaneLocked(request.lane, device_job);
     }
     Lane& q = it->second;
     if (q.device ? !request.work : !request.task) {
@@ -716,6 +719,13 @@ std::vector<DeviceInfo> Scheduler::Devices() const {
     out.push_back(std::move(i));
   }
   return out;
+}
+
+Status Scheduler::CheckBackend(const std::string& backend) const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  auto it = impl_->lanes.find(backend);
+  if (it != impl_->lanes.end() && it->second.device && !it->second.hidden) return Status::Ok();
+  return impl_->UnknownLaneLocked(backend, /*device=*/true);
 }
 
 int Scheduler::QueueDepth(const std::string& lane) const {

@@ -197,6 +197,9 @@ class Scheduler {
 
   /// The configured devices (not the hidden reference worker, not CPU workers).
   std::vector<DeviceInfo> Devices() const;
+  /// OK when device work can be submitted to `backend`; else the NOT_FOUND Submit would answer
+  /// (naming the configured backends). Lets a caller refuse a job before its earlier stages run.
+  Status CheckBackend(const std::string& backend) const;
   /// Jobs queued (not running) in `lane` (0 for unknown ones).
   int QueueDepth(const std::string& lane) const;
   /// Retry hint for a refused submission: queued jobs × mean job duration / workers (at least

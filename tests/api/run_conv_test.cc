@@ -126,6 +126,22 @@ TEST(RunConvApi, StagedJobPlansOnceThenUsesTheCache) {
   EXPECT_EQ(planned.load(), 1);  // the second run found the plan in the cache
   EXPECT_NE(plans.Get(info->model_id), nullptr);
 
+  // A backend that does not exist is refused before anything is planned.
+  {
+    kiln::v1::RunConvLayersRequest nowhere;
+    nowhere.set_backend("plan");  // a CPU lane is no backend
+    kiln::v1::RunConvLayersResponse resp;
+    std::promise<Status> done;
+    PlanCache fresh(1);
+    const int before = planned.load();
+    auto job = RunConvJob::Start({st->get(), scheduler->get(), &fresh}, *info, &nowhere, &resp, "test", std::nullopt,
+                                 [&](const Status& s, int64_t) { done.set_value(s); });
+    Status s = done.get_future().get();
+    EXPECT_EQ(s.code(), StatusCode::kNotFound);
+    EXPECT_NE(s.message().find("no device for backend 'plan' (configured: tt-emu)"), std::string::npos) << s.ToString();
+    EXPECT_EQ(planned.load(), before);
+  }
+
   // Cancelled before its plan stage runs: CANCELLED, nothing runs.
   PlanCache empty(1);
   std::promise<void> release;
@@ -246,7 +262,9 @@ TEST(LanesApi, KilndSchedulerFromItsConfiguration) {
   EXPECT_EQ(o->cpu_lanes[0].workers, 3);
   EXPECT_EQ(o->cpu_lanes[0].queue_capacity, 0);  // no waiting compiles, as --compile-queue 0 says
   EXPECT_EQ(o->cpu_lanes[1].name, std::string(kPlanLane));
-  EXPECT_EQ(o->cpu_lanes[1].queue_capacity, 5);
+  // Every run the device lanes could hold (queue + devices per backend), no per-client quota.
+  EXPECT_EQ(o->cpu_lanes[1].queue_capacity, (5 + 1) + (5 + 2));
+  EXPECT_EQ(o->cpu_lanes[1].max_queued_per_client, (5 + 1) + (5 + 2));
   EXPECT_EQ(o->cpu_lanes[2].name, std::string(kStoreLane));
   k.reference_threads = 7;
   EXPECT_EQ(KilndSchedulerOptions(k)->reference_threads, 7);
