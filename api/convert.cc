@@ -21,13 +21,19 @@ Result<device::Tensor> FromProto(const kiln::v1::Tensor& t) {
       std::span<const std::byte>(reinterpret_cast<const std::byte*>(t.raw_data().data()),
                                  t.raw_data().size()));
   if (!tensor.ok()) return tensor.status().WithContext("input tensor '" + t.name() + "'");
-  if (*dtype == device::DataType::kFloat32) return tensor;
-  return tensor->ToFloat32();
+  if (*dtype == device::DataType::kBool) {
+    for (std::byte b : tensor->raw()) {
+      if (b != std::byte{0} && b != std::byte{1}) {
+        return InvalidArgument("input tensor '" + t.name() + "' (BOOL) holds a byte other than 0 or 1");
+      }
+    }
+  }
+  return tensor;  // converted to the model's element type by the runtime (runtime/inputs.h)
 }
 
 void ToProto(const std::string& name, const device::Tensor& t, kiln::v1::Tensor* out) {
   out->set_name(name);
-  out->set_datatype("FP32");
+  out->set_datatype(device::KServeDataTypeName(t.dtype()));
   for (int64_t d : t.shape()) out->add_shape(d);
   auto raw = t.raw();
   out->set_raw_data(reinterpret_cast<const char*>(raw.data()), raw.size());

@@ -11,12 +11,13 @@
 
 namespace kiln::api {
 
-/// kiln.v1.Tensor -> device::Tensor in float32 (FP32, FP16, BF16, INT32, INT64 accepted; others
-/// INVALID_ARGUMENT). The byte count must equal product(shape) x element size; the message names
-/// the tensor, the expected and the received byte counts.
+/// kiln.v1.Tensor -> device::Tensor of its KServe-v2 datatype (every one device::ParseDataType
+/// knows; "" = FP32; others INVALID_ARGUMENT), unconverted — the runtime converts it to the model's
+/// element type (runtime/inputs.h). The byte count must equal product(shape) x element size (the
+/// message names the tensor, the expected and the received byte counts); BOOL bytes must be 0 / 1.
 Result<device::Tensor> FromProto(const kiln::v1::Tensor& t);
 
-/// float32 device::Tensor -> kiln.v1.Tensor ("FP32", little-endian raw_data).
+/// device::Tensor -> kiln.v1.Tensor (its KServe-v2 datatype, little-endian row-major raw_data).
 void ToProto(const std::string& name, const device::Tensor& t, kiln::v1::Tensor* out);
 
 /// kiln.v1.Precision -> PrecisionConfig; unset fields keep TT-NN's conv defaults

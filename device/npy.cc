@@ -1,5 +1,6 @@
 #include "device/npy.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -62,14 +63,40 @@ Result<Tensor> ParseNpy(std::string_view bytes) {
   std::string_view fortran = DictValue(header, "fortran_order");
   std::string_view shape_s = DictValue(header, "shape");
   if (descr.empty() || fortran.empty() || shape_s.empty()) return InvalidArgument("malformed .npy header: " + std::string(header));
-  if (fortran.substr(0, 5) != "False") return InvalidArgument(".npy fortran_order arrays are not supported");
-  DataType dtype;
-  if (descr == "'<f4'") dtype = DataType::kFloat32;
-  else if (descr == "'<f2'") dtype = DataType::kFloat16;
-  else if (descr == "'<i4'") dtype = DataType::kInt32;
-  else if (descr == "'<i8'") dtype = DataType::kInt64;
-  else if (descr == "'|u1'" || descr == "'<u1'") dtype = DataType::kUInt8;
-  else return InvalidArgument(".npy dtype " + std::string(descr) + " is not supported (<f4, <f2, <i4, <i8, |u1)");
+  const bool fortran_order = fortran.substr(0, 4) == "True";
+  if (!fortran_order && fortran.substr(0, 5) != "False") {
+    return InvalidArgument("malformed .npy fortran_order " + std::string(fortran));
+  }
+  // descr: quote, byte order ('<' little, '>' big, '|' not applicable, '=' native), kind, size.
+  if (descr.size() < 5 || descr.front() != '\'' || descr.back() != '\'') {
+    return InvalidArgument(".npy dtype " + std::string(descr) + " is not supported");
+  }
+  const char order = descr[1];
+  const std::string code(descr.substr(2, descr.size() - 3));
+  struct Code {
+    const char* code;
+    DataType type;
+  };
+  static constexpr Code kCodes[] = {
+      {"f4", DataType::kFloat32}, {"f8", DataType::kFloat64}, {"f2", DataType::kFloat16},
+      {"i1", DataType::kInt8},    {"i2", DataType::kInt16},   {"i4", DataType::kInt32},
+      {"i8", DataType::kInt64},   {"u1", DataType::kUInt8},   {"u2", DataType::kUInt16},
+      {"u4", DataType::kUInt32},  {"u8", DataType::kUInt64},  {"b1", DataType::kBool},
+  };
+  DataType dtype = DataType::kFloat32;
+  bool known = false;
+  for (const Code& c : kCodes) {
+    if (code == c.code) {
+      dtype = c.type;
+      known = true;
+    }
+  }
+  if (!known || (order != '<' && order != '>' && order != '|' && order != '=')) {
+    return InvalidArgument(".npy dtype " + std::string(descr) +
+                           " is not supported (float16/32/64, int8/16/32/64, uint8/16/32/64, bool; either byte "
+                           "order; bfloat16 has no numpy dtype)");
+  }
+  const bool swap = order == '>' && DataTypeSize(dtype) > 1;
   std::vector<int64_t> shape;
   if (shape_s.front() != '(' || shape_s.back() != ')') return InvalidArgument("malformed .npy shape " + std::string(shape_s));
   std::string inner(shape_s.substr(1, shape_s.size() - 2));
@@ -95,6 +122,35 @@ Result<Tensor> ParseNpy(std::string_view bytes) {
                     t->DebugString());
   }
   if (t->size_bytes() != 0) std::memcpy(t->raw().data(), bytes.data() + data_start, t->size_bytes());
+  if (swap) {
+    const std::size_t es = DataTypeSize(dtype);
+    std::byte* p = t->raw().data();
+    for (int64_t i = 0; i < t->num_elements(); ++i) std::reverse(p + i * es, p + (i + 1) * es);
+  }
+  if (dtype == DataType::kBool) {
+    for (std::byte& b : t->raw()) b = b != std::byte{0} ? std::byte{1} : std::byte{0};
+  }
+  if (fortran_order && t->rank() > 1) {
+    // Column-major on disk: element (i0, …, in) at Σ i_k · Π_{j<k} d_j. Reorder to row-major.
+    const std::size_t es = DataTypeSize(dtype);
+    auto c = Tensor::Zeros(shape, dtype);
+    if (!c.ok()) return c.status();
+    const std::byte* src = t->raw().data();
+    std::byte* dst = c->raw().data();
+    const std::size_t r = shape.size();
+    std::vector<int64_t> idx(r, 0), fstride(r, 1);
+    for (std::size_t k = 1; k < r; ++k) fstride[k] = fstride[k - 1] * shape[k - 1];
+    for (int64_t i = 0; i < t->num_elements(); ++i) {
+      int64_t off = 0;
+      for (std::size_t k = 0; k < r; ++k) off += idx[k] * fstride[k];
+      std::memcpy(dst + i * es, src + off * es, es);
+      for (std::size_t k = r; k-- > 0;) {
+        if (++idx[k] < shape[k]) break;
+        idx[k] = 0;
+      }
+    }
+    return c;
+  }
   return t;
 }
 
@@ -120,11 +176,18 @@ Result<std::string> SerializeNpy(const Tensor& in) {
   const char* descr = "<f4";
   switch (t.dtype()) {
     case DataType::kFloat32: descr = "<f4"; break;
+    case DataType::kFloat64: descr = "<f8"; break;
     case DataType::kFloat16: descr = "<f2"; break;
+    case DataType::kInt8: descr = "|i1"; break;
+    case DataType::kInt16: descr = "<i2"; break;
     case DataType::kInt32: descr = "<i4"; break;
     case DataType::kInt64: descr = "<i8"; break;
     case DataType::kUInt8: descr = "|u1"; break;
-    case DataType::kBFloat16: break;
+    case DataType::kUInt16: descr = "<u2"; break;
+    case DataType::kUInt32: descr = "<u4"; break;
+    case DataType::kUInt64: descr = "<u8"; break;
+    case DataType::kBool: descr = "|b1"; break;
+    case DataType::kBFloat16: break;  // converted to float32 above
   }
   std::string shape = "(";
   for (std::size_t i = 0; i < t.shape().size(); ++i) {

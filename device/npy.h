@@ -1,9 +1,10 @@
 // NumPy .npy files (format versions 1.0, 2.0, 3.0) ↔ kiln::device::Tensor, for `kiln run`
-// inputs/outputs and test data. Supported element types: little-endian float32 ('<f4'),
-// float16 ('<f2'), int32 ('<i4'), int64 ('<i8'), uint8 ('|u1'); C order only (fortran_order
-// False). Tensors come back with Layout::kNCHW (row-major), shape as stored (a 0-d array → shape {}).
+// inputs/outputs and test data. Element types: float16/32/64 ('f2', 'f4', 'f8'), int8/16/32/64
+// ('i1' … 'i8'), uint8/16/32/64 ('u1' … 'u8') and bool ('b1'), little- or big-endian (read;
+// written little-endian), C or Fortran order (read; written in C order). Tensors come back with
+// Layout::kNCHW (row-major), shape as stored (a 0-d array → shape {}).
 // Errors: NOT_FOUND (file missing), INVALID_ARGUMENT / DATA_LOSS (bad magic, header, truncated
-// data, unsupported dtype or fortran order — the message says which), INTERNAL (write failure).
+// data, unsupported dtype — the message says which), INTERNAL (write failure).
 #pragma once
 
 #include <string>

@@ -1,5 +1,6 @@
 #include "device/tensor.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -7,6 +8,7 @@
 #include <sstream>
 
 #include "common/float16.h"
+#include "device/dtype_dispatch.h"
 
 namespace kiln::device {
 namespace {
@@ -21,45 +23,57 @@ Status CheckLayoutRank(Layout layout, std::size_t rank) {
 
 }  // namespace
 
-std::size_t DataTypeSize(DataType dtype) {
-  switch (dtype) {
-    case DataType::kFloat32: return 4;
-    case DataType::kBFloat16: return 2;
-    case DataType::kFloat16: return 2;
-    case DataType::kInt32: return 4;
-    case DataType::kInt64: return 8;
-    case DataType::kUInt8: return 1;
+namespace {
+struct DTypeInfo {
+  DataType type;
+  std::size_t size;
+  const char* name;
+  const char* kserve;
+};
+constexpr DTypeInfo kDTypes[] = {
+    {DataType::kFloat32, 4, "float32", "FP32"}, {DataType::kBFloat16, 2, "bfloat16", "BF16"},
+    {DataType::kFloat16, 2, "float16", "FP16"}, {DataType::kInt32, 4, "int32", "INT32"},
+    {DataType::kInt64, 8, "int64", "INT64"},    {DataType::kUInt8, 1, "uint8", "UINT8"},
+    {DataType::kFloat64, 8, "float64", "FP64"}, {DataType::kInt8, 1, "int8", "INT8"},
+    {DataType::kInt16, 2, "int16", "INT16"},    {DataType::kUInt16, 2, "uint16", "UINT16"},
+    {DataType::kUInt32, 4, "uint32", "UINT32"}, {DataType::kUInt64, 8, "uint64", "UINT64"},
+    {DataType::kBool, 1, "bool", "BOOL"},
+};
+const DTypeInfo* Info(DataType d) {
+  for (const auto& e : kDTypes) {
+    if (e.type == d) return &e;
   }
-  return 0;
+  return nullptr;
+}
+}  // namespace
+
+std::size_t DataTypeSize(DataType dtype) {
+  const DTypeInfo* i = Info(dtype);
+  return i != nullptr ? i->size : 0;
 }
 
 const char* DataTypeName(DataType dtype) {
-  switch (dtype) {
-    case DataType::kFloat32: return "float32";
-    case DataType::kBFloat16: return "bfloat16";
-    case DataType::kFloat16: return "float16";
-    case DataType::kInt32: return "int32";
-    case DataType::kInt64: return "int64";
-    case DataType::kUInt8: return "uint8";
-  }
-  return "?";
+  const DTypeInfo* i = Info(dtype);
+  return i != nullptr ? i->name : "?";
+}
+
+const char* KServeDataTypeName(DataType dtype) {
+  const DTypeInfo* i = Info(dtype);
+  return i != nullptr ? i->kserve : "?";
 }
 
 Result<DataType> ParseDataType(std::string_view name) {
-  struct Entry {
-    std::string_view a, b;
-    DataType t;
-  };
-  static constexpr Entry kTable[] = {
-      {"float32", "FP32", DataType::kFloat32}, {"bfloat16", "BF16", DataType::kBFloat16},
-      {"float16", "FP16", DataType::kFloat16}, {"int32", "INT32", DataType::kInt32},
-      {"int64", "INT64", DataType::kInt64},    {"uint8", "UINT8", DataType::kUInt8},
-  };
-  for (const auto& e : kTable) {
-    if (name == e.a || name == e.b) return e.t;
+  std::string all;
+  for (const auto& e : kDTypes) {
+    if (name == e.name || name == e.kserve) return e.type;
+    all += std::string(all.empty() ? "" : ", ") + e.name;
   }
-  return InvalidArgument("unknown data type '" + std::string(name) +
-                         "' (expected float32, bfloat16, float16, int32, int64, uint8)");
+  return InvalidArgument("unknown data type '" + std::string(name) + "' (expected one of " + all +
+                         ", or the KServe-v2 names FP32, INT64, BOOL, ...)");
+}
+
+bool IsFloatingPoint(DataType d) {
+  return d == DataType::kFloat32 || d == DataType::kFloat64 || d == DataType::kFloat16 || d == DataType::kBFloat16;
 }
 
 const char* LayoutName(Layout layout) { return layout == Layout::kNHWC ? "NHWC" : "NCHW"; }
@@ -202,41 +216,93 @@ Result<Tensor> Tensor::ToLayout(Layout layout) const {
   return out;
 }
 
-Result<Tensor> Tensor::ToFloat32() const {
-  auto out = Zeros(shape_, DataType::kFloat32, layout_);
-  if (!out.ok()) return out.status();
-  float* d = out->data<float>();
-  const std::byte* s = storage_.get();
-  for (int64_t i = 0; i < num_elements_; ++i) {
-    switch (dtype_) {
-      case DataType::kFloat32: std::memcpy(&d[i], s + 4 * i, 4); break;
-      case DataType::kBFloat16: {
-        uint16_t v;
-        std::memcpy(&v, s + 2 * i, 2);
-        d[i] = BFloat16ToFloat(v);
-        break;
-      }
-      case DataType::kFloat16: {
-        uint16_t v;
-        std::memcpy(&v, s + 2 * i, 2);
-        d[i] = HalfToFloat(v);
-        break;
-      }
-      case DataType::kInt32: {
-        int32_t v;
-        std::memcpy(&v, s + 4 * i, 4);
-        d[i] = static_cast<float>(v);
-        break;
-      }
-      case DataType::kInt64: {
-        int64_t v;
-        std::memcpy(&v, s + 8 * i, 8);
-        d[i] = static_cast<float>(v);
-        break;
-      }
-      case DataType::kUInt8: d[i] = static_cast<float>(static_cast<uint8_t>(s[i])); break;
+Result<Tensor> Tensor::ToFloat32() const { return CastTo(DataType::kFloat32); }
+
+namespace {
+
+// Element i of `p` (storage of type `d`) as double (floating types) or int64/uint64 (integers).
+struct Scalar {
+  bool is_float = false;
+  bool is_unsigned = false;
+  double f = 0.0;
+  int64_t i = 0;  // uint64 values keep their bit pattern
+};
+
+Scalar Load(DataType d, const std::byte* p, int64_t k) {
+  Scalar v;
+  return VisitDataType(d, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr DataType kT = decltype(tag)::kType;
+    T x;
+    std::memcpy(&x, p + k * static_cast<int64_t>(sizeof(T)), sizeof(T));
+    if constexpr (kT == DataType::kFloat16) {
+      v.is_float = true;
+      v.f = HalfToFloat(x);
+    } else if constexpr (kT == DataType::kBFloat16) {
+      v.is_float = true;
+      v.f = BFloat16ToFloat(x);
+    } else if constexpr (std::is_floating_point_v<T>) {
+      v.is_float = true;
+      v.f = x;
+    } else {
+      v.is_unsigned = std::is_unsigned_v<T>;
+      v.i = static_cast<int64_t>(x);
     }
+    return v;
+  });
+}
+
+template <typename T>
+T SaturatingFromDouble(double f) {
+  if (std::isnan(f)) return T{0};
+  const double t = std::trunc(f);
+  if (t <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+  if (t >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+  return static_cast<T>(t);
+}
+
+void Store(DataType d, std::byte* p, int64_t k, const Scalar& v) {
+  VisitDataType(d, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr DataType kT = decltype(tag)::kType;
+    T x{};
+    const double as_double = v.is_float ? v.f
+                             : v.is_unsigned ? static_cast<double>(static_cast<uint64_t>(v.i))
+                                             : static_cast<double>(v.i);
+    if constexpr (kT == DataType::kBool) {
+      x = v.is_float ? (v.f != 0.0 ? 1 : 0) : (v.i != 0 ? 1 : 0);
+    } else if constexpr (kT == DataType::kFloat16) {
+      // Through float: exact for float32 sources; float64 / large-integer sources round twice
+      // (at most one half-ulp of float32 before the float16 rounding).
+      x = FloatToHalf(static_cast<float>(as_double));
+    } else if constexpr (kT == DataType::kBFloat16) {
+      x = FloatToBFloat16(static_cast<float>(as_double));
+    } else if constexpr (std::is_floating_point_v<T>) {
+      x = static_cast<T>(as_double);
+    } else if (v.is_float) {
+      x = SaturatingFromDouble<T>(v.f);
+    } else {
+      x = static_cast<T>(v.i);  // two's-complement wrap, as numpy's astype
+    }
+    std::memcpy(p + k * static_cast<int64_t>(sizeof(T)), &x, sizeof(T));
+  });
+}
+
+}  // namespace
+
+Result<Tensor> Tensor::CastTo(DataType dtype) const {
+  if (dtype == dtype_) return Tensor(*this);
+  auto out = Zeros(shape_, dtype, layout_);
+  if (!out.ok()) return out.status();
+  const std::byte* s = storage_.get();
+  std::byte* d = out->storage_.get();
+  if (dtype_ == DataType::kFloat32 && dtype == DataType::kFloat64) {  // the common widening, fast
+    const float* f = reinterpret_cast<const float*>(s);
+    double* o = reinterpret_cast<double*>(d);
+    for (int64_t i = 0; i < num_elements_; ++i) o[i] = f[i];
+    return out;
   }
+  for (int64_t i = 0; i < num_elements_; ++i) Store(dtype, d, i, Load(dtype_, s, i));
   return out;
 }
 

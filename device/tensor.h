@@ -34,24 +34,44 @@
 
 namespace kiln::device {
 
-/// Element types a host tensor can hold. Device-side formats (bfloat8_b, bfloat4_b) are not host
-/// element types: they exist only inside a backend (see device/backends/precision.h).
+/// Element types a host tensor can hold: every ONNX tensor type Kiln computes with (onnx.proto
+/// TensorProto.DataType minus STRING and the complex types). Device-side formats (bfloat8_b,
+/// bfloat4_b) are not host element types: they exist only inside a backend (see
+/// device/backends/precision.h). The numeric values are Kiln's own (stable, not ONNX's).
 enum class DataType : int {
-  kFloat32 = 0,   ///< IEEE binary32; the only type the backends compute on.
+  kFloat32 = 0,   ///< IEEE binary32; the only type the device backends compute on.
   kBFloat16 = 1,  ///< bfloat16 bit patterns (uint16 storage), as the KServe "BF16" datatype.
   kFloat16 = 2,   ///< IEEE binary16 bit patterns (uint16 storage).
   kInt32 = 3,
   kInt64 = 4,
   kUInt8 = 5,
+  kFloat64 = 6,
+  kInt8 = 7,
+  kInt16 = 8,
+  kUInt16 = 9,
+  kUInt32 = 10,
+  kUInt64 = 11,
+  kBool = 12,  ///< one byte per element, 0 or 1 (uint8 storage)
 };
+
+/// Every DataType, in enum order.
+inline constexpr DataType kAllDataTypes[] = {
+    DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16, DataType::kInt32, DataType::kInt64,
+    DataType::kUInt8,   DataType::kFloat64,  DataType::kInt8,    DataType::kInt16, DataType::kUInt16,
+    DataType::kUInt32,  DataType::kUInt64,   DataType::kBool};
 
 /// Size of one element in bytes.
 std::size_t DataTypeSize(DataType dtype);
-/// "float32", "bfloat16", "float16", "int32", "int64", "uint8".
+/// numpy-style name: "float32", "bfloat16", "float16", "float64", "int8" … "int64", "uint8" …
+/// "uint64", "bool".
 const char* DataTypeName(DataType dtype);
-/// Inverse of DataTypeName (also accepts KServe-v2 names "FP32", "BF16", "FP16", "INT32", "INT64",
-/// "UINT8"); INVALID_ARGUMENT for anything else.
+/// KServe-v2 datatype name: "FP32", "BF16", "FP16", "FP64", "INT8" … "INT64", "UINT8" … "UINT64",
+/// "BOOL".
+const char* KServeDataTypeName(DataType dtype);
+/// Inverse of DataTypeName and of KServeDataTypeName; INVALID_ARGUMENT for anything else.
 Result<DataType> ParseDataType(std::string_view name);
+/// float32, float64, float16, bfloat16.
+bool IsFloatingPoint(DataType dtype);
 
 /// Memory order of a rank-3/4 feature map (see the header comment).
 enum class Layout : int { kNCHW = 0, kNHWC = 1 };
@@ -107,8 +127,9 @@ class Tensor {
   /// True for a default-constructed tensor (no shape). A tensor with a 0 dim is not "empty" here.
   bool empty() const { return shape_.empty() && !storage_; }
 
-  /// Typed element pointer in memory order. T must match dtype (float ↔ kFloat32, uint16_t ↔
-  /// kBFloat16/kFloat16, int32_t, int64_t, uint8_t); checked with assert.
+  /// Typed element pointer in memory order. T must match dtype (float ↔ kFloat32, double ↔
+  /// kFloat64, uint16_t ↔ kBFloat16 / kFloat16 / kUInt16, uint8_t ↔ kUInt8 / kBool, and the
+  /// integer type of the same name otherwise); checked with assert.
   template <typename T>
   T* data() {
     assert(TypeMatches<T>());
@@ -138,8 +159,16 @@ class Tensor {
   /// other than 3 or 4.
   Result<Tensor> ToLayout(Layout layout) const;
 
-  /// A float32 copy; converts bfloat16 / float16 exactly, integers by value. Same layout.
+  /// A float32 copy; converts bfloat16 / float16 exactly, float64 and integers to the nearest
+  /// float32. Same layout.
   Result<Tensor> ToFloat32() const;
+
+  /// A copy converted element by element to `dtype` with ONNX Cast semantics
+  /// (onnx/docs/Operators.md, Cast): between floating types round to nearest even; floating to
+  /// integer truncates toward zero (NaN and out-of-range values saturate to the target's range —
+  /// ONNX leaves them undefined); integer to integer wraps like numpy's astype; to bool: != 0;
+  /// from bool: 0 / 1. A plain copy when the type already is `dtype`. Same layout.
+  Result<Tensor> CastTo(DataType dtype) const;
 
   /// The same data with a new logical shape of equal element count (layout must be kNCHW, i.e.
   /// row-major). INVALID_ARGUMENT otherwise.
@@ -164,13 +193,19 @@ class Tensor {
 
 template <typename T>
 bool Tensor::TypeMatches() const {
-  if constexpr (std::is_same_v<std::remove_const_t<T>, float>) return dtype_ == DataType::kFloat32;
-  if constexpr (std::is_same_v<std::remove_const_t<T>, uint16_t>)
-    return dtype_ == DataType::kBFloat16 || dtype_ == DataType::kFloat16;
-  if constexpr (std::is_same_v<std::remove_const_t<T>, int32_t>) return dtype_ == DataType::kInt32;
-  if constexpr (std::is_same_v<std::remove_const_t<T>, int64_t>) return dtype_ == DataType::kInt64;
-  if constexpr (std::is_same_v<std::remove_const_t<T>, uint8_t>) return dtype_ == DataType::kUInt8;
-  if constexpr (std::is_same_v<std::remove_const_t<T>, std::byte>) return true;
+  using U = std::remove_const_t<T>;
+  if constexpr (std::is_same_v<U, float>) return dtype_ == DataType::kFloat32;
+  if constexpr (std::is_same_v<U, double>) return dtype_ == DataType::kFloat64;
+  if constexpr (std::is_same_v<U, uint16_t>)
+    return dtype_ == DataType::kBFloat16 || dtype_ == DataType::kFloat16 || dtype_ == DataType::kUInt16;
+  if constexpr (std::is_same_v<U, int8_t>) return dtype_ == DataType::kInt8;
+  if constexpr (std::is_same_v<U, int16_t>) return dtype_ == DataType::kInt16;
+  if constexpr (std::is_same_v<U, int32_t>) return dtype_ == DataType::kInt32;
+  if constexpr (std::is_same_v<U, int64_t>) return dtype_ == DataType::kInt64;
+  if constexpr (std::is_same_v<U, uint32_t>) return dtype_ == DataType::kUInt32;
+  if constexpr (std::is_same_v<U, uint64_t>) return dtype_ == DataType::kUInt64;
+  if constexpr (std::is_same_v<U, uint8_t>) return dtype_ == DataType::kUInt8 || dtype_ == DataType::kBool;
+  if constexpr (std::is_same_v<U, std::byte>) return true;
   return false;
 }
 

@@ -33,8 +33,13 @@ Result<Comparison> CompareOutputs(const std::vector<Tensor>& dev, const std::vec
     if (dev[k].shape() != ref[k].shape()) {
       return Internal("op '" + op_name + "': device and reference output shapes differ");
     }
-    a.insert(a.end(), dev[k].span<float>().begin(), dev[k].span<float>().end());
-    b.insert(b.end(), ref[k].span<float>().begin(), ref[k].span<float>().end());
+    // Host values of other element types (int64 shapes, bool masks, fp16) compare by value.
+    auto da = dev[k].ToFloat32();
+    auto rb = ref[k].ToFloat32();
+    if (!da.ok()) return da.status();
+    if (!rb.ok()) return rb.status();
+    a.insert(a.end(), da->span<float>().begin(), da->span<float>().end());
+    b.insert(b.end(), rb->span<float>().begin(), rb->span<float>().end());
   }
   auto pcc = numerics::CompPcc(b, a, threshold > 0 ? threshold : 0.99);
   if (!pcc.ok()) return pcc.status();

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "common/reactor.h"
+#include "compiler/convplan/host_tensor.h"
 #include "device/backends/builtin.h"
 #include "device/backends/reference/reference_backend.h"
 #include "runtime/accuracy.h"
@@ -41,22 +42,44 @@ using Values = std::unordered_map<std::string, Tensor>;
 
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-Result<Tensor> ConstantToTensor(const fe::Graph& g, const std::string& name) {
-  const fe::Tensor* t = g.FindTensor(name);
+Result<Tensor> ConstantToTensor(const ConvPlan& plan, const std::string& name) {
+  if (auto it = plan.constants.find(name); it != plan.constants.end()) return Tensor(it->second);
+  if (plan.model == nullptr) return NotFound("tensor '" + name + "' has no value");
+  const fe::Tensor* t = plan.model->graph().FindTensor(name);
   if (t == nullptr || !t->constant) return NotFound("tensor '" + name + "' has no value");
-  std::vector<int64_t> shape;
-  if (t->shape.is_static()) {
-    shape = *t->shape.values();
-  } else {
-    shape = {static_cast<int64_t>(t->constant->size())};
+  return convplan::ConstantTensor(*t);
+}
+
+// Device ops compute in fp32 (device/backends/backend.h): other floating types are converted on
+// the way in (and the results back to the input's type, as ONNX's Conv keeps T).
+Result<std::vector<Tensor>> ToFp32(const std::vector<const Tensor*>& ins, std::vector<const Tensor*>& views) {
+  std::vector<Tensor> owned;
+  owned.reserve(ins.size());
+  views = ins;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    if (ins[i] == nullptr || ins[i]->dtype() == device::DataType::kFloat32) continue;
+    auto f = ins[i]->ToFloat32();
+    if (!f.ok()) return f.status();
+    owned.push_back(std::move(*f));
+    views[i] = &owned.back();
   }
-  return Tensor::FromFloats(shape, t->constant->floats());
+  return owned;
 }
 
 std::vector<std::vector<int64_t>> Shapes(const std::vector<const Tensor*>& ts) {
   std::vector<std::vector<int64_t>> s;
   for (const Tensor* t : ts) s.push_back(t != nullptr ? t->shape() : std::vector<int64_t>{});
   return s;
+}
+
+Status CastAll(std::vector<Tensor>& ts, device::DataType type) {
+  if (type == device::DataType::kFloat32) return Status::Ok();
+  for (Tensor& t : ts) {
+    auto c = t.CastTo(type);
+    if (!c.ok()) return c.status();
+    t = std::move(*c);
+  }
+  return Status::Ok();
 }
 
 void Record(const Comparison& c, LayerReport& rep) {
@@ -153,8 +176,7 @@ class Runner {
     if (it != v.end()) return &it->second;
     auto c = consts_.find(name);
     if (c != consts_.end()) return &c->second;
-    if (plan_.model == nullptr) return nullptr;
-    auto t = ConstantToTensor(plan_.model->graph(), name);
+    auto t = ConstantToTensor(plan_, name);
     if (!t.ok()) return nullptr;
     return &consts_.emplace(name, std::move(*t)).first->second;
   }
@@ -207,6 +229,15 @@ class Runner {
     }
     rep.input_shapes = Shapes(*ins);
     if (res != nullptr) rep.input_shapes.push_back(res->shape());
+    const device::DataType out_type = !ins->empty() && (*ins)[0] != nullptr ? (*ins)[0]->dtype() : device::DataType::kFloat32;
+    std::vector<const Tensor*> fins;
+    auto fowned = ToFp32(*ins, fins);
+    if (!fowned.ok()) return fowned.status();
+    *ins = fins;
+    std::vector<const Tensor*> fres_v;
+    auto fres = ToFp32({res}, fres_v);
+    if (!fres.ok()) return fres.status();
+    res = fres_v[0];
     auto dr = RunDeviceOp(d, dev_, dev_caps_, *ins, res, opt_.precision, cancel_);
     if (!dr.ok()) return dr.status().WithContext("op '" + op.name + "' (" + op.op + ") on " + dev_.name());
     rep.seconds = dr->device_seconds;
@@ -217,21 +248,30 @@ class Runner {
     rep.activation_on_host = dr->activation_on_host;
     auto dev_out = SplitOutputs(d, std::move(dr->y));
     if (!dev_out.ok()) return dev_out.status();
+    KILN_RETURN_IF_ERROR(CastAll(*dev_out, out_type));
     for (const auto& t : *dev_out) rep.output_shapes.push_back(t.shape());
 
     if (with_ref_) {
       std::vector<const Tensor*> rins = *ins;
       const Tensor* rres = res;
+      Result<std::vector<Tensor>> rowned = std::vector<Tensor>{}, rres_owned = std::vector<Tensor>{};
       if (!per_layer_) {
         auto g = Gather(ref_vals_, d.inputs);
         if (!g.ok()) return g.status();
-        rins = *g;
-        if (!d.residual.empty()) rres = Find(ref_vals_, d.residual);
+        rowned = ToFp32(*g, rins);
+        if (!rowned.ok()) return rowned.status();
+        if (!d.residual.empty()) {
+          std::vector<const Tensor*> v;
+          rres_owned = ToFp32({Find(ref_vals_, d.residual)}, v);
+          if (!rres_owned.ok()) return rres_owned.status();
+          rres = v[0];
+        }
       }
       auto rr = RunDeviceOp(d, ref_, ref_caps_, rins, rres, opt_.precision, cancel_);
       if (!rr.ok()) return rr.status().WithContext("op '" + op.name + "' (" + op.op + ") on the fp32 reference");
       auto ref_out = SplitOutputs(d, std::move(rr->y));
       if (!ref_out.ok()) return ref_out.status();
+      KILN_RETURN_IF_ERROR(CastAll(*ref_out, out_type));
       auto c = CompareOutputs(*dev_out, *ref_out, PccThreshold(d, opt_.precision, opt_.pcc_threshold), rep.name);
       if (!c.ok()) return c.status();
       Record(*c, rep);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "compiler/convplan/host_tensor.h"
+
 namespace kiln::runtime {
 
 namespace fe = onnx_fe;
@@ -46,11 +48,33 @@ Result<Tensor> GenerateInput(const PlanInput& in, uint64_t seed) {
     state = SplitMix(state);
     v = static_cast<float>(static_cast<double>(state >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
   }
+  auto dtype = InputDataType(in);
+  if (!dtype.ok()) return dtype.status();
+  if (*dtype == device::DataType::kFloat32) return t;
+  if (!device::IsFloatingPoint(*dtype)) {
+    return InvalidArgument("input '" + in.name + "' is absent and has element type " + device::DataTypeName(*dtype) +
+                           "; only floating-point inputs are generated, give it explicitly");
+  }
+  return t->CastTo(*dtype);
+}
+
+Result<device::DataType> InputDataType(const PlanInput& in) {
+  if (in.dtype == fe::DataType::kUndefined) return device::DataType::kFloat32;
+  auto t = convplan::HostDataType(in.dtype);
+  if (!t.ok()) return t.status().WithContext("input '" + in.name + "'");
   return t;
 }
 
 Result<Tensor> ConvertInput(const PlanInput& in, const Tensor& given) {
-  auto f = given.ToFloat32();
+  auto dtype = InputDataType(in);
+  if (!dtype.ok()) return dtype.status();
+  // Floating-point data converts between floating types (bf16 / fp16 / fp64 data for an fp32
+  // model); anything else must be given in the model's type, as ONNX Runtime requires.
+  if (given.dtype() != *dtype && !(device::IsFloatingPoint(given.dtype()) && device::IsFloatingPoint(*dtype))) {
+    return InvalidArgument("input '" + in.name + "' is " + device::DataTypeName(given.dtype()) +
+                           " but the model declares " + device::DataTypeName(*dtype));
+  }
+  auto f = given.CastTo(*dtype);
   if (!f.ok()) return f.status();
   auto t = f->ToLayout(device::Layout::kNCHW);
   if (!t.ok()) return t.status();

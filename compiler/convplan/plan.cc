@@ -334,19 +334,48 @@ Result<PlanOp> LowerConv(const fe::Graph& g, const fe::Node& n) {
 }  // namespace
 
 Status CheckSupported(const fe::Graph& graph, const HostOpSupport& host_ops) {
-  std::vector<std::string> bad;
+  // Grouped by (op type, reason) in first-appearance order, so the message stays short however
+  // many nodes a model has (a QAT export has hundreds of scale nodes).
+  struct Group {
+    std::string key;
+    int64_t count = 0;
+    std::vector<std::string> names;
+  };
+  std::vector<Group> groups;
+  int64_t bad = 0;
   for (const fe::Node& n : graph.nodes()) {
-    const bool ok = IsDefaultDomain(n.domain) &&
-                    (n.op_type == "Conv" || n.op_type == "ConvTranspose" || host_ops.SupportsHostOp(n.op_type));
-    if (!ok) bad.push_back(NodeLabel(n));
+    std::string why;
+    if (!IsDefaultDomain(n.domain)) {
+      why = "domain " + n.domain;
+    } else if (n.op_type != "Conv" && n.op_type != "ConvTranspose") {
+      why = host_ops.CheckHostNode(n, graph);
+    }
+    if (why.empty()) continue;
+    ++bad;
+    const std::string key = n.op_type + (why == "not a host op" ? "" : " (" + why + ")");
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.key == key; });
+    if (it == groups.end()) it = groups.insert(groups.end(), Group{key, 0, {}});
+    ++it->count;
+    if (it->names.size() < kUnsupportedNamesPerType) it->names.push_back(NodeLabel(n));
   }
-  if (bad.empty()) return Status::Ok();
-  std::string msg = "model has " + std::to_string(bad.size()) + " unsupported node(s): ";
-  for (size_t i = 0; i < bad.size(); ++i) msg += (i ? ", " : "") + bad[i];
-  msg += " (device ops: Conv, ConvTranspose; host ops: ";
-  const std::vector<std::string> h = host_ops.HostOpTypes();
-  for (size_t i = 0; i < h.size(); ++i) msg += (i ? ", " : "") + h[i];
-  msg += ")";
+  if (bad == 0) return Status::Ok();
+  std::string msg = "model has " + std::to_string(bad) + " unsupported node(s): ";
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (msg.size() > kUnsupportedMessageBytes - 160) {
+      msg += ", and " + std::to_string(groups.size() - i) + " more op type(s)";
+      break;
+    }
+    const Group& g = groups[i];
+    msg += (i ? "; " : "") + g.key + " x" + std::to_string(g.count) + ": ";
+    for (size_t k = 0; k < g.names.size(); ++k) {
+      std::string name = g.names[k];
+      if (name.size() > 48) name = name.substr(0, 45) + "...";
+      msg += (k ? ", " : "") + name;
+    }
+    if (g.count > static_cast<int64_t>(g.names.size())) msg += ", ...";
+  }
+  msg += " (device ops: Conv, ConvTranspose; " + std::to_string(host_ops.HostOpTypes().size()) +
+         " op types run on the host)";
   return InvalidArgument(msg);
 }
 

@@ -8,8 +8,9 @@
 // Pipeline of BuildConvPlan():
 //   1. CheckSupported — every node's op type must be a device op (Conv, ConvTranspose) or a host
 //      op of the HostOpSupport passed in (compiler/convplan/host_op_support.h; the runtime's host
-//      kernel registry, runtime/host_kernels/registry.h, is the one list); otherwise
-//      INVALID_ARGUMENT listing EVERY unsupported node ("op 'name'"), before any other work.
+//      kernel registry, runtime/host_kernels/registry.h, is the one list) for its element type;
+//      otherwise INVALID_ARGUMENT counting the unsupported nodes by op type (bounded message, see
+//      CheckSupported), before any other work.
 //   2. Lowering — one PlanOp per IR node, in the IR's topological order: Conv / ConvTranspose
 //      (1-D and 2-D) become DeviceOps with explicit pads (auto_pad, ConvTranspose output_shape
 //      resolved with device/backends/conv_geometry.h, ONNX Conv-11 / ConvTranspose-11 text), every
@@ -31,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -150,6 +152,12 @@ struct ConvPlan {
   /// Graph outputs in model order (name as declared, tensor that carries it).
   std::vector<onnx_fe::GraphOutput> outputs;
   std::vector<PlanOp> ops;
+  /// Values computed when the plan was built (constant folding,
+  /// compiler/convplan/passes/fold_constants.cc), by tensor name, in their ONNX element type; the
+  /// executor reads them like model constants (they take precedence).
+  std::map<std::string, device::Tensor> constants;
+  /// Number of ONNX nodes evaluated at plan time (removed from `ops`).
+  int64_t folded_nodes = 0;
   /// Log of the rewrites applied, in order ("FoldBatchNorm: bn1 into conv1").
   std::vector<std::string> rewrites;
 
@@ -173,10 +181,18 @@ struct PlanOptions {
   int max_rounds = kMaxPassRounds;
 };
 
-/// Step 1 of the pipeline: OK, or INVALID_ARGUMENT "model has N unsupported node(s): Resize 'up1',
-/// LSTM 'lstm' (device ops: Conv, ConvTranspose; host ops: ...)" naming every node (ONNX original
-/// name when it had one) whose op type (in the default domain) is neither Conv / ConvTranspose nor
-/// supported by `host_ops`, or whose domain is not ai.onnx.
+/// Bounds of CheckSupported's message: at most this many node names per op type, and about this
+/// many bytes in all (the message reaches clients as a gRPC status message).
+inline constexpr size_t kUnsupportedNamesPerType = 3;
+inline constexpr size_t kUnsupportedMessageBytes = 1024;
+
+/// Step 1 of the pipeline: OK, or INVALID_ARGUMENT "model has 317 unsupported node(s): ReduceMax
+/// x120: 'a', 'b', 'c', ...; Relu (int32) x1: 'r' (device ops: Conv, ConvTranspose; 41 op types
+/// run on the host)" — grouped by op type (and by the element type a host kernel lacks, from
+/// HostOpSupport::CheckHostNode), with counts and the first kUnsupportedNamesPerType node names
+/// (ONNX original names when they had one), at most ~kUnsupportedMessageBytes long. A node is
+/// unsupported when its domain is not ai.onnx or it is neither Conv / ConvTranspose nor runnable
+/// on the host.
 Status CheckSupported(const onnx_fe::Graph& graph, const HostOpSupport& host_ops);
 
 /// Steps 1–2 of BuildConvPlan (check + lowering), no rewrites: one PlanOp per IR node.

@@ -133,8 +133,12 @@ class Shape {
 class ConstantData {
  public:
   ConstantData(DataType original_type, std::shared_ptr<const void> owner, std::span<const float> floats,
-               std::vector<int64_t> ints)
-      : original_type_(original_type), owner_(std::move(owner)), floats_(floats), ints_(std::move(ints)) {}
+               std::vector<int64_t> ints, std::vector<double> doubles = {})
+      : original_type_(original_type),
+        owner_(std::move(owner)),
+        floats_(floats),
+        ints_(std::move(ints)),
+        doubles_(std::move(doubles)) {}
 
   /// Element type the model stored (before conversion to fp32).
   DataType original_type() const { return original_type_; }
@@ -146,12 +150,15 @@ class ConstantData {
   bool is_integer() const;
   /// Exact integer values for integer/BOOL types; empty for floating types.
   const std::vector<int64_t>& ints() const { return ints_; }
+  /// Exact values for DOUBLE (floats() holds them rounded to fp32); empty for other types.
+  const std::vector<double>& doubles() const { return doubles_; }
 
  private:
   DataType original_type_;
   std::shared_ptr<const void> owner_;  // keeps the storage behind floats_ alive
   std::span<const float> floats_;
   std::vector<int64_t> ints_;
+  std::vector<double> doubles_;
 };
 
 /// A value in the graph: graph input, constant (initializer / Constant node) or node output.

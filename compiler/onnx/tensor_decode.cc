@@ -168,6 +168,8 @@ std::shared_ptr<const ConstantData> DecodeTensor(TensorProto& t) {
   const bool integer = type != DataType::kFloat && type != DataType::kFloat16 && type != DataType::kBFloat16 &&
                        type != DataType::kDouble;
   if (integer) ints.resize(n);
+  std::vector<double> doubles;
+  if (type == DataType::kDouble) doubles.resize(n);
   const char* p = raw ? t.raw_data().data() : nullptr;
 
   auto put_int = [&](size_t i, int64_t v) {
@@ -188,7 +190,8 @@ std::shared_ptr<const ConstantData> DecodeTensor(TensorProto& t) {
                                      : static_cast<uint16_t>(t.int32_data(i) & 0xffff));
         break;
       case DataType::kDouble:
-        out[i] = static_cast<float>(raw ? LoadLE<double>(p + 8 * i) : t.double_data(i));
+        doubles[i] = raw ? LoadLE<double>(p + 8 * i) : t.double_data(i);
+        out[i] = static_cast<float>(doubles[i]);
         break;
       case DataType::kInt8:
         put_int(i, raw ? LoadLE<int8_t>(p + i) : static_cast<int8_t>(t.int32_data(i)));
@@ -227,7 +230,7 @@ std::shared_ptr<const ConstantData> DecodeTensor(TensorProto& t) {
   // The decoded copy replaces the stored payload: release it now.
   if (raw) std::string().swap(*t.mutable_raw_data());
   std::span<const float> view(vec->data(), n);
-  return std::make_shared<ConstantData>(type, std::move(vec), view, std::move(ints));
+  return std::make_shared<ConstantData>(type, std::move(vec), view, std::move(ints), std::move(doubles));
 }
 
 }  // namespace kiln::onnx_fe::internal

@@ -1,6 +1,7 @@
 // Constant host kernel (ONNX Constant): the `value` tensor attribute (other forms such as
 // value_float are INVALID_ARGUMENT); normally the loader has already folded Constant nodes into
 // initializers. Memory: the value's size.
+#include "compiler/convplan/host_tensor.h"
 #include "runtime/host_kernels/kernel_util.h"
 
 namespace kiln::runtime::host_kernels {
@@ -12,9 +13,7 @@ namespace fe = onnx_fe;
 Out Constant(const fe::Node& n, const HostKernelInputs&, const HostKernelContext&) {
   const fe::Attribute* v = n.FindAttribute("value");
   if (v == nullptr || !v->t || !v->t->constant) return Err(n, "only the 'value' form is supported");
-  std::vector<int64_t> s;
-  for (const fe::Dim& d : v->t->shape.dims()) s.push_back(d.value());
-  auto t = Tensor::FromFloats(s, v->t->constant->floats());
+  auto t = convplan::ConstantTensor(*v->t);
   if (!t.ok()) return t.status();
   return Outputs(std::move(*t));
 }
@@ -22,11 +21,11 @@ Out Constant(const fe::Node& n, const HostKernelInputs&, const HostKernelContext
 int64_t ConstantBytes(const fe::Node& n, const std::vector<Shape>&) {
   const fe::Attribute* v = n.FindAttribute("value");
   if (v == nullptr || !v->t || !v->t->constant) return 0;
-  return AddBytes(0, static_cast<int64_t>(v->t->constant->size()) * 4);
+  return AddBytes(0, static_cast<int64_t>(v->t->constant->size()) * 8);
 }
 
 }  // namespace
 
-void RegisterHostKernels_constant(HostKernelRegistry& r) { r.Add({{"Constant"}, ConstantBytes, Constant}); }
+void RegisterHostKernels_constant(HostKernelRegistry& r) { r.Add({{"Constant"}, ConstantBytes, Constant, AllDTypes(KernelPath::kTyped)}); }
 
 }  // namespace kiln::runtime::host_kernels

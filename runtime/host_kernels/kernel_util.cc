@@ -3,12 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
+
+#include "common/float16.h"
+#include "device/dtype_dispatch.h"
 
 namespace kiln::runtime::host_kernels {
 
 Status Err(const onnx_fe::Node& n, const std::string& msg) { return InvalidArgument(n.Describe() + ": " + msg); }
 
-Result<Tensor> Make(Shape shape) { return Tensor::Zeros(std::move(shape)); }
+Result<Tensor> Make(Shape shape, device::DataType dtype) { return Tensor::Zeros(std::move(shape), dtype); }
 
 const Tensor* In(const HostKernelInputs& in, size_t i) { return i < in.size() ? in[i] : nullptr; }
 
@@ -20,8 +24,31 @@ Result<const Tensor*> Required(const onnx_fe::Node& n, const HostKernelInputs& i
 
 std::vector<int64_t> IntsOf(const Tensor& t) {
   std::vector<int64_t> v;
-  for (float f : t.span<float>()) v.push_back(static_cast<int64_t>(std::llround(f)));
+  v.reserve(static_cast<size_t>(t.num_elements()));
+  device::VisitDataType(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr device::DataType kT = decltype(tag)::kType;
+    for (T x : t.span<T>()) {
+      if constexpr (kT == device::DataType::kFloat16) {
+        v.push_back(std::llround(HalfToFloat(x)));
+      } else if constexpr (kT == device::DataType::kBFloat16) {
+        v.push_back(std::llround(BFloat16ToFloat(x)));
+      } else if constexpr (std::is_floating_point_v<T>) {
+        v.push_back(static_cast<int64_t>(std::llround(x)));
+      } else {
+        v.push_back(static_cast<int64_t>(x));
+      }
+    }
+  });
   return v;
+}
+
+Result<Tensor> Int64Tensor(Shape shape, const std::vector<int64_t>& values) {
+  auto t = Tensor::Zeros(std::move(shape), device::DataType::kInt64);
+  if (!t.ok()) return t.status();
+  if (static_cast<size_t>(t->num_elements()) != values.size()) return Internal("Int64Tensor: size mismatch");
+  std::copy(values.begin(), values.end(), t->data<int64_t>());
+  return t;
 }
 
 int64_t NormAxis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
@@ -69,9 +96,11 @@ std::vector<Tensor> Outputs(Tensor t, size_t num_outputs) {
   return out;
 }
 
-int64_t Fp32Bytes(const Shape& shape) {
+int64_t Fp32Bytes(const Shape& shape) { return TensorBytes(shape, 4); }
+
+int64_t TensorBytes(const Shape& shape, int64_t element_size) {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  int64_t bytes = 4;
+  int64_t bytes = element_size;
   for (int64_t d : shape) {
     if (d <= 0) return 0;
     if (bytes > kMax / d) return kMax;

@@ -16,13 +16,15 @@ using Out = Result<std::vector<Tensor>>;
 
 /// INVALID_ARGUMENT "<node>: msg".
 Status Err(const onnx_fe::Node& n, const std::string& msg);
-/// A zero-filled fp32 tensor.
-Result<Tensor> Make(Shape shape);
+/// A zero-filled tensor (fp32 unless `dtype` says otherwise).
+Result<Tensor> Make(Shape shape, device::DataType dtype = device::DataType::kFloat32);
+/// An int64 tensor of `shape` holding `values` (row-major; sizes must match).
+Result<Tensor> Int64Tensor(Shape shape, const std::vector<int64_t>& values);
 /// inputs[i], or nullptr when absent.
 const Tensor* In(const HostKernelInputs& in, size_t i);
 /// inputs[i], or INVALID_ARGUMENT "<node>: <what> missing".
 Result<const Tensor*> Required(const onnx_fe::Node& n, const HostKernelInputs& in, size_t i, const char* what);
-/// The values of `t`, rounded to the nearest integer.
+/// The values of `t` as int64: integer and bool types exactly, floating types rounded to nearest.
 std::vector<int64_t> IntsOf(const Tensor& t);
 /// A negative axis counted from the end.
 int64_t NormAxis(int64_t axis, int64_t rank);
@@ -36,7 +38,11 @@ std::vector<int64_t> BroadcastStrides(const Shape& s, const Shape& out);
 /// `t` as output 0, then empty tensors up to `num_outputs`.
 std::vector<Tensor> Outputs(Tensor t, size_t num_outputs = 1);
 
-/// fp32 bytes of a tensor of `shape` (negative dims count as 0; saturates at INT64_MAX).
+/// Bytes of a tensor of `shape` with `element_size`-byte elements (negative dims count as 0;
+/// saturates at INT64_MAX).
+int64_t TensorBytes(const Shape& shape, int64_t element_size);
+/// TensorBytes(shape, 4): the estimate for fp32 outputs, and the bound kernels use for any type
+/// of at most 4 bytes (int64 / float64 outputs use TensorBytes(shape, 8)).
 int64_t Fp32Bytes(const Shape& shape);
 /// Saturating sum.
 int64_t AddBytes(int64_t a, int64_t b);

@@ -3,6 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <mutex>
+
+#include "compiler/convplan/host_tensor.h"
+#include "device/backends/builtin.h"
+#include "device/backends/reference/reference_backend.h"
 
 namespace kiln::runtime {
 
@@ -12,9 +18,24 @@ namespace host_kernels {
 void RegisterAllFamilies(HostKernelRegistry& registry);
 }  // namespace host_kernels
 
+const char* KernelPathName(KernelPath path) { return path == KernelPath::kOneDnn ? "oneDNN" : "typed"; }
+
+std::vector<DTypePath> AllDTypes(KernelPath path) {
+  std::vector<DTypePath> v;
+  for (device::DataType t : device::kAllDataTypes) v.push_back({t, path});
+  return v;
+}
+
+std::vector<DTypePath> DTypes(std::initializer_list<device::DataType> types, KernelPath path) {
+  std::vector<DTypePath> v;
+  for (device::DataType t : types) v.push_back({t, path});
+  return v;
+}
+
 void HostKernelRegistry::Add(HostKernel kernel) {
-  if (kernel.op_types.empty() || kernel.run == nullptr || kernel.estimate_bytes == nullptr) {
-    if (status_.ok()) status_ = InvalidArgument("host kernel without op types or functions");
+  if (kernel.op_types.empty() || kernel.run == nullptr || kernel.estimate_bytes == nullptr ||
+      kernel.dtypes.empty() || kernel.type_input < 0) {
+    if (status_.ok()) status_ = InvalidArgument("host kernel without op types, functions or element types");
     return;
   }
   for (const std::string& t : kernel.op_types) {
@@ -40,16 +61,69 @@ std::vector<std::string> HostKernelRegistry::HostOpTypes() const {
   return v;
 }
 
+const DTypePath* HostKernelRegistry::FindPath(std::string_view op_type, device::DataType dtype) const {
+  const HostKernel* k = Find(op_type);
+  if (k == nullptr) return nullptr;
+  for (const DTypePath& p : k->dtypes) {
+    if (p.dtype == dtype) return &p;
+  }
+  return nullptr;
+}
+
+std::string HostKernelRegistry::DescribeTypes(const HostKernel& kernel) {
+  if (kernel.dtypes.size() == std::size(device::kAllDataTypes)) {
+    return std::string("every type (") + KernelPathName(kernel.dtypes[0].path) + ")";
+  }
+  std::string s;
+  for (const DTypePath& p : kernel.dtypes) {
+    s += std::string(s.empty() ? "" : ", ") + device::DataTypeName(p.dtype) + " (" + KernelPathName(p.path) + ")";
+  }
+  return s;
+}
+
+std::string HostKernelRegistry::CheckHostNode(const onnx_fe::Node& node, const onnx_fe::Graph& graph) const {
+  const HostKernel* k = Find(node.op_type);
+  if (k == nullptr) return "not a host op";
+  const size_t ti = static_cast<size_t>(k->type_input);
+  if (ti >= node.inputs.size() || node.inputs[ti].empty()) return "";  // e.g. Constant: no inputs
+  const onnx_fe::Tensor* t = graph.FindTensor(node.inputs[ti]);
+  if (t == nullptr || t->dtype == onnx_fe::DataType::kUndefined) return "";  // decided at run time
+  auto dtype = convplan::HostDataType(t->dtype);
+  if (!dtype.ok()) return onnx_fe::DataTypeName(t->dtype);
+  return FindPath(node.op_type, *dtype) != nullptr ? "" : device::DataTypeName(*dtype);
+}
+
 Result<std::vector<device::Tensor>> HostKernelRegistry::Run(const onnx_fe::Node& node, const HostKernelInputs& inputs,
                                                             const HostKernelContext& ctx) const {
-  for (const device::Tensor* t : inputs) {
-    if (t != nullptr && t->dtype() != device::DataType::kFloat32) {
-      return InvalidArgument(node.Describe() + ": host ops take float32 tensors");
-    }
-  }
   const HostKernel* k = Find(node.op_type);
   if (k == nullptr) return Unimplemented(node.Describe() + ": not a host op");
+  const size_t ti = static_cast<size_t>(k->type_input);
+  if (ti < inputs.size() && inputs[ti] != nullptr && FindPath(node.op_type, inputs[ti]->dtype()) == nullptr) {
+    return InvalidArgument(node.Describe() + ": " + node.op_type + " has no host kernel for " +
+                           device::DataTypeName(inputs[ti]->dtype()) + " (it runs " + DescribeTypes(*k) + ")");
+  }
   return k->run(node, inputs, ctx);
+}
+
+Result<std::vector<device::Tensor>> HostKernelRegistry::EvaluateHostOp(
+    const onnx_fe::Node& node, const std::vector<const device::Tensor*>& inputs) const {
+  // Plan-time evaluation runs on one thread: kernels that delegate (pooling) use a single-thread
+  // fp32 reference backend created on first use.
+  static std::once_flag once;
+  static std::unique_ptr<device::Backend> fp32;
+  static Status fp32_status;
+  std::call_once(once, [] {
+    device::BackendOptions bo;
+    bo.settings[device::kReferenceThreadsSetting] = "1";
+    auto r = device::MakeReferenceBackend(bo);
+    if (r.ok()) {
+      fp32 = std::move(*r);
+    } else {
+      fp32_status = r.status();
+    }
+  });
+  if (fp32 == nullptr) return fp32_status;
+  return Run(node, inputs, HostKernelContext{*fp32, nullptr});
 }
 
 Result<int64_t> HostKernelRegistry::EstimateBytes(const onnx_fe::Node& node,

@@ -2,7 +2,8 @@
 // equal dims outside `axis`), Reshape (0 = copy the input dim unless allowzero, one -1 inferred),
 // Flatten (2-D at `axis`), Transpose (`perm`, default reversed), Squeeze / Unsqueeze (axes from the
 // attribute before opset 13 and from input 1 from 13 on; Squeeze without axes drops every 1 dim).
-// Memory: one output with the input's element count (Concat: the sum of its inputs).
+// Every element type (pure data movement). Memory: one output with the input's element count
+// (Concat: the sum of its inputs).
 #include <algorithm>
 #include <cstring>
 
@@ -32,18 +33,23 @@ Out Concat(const fe::Node& n, const HostKernelInputs& in, const HostKernelContex
     }
     s[a] += t->dim(static_cast<int>(a));
   }
-  auto y = Make(s);
+  for (const Tensor* t : in) {
+    if (t->dtype() != in[0]->dtype()) return Err(n, "inputs have different element types");
+  }
+  auto y = Make(s, in[0]->dtype());
   if (!y.ok()) return y.status();
+  const int64_t es = static_cast<int64_t>(device::DataTypeSize(in[0]->dtype()));
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < a; ++d) outer *= s[d];
   for (int64_t d = a + 1; d < rank; ++d) inner *= s[d];
-  float* py = y->data<float>();
+  std::byte* py = y->raw().data();
   int64_t off = 0;
   CancelPoll poll(ctx.cancel);
   for (const Tensor* t : in) {
     const int64_t chunk = t->dim(static_cast<int>(a)) * inner;
     for (int64_t o = 0; o < outer; ++o) {
-      std::memcpy(py + o * s[a] * inner + off, t->data<float>() + o * chunk, sizeof(float) * chunk);
+      std::memcpy(py + (o * s[a] * inner + off) * es, t->raw().data() + o * chunk * es,
+                  static_cast<size_t>(chunk * es));
       KILN_RETURN_IF_ERROR(poll.Tick(chunk));
     }
     off += chunk;
@@ -114,17 +120,18 @@ Out Transpose(const fe::Node& n, const Tensor& x, const HostKernelContext& ctx) 
     seen[p[i]] = true;
     s[i] = x.dim(static_cast<int>(p[i]));
   }
-  auto y = Make(s);
+  auto y = Make(s, x.dtype());
   if (!y.ok()) return y.status();
   std::vector<int64_t> xs = RowMajorStrides(x.shape());
   std::vector<int64_t> idx(r, 0);
-  const float* a = x.data<float>();
-  float* b = y->data<float>();
+  const size_t es = device::DataTypeSize(x.dtype());
+  const std::byte* a = x.raw().data();
+  std::byte* b = y->raw().data();
   CancelPoll poll(ctx.cancel);
   for (int64_t i = 0; i < y->num_elements(); ++i) {
     int64_t src = 0;
     for (int d = 0; d < r; ++d) src += idx[d] * xs[p[d]];
-    b[i] = a[src];
+    std::memcpy(b + i * es, a + src * es, es);
     NextIndex(idx, s);
     if ((i & (kCancelPollWork - 1)) == kCancelPollWork - 1) KILN_RETURN_IF_ERROR(poll.Tick(kCancelPollWork));
   }
@@ -191,7 +198,8 @@ void RegisterHostKernels_shape(HostKernelRegistry& r) {
            auto x = Required(n, in, 0, "first input");
            if (!x.ok()) return x.status();
            return Concat(n, in, ctx);
-         }});
+         },
+         AllDTypes(KernelPath::kTyped)});
   r.Add({{"Reshape"}, SameAsInput0Bytes,
          [](const fe::Node& n, const HostKernelInputs& in, const HostKernelContext&) -> Out {
            auto x = Required(n, in, 0, "first input");
@@ -199,31 +207,36 @@ void RegisterHostKernels_shape(HostKernelRegistry& r) {
            auto shape = Required(n, in, 1, "shape input");
            if (!shape.ok()) return shape.status();
            return Reshape(n, **x, **shape);
-         }});
+         },
+         AllDTypes(KernelPath::kTyped)});
   r.Add({{"Flatten"}, SameAsInput0Bytes,
          [](const fe::Node& n, const HostKernelInputs& in, const HostKernelContext&) -> Out {
            auto x = Required(n, in, 0, "first input");
            if (!x.ok()) return x.status();
            return Flatten(n, **x);
-         }});
+         },
+         AllDTypes(KernelPath::kTyped)});
   r.Add({{"Transpose"}, SameAsInput0Bytes,
          [](const fe::Node& n, const HostKernelInputs& in, const HostKernelContext& ctx) -> Out {
            auto x = Required(n, in, 0, "first input");
            if (!x.ok()) return x.status();
            return Transpose(n, **x, ctx);
-         }});
+         },
+         AllDTypes(KernelPath::kTyped)});
   r.Add({{"Squeeze"}, SameAsInput0Bytes,
          [](const fe::Node& n, const HostKernelInputs& in, const HostKernelContext&) -> Out {
            auto x = Required(n, in, 0, "first input");
            if (!x.ok()) return x.status();
            return Squeeze(n, **x, in);
-         }});
+         },
+         AllDTypes(KernelPath::kTyped)});
   r.Add({{"Unsqueeze"}, SameAsInput0Bytes,
          [](const fe::Node& n, const HostKernelInputs& in, const HostKernelContext&) -> Out {
            auto x = Required(n, in, 0, "first input");
            if (!x.ok()) return x.status();
            return Unsqueeze(n, **x, in);
-         }});
+         },
+         AllDTypes(KernelPath::kTyped)});
 }
 
 }  // namespace kiln::runtime::host_kernels

@@ -1,13 +1,13 @@
-// Element-wise unary host kernels: Relu, Sigmoid, Tanh, Erf, Sqrt, Abs, Neg, Identity, Dropout
-// (inference: the identity; a requested mask output is an empty tensor), Clip (bounds from the
-// min / max attributes before opset 11 and from inputs 1 / 2 from 11 on; absent = unbounded) and
-// Cast (values stay fp32: to a float type unchanged, to BOOL 0 / 1, to an integer type truncated
-// toward zero; STRING / COMPLEX are INVALID_ARGUMENT). ONNX operator definitions
+// Element-wise unary host kernels: Relu, Sigmoid, Tanh, Erf, Sqrt, Abs, Neg (fp32), Identity and
+// Dropout (inference: the identity, mask all true; every type), Clip (bounds from the min / max
+// attributes before opset 11 and from inputs 1 / 2 from 11 on; absent = unbounded) and Cast (every
+// type to every type, device::Tensor::CastTo's rules; STRING / COMPLEX are INVALID_ARGUMENT). ONNX operator definitions
 // (onnx/docs/Operators.md). Memory: one output shaped like the input.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "compiler/convplan/host_tensor.h"
 #include "runtime/host_kernels/kernel_util.h"
 
 namespace kiln::runtime::host_kernels {
@@ -47,7 +47,6 @@ float Erf(float v) { return std::erf(v); }
 float Sqrt(float v) { return std::sqrt(v); }
 float Abs(float v) { return std::fabs(v); }
 float Neg(float v) { return -v; }
-float Same(float v) { return v; }
 
 Out Clip(const fe::Node& n, const HostKernelInputs& in, const HostKernelContext& ctx) {
   auto x = Required(n, in, 0, "first input");
@@ -59,35 +58,46 @@ Out Clip(const fe::Node& n, const HostKernelInputs& in, const HostKernelContext&
     lo = *mn;
     hi = *mx;
   } else {
-    if (const Tensor* t = In(in, 1); t != nullptr && t->num_elements() > 0) lo = t->data<float>()[0];
-    if (const Tensor* t = In(in, 2); t != nullptr && t->num_elements() > 0) hi = t->data<float>()[0];
+    for (int k : {1, 2}) {
+      const Tensor* t = In(in, k);
+      if (t == nullptr || t->num_elements() == 0) continue;
+      auto f = t->ToFloat32();
+      if (!f.ok()) return f.status();
+      (k == 1 ? lo : hi) = f->data<float>()[0];
+    }
   }
   return Unary(n, **x, ctx, [lo, hi](float v) { return std::min(std::max(v, lo), hi); });
 }
 
-Out Cast(const fe::Node& n, const HostKernelInputs& in, const HostKernelContext& ctx) {
+Out Cast(const fe::Node& n, const HostKernelInputs& in, const HostKernelContext&) {
   auto x = Required(n, in, 0, "first input");
   if (!x.ok()) return x.status();
   auto to = n.GetInt("to");
   if (!to.ok()) return to.status();
-  const auto t = static_cast<fe::DataType>(*to);
-  switch (t) {
-    case fe::DataType::kFloat:
-    case fe::DataType::kDouble:
-    case fe::DataType::kFloat16:
-    case fe::DataType::kBFloat16:
-      return Unary(n, **x, ctx, [](float v) { return v; });
-    case fe::DataType::kBool:
-      return Unary(n, **x, ctx, [](float v) { return v != 0.0f ? 1.0f : 0.0f; });
-    case fe::DataType::kString:
-    case fe::DataType::kUndefined:
-    case fe::DataType::kComplex64:
-    case fe::DataType::kComplex128:
-      return Err(n, std::string("cast to ") + fe::DataTypeName(t) + " is not supported");
-    default:
-      return Unary(n, **x, ctx, [](float v) { return std::trunc(v); });
-  }
+  auto t = convplan::HostDataType(static_cast<fe::DataType>(*to));
+  if (!t.ok()) return Err(n, "cast target " + t.status().message());
+  auto y = (*x)->CastTo(*t);
+  if (!y.ok()) return y.status();
+  return Outputs(std::move(*y), n.outputs.size());
 }
+
+// Identity, and Dropout in inference (onnx Dropout-12/13: training_mode false → output = input,
+// mask = all true).
+Out Copy(const fe::Node& n, const HostKernelInputs& in, const HostKernelContext&) {
+  auto x = Required(n, in, 0, "first input");
+  if (!x.ok()) return x.status();
+  std::vector<Tensor> out = Outputs(Tensor(**x), n.outputs.size());
+  if (n.op_type == "Dropout" && n.outputs.size() > 1 && !n.outputs[1].empty()) {
+    auto mask = Make((*x)->shape(), device::DataType::kBool);
+    if (!mask.ok()) return mask.status();
+    std::fill(mask->raw().begin(), mask->raw().end(), std::byte{1});
+    out[1] = std::move(*mask);
+  }
+  return out;
+}
+
+// A Cast output has at most 8-byte elements.
+int64_t CastBytes(const fe::Node&, const std::vector<Shape>& s) { return s.empty() ? 0 : TensorBytes(s[0], 8); }
 
 }  // namespace
 
@@ -99,9 +109,9 @@ void RegisterHostKernels_unary(HostKernelRegistry& r) {
   r.Add({{"Sqrt"}, SameAsInput0Bytes, Elementwise<Sqrt>});
   r.Add({{"Abs"}, SameAsInput0Bytes, Elementwise<Abs>});
   r.Add({{"Neg"}, SameAsInput0Bytes, Elementwise<Neg>});
-  r.Add({{"Identity", "Dropout"}, SameAsInput0Bytes, Elementwise<Same>});
+  r.Add({{"Identity", "Dropout"}, SameAsInput0Bytes, Copy, AllDTypes(KernelPath::kTyped)});
   r.Add({{"Clip"}, SameAsInput0Bytes, Clip});
-  r.Add({{"Cast"}, SameAsInput0Bytes, Cast});
+  r.Add({{"Cast"}, CastBytes, Cast, AllDTypes(KernelPath::kTyped)});
 }
 
 }  // namespace kiln::runtime::host_kernels

@@ -201,7 +201,9 @@ TEST(HostOps, PoolingAndBatchNormAndCast) {
   Node cast = MakeNode("Cast", 1);
   SetI(cast, "to", 7);  // INT64
   Tensor f = T({3}, {-1.7f, 0.2f, 2.9f});
-  EXPECT_EQ(Vals(Run1(cast, {&f})), (std::vector<float>{-1, 0, 2}));
+  Tensor c = Run1(cast, {&f});  // ONNX Cast: the output has the target type, truncated toward zero
+  ASSERT_EQ(c.dtype(), device::DataType::kInt64);
+  EXPECT_EQ(std::vector<int64_t>(c.data<int64_t>(), c.data<int64_t>() + 3), (std::vector<int64_t>{-1, 0, 2}));
   Node mpi = MakeNode("MaxPool", 1);
   mpi.outputs.push_back("indices");
   SetIs(mpi, "kernel_shape", {1, 2});

@@ -1,5 +1,7 @@
 #include "tests/support/onnx_model_builder.h"
 
+#include "common/float16.h"
+
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -203,34 +205,8 @@ onnx::TensorProto BoolTensor(const std::string& name, std::vector<int64_t> dims,
   return t;
 }
 
-uint16_t FloatToHalf(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
-  uint32_t mant = x & 0x7fffffu;
-  if (((x >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0));
-  if (exp >= 0x1f) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (exp <= 0) {
-    if (exp < -10) return static_cast<uint16_t>(sign);
-    mant |= 0x800000u;
-    const int shift = 14 - exp;
-    uint32_t half = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1))) ++half;
-    return static_cast<uint16_t>(sign | half);
-  }
-  uint32_t half = static_cast<uint32_t>(exp) << 10 | mant >> 13;
-  const uint32_t rem = mant & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (half & 1))) ++half;
-  return static_cast<uint16_t>(sign | half);
-}
-
-uint16_t FloatToBFloat16(float f) {
-  uint32_t x = std::bit_cast<uint32_t>(f);
-  if (std::isnan(f)) return static_cast<uint16_t>((x >> 16) | 0x40);
-  x += 0x7fffu + ((x >> 16) & 1);
-  return static_cast<uint16_t>(x >> 16);
-}
+uint16_t FloatToHalf(float f) { return kiln::FloatToHalf(f); }
+uint16_t FloatToBFloat16(float f) { return kiln::FloatToBFloat16(f); }
 
 std::vector<float> RandomFloats(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
