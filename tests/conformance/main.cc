@@ -113,7 +113,8 @@ void PrintCategories(const std::vector<const Run*>& failures, size_t top) {
   std::vector<std::pair<int, std::string>> sorted;
   for (const auto& [c, n] : counts) sorted.push_back({-n, c});
   std::sort(sorted.begin(), sorted.end());
-  std::cout << "  first-error categories (" << sorted.size() << ", top " << std::min(top, sorted.size()) << "):\n";
+  std::cout << "  first-error categories of the failures without a permanent reason (" << sorted.size()
+            << ", top " << std::min(top, sorted.size()) << "):\n";
   for (size_t i = 0; i < sorted.size() && i < top; ++i) {
     std::printf("    %4d  %s\n", -sorted[i].first, sorted[i].second.c_str());
   }
@@ -191,7 +192,7 @@ int Main(int argc, char** argv) {
       ran.insert({run.id, run.mode});
       const bool in_table = listed.count({run.id, run.mode}) > 0;
       if (!run.outcome.pass) {
-        failures.push_back(&run);
+        if (!in_table || !IsPermanentReason(listed[{run.id, run.mode}]->reason)) failures.push_back(&run);
         std::cout << (in_table ? "FAIL " : "UNEXPECTED FAIL ") << run.id << " " << ModeName(run.mode) << ": "
                   << OneLine(run.outcome.error) << "\n";
         (in_table ? expected_fail : unexpected_fail)++;
@@ -220,6 +221,17 @@ int Main(int argc, char** argv) {
     PrintCategories(failures, 15);
     unexpected += unexpected_fail + unexpected_pass + stale;
     all_runs.insert(all_runs.end(), r->runs.begin(), r->runs.end());
+  }
+
+  if (suites_run.size() > 1) {
+    std::vector<const Run*> failures;
+    for (const Run& run : all_runs) {
+      const auto it = listed.find({run.id, run.mode});
+      const bool permanent = it != listed.end() && IsPermanentReason(it->second->reason);
+      if (!run.outcome.pass && !permanent) failures.push_back(&run);
+    }
+    std::cout << "== all suites: " << failures.size() << " failures without a permanent reason\n";
+    PrintCategories(failures, 15);
   }
 
   if (args.write_expected) {
