@@ -107,17 +107,31 @@ Result<SuiteResult> RunSuite(const Args& args, const std::string& suite, device:
   return r;
 }
 
-void PrintCategories(const std::vector<const Run*>& failures, size_t top) {
-  std::map<std::string, int> counts;
-  for (const Run* f : failures) ++counts[ErrorCategory(f->outcome.error)];
+void PrintHistogram(const std::string& title, const std::map<std::string, int>& counts, size_t top) {
   std::vector<std::pair<int, std::string>> sorted;
   for (const auto& [c, n] : counts) sorted.push_back({-n, c});
   std::sort(sorted.begin(), sorted.end());
-  std::cout << "  first-error categories of the failures without a permanent reason (" << sorted.size()
-            << ", top " << std::min(top, sorted.size()) << "):\n";
+  std::cout << "  " << title << " (" << sorted.size() << ", top " << std::min(top, sorted.size()) << "):\n";
   for (size_t i = 0; i < sorted.size() && i < top; ++i) {
     std::printf("    %4d  %s\n", -sorted[i].first, sorted[i].second.c_str());
   }
+}
+
+// The failures' first-error categories, and how many failing runs each unsupported op type blocks
+// (a run whose plan lacks several ops counts for each).
+void PrintCategories(const std::vector<const Run*>& failures, size_t top) {
+  std::map<std::string, int> categories, ops;
+  const std::string prefix = "unsupported op(s):";
+  for (const Run* f : failures) {
+    const std::string c = ErrorCategory(f->outcome.error);
+    ++categories[c];
+    if (size_t at = c.find(prefix); at != std::string::npos) {
+      std::istringstream list(c.substr(at + prefix.size()));
+      for (std::string op; list >> op;) ++ops[op];
+    }
+  }
+  PrintHistogram("first-error categories of the failures without a permanent reason", categories, top);
+  if (!ops.empty()) PrintHistogram("unsupported op types, by failing runs that need them", ops, top);
 }
 
 int Main(int argc, char** argv) {
