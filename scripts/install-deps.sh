@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libonnx-dev libyaml-cpp-dev prometheus-cpp-dev libcivetweb-dev
+  libonnx-dev libonnx-testdata libyaml-cpp-dev prometheus-cpp-dev libcivetweb-dev
   libboost1.74-dev libboost-system1.74-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev ocl-icd-opencl-dev opencl-headers libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
