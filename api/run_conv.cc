@@ -87,6 +87,7 @@ void FillRunResponse(const runtime::RunResult& result, bool omit_outputs,
   ToProto(result.precision, response->mutable_precision());
   response->set_kiln_version(KilnVersion());
   response->set_run_seconds(result.total_seconds);
+  response->set_folded_nodes(result.folded_nodes);
 }
 
 sched::JobFn MakeRunJob(std::shared_ptr<const convplan::ConvPlan> plan, runtime::RunInputs inputs,

@@ -43,7 +43,6 @@ using Values = std::unordered_map<std::string, Tensor>;
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 Result<Tensor> ConstantToTensor(const ConvPlan& plan, const std::string& name) {
-  if (auto it = plan.constants.find(name); it != plan.constants.end()) return Tensor(it->second);
   if (plan.model == nullptr) return NotFound("tensor '" + name + "' has no value");
   const fe::Tensor* t = plan.model->graph().FindTensor(name);
   if (t == nullptr || !t->constant) return NotFound("tensor '" + name + "' has no value");
@@ -114,6 +113,7 @@ class Runner {
     auto resolved = ResolveInputs(plan_.inputs, inputs, opt_.input_seed);
     if (!resolved.ok()) return resolved.status();
     result.generated_inputs = std::move(resolved->generated);
+    result.folded_nodes = plan_.folded_nodes;
     for (auto& [name, t] : resolved->values) {
       if (with_ref_) ref_vals_[name] = t;
       if (!per_layer_) dev_vals_[name] = std::move(t);

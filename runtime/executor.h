@@ -27,10 +27,11 @@
 //   activations passed to the backend when its capabilities().activations lists them, otherwise
 //   applied on the host in fp32 and flagged in the report; K-split parts summed on the host; the
 //   residual add always host fp32).
-// * Host ops run through the host-kernel registry (runtime/host_kernels/registry.h) in fp32,
-//   MaxPool / AveragePool through the fp32 reference backend. Host values are fp32 row-major
-//   tensors; integer tensors (e.g. Reshape shapes computed at run time) are carried as fp32
-//   values, constant ones are read exactly.
+// * Host ops run through the host-kernel registry (runtime/host_kernels/registry.h). Host values
+//   are row-major tensors of their ONNX element type (compiler/convplan/host_tensor.h): int64
+//   shapes stay exact, bool masks stay bool. Device ops compute in fp32: other floating inputs are
+//   converted on the way in and the outputs back to the input's type. Nodes folded at plan time
+//   (ConvPlan::folded_nodes) are constants of the plan's model.
 // * Value lifetime: every tensor is dropped (from both chains) after the last op that reads it,
 //   except graph outputs; model constants are converted to tensors once per run, on first use.
 // * Modes (RunMode):
@@ -124,7 +125,8 @@ struct LayerReport {
 };
 
 struct RunResult {
-  /// Graph outputs in model order: (declared output name, fp32 tensor, NCHW row-major).
+  /// Graph outputs in model order: (declared output name, tensor of the output's ONNX element
+  /// type, NCHW row-major).
   std::vector<std::pair<std::string, device::Tensor>> outputs;
   std::vector<LayerReport> layers;
   std::string backend;                  ///< device backend name
@@ -135,6 +137,7 @@ struct RunResult {
   bool compared = false;
   bool all_pass = true;                 ///< every compared device op passed
   std::vector<std::string> generated_inputs;  ///< inputs that were absent and generated
+  int64_t folded_nodes = 0;             ///< convplan::ConvPlan::folded_nodes (not in `layers`)
   double total_seconds = 0.0;           ///< wall time of the whole run
 };
 

@@ -8,7 +8,7 @@ namespace kiln::runtime {
 std::string FormatReportTable(const RunResult& r) {
   std::ostringstream os;
   os << "backend " << r.backend << "  mode " << RunModeName(r.mode) << "  precision " << r.precision.ToString()
-     << (r.backend_honours_precision ? "" : " (ignored: fp32 backend)") << "\n";
+     << (r.backend_honours_precision ? "" : " (ignored: fp32 backend)") << "  folded " << r.folded_nodes << " node(s)\n";
   os << std::left << std::setw(28) << "layer" << std::setw(18) << "op" << std::setw(22) << "output" << std::right
      << std::setw(10) << "ms" << std::setw(11) << "pcc" << std::setw(12) << "max_err" << std::setw(8) << "thr"
      << std::setw(6) << "pass" << "\n";

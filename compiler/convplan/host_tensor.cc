@@ -94,4 +94,24 @@ Result<device::Tensor> ConstantTensor(const fe::Tensor& t) {
   return out;
 }
 
+Result<std::shared_ptr<const fe::ConstantData>> ToConstantData(const device::Tensor& t) {
+  if (t.layout() != device::Layout::kNCHW) return InvalidArgument("ToConstantData: tensor is not row-major");
+  auto f = t.ToFloat32();
+  if (!f.ok()) return f.status();
+  auto floats = std::make_shared<std::vector<float>>(f->span<float>().begin(), f->span<float>().end());
+  std::vector<int64_t> ints;
+  std::vector<double> doubles;
+  if (device::IsIntegral(t.dtype())) {
+    device::VisitDataType(t.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      for (T v : t.span<T>()) ints.push_back(static_cast<int64_t>(v));
+    });
+  } else if (t.dtype() == DataType::kFloat64) {
+    doubles.assign(t.span<double>().begin(), t.span<double>().end());
+  }
+  std::span<const float> view(floats->data(), floats->size());
+  return std::shared_ptr<const fe::ConstantData>(std::make_shared<fe::ConstantData>(
+      OnnxDataType(t.dtype()), std::move(floats), view, std::move(ints), std::move(doubles)));
+}
+
 }  // namespace kiln::convplan

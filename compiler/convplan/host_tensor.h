@@ -7,6 +7,8 @@
 // onnx.proto TensorProto.DataType) and device::DataType (device/tensor.h).
 #pragma once
 
+#include <memory>
+
 #include "common/status.h"
 #include "compiler/onnx/ir.h"
 #include "device/tensor.h"
@@ -25,5 +27,9 @@ onnx_fe::DataType OnnxDataType(device::DataType type);
 /// bool and double data). INVALID_ARGUMENT when `t` has no constant value or an unusable type.
 /// A constant whose shape the IR does not know statically is returned as rank 1.
 Result<device::Tensor> ConstantTensor(const onnx_fe::Tensor& t);
+
+/// The inverse: `t`'s values as IR constant data (fp32 view always; exact ints() for integer and
+/// bool types, doubles() for float64), for constants computed at plan time. Row-major tensors only.
+Result<std::shared_ptr<const onnx_fe::ConstantData>> ToConstantData(const device::Tensor& t);
 
 }  // namespace kiln::convplan

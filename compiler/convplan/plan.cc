@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/reactor.h"
+#include "compiler/convplan/fold_constants.h"
 #include "compiler/convplan/passes/pass_manager.h"
 #include "device/backends/conv_geometry.h"
 
@@ -419,8 +420,14 @@ Result<ConvPlan> BuildConvPlan(std::shared_ptr<const fe::Model> model, const Hos
   try {
     auto passes = PipelinePasses(options.disabled_passes);
     if (!passes.ok()) return passes.status();
-    auto plan = LowerModel(std::move(model), host_ops);
+    if (!model) return InvalidArgument("BuildConvPlan: no model");
+    // Folding first: a node it removes (Shape of a static tensor) needs no host kernel. LowerModel
+    // then checks what is left.
+    auto folded = FoldConstants(std::move(model), host_ops);
+    if (!folded.ok()) return folded.status();
+    auto plan = LowerModel(std::move(folded->model), host_ops);
     if (!plan.ok()) return plan.status();
+    plan->folded_nodes = folded->folded_nodes;
     return RunPasses(std::move(*plan), *passes, options.max_rounds);
   } catch (const std::bad_alloc&) {
     return ResourceExhausted("BuildConvPlan: out of memory");

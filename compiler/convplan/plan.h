@@ -1,16 +1,19 @@
 // compiler/convplan — IR → ConvPlan (target kiln_convplan).
 //
 // A ConvPlan is the ordered list of operations that runs one ONNX model's conv layers on a device
-// backend (device/backends/backend.h) and everything else on the host in fp32. It is built from the
+// backend (device/backends/backend.h) and everything else on the host. It is built from the
 // immutable IR of the ONNX front end (compiler/onnx/ir.h) and is independent of any backend: the
 // executor (runtime/executor.h) runs it on one.
 //
 // Pipeline of BuildConvPlan():
-//   1. CheckSupported — every node's op type must be a device op (Conv, ConvTranspose) or a host
-//      op of the HostOpSupport passed in (compiler/convplan/host_op_support.h; the runtime's host
-//      kernel registry, runtime/host_kernels/registry.h, is the one list) for its element type;
-//      otherwise INVALID_ARGUMENT counting the unsupported nodes by op type (bounded message, see
-//      CheckSupported), before any other work.
+//   0. Constant folding (compiler/convplan/fold_constants.h): nodes the model alone decides
+//      (subgraphs of constants, Shape of statically shaped tensors) are evaluated with the host
+//      kernels and become constants of the plan's model (ConvPlan::folded_nodes counts them).
+//   1. CheckSupported — every remaining node's op type must be a device op (Conv, ConvTranspose)
+//      or a host op of the HostOpSupport passed in (compiler/convplan/host_op_support.h; the
+//      runtime's host kernel registry, runtime/host_kernels/registry.h, is the one list) for its
+//      element type; otherwise INVALID_ARGUMENT counting the unsupported nodes by op type
+//      (bounded message, see CheckSupported), before any other work.
 //   2. Lowering — one PlanOp per IR node, in the IR's topological order: Conv / ConvTranspose
 //      (1-D and 2-D) become DeviceOps with explicit pads (auto_pad, ConvTranspose output_shape
 //      resolved with device/backends/conv_geometry.h, ONNX Conv-11 / ConvTranspose-11 text), every
@@ -24,7 +27,8 @@
 //      another consumer or is a graph output. PlanOptions::disabled_passes switches passes off by
 //      name; a pipeline that does not converge is INTERNAL naming the passes still firing.
 //
-// Host ops run in fp32 in the runtime (runtime/executor.h, kernels in runtime/host_kernels/).
+// Host ops run in the runtime in their ONNX element types (runtime/executor.h, kernels in
+// runtime/host_kernels/).
 //
 // Tensor conventions: feature maps NCHW (rank 4) or NCW (rank 3, 1-D convs); device weights are
 // rank 4, OIHW for conv2d and IOHW for conv_transpose2d, 1-D convs carry H = 1 (kernel height 1,
@@ -146,17 +150,15 @@ struct PlanInput {
 /// The plan: ops in execution order (every op's inputs are graph inputs, constants or outputs of
 /// earlier ops).
 struct ConvPlan {
-  /// The model the plan was built from; keeps the constant tensors host ops read alive.
+  /// The model the plan was built from, after constant folding; keeps the constant tensors host
+  /// ops read alive.
   std::shared_ptr<const onnx_fe::Model> model;
   std::vector<PlanInput> inputs;
   /// Graph outputs in model order (name as declared, tensor that carries it).
   std::vector<onnx_fe::GraphOutput> outputs;
   std::vector<PlanOp> ops;
-  /// Values computed when the plan was built (constant folding,
-  /// compiler/convplan/passes/fold_constants.cc), by tensor name, in their ONNX element type; the
-  /// executor reads them like model constants (they take precedence).
-  std::map<std::string, device::Tensor> constants;
-  /// Number of ONNX nodes evaluated at plan time (removed from `ops`).
+  /// Number of ONNX nodes evaluated when the plan was built (compiler/convplan/fold_constants.h):
+  /// they are not in `ops`, and `model` is the folded model, whose constants hold their values.
   int64_t folded_nodes = 0;
   /// Log of the rewrites applied, in order ("FoldBatchNorm: bn1 into conv1").
   std::vector<std::string> rewrites;

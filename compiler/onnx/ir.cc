@@ -404,4 +404,34 @@ Result<std::shared_ptr<const Model>> Model::BindSymbols(const std::map<std::stri
   return std::shared_ptr<const Model>(std::move(m));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Model::WithConstants
+
+Result<std::shared_ptr<const Model>> Model::WithConstants(const std::vector<NodeIndex>& removed,
+                                                          const std::map<std::string, FoldedValue>& values) const {
+  auto g = std::make_shared<Graph>(*graph_);
+  std::vector<bool> drop(g->nodes_.size(), false);
+  for (NodeIndex i : removed) {
+    if (i >= drop.size()) return InvalidArgument("WithConstants: node index " + std::to_string(i) + " out of range");
+    drop[i] = true;
+  }
+  for (const auto& [name, v] : values) {
+    auto it = g->tensors_.find(name);
+    if (it == g->tensors_.end()) return InvalidArgument("WithConstants: no tensor '" + name + "'");
+    it->second.constant = v.data;
+    it->second.dtype = v.dtype;
+    it->second.shape = Shape::FromValues(v.shape);
+  }
+  std::vector<Node> kept;
+  kept.reserve(g->nodes_.size() - removed.size());
+  for (NodeIndex i = 0; i < g->nodes_.size(); ++i) {
+    if (!drop[i]) kept.push_back(std::move(g->nodes_[i]));
+  }
+  g->nodes_ = std::move(kept);
+  g->Reindex();
+  auto m = std::make_shared<Model>(*this);
+  m->graph_ = std::move(g);
+  return std::shared_ptr<const Model>(std::move(m));
+}
+
 }  // namespace kiln::onnx_fe

@@ -383,6 +383,19 @@ class Model {
   /// Errors: INVALID_ARGUMENT for a negative value.
   Result<std::shared_ptr<const Model>> BindSymbols(const std::map<std::string, int64_t>& values) const;
 
+  /// A copy of this model in which the main-graph nodes `removed` (indices into graph().nodes())
+  /// are gone and each tensor in `values` (by name; produced by a removed node) is a constant
+  /// with that data, element type and static shape — what plan-time constant folding
+  /// (compiler/convplan/fold_constants.h) builds. Subgraphs and other constants are shared.
+  /// INVALID_ARGUMENT for an index out of range or a value that names no tensor of the graph.
+  struct FoldedValue {
+    std::shared_ptr<const ConstantData> data;
+    DataType dtype = DataType::kUndefined;
+    std::vector<int64_t> shape;
+  };
+  Result<std::shared_ptr<const Model>> WithConstants(const std::vector<NodeIndex>& removed,
+                                                     const std::map<std::string, FoldedValue>& values) const;
+
  private:
   friend class GraphBuilder;
   friend class ModelBuilder;
