@@ -21,8 +21,10 @@ and OUT_DIR/manifest.tsv lists the requested models, one per line:
 (rewritten only when its content changes, so build tools see stable timestamps).
 
 Weights: torch.manual_seed(0) then torchvision.models.NAME(weights=None) — the same random
-ResNet-18 the other tests and benchmarks use ("resnet18:224"). Segmentation models return a dict;
-they are exported through a wrapper returning its values in key order ('out' first).
+ResNet-18 the other tests and benchmarks use ("resnet18:224"). Segmentation models (builders of
+torchvision.models.segmentation, also given weights_backbone=None) return a dict; they are
+exported through a wrapper returning its values in key order ('out' first; node names then start
+with /inner/).
 
 Opset 17 by default: the newest opset torch 1.13 exports and the newest Kiln loads
 (compiler/onnx/ir.h: 6..17), so models come out as a current exporter writes them (ConvNeXt's
@@ -148,7 +150,8 @@ def export(out_dir, spec, digest):
 
     kwargs = {"weights": None}
     builder = getattr(torchvision.models, spec.name, None)
-    if builder is None:
+    segmentation = builder is None
+    if segmentation:
         builder = getattr(torchvision.models.segmentation, spec.name, None)
         # Segmentation builders default to a pretrained backbone (a download): random init too.
         kwargs["weights_backbone"] = None
@@ -169,7 +172,8 @@ def export(out_dir, spec, digest):
             y = self.inner(x)
             return tuple(y.values()) if isinstance(y, dict) else y
 
-    model = DictToTuple(model).eval()
+    if segmentation:  # only these: the wrapper prefixes node names
+        model = DictToTuple(model).eval()
 
     g = torch.Generator().manual_seed(INPUT_SEED)
     x = torch.randn(1, 3, spec.size, spec.size, generator=g, dtype=torch.float32)
