@@ -15,9 +15,11 @@
 // Statuses are compared with tests/models/ai8x_status.tsv (tests/models/status_table.h).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 

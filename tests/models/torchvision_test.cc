@@ -12,8 +12,11 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "device/npy.h"
 #include "tests/models/model_run.h"
