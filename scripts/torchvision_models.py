@@ -61,6 +61,7 @@ TEST_SET = [
     "inception_v3:75",
     "mnasnet1_0:64",
     "convnext_tiny:64",
+    "convnext_tiny:64:14",  # torch 1.13's default opset: LayerNorm as ReduceMean/Sub/Pow/Sqrt/Div
     "fcn_resnet50:64",
     "deeplabv3_mobilenet_v3_large:64",
     "lraspp_mobilenet_v3_large:64",
