@@ -12,6 +12,7 @@ PACKAGES=(
   libdnnl-dev ocl-icd-opencl-dev opencl-headers libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libmimalloc-dev
   libssl-dev openssl curl ca-certificates python3
+  python3-torchvision python3-numpy python3-onnx
   prometheus nodejs
   clang-14 libclang-rt-14-dev
 )
