@@ -13,11 +13,12 @@
 
 namespace kiln::api {
 
-Result<std::shared_ptr<const convplan::ConvPlan>> PlanModel(std::string_view bytes,
-                                                            const std::string& model_name) {
+Result<std::shared_ptr<const convplan::ConvPlan>> PlanModel(std::string_view bytes, const std::string& model_name,
+                                                            const std::map<std::string, int64_t>& bind_symbols) {
   AssertNotOnReactor("PlanModel");
   onnx_fe::LoadOptions load;
   load.model_name = model_name;
+  load.bind_symbols = bind_symbols;
   auto model = onnx_fe::LoadModel(bytes, load);
   if (!model.ok()) return model.status();
   auto plan = convplan::BuildConvPlan(*model, runtime::HostKernels());
@@ -25,13 +26,59 @@ Result<std::shared_ptr<const convplan::ConvPlan>> PlanModel(std::string_view byt
   return std::make_shared<const convplan::ConvPlan>(std::move(plan).value());
 }
 
+std::map<std::string, int64_t> SymbolBindings(const onnx_fe::Graph& graph, const kiln::v1::RunConvLayersRequest& request) {
+  std::map<std::string, int64_t> b;
+  for (const std::string& name : graph.inputs()) {
+    const onnx_fe::Tensor* in = graph.FindTensor(name);
+    if (in == nullptr || !in->shape.has_rank()) continue;
+    const kiln::v1::Tensor* given = nullptr;
+    for (const auto& t : request.inputs()) {
+      if (t.name() == name) given = &t;
+    }
+    // A given tensor of another rank is refused later by runtime/inputs.h; bind nothing then.
+    if (given != nullptr && given->shape_size() != static_cast<int>(in->shape.rank())) continue;
+    for (size_t i = 0; i < in->shape.rank(); ++i) {
+      const onnx_fe::Dim& d = in->shape.dim(i);
+      if (!d.is_symbol()) continue;
+      const int64_t v = given != nullptr ? given->shape(static_cast<int>(i)) : 1;
+      if (v >= 0) b.emplace(d.symbol(), v);
+    }
+  }
+  return b;
+}
+
+Result<std::shared_ptr<const convplan::ConvPlan>> PlanForRequest(std::string_view bytes, const std::string& model_name,
+                                                                 const kiln::v1::RunConvLayersRequest& request) {
+  AssertNotOnReactor("PlanForRequest");
+  onnx_fe::LoadOptions load;
+  load.model_name = model_name;
+  auto model = onnx_fe::LoadModel(bytes, load);
+  if (!model.ok()) return model.status();
+  const auto bindings = SymbolBindings((*model)->graph(), request);
+  if (!bindings.empty()) return PlanModel(bytes, model_name, bindings);
+  auto plan = convplan::BuildConvPlan(*model, runtime::HostKernels());
+  if (!plan.ok()) return plan.status().WithContext("model '" + model_name + "'");
+  return std::make_shared<const convplan::ConvPlan>(std::move(plan).value());
+}
+
+std::string PlanCacheKey(const std::string& model_id, const kiln::v1::RunConvLayersRequest& request) {
+  std::map<std::string, std::string> shapes;  // sorted by name: the key does not depend on order
+  for (const auto& t : request.inputs()) {
+    std::string s;
+    for (int64_t d : t.shape()) s += (s.empty() ? "" : "x") + std::to_string(d);
+    shapes.emplace(t.name(), s);
+  }
+  std::string k = model_id;
+  for (const auto& [name, s] : shapes) k += "|" + name + "=" + s;
+  return k;
+}
+
 Result<PreparedConvRun> PrepareConvRun(std::string_view bytes, const std::string& model_name,
                                        const kiln::v1::RunConvLayersRequest& request) {
-  auto plan = PlanModel(bytes, model_name);
+  auto plan = PlanForRequest(bytes, model_name, request);
   if (!plan.ok()) return plan.status();
   return PrepareConvRun(std::move(plan).value(), request);
 }
-
 Result<PreparedConvRun> PrepareConvRun(std::shared_ptr<const convplan::ConvPlan> plan,
                                        const kiln::v1::RunConvLayersRequest& request) {
   PreparedConvRun run;
@@ -229,7 +276,8 @@ void RunConvJob::StartPlanStage() {
   job.client_id = client_id_;
   job.deadline = deadline_;
   job.task = [self, prepared](sched::JobContext& ctx) -> Status {
-    std::shared_ptr<const convplan::ConvPlan> plan = self->env_.plans->Get(self->model_.model_id);
+    const std::string key = PlanCacheKey(self->model_.model_id, *self->request_);
+    std::shared_ptr<const convplan::ConvPlan> plan = self->env_.plans->Get(key);
     if (!plan) {
       std::function<void(const std::string&)> hook;
       {
@@ -246,13 +294,13 @@ void RunConvJob::StartPlanStage() {
           self->model_.names.empty() ? self->model_.model_id.substr(0, 12) : self->model_.names.front();
       Result<std::shared_ptr<const convplan::ConvPlan>> planned = Internal("not planned");
       try {
-        planned = PlanModel(*bytes, name);
+        planned = PlanForRequest(*bytes, name, *self->request_);
       } catch (const std::exception& e) {
         planned = Internal("planning model '" + name + "' failed: " + e.what());
       }
       if (!planned.ok()) return planned.status();
       plan = *planned;
-      self->env_.plans->Put(self->model_.model_id, plan);
+      self->env_.plans->Put(key, plan);
     }
     KILN_RETURN_IF_ERROR(ctx.cancel->Check());
     auto run = PrepareConvRun(std::move(plan), *self->request_);

@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,16 +36,34 @@ struct PreparedConvRun {
 
 /// Loads and plans the model (`bytes`, named `model_name` in errors). Errors: the loader's
 /// (INVALID_ARGUMENT / FAILED_PRECONDITION / RESOURCE_EXHAUSTED), INVALID_ARGUMENT listing every
-/// unsupported node. A plan depends on the bytes only, so callers may cache it by model id.
+/// unsupported node. A plan depends on the bytes and `bind_symbols` only, so callers may cache
+/// it by PlanCacheKey.
 /// Blocking (CPU lane).
-Result<std::shared_ptr<const convplan::ConvPlan>> PlanModel(std::string_view bytes, const std::string& model_name);
+Result<std::shared_ptr<const convplan::ConvPlan>> PlanModel(std::string_view bytes, const std::string& model_name,
+                                                            const std::map<std::string, int64_t>& bind_symbols = {});
+
+/// The values the request binds the symbolic input dims of `graph` (a loaded model's main graph)
+/// to: a given input's dim, 1 for an absent input (as runtime/inputs.h generates it); empty when
+/// the graph inputs have no symbolic dims. The first input naming a symbol decides (a conflicting
+/// later one is refused when the run checks its inputs).
+std::map<std::string, int64_t> SymbolBindings(const onnx_fe::Graph& graph, const kiln::v1::RunConvLayersRequest& request);
+
+/// The plan of `bytes` for `request`: with symbolic input dims bound as SymbolBindings says
+/// (the model is loaded again with LoadOptions::bind_symbols, so shapes are re-inferred and Shape
+/// chains fold), else PlanModel's. Errors as PlanModel's. Blocking (CPU lane).
+Result<std::shared_ptr<const convplan::ConvPlan>> PlanForRequest(std::string_view bytes, const std::string& model_name,
+                                                                 const kiln::v1::RunConvLayersRequest& request);
+
+/// The PlanCache key of PlanForRequest's plan: the model id plus the given inputs' shapes
+/// ("id|x=1x3x224x224"), which decide the symbol bindings.
+std::string PlanCacheKey(const std::string& model_id, const kiln::v1::RunConvLayersRequest& request);
 
 /// Converts the request's inputs and precision for `plan`. INVALID_ARGUMENT for bad tensors or
 /// precision values. Nothing runs on a device here.
 Result<PreparedConvRun> PrepareConvRun(std::shared_ptr<const convplan::ConvPlan> plan,
                                        const kiln::v1::RunConvLayersRequest& request);
 
-/// PlanModel then PrepareConvRun.
+/// PlanForRequest then PrepareConvRun.
 Result<PreparedConvRun> PrepareConvRun(std::string_view bytes, const std::string& model_name,
                                        const kiln::v1::RunConvLayersRequest& request);
 
@@ -65,8 +84,8 @@ Result<kiln::v1::RunConvLayersResponse> RunConvLocal(std::string_view bytes, con
                                                      const kiln::v1::RunConvLayersRequest& request,
                                                      const std::map<std::string, std::string>& backend_settings);
 
-/// Plans kept for recently run models, by model id (content-addressed, so a plan never goes
-/// stale). Thread-safe.
+/// Plans kept for recently run models, by PlanCacheKey (model id — content-addressed, so a plan
+/// never goes stale — plus the symbol bindings it was built with). Thread-safe.
 class PlanCache {
  public:
   explicit PlanCache(size_t entries = 16) : entries_(entries) {}

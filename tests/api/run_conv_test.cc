@@ -15,6 +15,8 @@
 #include "common/reactor.h"
 #include "common/sha256.h"
 #include "device/backends/builtin.h"
+#include "compiler/onnx/loader.h"
+#include "tests/support/onnx_model_builder.h"
 
 namespace kiln::api {
 namespace {
@@ -277,6 +279,52 @@ TEST(LanesApi, KilndSchedulerFromItsConfiguration) {
   auto s = sched::Scheduler::Create(*KilndSchedulerOptions(k));
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ((*s)->Devices().size(), 1u);
+}
+
+}  // namespace
+}  // namespace kiln::api
+
+namespace kiln::api {
+namespace {
+
+// A model with a symbolic batch: the plan for a request binds it (shapes re-inferred, the Shape
+// of the conv output folded), and the cache keeps it under its own key.
+TEST(RunConvApi, SymbolicInputDimsArePlannedPerBoundShape) {
+  kiln::testing::OnnxModelBuilder b(13);
+  b.Input("x", onnx::TensorProto::FLOAT, {"N", 3, 4, 4});
+  b.FloatInitializer("w", {2, 3, 1, 1}, kiln::testing::RandomFloats(6, 5));
+  b.Node("Conv", {"x", "w"}, {"y"}, "conv");
+  b.Node("Shape", {"y"}, {"s"}, "shape");
+  b.Node("Reshape", {"y", "s"}, {"z"}, "reshape");
+  b.Output("z");
+  const std::string bytes = b.Serialize();
+
+  kiln::v1::RunConvLayersRequest req;
+  req.set_backend("reference");
+  auto* x = req.add_inputs();
+  x->set_name("x");
+  x->set_datatype("FP32");
+  for (int64_t d : {2, 3, 4, 4}) x->add_shape(d);
+  std::vector<float> v = kiln::testing::RandomFloats(2 * 3 * 4 * 4, 9);
+  x->set_raw_data(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+
+  auto model = onnx_fe::LoadModel(bytes);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ(SymbolBindings((*model)->graph(), req), (std::map<std::string, int64_t>{{"N", 2}}));
+  EXPECT_EQ(PlanCacheKey("abc", req), "abc|x=2x3x4x4");
+  kiln::v1::RunConvLayersRequest absent;  // generated input: N bound to 1
+  EXPECT_EQ(SymbolBindings((*model)->graph(), absent), (std::map<std::string, int64_t>{{"N", 1}}));
+  EXPECT_EQ(PlanCacheKey("abc", absent), "abc");
+
+  auto prepared = PrepareConvRun(bytes, "sym", req);
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  EXPECT_EQ(prepared->plan->folded_nodes, 1);
+  auto local = RunConvLocal(bytes, "sym", req, {});
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  EXPECT_EQ(local->folded_nodes(), 1);
+  ASSERT_EQ(local->outputs_size(), 1);
+  EXPECT_EQ(std::vector<int64_t>(local->outputs(0).shape().begin(), local->outputs(0).shape().end()),
+            (std::vector<int64_t>{2, 2, 4, 4}));
 }
 
 }  // namespace
