@@ -111,6 +111,10 @@ int Report(const kiln::v1::RunConvLayersResponse& r, const RunArgs& a) {
                   Shape(l.output_shape()).c_str(), l.device_seconds() * 1e3, pcc, err, thr,
                   l.pcc_threshold() > 0 ? (l.pass() ? "yes" : "NO") : "");
     }
+    if (r.folded_nodes() > 0) {
+      std::printf("%lld node(s) evaluated when the plan was built (constant folding)\n",
+                  static_cast<long long>(r.folded_nodes()));
+    }
     std::printf("backend %s%s%s, precision %s, run %.3f s%s: %s\n", r.backend().c_str(),
                 r.device().empty() ? "" : " on ", r.device().c_str(),
                 device::IsFp32Reference(r.backend()) ? "fp32 (reference ignores device precision)"
