@@ -20,6 +20,14 @@ Status Err(const onnx_fe::Node& n, const std::string& msg);
 Result<Tensor> Make(Shape shape, device::DataType dtype = device::DataType::kFloat32);
 /// An int64 tensor of `shape` holding `values` (row-major; sizes must match).
 Result<Tensor> Int64Tensor(Shape shape, const std::vector<int64_t>& values);
+/// Every element type except bool, all on `path` (ONNX's "all numeric types" constraint).
+inline std::vector<DTypePath> NumericDTypes(KernelPath path) {
+  std::vector<DTypePath> v;
+  for (device::DataType t : device::kAllDataTypes) {
+    if (t != device::DataType::kBool) v.push_back({t, path});
+  }
+  return v;
+}
 /// inputs[i], or nullptr when absent.
 const Tensor* In(const HostKernelInputs& in, size_t i);
 /// inputs[i], or INVALID_ARGUMENT "<node>: <what> missing".

@@ -3,11 +3,12 @@
 // Flatten (2-D at `axis`), Transpose (`perm`, default reversed), Squeeze / Unsqueeze (axes from the
 // attribute before opset 13 and from input 1 from 13 on; Squeeze without axes drops every 1 dim).
 // Every element type (pure data movement). Memory: one output with the input's element count
-// (Concat: the sum of its inputs).
+// (Concat: the sum of its inputs), 8-byte elements as the type is not known from shapes. Copies go through
+// MoveElements (runtime/host_kernels/movement.h; Transpose gets its blocked 2-D path).
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/host_kernels/kernel_util.h"
+#include "runtime/host_kernels/movement.h"
 
 namespace kiln::runtime::host_kernels {
 
@@ -122,22 +123,11 @@ Out Transpose(const fe::Node& n, const Tensor& x, const HostKernelContext& ctx) 
   }
   auto y = Make(s, x.dtype());
   if (!y.ok()) return y.status();
-  std::vector<int64_t> xs = RowMajorStrides(x.shape());
-  std::vector<int64_t> idx(r, 0);
-  const size_t es = device::DataTypeSize(x.dtype());
-  const std::byte* a = x.raw().data();
-  std::byte* b = y->raw().data();
-  CancelPoll poll(ctx.cancel);
-  for (int64_t i = 0; i < y->num_elements(); ++i) {
-    int64_t src = 0;
-    for (int d = 0; d < r; ++d) src += idx[d] * xs[p[d]];
-    std::memcpy(b + i * es, a + src * es, es);
-    NextIndex(idx, s);
-    if ((i & (kCancelPollWork - 1)) == kCancelPollWork - 1) KILN_RETURN_IF_ERROR(poll.Tick(kCancelPollWork));
-  }
-  std::vector<Tensor> out;
-  out.push_back(std::move(*y));
-  return out;
+  const std::vector<int64_t> xs = RowMajorStrides(x.shape());
+  std::vector<int64_t> strides(r);
+  for (int i = 0; i < r; ++i) strides[i] = xs[p[i]];
+  KILN_RETURN_IF_ERROR(MoveElements(x, 0, StridedMaps(strides), nullptr, *y, ctx.cancel));
+  return Outputs(std::move(*y));
 }
 
 Result<std::vector<int64_t>> AxesOf(const fe::Node& n, const HostKernelInputs& in) {
@@ -186,9 +176,11 @@ Out Unsqueeze(const fe::Node& n, const Tensor& x, const HostKernelInputs& in) {
 
 int64_t SumOfInputsBytes(const fe::Node&, const std::vector<Shape>& s) {
   int64_t total = 0;
-  for (const Shape& x : s) total = AddBytes(total, Fp32Bytes(x));
+  for (const Shape& x : s) total = AddBytes(total, AnyTypeBytes(x));
   return total;
 }
+
+int64_t InputBytes(const fe::Node&, const std::vector<Shape>& s) { return s.empty() ? 0 : AnyTypeBytes(s[0]); }
 
 }  // namespace
 
@@ -200,7 +192,7 @@ void RegisterHostKernels_shape(HostKernelRegistry& r) {
            return Concat(n, in, ctx);
          },
          AllDTypes(KernelPath::kTyped)});
-  r.Add({{"Reshape"}, SameAsInput0Bytes,
+  r.Add({{"Reshape"}, InputBytes,
          [](const fe::Node& n, const HostKernelInputs& in, const HostKernelContext&) -> Out {
            auto x = Required(n, in, 0, "first input");
            if (!x.ok()) return x.status();
@@ -209,28 +201,28 @@ void RegisterHostKernels_shape(HostKernelRegistry& r) {
            return Reshape(n, **x, **shape);
          },
          AllDTypes(KernelPath::kTyped)});
-  r.Add({{"Flatten"}, SameAsInput0Bytes,
+  r.Add({{"Flatten"}, InputBytes,
          [](const fe::Node& n, const HostKernelInputs& in, const HostKernelContext&) -> Out {
            auto x = Required(n, in, 0, "first input");
            if (!x.ok()) return x.status();
            return Flatten(n, **x);
          },
          AllDTypes(KernelPath::kTyped)});
-  r.Add({{"Transpose"}, SameAsInput0Bytes,
+  r.Add({{"Transpose"}, InputBytes,
          [](const fe::Node& n, const HostKernelInputs& in, const HostKernelContext& ctx) -> Out {
            auto x = Required(n, in, 0, "first input");
            if (!x.ok()) return x.status();
            return Transpose(n, **x, ctx);
          },
          AllDTypes(KernelPath::kTyped)});
-  r.Add({{"Squeeze"}, SameAsInput0Bytes,
+  r.Add({{"Squeeze"}, InputBytes,
          [](const fe::Node& n, const HostKernelInputs& in, const HostKernelContext&) -> Out {
            auto x = Required(n, in, 0, "first input");
            if (!x.ok()) return x.status();
            return Squeeze(n, **x, in);
          },
          AllDTypes(KernelPath::kTyped)});
-  r.Add({{"Unsqueeze"}, SameAsInput0Bytes,
+  r.Add({{"Unsqueeze"}, InputBytes,
          [](const fe::Node& n, const HostKernelInputs& in, const HostKernelContext&) -> Out {
            auto x = Required(n, in, 0, "first input");
            if (!x.ok()) return x.status();
