@@ -130,7 +130,7 @@ TEST(HostOps, ReshapeFlattenTransposeSqueeze) {
 
 TEST(HostOps, PadModes) {
   Tensor x = T({1, 3}, {1, 2, 3});
-  Tensor pads = T({4}, {0, 2, 0, 1});
+  Tensor pads = *T({4}, {0, 2, 0, 1}).CastTo(device::DataType::kInt64);  // Pad-11+: int64 pads
   Tensor v = T({}, {9});
   EXPECT_EQ(Vals(Run1(MakeNode("Pad", 3), {&x, &pads, &v})), (std::vector<float>{9, 9, 1, 2, 3, 9}));
   Node refl = MakeNode("Pad", 2);
@@ -237,11 +237,13 @@ TEST(HostOpRegistry, OneListForPlannerAndExecutor) {
   ASSERT_TRUE(r.status().ok()) << r.status().ToString();
   const std::vector<std::string> types = r.HostOpTypes();
   EXPECT_TRUE(std::is_sorted(types.begin(), types.end()));
-  EXPECT_EQ(types.size(), 30u);
+  EXPECT_EQ(types.size(), 43u);
   for (const char* t : {"MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Gemm", "MatMul",
                         "BatchNormalization", "Add", "Sub", "Mul", "Div", "Relu", "Clip", "Sigmoid", "Tanh",
                         "Erf", "Sqrt", "Abs", "Neg", "Cast", "Reshape", "Flatten", "Transpose", "Squeeze",
-                        "Unsqueeze", "Pad", "Softmax", "Identity", "Dropout", "Constant"}) {
+                        "Unsqueeze", "Pad", "Softmax", "Identity", "Dropout", "Constant", "Slice", "Split",
+                        "Gather", "ArgMax", "ArgMin", "Expand", "Tile", "Where", "Shape", "ConstantOfShape",
+                        "Range", "DepthToSpace", "SpaceToDepth"}) {
     EXPECT_TRUE(r.SupportsHostOp(t)) << t;
     ASSERT_NE(r.Find(t), nullptr) << t;
   }
@@ -279,7 +281,8 @@ TEST(HostOpRegistry, MemoryEstimatesFromInputShapes) {
   };
   EXPECT_EQ(est(MakeNode("Relu", 1), {{2, 3, 4}}), 2 * 3 * 4 * 4);
   EXPECT_EQ(est(MakeNode("Add", 2), {{2, 1, 4}, {3, 1}}), 2 * 3 * 4 * 4);
-  EXPECT_EQ(est(MakeNode("Concat", 2), {{1, 2, 5}, {1, 3, 5}}), 5 * 5 * 4);
+  // Data movement of any element type: 8-byte elements (the type is not known from shapes).
+  EXPECT_EQ(est(MakeNode("Concat", 2), {{1, 2, 5}, {1, 3, 5}}), 5 * 5 * 8);
   Node gemm = MakeNode("Gemm", 2);
   SetI(gemm, "transB", 1);
   EXPECT_EQ(est(gemm, {{7, 16}, {9, 16}}), 7 * 9 * 4);
@@ -287,7 +290,7 @@ TEST(HostOpRegistry, MemoryEstimatesFromInputShapes) {
   EXPECT_EQ(est(MakeNode("GlobalAveragePool", 1), {{2, 8, 7, 7}}), 2 * 8 * 4);
   Node pad = MakeNode("Pad", 1, 2);
   SetIs(pad, "pads", {0, 1, 0, 2});
-  EXPECT_EQ(est(pad, {{2, 3}}), 2 * 6 * 4);
+  EXPECT_EQ(est(pad, {{2, 3}}), 2 * 6 * 8 + (2 + 6) * 8);  // output + its per-dim index tables
   // MaxPool: a copy of the input plus an output at least as large as the real one.
   Node mp = MakeNode("MaxPool", 1);
   SetIs(mp, "kernel_shape", {2, 2});
