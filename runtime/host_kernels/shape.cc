@@ -48,6 +48,7 @@ Out Concat(const fe::Node& n, const HostKernelInputs& in, const HostKernelContex
   CancelPoll poll(ctx.cancel);
   for (const Tensor* t : in) {
     const int64_t chunk = t->dim(static_cast<int>(a)) * inner;
+    if (chunk == 0) continue;  // an empty input (its storage may be null)
     for (int64_t o = 0; o < outer; ++o) {
       std::memcpy(py + (o * s[a] * inner + off) * es, t->raw().data() + o * chunk * es,
                   static_cast<size_t>(chunk * es));
@@ -101,9 +102,9 @@ Out Flatten(const fe::Node& n, const Tensor& x) {
   if (!axis.ok()) return axis.status();
   const int64_t a = NormAxis(*axis, x.rank());
   if (a < 0 || a > x.rank()) return Err(n, "axis out of range");
-  int64_t outer = 1;
-  for (int64_t d = 0; d < a; ++d) outer *= x.dim(static_cast<int>(d));
-  return ReshapeTo(x, {outer, outer == 0 ? 0 : x.num_elements() / std::max<int64_t>(outer, 1)});
+  int64_t outer = 1, inner = 1;  // both products: [0, 3] flattens to [0, 3], not [0, 0]
+  for (int64_t d = 0; d < x.rank(); ++d) (d < a ? outer : inner) *= x.dim(static_cast<int>(d));
+  return ReshapeTo(x, {outer, inner});
 }
 
 Out Transpose(const fe::Node& n, const Tensor& x, const HostKernelContext& ctx) {

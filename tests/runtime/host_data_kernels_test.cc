@@ -460,6 +460,29 @@ TEST(HostDataKernels, TransposeBlockedPathMatchesTheDefinition) {
   EXPECT_EQ(Vals<int64_t>(Run1(nchw, {&y})), v);
 }
 
+TEST(HostDataKernels, ShapeOpsOnEmptyTensorsAndOtherTypes) {
+  auto empty = Tensor::Zeros({0, 3}, DataType::kFloat64);
+  ASSERT_TRUE(empty.ok());
+  Node flat = MakeNode("Flatten", 1);
+  EXPECT_EQ(Run1(flat, {&*empty}).shape(), (std::vector<int64_t>{0, 3}));
+  SetI(flat, "axis", -2);
+  EXPECT_EQ(Run1(flat, {&*empty}).shape(), (std::vector<int64_t>{1, 0}));
+  // Concat of an empty and a non-empty bool tensor along axis 0 (given as -2).
+  Tensor e = Bool({0, 2}, {}), b = Bool({1, 2}, {1, 0});
+  Node cat = MakeNode("Concat", 2);
+  SetI(cat, "axis", -2);
+  Tensor y = Run1(cat, {&e, &b});
+  EXPECT_EQ(y.dtype(), DataType::kBool);
+  EXPECT_EQ(y.shape(), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(Vals<uint8_t>(y), (std::vector<uint8_t>{1, 0}));
+  // Reshape keeps int64 values exact; 0 copies the input dim, -1 is inferred.
+  Tensor x = I64({2, 3}, {kBig, 1, 2, 3, 4, kBig + 5});
+  Tensor shape = I64({3}, {0, -1, 1});
+  Tensor r = Run1(MakeNode("Reshape", 2, 14), {&x, &shape});
+  EXPECT_EQ(r.shape(), (std::vector<int64_t>{2, 3, 1}));
+  EXPECT_EQ(Vals<int64_t>(r), Vals<int64_t>(x));
+}
+
 TEST(HostDataKernels, LongCopiesHonourTheCancelToken) {
   auto x = Tensor::Zeros({4, 1024, 1024}, DataType::kUInt8);
   ASSERT_TRUE(x.ok());
