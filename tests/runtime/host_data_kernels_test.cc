@@ -483,6 +483,58 @@ TEST(HostDataKernels, ShapeOpsOnEmptyTensorsAndOtherTypes) {
   EXPECT_EQ(Vals<int64_t>(r), Vals<int64_t>(x));
 }
 
+// A ShuffleNet-style shape chain through the planner and the executor: Shape -> Gather ->
+// Unsqueeze -> Concat -> Reshape on a symbolic batch, then Transpose, a two-output Split and a
+// backwards Slice; the int64 chain stays int64 and every value lands where ONNX puts it.
+TEST(HostDataKernels, ShapeChainThroughThePlan) {
+  using namespace kiln::testing;
+  OnnxModelBuilder b(13);
+  b.Input("x", onnx::TensorProto::FLOAT, {"N", 4, 2, 3});
+  b.Initializer(Int64Tensor("zero", {}, {0}));
+  b.Initializer(Int64Tensor("axes0", {1}, {0}));
+  b.Initializer(Int64Tensor("rest", {3}, {2, 2, 6}));
+  b.Initializer(Int64Tensor("split", {2}, {2, 4}));
+  b.Initializer(Int64Tensor("start", {1}, {-1}));
+  b.Initializer(Int64Tensor("end", {1}, {std::numeric_limits<int64_t>::min()}));
+  b.Initializer(Int64Tensor("axis3", {1}, {3}));
+  b.Initializer(Int64Tensor("back", {1}, {-1}));
+  b.Node("Shape", {"x"}, {"s"}, "shape");
+  b.Node("Gather", {"s", "zero"}, {"n"}, "gather");
+  b.Node("Unsqueeze", {"n", "axes0"}, {"n1"}, "unsqueeze");
+  SetInt(b.Node("Concat", {"n1", "rest"}, {"shape2"}, "concat"), "axis", 0);
+  b.Node("Reshape", {"x", "shape2"}, {"r"}, "reshape");
+  SetInts(b.Node("Transpose", {"r"}, {"t"}, "transpose"), "perm", {0, 2, 1, 3});
+  SetInt(b.Node("Split", {"t", "split"}, {"p0", "p1"}, "split"), "axis", 3);
+  b.Node("Slice", {"p1", "start", "end", "axis3", "back"}, {"y"}, "slice");
+  b.Output("p0");
+  b.Output("y");
+  auto model = convplan::testutil::Load(b);
+  ASSERT_NE(model, nullptr);
+  auto plan = convplan::BuildConvPlan(model, HostKernels());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  std::vector<float> v(2 * 24);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
+  RunInputs in;
+  in["x"] = F32({2, 4, 2, 3}, v);
+  convplan::testutil::RunResult r = convplan::testutil::RunRef(*plan, in);
+  ASSERT_EQ(r.outputs.size(), 2u);
+  const Tensor& p0 = r.outputs[0].second;
+  const Tensor& y = r.outputs[1].second;
+  ASSERT_EQ(p0.shape(), (std::vector<int64_t>{2, 2, 2, 2}));
+  ASSERT_EQ(y.shape(), (std::vector<int64_t>{2, 2, 2, 4}));
+  // r[n, a, b, k] = v[n*24 + a*12 + b*6 + k]; t[n, b, a, k] = r[n, a, b, k]; p0 = t[..., 0:2],
+  // y = t[..., 5:1:-1].
+  std::vector<float> want0, want1;
+  for (int n = 0; n < 2; ++n)
+    for (int bb = 0; bb < 2; ++bb)
+      for (int a = 0; a < 2; ++a) {
+        for (int k = 0; k < 2; ++k) want0.push_back(v[n * 24 + a * 12 + bb * 6 + k]);
+        for (int k = 5; k > 1; --k) want1.push_back(v[n * 24 + a * 12 + bb * 6 + k]);
+      }
+  EXPECT_EQ(Vals<float>(p0), want0);
+  EXPECT_EQ(Vals<float>(y), want1);
+}
+
 TEST(HostDataKernels, LongCopiesHonourTheCancelToken) {
   auto x = Tensor::Zeros({4, 1024, 1024}, DataType::kUInt8);
   ASSERT_TRUE(x.ok());
