@@ -231,6 +231,37 @@ TEST(HostDataKernels, ArgMaxArgMin) {
   EXPECT_EQ(rb.status().code(), StatusCode::kInvalidArgument);  // ONNX's ArgMax has no bool
 }
 
+TEST(HostDataKernels, TopKOrderTiesAndForms) {
+  Tensor x = I64({2, 4}, {3, kBig, 3, kBig + 1, 0, -1, 5, 5});
+  Tensor k2 = I64({1}, {2});
+  auto r = RunOp(MakeNode("TopK", 2, 11, 2), {&x, &k2});  // axis -1, largest
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 2u);
+  EXPECT_EQ((*r)[0].dtype(), DataType::kInt64);
+  EXPECT_EQ((*r)[0].shape(), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(Vals<int64_t>((*r)[0]), (std::vector<int64_t>{kBig + 1, kBig, 5, 5}));
+  EXPECT_EQ((*r)[1].dtype(), DataType::kInt64);
+  EXPECT_EQ(Vals<int64_t>((*r)[1]), (std::vector<int64_t>{3, 1, 2, 3}));  // equal 5s: lower index first
+  // Smallest along axis 0 of float data with a NaN (NaN sorts last); TopK-1's k attribute.
+  Tensor f = F32({3, 2}, {std::nanf(""), 2, 1, 2, 0, -3});
+  Node small = MakeNode("TopK", 1, 1, 2);
+  SetI(small, "k", 3);
+  SetI(small, "axis", 0);
+  SetI(small, "largest", 0);
+  auto s = RunOp(small, {&f});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const std::vector<float> sv = Vals<float>((*s)[0]);
+  EXPECT_EQ(sv[0], 0.0f);
+  EXPECT_EQ(sv[1], -3.0f);
+  EXPECT_EQ(sv[2], 1.0f);
+  EXPECT_EQ(sv[3], 2.0f);
+  EXPECT_TRUE(std::isnan(sv[4]));
+  EXPECT_EQ(sv[5], 2.0f);
+  EXPECT_EQ(Vals<int64_t>((*s)[1]), (std::vector<int64_t>{2, 2, 1, 0, 0, 1}));
+  Tensor k5 = I64({1}, {5});
+  EXPECT_NE(BadInput(MakeNode("TopK", 2, 11, 2), {&x, &k5}).find("K 5 out of range [0, 4]"), std::string::npos);
+}
+
 TEST(HostDataKernels, ExpandIsBidirectional) {
   Tensor x = I64({3, 1}, {kBig, 2, 3});
   Tensor shape = I64({3}, {2, 1, 4});  // 1 keeps the input's 3

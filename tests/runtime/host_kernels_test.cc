@@ -237,13 +237,13 @@ TEST(HostOpRegistry, OneListForPlannerAndExecutor) {
   ASSERT_TRUE(r.status().ok()) << r.status().ToString();
   const std::vector<std::string> types = r.HostOpTypes();
   EXPECT_TRUE(std::is_sorted(types.begin(), types.end()));
-  EXPECT_EQ(types.size(), 43u);
+  EXPECT_EQ(types.size(), 44u);
   for (const char* t : {"MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Gemm", "MatMul",
                         "BatchNormalization", "Add", "Sub", "Mul", "Div", "Relu", "Clip", "Sigmoid", "Tanh",
                         "Erf", "Sqrt", "Abs", "Neg", "Cast", "Reshape", "Flatten", "Transpose", "Squeeze",
                         "Unsqueeze", "Pad", "Softmax", "Identity", "Dropout", "Constant", "Slice", "Split",
                         "Gather", "ArgMax", "ArgMin", "Expand", "Tile", "Where", "Shape", "ConstantOfShape",
-                        "Range", "DepthToSpace", "SpaceToDepth"}) {
+                        "Range", "DepthToSpace", "SpaceToDepth", "TopK"}) {
     EXPECT_TRUE(r.SupportsHostOp(t)) << t;
     ASSERT_NE(r.Find(t), nullptr) << t;
   }
