@@ -4,8 +4,9 @@
 //   ONNX Cast semantics, device::Tensor::CastTo). Pad-11+: `pads` input (int64) and the optional
 //   `constant_value` input, a scalar of the data's element type (absent or empty: 0).
 // * pads = [x1_begin, x2_begin, ..., x1_end, x2_end, ...]. Negative pads remove elements; they
-//   apply first, and reflect / edge then read the cropped tensor — what onnx's reference
-//   (onnx/reference/ops/op_pad.py, `_pad_impl`) does by slicing before np.pad.
+//   apply first, and reflect / edge then read the cropped tensor — as onnxruntime does
+//   (onnxruntime/core/providers/cpu/tensor/padbase.h, SeparateNegativeToSlices: the negative
+//   pads become a slice taken before padding); the operator text does not order the two.
 // * Modes: constant; edge (the nearest border element); reflect (mirror without repeating the
 //   border, periodic beyond one reflection as np.pad 'reflect'; a dim of 1 repeats its element).
 //   edge / reflect padding of a dim that is empty after cropping is INVALID_ARGUMENT (np.pad
