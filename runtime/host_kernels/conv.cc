@@ -17,8 +17,9 @@
 // Cancellation: oneDNN primitives are not interruptible, so one node runs as several primitive
 // executions of at most ~kChunkMacs multiply-adds each (~5–40 ms on one AVX2 core): batches of
 // images when an image is small enough, else per image by groups, else by output channels (in
-// multiples of 16, the blocking of oneDNN's AVX2/AVX-512 kernels), with ctx.cancel checked between
-// executions. Every chunk is a plain (strided) view of X / W / Y, reordered into the formats the
+// multiples of 16, the blocking of oneDNN's AVX2/AVX-512 kernels); after each execution its
+// multiply-adds are reported to a CancelPoll (kernel_util.h), so the token is checked after every
+// chunk of a big conv and never for a small one. Every chunk is a plain (strided) view of X / W / Y, reordered into the formats the
 // primitive picked (format_tag::any).
 //
 // Memory (estimate_bytes): the output, plus scratch in oneDNN's formats bounded by one copy each of
@@ -292,8 +293,9 @@ Result<Tensor> RunConv(const fe::Node& n, const Geometry& g, const Tensor& x, co
     // The reordered source of the previous chunk, reused while the chunk reads the same channels.
     std::tuple<int64_t, int64_t, int64_t> src_key{-1, -1, -1};
     memory src_mem;
+    CancelPoll poll(ctx.cancel);
+    const int64_t per_oc = g.Cg * K * Prod(g.transpose ? g.in : g.core);
     for (const Chunk& c : Chunks(g)) {
-      if (ctx.cancel != nullptr) KILN_RETURN_IF_ERROR(ctx.cancel->Check());
       Prim& p = make(c);
       const int64_t cin = c.grouped ? c.gb * g.Cg : (g.group == 1 ? g.C : g.Cg);
       const int64_t c_begin = c.grouped ? c.g0 * g.Cg : (g.group == 1 ? 0 : c.g0 * g.Cg);
@@ -327,6 +329,7 @@ Result<Tensor> RunConv(const fe::Node& n, const Geometry& g, const Tensor& x, co
       p.prim.execute(s, args);
       if (dst_mem != yu) dnnl::reorder(dst_mem, yu).execute(s, dst_mem, yu);
       s.wait();
+      KILN_RETURN_IF_ERROR(poll.Tick(c.nb * cout * per_oc));
     }
     return std::move(*y);
   });

@@ -6,10 +6,11 @@
 // and int32 / int64 / uint32 / uint64 in our own typed loop (float64 accumulated in double,
 // integers wrap as numpy's matmul does).
 // Cancellation: a product of at most ~kMatMulChunkMacs multiply-adds is one oneDNN call; a larger
-// one runs per batch matrix in chunks of rows of A, with ctx.cancel checked between calls; the
-// typed loop uses CancelPoll.
-// Memory (estimate_bytes): the output ([M, N], or the broadcast batch times [M, N]) at 8 bytes
-// per element (the widest type), plus float32 copies of the operands for converted types.
+// one runs per batch matrix in chunks of rows of A, each call's multiply-adds reported to a
+// CancelPoll (kernel_util.h); the typed loop uses CancelPoll per output element.
+// Memory (estimate_bytes): the output ([M, N], or the broadcast batch times [M, N]) at 4 bytes per
+// element (the registry's convention for a shape-only estimate, kernel_util.h Fp32Bytes; float64 /
+// 64-bit outputs take twice that, and float16 / bfloat16 operands add their float32 copies).
 #include <algorithm>
 #include <map>
 
@@ -35,8 +36,7 @@ struct Product {
 };
 
 // y rows [m0, m0 + mc) = alpha · A[m0:m0+mc] · B via oneDNN (y row-major [M, N]).
-Status DnnlProduct(const fe::Node& n, const Product& p, const float* a, const float* b, float* y,
-                   const HostKernelContext& ctx) {
+Status DnnlProduct(const fe::Node& n, const Product& p, const float* a, const float* b, float* y, CancelPoll& poll) {
   const int64_t per_row = std::max<int64_t>(1, p.K * p.N);
   const int64_t rows = std::max<int64_t>(1, kMatMulChunkMacs / per_row);
   return onednn::Guard(n, [&]() -> Status {
@@ -45,7 +45,6 @@ Status DnnlProduct(const fe::Node& n, const Product& p, const float* a, const fl
     std::map<int64_t, dnnl::matmul> prims;
     const memory::desc bd = onednn::Plain({p.K, p.N}, dt::f32, {p.b_rs, p.b_cs});
     for (int64_t m0 = 0; m0 < p.M; m0 += rows) {
-      if (ctx.cancel != nullptr) KILN_RETURN_IF_ERROR(ctx.cancel->Check());
       const int64_t mc = std::min(rows, p.M - m0);
       const memory::desc ad = onednn::Plain({mc, p.K}, dt::f32, {p.a_rs, p.a_cs});
       const memory::desc yd = onednn::Plain({mc, p.N}, dt::f32);
@@ -61,6 +60,7 @@ Status DnnlProduct(const fe::Node& n, const Product& p, const float* a, const fl
       memory ym(yd, eng, y + m0 * p.N);
       it->second.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, ym}});
       s.wait();
+      KILN_RETURN_IF_ERROR(poll.Tick(mc * per_row));
     }
     return Status::Ok();
   });
@@ -164,7 +164,8 @@ Out Gemm(const fe::Node& n, const HostKernelInputs& in, const HostKernelContext&
   auto yf = Make({p.M, p.N});
   if (!yf.ok()) return yf.status();
   float* yd = yf->data<float>();
-  if (p.K > 0) KILN_RETURN_IF_ERROR(DnnlProduct(n, p, (*af)->data<float>(), (*bf)->data<float>(), yd, ctx));
+  CancelPoll poll(ctx.cancel);
+  if (p.K > 0) KILN_RETURN_IF_ERROR(DnnlProduct(n, p, (*af)->data<float>(), (*bf)->data<float>(), yd, poll));
   if (C != nullptr) {
     auto cf = onednn::AsFloat32(*C, co);
     if (!cf.ok()) return cf.status();
@@ -293,11 +294,11 @@ Out MatMul(const fe::Node& n, const HostKernelInputs& in, const HostKernelContex
   float* yd = yf->data<float>();
   const double macs = static_cast<double>(nb) * static_cast<double>(s.M) * static_cast<double>(s.K) * static_cast<double>(s.N);
   if (macs <= static_cast<double>(kMatMulChunkMacs) && s.batch.size() + 2 <= DNNL_MAX_NDIMS) {
-    if (ctx.cancel != nullptr) KILN_RETURN_IF_ERROR(ctx.cancel->Check());
     KILN_RETURN_IF_ERROR(DnnlBatched(n, s, a, b, yd));
   } else {
+    CancelPoll poll(ctx.cancel);
     KILN_RETURN_IF_ERROR(for_each_batch([&](int64_t oy, int64_t oa, int64_t ob) {
-      return DnnlProduct(n, p, a + oa, b + ob, yd + oy, ctx);
+      return DnnlProduct(n, p, a + oa, b + ob, yd + oy, poll);
     }));
   }
   auto out = CastBack(std::move(*yf), type);
@@ -310,14 +311,14 @@ int64_t GemmBytes(const fe::Node& n, const std::vector<Shape>& s) {
   auto ta = n.GetInt("transA", 0), tb = n.GetInt("transB", 0);
   const int64_t M = ta.ok() && *ta ? s[0][1] : s[0][0];
   const int64_t N = tb.ok() && *tb ? s[1][0] : s[1][1];
-  return AddBytes(TensorBytes({M, N}, 8), AddBytes(Fp32Bytes({M, N}), AddBytes(Fp32Bytes(s[0]), Fp32Bytes(s[1]))));
+  return Fp32Bytes({M, N});
 }
 
 int64_t MatMulBytes(const fe::Node& n, const std::vector<Shape>& s) {
   if (s.size() < 2) return 0;
   auto r = ResolveMatMul(n, s[0], s[1]);
   if (!r.ok()) return 0;
-  return AddBytes(TensorBytes(r->y, 8), AddBytes(Fp32Bytes(r->y), AddBytes(Fp32Bytes(s[0]), Fp32Bytes(s[1]))));
+  return Fp32Bytes(r->y);
 }
 
 std::vector<DTypePath> ProductTypes() {

@@ -16,11 +16,12 @@
 // converted to float32 and back (exact for the max pools); AveragePool float64 converted to
 // float32 and back (float32 precision).
 // Cancellation: oneDNN executions of at most ~kPoolChunkWork window taps each (a chunk of
-// planes), ctx.cancel checked between them; own loops use CancelPoll. One plane is never split
+// planes), each reported to a CancelPoll (kernel_util.h) when done; own loops use CancelPoll. One plane is never split
 // (a single plane over the budget runs as one execution).
-// Memory (estimate_bytes): the outputs (Y, and Indices at 8 bytes per element when requested),
-// plus a float32 copy of X and Y for converted types (counted always: the estimate sees shapes
-// only); global pools: N·C values.
+// Memory (estimate_bytes; element sizes as the registry's shape-only convention, kernel_util.h
+// Fp32Bytes): MaxPool / AveragePool a float32 copy of X (converted types) plus Y, and Indices at 8
+// bytes per element when requested; global pools the N·C outputs (a float16 X adds its float32
+// copy, which the shape-only estimate does not see).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -40,7 +41,7 @@ using device::DataType;
 using dnnl::memory;
 using dt = dnnl::memory::data_type;
 
-constexpr int64_t kPoolChunkWork = int64_t{1} << 24;
+constexpr int64_t kPoolChunkWork = int64_t{1} << 22;
 
 int64_t Prod(const Shape& s) {
   int64_t p = 1;
@@ -140,8 +141,8 @@ Status DnnlPool(const fe::Node& n, const PoolGeom& g, dnnl::algorithm alg, dt ty
     std::map<int64_t, Prim> prims;  // by chunk size: the full chunks and the last one
     memory::dims dil;
     for (int64_t d : g.d) dil.push_back(d - 1);  // oneDNN counts dilation from 0
+    CancelPoll poll(ctx.cancel);
     for (int64_t p0 = 0; p0 < g.planes; p0 += chunk) {
-      if (ctx.cancel != nullptr) KILN_RETURN_IF_ERROR(ctx.cancel->Check());
       const int64_t pc = std::min(chunk, g.planes - p0);
       const memory::desc src = onednn::Plain(PlaneShape(pc, g.in), type);
       const memory::desc dst = onednn::Plain(PlaneShape(pc, g.out), type);
@@ -159,6 +160,7 @@ Status DnnlPool(const fe::Node& n, const PoolGeom& g, dnnl::algorithm alg, dt ty
       if (pd.workspace_desc().get_size() != 0) args.emplace(DNNL_ARG_WORKSPACE, memory(pd.workspace_desc(), eng));
       it->second.prim.execute(s, args);
       s.wait();
+      KILN_RETURN_IF_ERROR(poll.Tick(pc * per_plane));
     }
     return Status::Ok();
   });
@@ -375,8 +377,8 @@ Out GlobalPool(const fe::Node& n, const HostKernelInputs& in, const HostKernelCo
     dnnl::engine& eng = onednn::Engine();
     dnnl::stream s(eng);
     const auto alg = is_max ? dnnl::algorithm::reduction_max : dnnl::algorithm::reduction_mean;
+    CancelPoll poll(ctx.cancel);
     for (int64_t p0 = 0; p0 < planes; p0 += chunk) {
-      if (ctx.cancel != nullptr) KILN_RETURN_IF_ERROR(ctx.cancel->Check());
       const int64_t pc = std::min(chunk, planes - p0);
       const memory::desc src = onednn::Plain({pc, S}, dt::f32), dst = onednn::Plain({pc, 1}, dt::f32);
       dnnl::reduction::primitive_desc pd(dnnl::reduction::desc(alg, src, dst, 0.f, 0.f), eng);
@@ -384,6 +386,7 @@ Out GlobalPool(const fe::Node& n, const HostKernelInputs& in, const HostKernelCo
       memory dm(dst, eng, yf->data<float>() + p0);
       dnnl::reduction(pd).execute(s, {{DNNL_ARG_SRC, sm}, {DNNL_ARG_DST, dm}});
       s.wait();
+      KILN_RETURN_IF_ERROR(poll.Tick(pc * S));
     }
     return Status::Ok();
   }));
@@ -401,14 +404,14 @@ int64_t PoolBytes(const fe::Node& n, const std::vector<Shape>& s) {
   if (!g.ok()) return 0;
   Shape y = {s[0][0], s[0][1]};
   y.insert(y.end(), g->out.begin(), g->out.end());
-  int64_t bytes = AddBytes(Fp32Bytes(s[0]), AddBytes(Fp32Bytes(y), TensorBytes(y, 8)));
+  int64_t bytes = AddBytes(Fp32Bytes(s[0]), Fp32Bytes(y));
   if (n.op_type == "MaxPool" && n.outputs.size() > 1 && !n.outputs[1].empty()) bytes = AddBytes(bytes, TensorBytes(y, 8));
   return bytes;
 }
 
 int64_t GlobalPoolBytes(const fe::Node&, const std::vector<Shape>& s) {
   if (s.empty() || s[0].size() < 3) return 0;
-  return AddBytes(TensorBytes({s[0][0], s[0][1]}, 8), AddBytes(Fp32Bytes(s[0]), Fp32Bytes({s[0][0], s[0][1]})));
+  return Fp32Bytes({s[0][0], s[0][1]});
 }
 
 }  // namespace
