@@ -237,17 +237,18 @@ TEST(HostConvTranspose, OutputShapeBeyondTheFullOutputHoldsTheBias) {
 }
 
 TEST(HostConv, BigConvsRunInChunksWithTheSameResult) {
-  // 302M multiply-adds: split by output channels (group 1), by groups (group 4), by output
-  // channels inside a group (group 2), and a ConvTranspose by output channels. Every 97th output
-  // element is checked against the direct loop.
+  // Above the 2^27 multiply-adds of one execution (conv.cc kChunkMacs): split by output channels
+  // (group 1: 302M in 2 chunks), by groups (group 8: 151M, 7 groups then 1), by output channels
+  // inside a group (group 2: 604M, 2 chunks per group), and a ConvTranspose by output channels
+  // (268M, 2 chunks). Every 97th output element is checked against the direct loop.
   struct Case {
     Shape x, w;
     int64_t group;
     bool transpose;
   };
-  for (const Case& c : {Case{{1, 64, 64, 64}, {128, 64, 3, 3}, 1, false}, Case{{1, 64, 64, 64}, {128, 16, 3, 3}, 4, false},
-                        Case{{1, 128, 64, 64}, {128, 64, 3, 3}, 2, false},
-                        Case{{1, 64, 32, 32}, {64, 128, 4, 4}, 1, true}}) {
+  for (const Case& c : {Case{{1, 64, 64, 64}, {128, 64, 3, 3}, 1, false}, Case{{1, 128, 64, 64}, {256, 16, 3, 3}, 8, false},
+                        Case{{1, 128, 64, 64}, {256, 64, 3, 3}, 2, false},
+                        Case{{1, 64, 32, 32}, {64, 256, 4, 4}, 1, true}}) {
     Tensor x = Rand(c.x, 14), w = Rand(c.w, 15), b = Rand({c.transpose ? c.w[1] : c.w[0]}, 16);
     Node n = MakeNode(c.transpose ? "ConvTranspose" : "Conv", 3);
     SetI(n, "group", c.group);
