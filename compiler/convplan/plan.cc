@@ -227,17 +227,41 @@ Result<std::vector<int64_t>> SpatialInputSizes(const fe::Graph& g, const fe::Nod
   return out;
 }
 
+// Where a Conv / ConvTranspose runs: a DeviceOp when its weights and bias have values at plan
+// time (a device prepares weights ahead of the run: TT-NN converts and tiles them on the host) and
+// it is 1-D or 2-D (the rank-4 device API, device/backends/backend.h); otherwise a HostOp run by
+// the host kernel (runtime/host_kernels/conv.cc), on every backend. Only more than 3 spatial dims
+// run nowhere (oneDNN's convolutions stop at 3-D).
+Result<bool> ConvOnDevice(const fe::Graph& g, const fe::Node& n) {
+  if (n.inputs.size() < 2 || n.inputs[0].empty() || n.inputs[1].empty()) return NodeError(n, "needs inputs X and W");
+  size_t rank = 0;  // known tensor rank of X or W, 0 when neither is known
+  for (size_t i = 0; i < 2 && rank == 0; ++i) {
+    const fe::Tensor* t = g.FindTensor(n.inputs[i]);
+    if (t != nullptr && t->shape.has_rank()) rank = t->shape.rank();
+  }
+  if (rank > 5) {
+    return NodeError(n, std::to_string(rank - 2) + "-D convolution: only 1-D, 2-D and 3-D convolutions are supported");
+  }
+  const bool constant = ConstantThroughCast(g, n.inputs[1]) != nullptr &&
+                        (!n.has_input(2) || ConstantThroughCast(g, n.inputs[2]) != nullptr);
+  return constant && (rank == 3 || rank == 4) && g.StaticInputShape(n, 1).ok();
+}
+
 Result<PlanOp> LowerConv(const fe::Graph& g, const fe::Node& n) {
   const bool transpose = n.op_type == "ConvTranspose";
+  auto as_host_op = [&n] {
+    PlanOp op;
+    op.name = n.name;
+    op.op = n.op_type;
+    op.source_nodes = {n.name};
+    op.body = HostOp{n};
+    return op;
+  };
+  auto on_device = ConvOnDevice(g, n);
+  if (!on_device.ok()) return on_device.status();
+  if (!*on_device) return as_host_op();
   auto wshape = g.StaticInputShape(n, 1);
   if (!wshape.ok()) return wshape.status();
-  if (!ConstantThroughCast(g, n.inputs[1])) {
-    return NodeError(n, "weights '" + n.inputs[1] + "' must be a constant (initializer)");
-  }
-  if (wshape->size() != 3 && wshape->size() != 4) {
-    return NodeError(n, "only 1-D and 2-D convolutions run on the device (weight rank " +
-                            std::to_string(wshape->size()) + ")");
-  }
   const size_t rank = wshape->size() - 2;
   std::vector<int64_t> kernel(wshape->begin() + 2, wshape->end());
   auto attrs = ReadConvAttrs(n, rank, kernel);
@@ -266,6 +290,11 @@ Result<PlanOp> LowerConv(const fe::Graph& g, const fe::Node& n) {
         // ONNX ConvTranspose-11: output_shape given → pads derived from it (auto_pad decides the
         // split); SAME_* without output_shape → output = input * stride.
         int64_t target = os.empty() ? (*in)[i] * a.strides[i] : os[i];
+        // An output longer than the full one (negative total padding) has positions that hold
+        // only the bias: no device call computes them, the host kernel does.
+        if (target > a.strides[i] * ((*in)[i] - 1) + out_pad[i] + device::DilatedKernel(kernel[i], a.dilations[i])) {
+          return as_host_op();
+        }
         auto p = device::ConvTransposePadsForOutput(a.auto_pad, (*in)[i], kernel[i], a.strides[i], a.dilations[i],
                                                     out_pad[i], target);
         if (!p.ok()) return NodeError(n, p.status().message());
@@ -299,7 +328,6 @@ Result<PlanOp> LowerConv(const fe::Graph& g, const fe::Node& n) {
   d.inputs = {n.inputs[0]};
   const int64_t out_channels = transpose ? w4[1] * a.group : w4[0];
   if (n.has_input(2)) {
-    if (!ConstantThroughCast(g, n.inputs[2])) return NodeError(n, "bias '" + n.inputs[2] + "' must be a constant (initializer)");
     auto b = ConstantTensor(g, n, 2, {out_channels});
     if (!b.ok()) return NodeError(n, "bias: " + b.status().message());
     d.bias = std::move(*b);

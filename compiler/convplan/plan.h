@@ -14,11 +14,15 @@
 //      runtime's host kernel registry, runtime/host_kernels/registry.h, is the one list) for its
 //      element type; otherwise INVALID_ARGUMENT counting the unsupported nodes by op type
 //      (bounded message, see CheckSupported), before any other work.
-//   2. Lowering — one PlanOp per IR node, in the IR's topological order: Conv / ConvTranspose
-//      (1-D and 2-D) become DeviceOps with explicit pads (auto_pad, ConvTranspose output_shape
-//      resolved with device/backends/conv_geometry.h, ONNX Conv-11 / ConvTranspose-11 text), every
-//      other node a HostOp. Conv weights and bias must be constants (initializers, Constant
-//      nodes, or such a constant behind a Cast to FLOAT).
+//   2. Lowering — one PlanOp per IR node, in the IR's topological order: a 1-D or 2-D Conv /
+//      ConvTranspose whose weights and bias are constants (initializers, Constant nodes, such a
+//      constant behind a Cast to FLOAT, or values folded in step 0) becomes a DeviceOp with
+//      explicit pads (auto_pad, ConvTranspose output_shape resolved with
+//      device/backends/conv_geometry.h, ONNX Conv-11 / ConvTranspose-11 text). A conv whose
+//      weights or bias are computed at run time (a graph input, a host op's output), and every
+//      3-D conv, becomes a HostOp run by the host conv kernel (runtime/host_kernels/conv.cc) on
+//      every backend: a device needs its weights before the run (TT-NN prepares them on the host)
+//      and its API is 2-D. Every other node is a HostOp.
 //   3. Rewrite passes, one rule per file under compiler/convplan/passes/ in the style of ONNX
 //      Runtime's graph optimizer, run by the pass manager (compiler/convplan/passes/pass_manager.h,
 //      which declares the pipeline order) to a fixed point: BatchNormalization folding, activation
@@ -202,8 +206,8 @@ Result<ConvPlan> LowerModel(std::shared_ptr<const onnx_fe::Model> model, const H
 
 /// Builds the plan (see the header comment); `host_ops` says which ops the host executes (pass
 /// runtime::HostKernels(), runtime/host_kernels/registry.h). Errors: INVALID_ARGUMENT for
-/// unsupported nodes (all listed), non-constant conv weights / bias, conv ranks other than 1-D /
-/// 2-D, inconsistent attributes (message names the node), unknown disabled passes; INTERNAL when
+/// unsupported nodes (all listed), convs with more than 3 spatial dims, inconsistent attributes of
+/// a device conv (message names the node), unknown disabled passes; INTERNAL when
 /// the passes do not converge; never throws.
 Result<ConvPlan> BuildConvPlan(std::shared_ptr<const onnx_fe::Model> model, const HostOpSupport& host_ops,
                                const PlanOptions& options = {});
