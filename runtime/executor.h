@@ -74,6 +74,8 @@
 
 namespace kiln::runtime {
 
+class PreparedConvs;  // runtime/prepared_convs.h
+
 enum class RunMode { kChained = 0, kPerLayer = 1 };
 /// "chained" / "per_layer".
 const char* RunModeName(RunMode mode);
@@ -95,6 +97,10 @@ struct RunOptions {
   /// (0 = all cores) — or reuses `device` when that is itself the reference backend.
   device::Backend* reference = nullptr;
   int reference_threads = 0;
+  /// Convs prepared once for repeated runs of this plan on one backend instance (owned by the
+  /// caller, runtime/prepared_convs.h); used for the chains whose backend it was made for, ignored
+  /// otherwise. Null: every conv is prepared per call (one run pays that once per op anyway).
+  PreparedConvs* prepared = nullptr;
 };
 
 /// One op of the run.
