@@ -10,7 +10,10 @@
 //   y = activation(y)                        on the host in fp32 for K-splits (it applies to the
 //                                            sum) and when `caps.activations` lacks it
 //                                            (DeviceOpRun::activation_on_host)
-//   y = residual_activation(y + residual)    always host fp32 (no backend has an eltwise op)
+//   y = residual_activation(y + residual)    fused into the backend's prepared conv when it offers
+//                                            that (caps.fused_residual, one part, activation on
+//                                            the device, a PreparedConvs cache given), else host fp32;
+//                                            the same fp32 result either way
 // 1-D ops (spatial_rank 1) run as (N, C, 1, W) and come back as (N, C, W). Outputs are fp32 NCHW
 // row-major, or in the backend's preferred layout when the caller asks to keep it (RunDeviceOp).
 #pragma once

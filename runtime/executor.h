@@ -26,7 +26,10 @@
 // * Device ops go to `device` with RunOptions::precision (runtime/device_op_runner.h: fused
 //   activations passed to the backend when its capabilities().activations lists them, otherwise
 //   applied on the host in fp32 and flagged in the report; K-split parts summed on the host; the
-//   residual add always host fp32).
+//   residual add fused into the backend where it can, else host fp32). Without a reference chain,
+//   device-op outputs stay in the backend's preferred layout between device ops and are converted
+//   to row-major for host ops and graph outputs; RunOptions::prepared keeps convs prepared across
+//   runs (runtime/prepared_convs.h).
 // * Host ops run through the host-kernel registry (runtime/host_kernels/registry.h). Host values
 //   are row-major tensors of their ONNX element type (compiler/convplan/host_tensor.h): int64
 //   shapes stay exact, bool masks stay bool. Device ops compute in fp32: other floating inputs are
