@@ -15,15 +15,20 @@
 //     --only NAME  one model (e.g. resnet50)
 //     --no-torch   Kiln only (no ratio, no gate)
 //     --unprepared no PreparedConvs cache (every conv prepared per call: the cost it removes)
-// Prints per model the Kiln time, where it went (device ops, device-op host glue, host ops by op
-// type, executor overhead), PyTorch's time and the ratio; exits 1 when a ratio exceeds 0.8, 2 when
-// a model cannot be produced or run. Wall times: on a shared machine read the ratios, not the
+// Prints per model the Kiln time, where it went (device ops, device-op host glue — layout
+// conversions, K-split sums, host residual adds —, host ops by op type, executor overhead, which
+// includes converting device-layout values for host ops), PyTorch's time and the ratio. The first
+// run is checked against PyTorch's output for the exported input (KEY.input.npy / KEY.output0.npy):
+// max |kiln - torch| <= 1e-4 * max |torch|. Exits 1 when a ratio exceeds 0.8, 2 when a model
+// cannot be produced, run, or is wrong. Wall times: on a shared machine read the ratios, not the
 // absolute figures (both sides are timed in the same run, interleaved per model).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iomanip>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -36,6 +41,7 @@
 #include "compiler/onnx/loader.h"
 #include "device/backends/builtin.h"
 #include "device/backends/reference/reference_backend.h"
+#include "device/npy.h"
 #include "runtime/executor.h"
 #include "runtime/host_kernels/registry.h"
 #include "runtime/inputs.h"
@@ -76,6 +82,7 @@ struct KilnTiming {
   double device = 0.0, glue = 0.0, overhead = 0.0;
   std::map<std::string, double> host;  // host op type → seconds
   int device_ops = 0, host_ops = 0;
+  double rel_err = -1.0;  // max |kiln - torch| / max |torch| on PyTorch's input; < 0: not checked
 };
 
 bool TimeKiln(const std::string& path, int threads, bool use_prepared, KilnTiming* t) {
@@ -103,8 +110,14 @@ bool TimeKiln(const std::string& path, int threads, bool use_prepared, KilnTimin
     std::fprintf(stderr, "%s\n", backend.status().ToString().c_str());
     return false;
   }
+  // PyTorch's input and output as the export script wrote them (KEY.input.npy, KEY.output0.npy).
+  const std::string stem = path.substr(0, path.size() - std::string(".onnx").size());
+  auto given = kiln::device::ReadNpy(stem + ".input.npy");
+  auto expected = kiln::device::ReadNpy(stem + ".output0.npy");
   rt::RunInputs inputs;
+  if (given.ok() && plan->inputs.size() == 1) inputs.emplace(plan->inputs[0].name, std::move(*given));
   for (const auto& in : plan->inputs) {
+    if (inputs.count(in.name) != 0) continue;
     auto x = rt::GenerateInput(in, 1);
     if (!x.ok()) {
       std::fprintf(stderr, "%s: %s\n", path.c_str(), x.status().ToString().c_str());
@@ -125,6 +138,27 @@ bool TimeKiln(const std::string& path, int threads, bool use_prepared, KilnTimin
     if (!r.ok()) {
       std::fprintf(stderr, "%s: %s\n", path.c_str(), r.status().ToString().c_str());
       return false;
+    }
+    if (i == 0 && expected.ok() && !r->outputs.empty()) {
+      // The fast path must still compute the model: max |kiln - torch| <= 1e-4 * max |torch|.
+      const auto& y = r->outputs[0].second;
+      if (y.num_elements() != expected->num_elements() || y.dtype() != kiln::device::DataType::kFloat32 ||
+          expected->dtype() != kiln::device::DataType::kFloat32) {
+        std::fprintf(stderr, "%s: output %s, PyTorch's %s\n", path.c_str(), y.DebugString().c_str(),
+                     expected->DebugString().c_str());
+        return false;
+      }
+      double err = 0.0, ref = 0.0;
+      for (int64_t e = 0; e < y.num_elements(); ++e) {
+        err = std::max(err, std::fabs(double(y.data<float>()[e]) - double(expected->data<float>()[e])));
+        ref = std::max(ref, std::fabs(double(expected->data<float>()[e])));
+      }
+      t->rel_err = ref > 0.0 ? err / ref : err;
+      if (!(t->rel_err <= 1e-4)) {
+        std::fprintf(stderr, "%s: max |kiln - torch| = %g, %g x max |torch| (> 1e-4)\n", path.c_str(), err,
+                     t->rel_err);
+        return false;
+      }
     }
     if (i < kWarmups || s >= t->best) continue;
     t->best = s;
@@ -226,6 +260,7 @@ int main(int argc, char** argv) {
       << ", host";
     for (const auto& [op, s] : k.host) b << " " << op << " " << s * 1e3;
     b << ", overhead " << k.overhead * 1e3;
+    if (k.rel_err >= 0.0) b << "; err " << std::scientific << std::setprecision(1) << k.rel_err << " x max|torch|";
     const double ratio = torch ? k.best / torch_s : 0.0;
     if (torch && ratio > kTargetRatio) over = true;
     std::printf("%-16s %10.1f %10.1f %8.2f   %s%s\n", Key(m).c_str(), k.best * 1e3, torch_s * 1e3, ratio,
