@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "runtime/prepared_convs.h"
+
 namespace kiln::runtime {
 
 using convplan::DeviceOp;
@@ -18,18 +20,72 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// dst[j * rows + i] = src[i * cols + j] for one (rows x cols) float matrix, in cache-sized tiles.
+void Transpose(const float* src, float* dst, int64_t rows, int64_t cols) {
+  constexpr int64_t kTile = 16;
+  for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
+    const int64_t i1 = std::min(rows, i0 + kTile);
+    for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+      const int64_t j1 = std::min(cols, j0 + kTile);
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t j = j0; j < j1; ++j) dst[j * rows + i] = src[i * cols + j];
+    }
+  }
+}
+
 }  // namespace
+
+Result<Tensor> ConvertLayout(const Tensor& t, device::Layout layout) {
+  if (t.layout() == layout) return Tensor(t);
+  if (t.dtype() != device::DataType::kFloat32 || (t.rank() != 3 && t.rank() != 4)) return t.ToLayout(layout);
+  auto out = Tensor::Zeros(t.shape(), t.dtype(), layout);
+  if (!out.ok()) return out.status();
+  const int64_t N = t.dim(0), C = t.dim(1);
+  const int64_t inner = t.num_elements() / std::max<int64_t>(1, N * C);
+  const float* src = t.data<float>();
+  float* dst = out->data<float>();
+  // Per image: NCHW is a (C x spatial) matrix, NHWC its transpose.
+  for (int64_t n = 0; n < N; ++n) {
+    if (layout == device::Layout::kNHWC) {
+      Transpose(src + n * C * inner, dst + n * C * inner, C, inner);
+    } else {
+      Transpose(src + n * C * inner, dst + n * C * inner, inner, C);
+    }
+  }
+  return out;
+}
 
 Result<DeviceOpRun> RunDeviceOp(const DeviceOp& d, device::Backend& be, const device::BackendCapabilities& caps,
                                 const std::vector<const Tensor*>& ins, const Tensor* residual,
-                                const device::PrecisionConfig& precision, const device::CancelToken* cancel) {
+                                const device::PrecisionConfig& precision, const device::CancelToken* cancel,
+                                PreparedConvs* prepared, size_t op_index, bool keep_backend_layout) {
   DeviceOpRun r;
+  // The layout of the backend calls and of r.y: the backend's own when the caller keeps it (2-D
+  // only; 1-D ops reshape row-major tensors), else NCHW.
+  const device::Layout io = keep_backend_layout && d.spatial_rank == 2 && caps.accepts_nhwc
+                                ? caps.preferred_layout
+                                : device::Layout::kNCHW;
   const bool ksplit = d.inputs.size() > 1;
   // The activation runs on the host (fp32) for K-splits (it applies to the sum) and when the
   // backend does not offer it as a fused activation.
   const bool host_act = ksplit || std::find(caps.activations.begin(), caps.activations.end(), d.activation()) ==
                                       caps.activations.end();
   r.activation_on_host = host_act && d.activation() != Activation::kNone;
+  // The residual add runs inside the backend's prepared conv where it can fuse it (one part,
+  // activation on the device; same fp32 result, backend.h PrepareConv2dResidual), else on the host.
+  Tensor residual_io;
+  bool fuse_residual = residual != nullptr && prepared != nullptr && caps.fused_residual && !host_act &&
+                       d.kind == DeviceOpKind::kConv2d && d.spatial_rank == 2;
+  if (fuse_residual) {
+    if (residual->rank() != 4 || residual->shape()[0] != ins[0]->dim(0) || residual->shape()[1] != d.out_channels()) {
+      fuse_residual = false;  // the host path below reports the mismatch
+    } else if (residual->layout() != io) {
+      auto t = ConvertLayout(*residual, io);
+      if (!t.ok()) return t.status();
+      residual_io = std::move(*t);
+      residual = &residual_io;
+    }
+  }
   for (size_t k = 0; k < d.inputs.size(); ++k) {
     const Tensor& x = *ins[k];
     if (x.rank() != d.spatial_rank + 2) {
@@ -38,6 +94,14 @@ Result<DeviceOpRun> RunDeviceOp(const DeviceOp& d, device::Backend& be, const de
     }
     Tensor x4;
     const Tensor* xp = &x;
+    if (x.layout() != io) {
+      const auto tc = Clock::now();
+      auto t = ConvertLayout(x, io);
+      if (!t.ok()) return t.status();
+      x4 = std::move(*t);
+      xp = &x4;
+      r.host_seconds += Since(tc);
+    }
     if (d.spatial_rank == 1) {
       auto t = x.Reshaped({x.dim(0), x.dim(1), 1, x.dim(2)});
       if (!t.ok()) return t.status();
@@ -54,14 +118,30 @@ Result<DeviceOpRun> RunDeviceOp(const DeviceOp& d, device::Backend& be, const de
     if (d.kind == DeviceOpKind::kConv2d) {
       device::Conv2dParams p = d.conv;
       if (host_act) p.activation = Activation::kNone;
-      y = be.Conv2d(*xp, d.weights[k], bias, p, ctx);
+      // A prepared conv when the caller keeps them (weights already in the backend's format);
+      // the same computation as Conv2d (backend.h), without per-call preparation.
+      PreparedConvs::Lease lease;
+      if (fuse_residual) {
+        auto l = prepared->Acquire(op_index, k, xp->shape(), xp->layout(), p, precision, d.residual_activation);
+        if (!l.ok()) return l.status();
+        lease = std::move(*l);
+        fuse_residual = static_cast<bool>(lease);
+      }
+      if (!lease && prepared != nullptr) {
+        auto l = prepared->Acquire(op_index, k, xp->shape(), xp->layout(), p, precision);
+        if (!l.ok()) return l.status();
+        lease = std::move(*l);
+      }
+      y = !lease          ? be.Conv2d(*xp, d.weights[k], bias, p, ctx)
+          : fuse_residual ? lease.get()->RunResidual(*xp, *residual, ctx)
+                          : lease.get()->Run(*xp, ctx);
     } else {
       device::ConvTranspose2dParams p = d.conv_transpose;
       if (host_act) p.activation = Activation::kNone;
       y = be.ConvTranspose2d(*xp, d.weights[k], bias, p, ctx);
     }
     if (!y.ok()) return y.status();
-    auto yn = y->ToLayout(device::Layout::kNCHW);
+    Result<Tensor> yn = y->layout() == io ? std::move(*y) : ConvertLayout(*y, io);
     if (!yn.ok()) return yn.status();
     r.device_seconds += rep.seconds;
     r.macs += rep.macs;
@@ -84,11 +164,18 @@ Result<DeviceOpRun> RunDeviceOp(const DeviceOp& d, device::Backend& be, const de
     const int64_t O = r.y.dim(1);
     const int64_t inner = r.y.num_elements() / std::max<int64_t>(1, r.y.dim(0) * O);
     float* y = r.y.data<float>();
-    for (int64_t n = 0; n < r.y.dim(0); ++n) {
-      for (int64_t o = 0; o < O; ++o) {
-        const float b = hb != nullptr ? hb->data<float>()[o] : 0.0f;
-        float* row = y + (n * O + o) * inner;
-        for (int64_t e = 0; e < inner; ++e) row[e] = device::ApplyActivation(d.activation(), row[e] + b);
+    if (r.y.layout() == device::Layout::kNCHW) {
+      for (int64_t n = 0; n < r.y.dim(0); ++n) {
+        for (int64_t o = 0; o < O; ++o) {
+          const float b = hb != nullptr ? hb->data<float>()[o] : 0.0f;
+          float* row = y + (n * O + o) * inner;
+          for (int64_t e = 0; e < inner; ++e) row[e] = device::ApplyActivation(d.activation(), row[e] + b);
+        }
+      }
+    } else {  // channels last: the channel is the fastest index
+      for (int64_t e = 0; e < r.y.num_elements(); ++e) {
+        const float b = hb != nullptr ? hb->data<float>()[e % O] : 0.0f;
+        y[e] = device::ApplyActivation(d.activation(), y[e] + b);
       }
     }
   }
@@ -97,10 +184,17 @@ Result<DeviceOpRun> RunDeviceOp(const DeviceOp& d, device::Backend& be, const de
     if (!t.ok()) return t.status();
     r.y = std::move(*t);
   }
-  if (residual != nullptr) {
+  if (residual != nullptr && !fuse_residual) {
     if (residual->shape() != r.y.shape()) {
       return InvalidArgument("residual '" + d.residual + "' has shape " + device::ShapeToString(residual->shape()) +
                              ", the conv output " + device::ShapeToString(r.y.shape()));
+    }
+    Tensor rc;
+    if (residual->layout() != r.y.layout()) {
+      auto t = ConvertLayout(*residual, r.y.layout());
+      if (!t.ok()) return t.status();
+      rc = std::move(*t);
+      residual = &rc;
     }
     float* y = r.y.data<float>();
     const float* q = residual->data<float>();
@@ -115,6 +209,11 @@ Result<std::vector<Tensor>> SplitOutputs(const DeviceOp& d, Tensor y) {
   if (d.outputs.size() == 1 && d.outputs[0].channel_begin == 0 && d.outputs[0].channel_end == y.dim(1)) {
     out.push_back(std::move(y));
     return out;
+  }
+  if (y.layout() != device::Layout::kNCHW) {
+    auto t = ConvertLayout(y, device::Layout::kNCHW);
+    if (!t.ok()) return t.status();
+    y = std::move(*t);
   }
   const int64_t N = y.dim(0), C = y.dim(1);
   const int64_t inner = y.num_elements() / std::max<int64_t>(1, N * C);

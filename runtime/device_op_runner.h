@@ -10,9 +10,12 @@
 //   y = activation(y)                        on the host in fp32 for K-splits (it applies to the
 //                                            sum) and when `caps.activations` lacks it
 //                                            (DeviceOpRun::activation_on_host)
-//   y = residual_activation(y + residual)    always host fp32 (no backend has an eltwise op)
+//   y = residual_activation(y + residual)    fused into the backend's prepared conv when it offers
+//                                            that (caps.fused_residual, one part, activation on
+//                                            the device, a PreparedConvs cache given), else host fp32;
+//                                            the same fp32 result either way
 // 1-D ops (spatial_rank 1) run as (N, C, 1, W) and come back as (N, C, W). Outputs are fp32 NCHW
-// row-major whatever layout the backend returns.
+// row-major, or in the backend's preferred layout when the caller asks to keep it (RunDeviceOp).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +30,8 @@
 
 namespace kiln::runtime {
 
+class PreparedConvs;
+
 /// Result of one device op on one backend, before the output split.
 struct DeviceOpRun {
   device::Tensor y;                 ///< all O output channels
@@ -40,13 +45,24 @@ struct DeviceOpRun {
 
 /// Runs `op` on `backend` (whose capabilities are `caps`) with `inputs` (one per DeviceOp::inputs
 /// entry) and `residual` (null unless DeviceOp::residual is set), at `precision`, checking `cancel`
-/// (may be null; backends check it inside long ops). Errors: INVALID_ARGUMENT for an input of the
+/// (may be null; backends check it inside long ops). `prepared` (may be null; runtime/prepared_convs.h,
+/// for the plan `op` belongs to and for `backend`) supplies the conv2d parts of plan op `op_index`
+/// prepared once instead of per call. Layout: inputs may come in either layout; with
+/// `keep_backend_layout` 2-D ops run in caps.preferred_layout (inputs converted to it) and
+/// DeviceOpRun::y stays in it — for values only the executor reads, which converts them to NCHW
+/// where host ops or graph outputs need row-major; otherwise y is NCHW. Either way the values are
+/// the same. Errors: INVALID_ARGUMENT for an input of the
 /// wrong rank or a residual of another shape than the conv output, INTERNAL when K parts disagree
 /// in shape, the backend's errors unchanged.
 Result<DeviceOpRun> RunDeviceOp(const convplan::DeviceOp& op, device::Backend& backend,
                                 const device::BackendCapabilities& caps, const std::vector<const device::Tensor*>& inputs,
                                 const device::Tensor* residual, const device::PrecisionConfig& precision,
-                                const device::CancelToken* cancel);
+                                const device::CancelToken* cancel, PreparedConvs* prepared = nullptr,
+                                size_t op_index = 0, bool keep_backend_layout = false);
+
+/// `t` in `layout` (a copy when it already is): a tiled transpose per image for float32 rank 3/4,
+/// Tensor::ToLayout otherwise. Errors as Tensor::ToLayout.
+Result<device::Tensor> ConvertLayout(const device::Tensor& t, device::Layout layout);
 
 /// Splits `y` into the op's output slices (DeviceOp::outputs order; channels [begin, end) of
 /// dim 1). One slice covering every channel moves `y` without a copy.

@@ -16,6 +16,7 @@
 #include "runtime/accuracy.h"
 #include "runtime/device_op_runner.h"
 #include "runtime/host_kernels/registry.h"
+#include "runtime/prepared_convs.h"
 
 namespace kiln::runtime {
 
@@ -133,6 +134,7 @@ class Runner {
       rep.on_device = op.on_device();
       rep.source_nodes = op.source_nodes;
       Status s;
+      op_index_ = i;
       try {
         s = op.on_device() ? RunDevice(op, rep) : RunHost(op, rep);
       } catch (const std::bad_alloc&) {
@@ -163,7 +165,9 @@ class Runner {
         t = Find(dev_vals_, o.tensor);
       }
       if (t == nullptr) return Internal("graph output '" + o.name + "' was not computed");
-      result.outputs.emplace_back(o.name, *t);
+      auto rm = RowMajor(*t);
+      if (!rm.ok()) return rm.status();
+      result.outputs.emplace_back(o.name, std::move(*rm));
     }
     result.total_seconds = Since(t0);
     return result;
@@ -238,7 +242,10 @@ class Runner {
     auto fres = ToFp32({res}, fres_v);
     if (!fres.ok()) return fres.status();
     res = fres_v[0];
-    auto dr = RunDeviceOp(d, dev_, dev_caps_, *ins, res, opt_.precision, cancel_);
+    // Without a reference chain the device values are read by this loop only: they stay in the
+    // backend's layout between device ops (RowMajor converts them for host ops and outputs).
+    auto dr = RunDeviceOp(d, dev_, dev_caps_, *ins, res, opt_.precision, cancel_, Prepared(dev_), op_index_,
+                          !with_ref_);
     if (!dr.ok()) return dr.status().WithContext("op '" + op.name + "' (" + op.op + ") on " + dev_.name());
     rep.seconds = dr->device_seconds;
     rep.host_seconds = dr->host_seconds;
@@ -267,7 +274,7 @@ class Runner {
           rres = v[0];
         }
       }
-      auto rr = RunDeviceOp(d, ref_, ref_caps_, rins, rres, opt_.precision, cancel_);
+      auto rr = RunDeviceOp(d, ref_, ref_caps_, rins, rres, opt_.precision, cancel_, Prepared(ref_), op_index_);
       if (!rr.ok()) return rr.status().WithContext("op '" + op.name + "' (" + op.op + ") on the fp32 reference");
       auto ref_out = SplitOutputs(d, std::move(rr->y));
       if (!ref_out.ok()) return ref_out.status();
@@ -288,11 +295,26 @@ class Runner {
     return Status::Ok();
   }
 
+  // RunOptions::prepared when it holds this plan's convs on `backend`, else null (unprepared).
+  PreparedConvs* Prepared(const device::Backend& backend) const {
+    return opt_.prepared != nullptr && opt_.prepared->Serves(plan_, backend) ? opt_.prepared : nullptr;
+  }
+
+  // `t` as a row-major (NCHW) tensor: device ops may leave values in their backend's layout.
+  static Result<Tensor> RowMajor(const Tensor& t) { return ConvertLayout(t, device::Layout::kNCHW); }
+
   Status RunHost(const PlanOp& op, LayerReport& rep) {
     const fe::Node& n = op.host().node;
     const HostKernelRegistry& kernels = HostKernels();
     const HostKernelContext ctx{ref_, cancel_};
     Values& src = per_layer_ ? ref_vals_ : dev_vals_;
+    for (const std::string& name : n.inputs) {  // host kernels read row-major tensors
+      auto it = src.find(name);
+      if (it == src.end() || it->second.layout() == device::Layout::kNCHW) continue;
+      auto rm = RowMajor(it->second);
+      if (!rm.ok()) return rm.status();
+      it->second = std::move(*rm);
+    }
     auto ins = Gather(src, n.inputs);
     if (!ins.ok()) return ins.status();
     rep.input_shapes = Shapes(*ins);
@@ -328,6 +350,7 @@ class Runner {
   const ProgressFn& progress_;
   bool with_ref_ = false;
   bool per_layer_ = false;
+  size_t op_index_ = 0;  // index in plan_.ops of the op being run
   Values dev_vals_, ref_vals_, dev_out_, consts_;
   std::set<std::string> graph_outputs_;
   device::BackendCapabilities dev_caps_, ref_caps_;

@@ -26,7 +26,10 @@
 // * Device ops go to `device` with RunOptions::precision (runtime/device_op_runner.h: fused
 //   activations passed to the backend when its capabilities().activations lists them, otherwise
 //   applied on the host in fp32 and flagged in the report; K-split parts summed on the host; the
-//   residual add always host fp32).
+//   residual add fused into the backend where it can, else host fp32). Without a reference chain,
+//   device-op outputs stay in the backend's preferred layout between device ops and are converted
+//   to row-major for host ops and graph outputs; RunOptions::prepared keeps convs prepared across
+//   runs (runtime/prepared_convs.h).
 // * Host ops run through the host-kernel registry (runtime/host_kernels/registry.h). Host values
 //   are row-major tensors of their ONNX element type (compiler/convplan/host_tensor.h): int64
 //   shapes stay exact, bool masks stay bool. Device ops compute in fp32: other floating inputs are
@@ -74,6 +77,8 @@
 
 namespace kiln::runtime {
 
+class PreparedConvs;  // runtime/prepared_convs.h
+
 enum class RunMode { kChained = 0, kPerLayer = 1 };
 /// "chained" / "per_layer".
 const char* RunModeName(RunMode mode);
@@ -95,6 +100,10 @@ struct RunOptions {
   /// (0 = all cores) — or reuses `device` when that is itself the reference backend.
   device::Backend* reference = nullptr;
   int reference_threads = 0;
+  /// Convs prepared once for repeated runs of this plan on one backend instance (owned by the
+  /// caller, runtime/prepared_convs.h); used for the chains whose backend it was made for, ignored
+  /// otherwise. Null: every conv is prepared per call (one run pays that once per op anyway).
+  PreparedConvs* prepared = nullptr;
 };
 
 /// One op of the run.

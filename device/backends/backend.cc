@@ -292,4 +292,14 @@ std::vector<std::string> BackendRegistry::Names() const {
   return names;
 }
 
+Result<std::unique_ptr<PreparedConv>> Backend::PrepareConv2dResidual(std::vector<int64_t>, Layout, const Tensor&,
+                                                                     const Tensor*, const Conv2dParams&, Activation,
+                                                                     const PrecisionConfig&) {
+  return Unimplemented(name() + ": no fused residual add");
+}
+
+Result<Tensor> PreparedConv::RunResidual(const Tensor&, const Tensor&, const ExecContext&) {
+  return Unimplemented("this prepared conv has no fused residual add");
+}
+
 }  // namespace kiln::device

@@ -179,9 +179,14 @@ struct BackendCapabilities {
   bool conv_transpose2d = true;
   bool pool2d = false;
   bool accepts_nhwc = false;           ///< Layout::kNHWC inputs accepted (output follows input)
+  /// The activation layout the backend's conv2d computes in without converting (kNHWC only with
+  /// accepts_nhwc). The runtime (runtime/device_op_runner.h) may keep feature maps in it between
+  /// device ops; results are the same in either layout.
+  Layout preferred_layout = Layout::kNCHW;
   bool honours_precision = false;      ///< false: computes in fp32 whatever ExecContext::precision says
   bool deterministic = true;           ///< same inputs → bit-identical outputs
   bool prepared_ops = false;           ///< PrepareConv2d is specialised (not the generic wrapper)
+  bool fused_residual = false;         ///< PrepareConv2dResidual is implemented (else UNIMPLEMENTED)
   std::vector<Activation> activations; ///< fused activations supported
   std::string description;             ///< one line for `kiln devices`
 };
@@ -218,6 +223,16 @@ class Backend {
   virtual Result<std::unique_ptr<PreparedConv>> PrepareConv2d(
       std::vector<int64_t> input_shape, Layout input_layout, const Tensor& weights,
       const Tensor* bias, const Conv2dParams& params, const PrecisionConfig& precision);
+
+  /// As PrepareConv2d, for a conv followed by a residual add (ONNX Conv [+ activation] + Add
+  /// [+ activation]): PreparedConv::RunResidual computes
+  ///   y = residual_activation(activation(conv(x) + bias) + addend)
+  /// in fp32 with the same rounding as the separate ops (each intermediate an fp32 value).
+  /// Default: UNIMPLEMENTED (capabilities().fused_residual false); a backend may also answer
+  /// UNIMPLEMENTED for one shape or layout it cannot fuse — callers then run the add themselves.
+  virtual Result<std::unique_ptr<PreparedConv>> PrepareConv2dResidual(
+      std::vector<int64_t> input_shape, Layout input_layout, const Tensor& weights, const Tensor* bias,
+      const Conv2dParams& params, Activation residual_activation, const PrecisionConfig& precision);
 };
 
 /// A conv prepared for one input shape (Triton's model instance). One thread at a time.
@@ -227,6 +242,10 @@ class PreparedConv {
   /// Runs on `input` (shape and layout must equal the prepared ones, else INVALID_ARGUMENT).
   /// `ctx.precision` is ignored: the precision was fixed by PrepareConv2d.
   virtual Result<Tensor> Run(const Tensor& input, const ExecContext& ctx) = 0;
+  /// For a conv from PrepareConv2dResidual: as Run, plus the fused residual add; `addend` has the
+  /// output's logical shape and the input's layout (else INVALID_ARGUMENT). Default (and for a
+  /// conv from PrepareConv2d): UNIMPLEMENTED.
+  virtual Result<Tensor> RunResidual(const Tensor& input, const Tensor& addend, const ExecContext& ctx);
   /// Output shape (N, O, OH, OW), logical.
   virtual const std::vector<int64_t>& output_shape() const = 0;
 };

@@ -5,6 +5,12 @@
 //   memory format (format_tag::any): activations are reordered to it and back, weights are
 //   reordered once per call — or once per PreparedConv (PrepareConv2d), which also keeps the
 //   primitive; use that for repeated execution. oneDNN's own primitive cache is on as well.
+//   capabilities().preferred_layout is the activation format oneDNN picks by itself on this CPU
+//   (NHWC with AVX-512 brgconv; NCHW is reported where it picks a blocked format): inputs in it
+//   need no reorder. PrepareConv2dResidual fuses a residual add as oneDNN's sum post-op (the
+//   output buffer preloaded with the addend; fp32 add, rounding as the separate Add), only where
+//   oneDNN's own output format is the caller's layout (else UNIMPLEMENTED: forcing the format can
+//   select another kernel and summation order).
 //   Environment: KILN_REFERENCE_FORMAT=nhwc runs convs directly on NHWC activations when an
 //   optimised kernel takes them (skips the activation reorders; same speed on AVX2, see the .cc).
 // * Ignores ExecContext::precision (always fp32; capabilities().honours_precision is false) and
