@@ -178,6 +178,7 @@ class Runner {
   const Tensor* Find(Values& v, const std::string& name) {
     auto it = v.find(name);
     if (it != v.end()) return &it->second;
+    if (auto h = plan_.host_constants.find(name); h != plan_.host_constants.end()) return h->second.get();
     auto c = consts_.find(name);
     if (c != consts_.end()) return &c->second;
     auto t = ConstantToTensor(plan_, name);

@@ -8,6 +8,7 @@
 
 #include "common/reactor.h"
 #include "compiler/convplan/fold_constants.h"
+#include "compiler/convplan/host_tensor.h"
 #include "compiler/convplan/passes/pass_manager.h"
 #include "device/backends/conv_geometry.h"
 
@@ -442,6 +443,26 @@ Result<ConvPlan> LowerModel(std::shared_ptr<const fe::Model> model, const HostOp
   return plan;
 }
 
+namespace {
+
+Status ConvertHostConstants(ConvPlan& plan) {
+  const fe::Graph& g = plan.model->graph();
+  for (const PlanOp& op : plan.ops) {
+    if (op.on_device()) continue;
+    for (const std::string& name : op.Inputs()) {
+      if (plan.host_constants.count(name) != 0) continue;
+      const fe::Tensor* t = g.FindTensor(name);
+      if (t == nullptr || !t->constant) continue;
+      auto c = convplan::ConstantTensor(*t);
+      if (!c.ok()) return c.status();
+      plan.host_constants.emplace(name, std::make_shared<const device::Tensor>(std::move(*c)));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<ConvPlan> BuildConvPlan(std::shared_ptr<const fe::Model> model, const HostOpSupport& host_ops,
                                const PlanOptions& options) {
   AssertNotOnReactor("BuildConvPlan");
@@ -456,7 +477,10 @@ Result<ConvPlan> BuildConvPlan(std::shared_ptr<const fe::Model> model, const Hos
     auto plan = LowerModel(std::move(folded->model), host_ops);
     if (!plan.ok()) return plan.status();
     plan->folded_nodes = folded->folded_nodes;
-    return RunPasses(std::move(*plan), *passes, options.max_rounds);
+    auto done = RunPasses(std::move(*plan), *passes, options.max_rounds);
+    if (!done.ok()) return done.status();
+    KILN_RETURN_IF_ERROR(ConvertHostConstants(*done));
+    return done;
   } catch (const std::bad_alloc&) {
     return ResourceExhausted("BuildConvPlan: out of memory");
   } catch (const std::exception& e) {

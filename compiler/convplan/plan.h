@@ -164,6 +164,10 @@ struct ConvPlan {
   /// Number of ONNX nodes evaluated when the plan was built (compiler/convplan/fold_constants.h):
   /// they are not in `ops`, and `model` is the folded model, whose constants hold their values.
   int64_t folded_nodes = 0;
+  /// Every model constant a host op reads, converted once when the plan was built (host tensors
+  /// of their ONNX element type, compiler/convplan/host_tensor.h), so runs share them instead of
+  /// converting per run. Immutable; by tensor name.
+  std::map<std::string, std::shared_ptr<const device::Tensor>> host_constants;
   /// Log of the rewrites applied, in order ("FoldBatchNorm: bn1 into conv1").
   std::vector<std::string> rewrites;
 
