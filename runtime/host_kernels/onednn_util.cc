@@ -1,0 +1,72 @@
+#include "runtime/host_kernels/onednn_util.h"
+
+#include <algorithm>
+#include <new>
+#include <string>
+
+namespace kiln::runtime::host_kernels {
+
+dnnl::engine& DnnEngine() {
+  static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+dnnl::memory::desc DnnDesc(const Shape& shape, dnnl::memory::data_type dt) {
+  dnnl::memory::dims dims(std::max<size_t>(shape.size(), 1), 1);
+  std::copy(shape.begin(), shape.end(), dims.begin());
+  dnnl::memory::dims strides(dims.size(), 1);
+  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * std::max<int64_t>(dims[i + 1], 1);
+  return dnnl::memory::desc(dims, dt, strides);
+}
+
+dnnl::memory DnnMem(const dnnl::memory::desc& md, const void* data) {
+  return dnnl::memory(md, DnnEngine(), const_cast<void*>(data));
+}
+
+void DnnExecute(const dnnl::primitive& prim, const std::unordered_map<int, dnnl::memory>& args) {
+  dnnl::stream s(DnnEngine());
+  prim.execute(s, args);
+  s.wait();
+}
+
+Status DnnGuard(const onnx_fe::Node& n, const std::function<Status()>& fn) {
+  try {
+    return fn();
+  } catch (const dnnl::error& e) {
+    if (e.status == dnnl_out_of_memory) return ResourceExhausted(n.Describe() + ": oneDNN could not allocate memory");
+    return Internal(n.Describe() + ": oneDNN error " + std::to_string(e.status) + ": " + e.what());
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted(n.Describe() + ": out of memory");
+  }
+}
+
+Status ForRowChunks(int64_t rows, int64_t row_elems, const device::CancelToken* cancel,
+                    const std::function<Status(int64_t, int64_t)>& fn) {
+  const int64_t per = std::max<int64_t>(1, kCancelPollWork / std::max<int64_t>(row_elems, 1));
+  CancelPoll poll(cancel);
+  for (int64_t r0 = 0; r0 < rows; r0 += per) {
+    const int64_t cnt = std::min(per, rows - r0);
+    KILN_RETURN_IF_ERROR(fn(r0, cnt));
+    KILN_RETURN_IF_ERROR(poll.Tick(cnt * std::max<int64_t>(row_elems, 1)));
+  }
+  return Status::Ok();
+}
+
+bool IsDnnFloat(device::DataType d) {
+  return d == device::DataType::kFloat32 || d == device::DataType::kFloat16 || d == device::DataType::kBFloat16;
+}
+
+Result<const Tensor*> AsFloat32(const Tensor& t, Tensor& holder) {
+  if (t.dtype() == device::DataType::kFloat32) return &t;
+  auto f = t.ToFloat32();
+  if (!f.ok()) return f.status();
+  holder = std::move(*f);
+  return &holder;
+}
+
+Result<Tensor> FromFloat32(Tensor y, device::DataType dtype) {
+  if (dtype == device::DataType::kFloat32) return y;
+  return y.CastTo(dtype);
+}
+
+}  // namespace kiln::runtime::host_kernels
