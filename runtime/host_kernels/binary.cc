@@ -1,7 +1,7 @@
 // Element-wise binary and variadic host kernels with numpy broadcasting (onnx/docs/Broadcasting.md;
 // operator definitions in onnx/docs/Operators.md): Add, Sub, Mul, Div, Pow, Min, Max, Sum, Mean
 // (Min / Max / Sum / Mean take 1..N inputs, folded left to right), Equal, Greater, Less (bool
-// outputs). Shapes that do not broadcast are INVALID_ARGUMENT naming the node.
+// outputs), PRelu (see PRelu below). Shapes that do not broadcast are INVALID_ARGUMENT naming the node.
 // Paths:
 // * float32 (float16 / bfloat16 computed in float32): oneDNN 2.6 binary (add, sub, mul, div, min,
 //   max, eq, gt, lt; comparisons write u8 0 / 1 straight into the bool output). oneDNN broadcasts
@@ -365,6 +365,82 @@ Out Variadic(const fe::Node& n, const HostKernelInputs& in, const HostKernelCont
   return Outputs(std::move(acc));
 }
 
+// PRelu: y = x < 0 ? slope·x : x, slope broadcast to x (unidirectional, onnx PRelu-9+). float32:
+// oneDNN prelu (weights of x's rank, each dim 1 or x's); float64 and integers typed.
+Out PRelu(const fe::Node& n, const HostKernelInputs& in, const HostKernelContext& ctx) {
+  auto xr = Required(n, in, 0, "first input");
+  if (!xr.ok()) return xr.status();
+  auto sr = Required(n, in, 1, "slope");
+  if (!sr.ok()) return sr.status();
+  const Tensor& x = **xr;
+  Tensor slope_in = **sr;
+  if (n.opset_version < 7 && slope_in.rank() == 1 && x.rank() >= 2 && slope_in.dim(0) == x.dim(1) && x.dim(1) != 1) {
+    // PRelu-6: a [C] slope is per channel (dim 1), before PRelu-7 made it numpy broadcasting.
+    Shape cs(static_cast<size_t>(x.rank() - 1), 1);
+    cs[0] = x.dim(1);
+    auto rs = slope_in.Reshaped(cs);
+    if (!rs.ok()) return rs.status();
+    slope_in = std::move(*rs);
+  }
+  auto bs = BroadcastShape(x.shape(), slope_in.shape());
+  if (!bs.ok() || *bs != x.shape()) return Err(n, "slope " + device::ShapeToString(slope_in.shape()) +
+                                                   " does not broadcast to the input " + device::ShapeToString(x.shape()));
+  auto slope = slope_in.CastTo(x.dtype());
+  if (!slope.ok()) return slope.status();
+  if (IsDnnFloat(x.dtype())) {
+    Tensor hx, hs;
+    auto xf = AsFloat32(x, hx);
+    if (!xf.ok()) return xf.status();
+    auto sf = AsFloat32(*slope, hs);
+    if (!sf.ok()) return sf.status();
+    auto y = Make(x.shape());
+    if (!y.ok()) return y.status();
+    const size_t rank = std::max<size_t>(x.shape().size(), 1);
+    const Shape sx = PadRank(x.shape(), rank), sw = PadRank(slope->shape(), rank);
+    int64_t row = 1, w_row = 1;
+    for (size_t d = 1; d < rank; ++d) {
+      row *= sx[d];
+      w_row *= sw[d];
+    }
+    const float* px = (*xf)->data<float>();
+    const float* pw = (*sf)->data<float>();
+    float* py = y->data<float>();
+    if (x.num_elements() > 0) {
+      KILN_RETURN_IF_ERROR(DnnGuard(n, [&] {
+        return ForRowChunks(sx[0], row, ctx.cancel, [&](int64_t r0, int64_t cnt) {
+          Shape s0 = sx, s1 = sw;
+          s0[0] = cnt;
+          if (s1[0] != 1) s1[0] = cnt;
+          const auto md = DnnDesc(s0), wd = DnnDesc(s1);
+          dnnl::prelu_forward::desc d(dnnl::prop_kind::forward_inference, md, wd);
+          dnnl::prelu_forward prim(dnnl::prelu_forward::primitive_desc(d, DnnEngine()));
+          DnnExecute(prim, {{DNNL_ARG_SRC, DnnMem(md, px + r0 * row)},
+                            {DNNL_ARG_WEIGHTS, DnnMem(wd, pw + (sw[0] == 1 ? 0 : r0 * w_row))},
+                            {DNNL_ARG_DST, DnnMem(md, py + r0 * row)}});
+          return Status::Ok();
+        });
+      }));
+    }
+    auto out = FromFloat32(std::move(*y), x.dtype());
+    if (!out.ok()) return out.status();
+    return Outputs(std::move(*out));
+  }
+  auto y = Make(x.shape(), x.dtype());
+  if (!y.ok()) return y.status();
+  Status st = device::VisitDataType(x.dtype(), [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    constexpr DataType kT = decltype(tag)::kType;
+    if constexpr (kT == DataType::kFloat16 || kT == DataType::kBFloat16 || kT == DataType::kBool) {
+      return Err(n, "unreachable");
+    } else {
+      return BroadcastLoop(x.data<T>(), x.shape(), slope->data<T>(), slope->shape(), y->data<T>(), x.shape(),
+                           ctx.cancel, [](T v, T a) { return v < T{0} ? static_cast<T>(a * v) : v; });
+    }
+  });
+  KILN_RETURN_IF_ERROR(st);
+  return Outputs(std::move(*y));
+}
+
 // One output of the broadcast shape of all inputs (fp32 bound, kernel_util.h).
 int64_t BroadcastBytes(const fe::Node&, const std::vector<Shape>& s) {
   if (s.empty()) return 0;
@@ -407,6 +483,8 @@ void RegisterHostKernels_binary(HostKernelRegistry& r) {
   r.Add({{"Equal"}, BroadcastBytes, Binary<B::kEqual>, Paths(kInts, true)});
   r.Add({{"Greater"}, BroadcastBytes, Binary<B::kGreater>, Paths(kInts)});
   r.Add({{"Less"}, BroadcastBytes, Binary<B::kLess>, Paths(kInts)});
+  r.Add({{"PRelu"}, BroadcastBytes, PRelu,
+         Paths({DataType::kInt32, DataType::kInt64, DataType::kUInt32, DataType::kUInt64})});
 }
 
 }  // namespace kiln::runtime::host_kernels
