@@ -159,6 +159,9 @@ Status DnnBinary(const fe::Node& n, B op, const Tensor& a0, const Tensor& b0, co
                  const device::CancelToken* cancel) {
   const Tensor* a = &a0;
   const Tensor* b = &b0;
+  int64_t count = 1;
+  for (int64_t d : out) count *= d;
+  if (count == 0) return Status::Ok();
   const size_t rank = std::max<size_t>(out.size(), 1);
   const Shape so = PadRank(out, rank);
   Tensor expanded;
@@ -175,18 +178,26 @@ Status DnnBinary(const fe::Node& n, B op, const Tensor& a0, const Tensor& b0, co
       a = &expanded;
     }
   }
-  const Shape sb = PadRank(b->shape(), rank);
+  Shape sb = PadRank(b->shape(), rank);
+  // Leading 1s carry no work: chunk along the first dimension that does.
+  Shape so_s = so;
+  while (so_s.size() > 1 && so_s[0] == 1) {
+    so_s.erase(so_s.begin());
+    sb.erase(sb.begin());
+  }
+  const Shape& so2 = so_s;
   const auto dst_dt = IsCompare(op) ? dnnl::memory::data_type::u8 : dnnl::memory::data_type::f32;
   const size_t dst_es = IsCompare(op) ? 1 : 4;
-  int64_t row = 1;
-  for (size_t d = 1; d < rank; ++d) row *= so[d];
-  int64_t b_row = 1;
-  for (size_t d = 1; d < rank; ++d) b_row *= sb[d];
+  int64_t row = 1, b_row = 1;
+  for (size_t d = 1; d < so2.size(); ++d) {
+    row *= so2[d];
+    b_row *= sb[d];
+  }
   const float* pa = a->data<float>();
   const float* pb = b->data<float>();
   return DnnGuard(n, [&] {
-    return ForRowChunks(so[0], row, cancel, [&](int64_t r0, int64_t cnt) {
-      Shape s0 = so, s1 = sb;
+    return ForRowChunks(so2[0], row, cancel, [&](int64_t r0, int64_t cnt) {
+      Shape s0 = so2, s1 = sb;
       s0[0] = cnt;
       if (s1[0] != 1) s1[0] = cnt;
       const auto md0 = DnnDesc(s0), md1 = DnnDesc(s1), mdd = DnnDesc(s0, dst_dt);
