@@ -178,14 +178,11 @@ Status DnnBinary(const fe::Node& n, B op, const Tensor& a0, const Tensor& b0, co
       a = &expanded;
     }
   }
-  Shape sb = PadRank(b->shape(), rank);
-  // Leading 1s carry no work: chunk along the first dimension that does.
-  Shape so_s = so;
-  while (so_s.size() > 1 && so_s[0] == 1) {
-    so_s.erase(so_s.begin());
-    sb.erase(sb.begin());
-  }
-  const Shape& so2 = so_s;
+  // The full rank is kept (no leading 1s dropped): oneDNN's jit binary recognises its broadcast
+  // strategies (per channel = dim 1, per spatial, scalar) by position and falls back to its slow
+  // reference implementation otherwise.
+  const Shape sb = PadRank(b->shape(), rank);
+  const Shape& so2 = so;
   const auto dst_dt = IsCompare(op) ? dnnl::memory::data_type::u8 : dnnl::memory::data_type::f32;
   const size_t dst_es = IsCompare(op) ? 1 : 4;
   int64_t row = 1, b_row = 1;

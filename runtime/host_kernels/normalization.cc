@@ -1,7 +1,7 @@
 // Normalisation host kernels (ONNX operator definitions, onnx/docs/Operators.md), float32 through
 // oneDNN 2.6 (float16 / bfloat16 computed in float32), float64 typed where registered:
 // * BatchNormalization, inference: y = (x − mean)·scale/sqrt(var + epsilon) + B per channel of
-//   dim 1 (oneDNN batch_normalization with global stats, scale and shift; x viewed as [N, C, rest]).
+//   dim 1 (oneDNN batch_normalization with global stats, scale and shift; x viewed as [N, C, rest, 1]).
 //   Training (training_mode = 1 from opset 14, or running / saved statistics outputs requested
 //   before 14) is FAILED_PRECONDITION naming the node: Kiln computes inference only.
 // * InstanceNormalization: per (n, c) over the spatial dims, population variance (oneDNN
@@ -56,7 +56,7 @@ Status DnnBatchNorm(const fe::Node& n, const float* x, float* y, int64_t rows, i
     return ForRowChunks(global ? rows : rows, C * S, cancel, [&](int64_t r0, int64_t cnt) {
       for (int64_t k = 0; k < cnt; k += per_call) {
         const int64_t m = std::min(per_call, cnt - k);
-        const auto md = DnnDesc({m, C, S});
+        const auto md = DnnDesc({m, C, S, 1});  // 4-D: oneDNN 2.6 has its ncsp jit bnorm for nchw, only ref for ncw
         const auto cd = DnnDesc({C});
         nf flags = nf::use_scale | nf::use_shift;
         if (global) flags = flags | nf::use_global_stats;

@@ -4,6 +4,8 @@
 #include <new>
 #include <string>
 
+#include <omp.h>
+
 namespace kiln::runtime::host_kernels {
 
 dnnl::engine& DnnEngine() {
@@ -23,8 +25,30 @@ dnnl::memory DnnMem(const dnnl::memory::desc& md, const void* data) {
   return dnnl::memory(md, DnnEngine(), const_cast<void*>(data));
 }
 
+namespace {
+// Runs the calling thread's OpenMP regions on one thread while alive (oneDNN here uses OpenMP).
+class SingleThread {
+ public:
+  SingleThread() : prev_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~SingleThread() { omp_set_num_threads(prev_); }
+  SingleThread(const SingleThread&) = delete;
+  SingleThread& operator=(const SingleThread&) = delete;
+
+ private:
+  int prev_;
+};
+}  // namespace
+
 void DnnExecute(const dnnl::primitive& prim, const std::unordered_map<int, dnnl::memory>& args) {
+  size_t bytes = 0;
+  for (const auto& [arg, mem] : args) bytes = std::max(bytes, mem.get_desc().get_size());
   dnnl::stream s(DnnEngine());
+  if (bytes < kDnnSingleThreadBytes && omp_get_max_threads() > 1) {
+    SingleThread one;
+    prim.execute(s, args);
+    s.wait();
+    return;
+  }
   prim.execute(s, args);
   s.wait();
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <unordered_map>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -20,7 +21,14 @@ dnnl::engine& DnnEngine();
 dnnl::memory::desc DnnDesc(const Shape& shape, dnnl::memory::data_type dt = dnnl::memory::data_type::f32);
 /// A memory object over `data` (not owned) with descriptor `md`.
 dnnl::memory DnnMem(const dnnl::memory::desc& md, const void* data);
-/// Executes `prim` with `args` on a stream of DnnEngine() and waits for it.
+/// Below this many bytes in its largest argument a primitive runs on the calling thread alone:
+/// forking OpenMP threads costs more than such a primitive (measured on this 2-core machine,
+/// oneDNN 2.6 eltwise relu over 16 floats: ~430 us with the default OpenMP threads on a loaded
+/// machine, 0.4 us on one; primitive descriptor creation ~5 us, primitive creation from oneDNN's
+/// cache ~1 us, so kernels need no primitive cache of their own).
+inline constexpr size_t kDnnSingleThreadBytes = size_t{128} << 10;
+/// Executes `prim` with `args` on a stream of DnnEngine() and waits for it (single-threaded below
+/// kDnnSingleThreadBytes, see above).
 void DnnExecute(const dnnl::primitive& prim, const std::unordered_map<int, dnnl::memory>& args);
 
 /// Runs `fn`, converting a dnnl::error / std::bad_alloc into INTERNAL / RESOURCE_EXHAUSTED
