@@ -182,19 +182,18 @@ Status DnnBinary(const fe::Node& n, B op, const Tensor& a0, const Tensor& b0, co
   // strategies (per channel = dim 1, per spatial, scalar) by position and falls back to its slow
   // reference implementation otherwise.
   const Shape sb = PadRank(b->shape(), rank);
-  const Shape& so2 = so;
   const auto dst_dt = IsCompare(op) ? dnnl::memory::data_type::u8 : dnnl::memory::data_type::f32;
   const size_t dst_es = IsCompare(op) ? 1 : 4;
   int64_t row = 1, b_row = 1;
-  for (size_t d = 1; d < so2.size(); ++d) {
-    row *= so2[d];
+  for (size_t d = 1; d < so.size(); ++d) {
+    row *= so[d];
     b_row *= sb[d];
   }
   const float* pa = a->data<float>();
   const float* pb = b->data<float>();
   return DnnGuard(n, [&] {
-    return ForRowChunks(so2[0], row, cancel, [&](int64_t r0, int64_t cnt) {
-      Shape s0 = so2, s1 = sb;
+    return ForRowChunks(so[0], row, cancel, [&](int64_t r0, int64_t cnt) {
+      Shape s0 = so, s1 = sb;
       s0[0] = cnt;
       if (s1[0] != 1) s1[0] = cnt;
       const auto md0 = DnnDesc(s0), md1 = DnnDesc(s1), mdd = DnnDesc(s0, dst_dt);
