@@ -1,17 +1,11 @@
 #include "runtime/host_kernels/onednn_util.h"
 
 #include <algorithm>
-#include <new>
 #include <string>
 
 #include <omp.h>
 
 namespace kiln::runtime::host_kernels {
-
-dnnl::engine& DnnEngine() {
-  static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
-  return *engine;
-}
 
 dnnl::memory::desc DnnDesc(const Shape& shape, dnnl::memory::data_type dt) {
   dnnl::memory::dims dims(std::max<size_t>(shape.size(), 1), 1);
@@ -53,17 +47,6 @@ void DnnExecute(const dnnl::primitive& prim, const std::unordered_map<int, dnnl:
   s.wait();
 }
 
-Status DnnGuard(const onnx_fe::Node& n, const std::function<Status()>& fn) {
-  try {
-    return fn();
-  } catch (const dnnl::error& e) {
-    if (e.status == dnnl_out_of_memory) return ResourceExhausted(n.Describe() + ": oneDNN could not allocate memory");
-    return Internal(n.Describe() + ": oneDNN error " + std::to_string(e.status) + ": " + e.what());
-  } catch (const std::bad_alloc&) {
-    return ResourceExhausted(n.Describe() + ": out of memory");
-  }
-}
-
 Status ForRowChunks(int64_t rows, int64_t row_elems, const device::CancelToken* cancel,
                     const std::function<Status(int64_t, int64_t)>& fn) {
   const int64_t per = std::max<int64_t>(1, kCancelPollWork / std::max<int64_t>(row_elems, 1));
@@ -78,14 +61,6 @@ Status ForRowChunks(int64_t rows, int64_t row_elems, const device::CancelToken* 
 
 bool IsDnnFloat(device::DataType d) {
   return d == device::DataType::kFloat32 || d == device::DataType::kFloat16 || d == device::DataType::kBFloat16;
-}
-
-Result<const Tensor*> AsFloat32(const Tensor& t, Tensor& holder) {
-  if (t.dtype() == device::DataType::kFloat32) return &t;
-  auto f = t.ToFloat32();
-  if (!f.ok()) return f.status();
-  holder = std::move(*f);
-  return &holder;
 }
 
 Result<Tensor> FromFloat32(Tensor y, device::DataType dtype) {
