@@ -355,6 +355,11 @@ Out GlobalPool(const fe::Node& n, const HostKernelInputs& in, const HostKernelCo
   auto y = Make(ys, x.dtype());
   if (!y.ok()) return y.status();
   if (planes == 0) return Outputs(std::move(*y), 1);
+  if (S == 1) {  // a 1x1 map is its own mean and max (oneDNN refuses a reduction of nothing)
+    auto same = x.Reshaped(ys);
+    if (!same.ok()) return same.status();
+    return Outputs(std::move(*same), 1);
+  }
   if (x.dtype() == DataType::kFloat64) {
     const double* a = x.data<double>();
     double* o = y->data<double>();

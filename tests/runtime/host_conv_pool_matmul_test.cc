@@ -442,7 +442,8 @@ TEST(HostPool, MaxPoolIntegerAndFloat64Types) {
 }
 
 TEST(HostPool, GlobalPoolsAnyRank) {
-  for (const Shape& s : {Shape{2, 3, 5}, Shape{1, 2, 3, 4}, Shape{2, 2, 3, 2, 4}}) {
+  // {2, 4, 1, 1}: a 1x1 map (inception_v3 at 75x75 ends on one), which oneDNN cannot reduce.
+  for (const Shape& s : {Shape{2, 3, 5}, Shape{1, 2, 3, 4}, Shape{2, 2, 3, 2, 4}, Shape{2, 4, 1, 1}}) {
     Tensor x = Rand(s, 34);
     const int64_t planes = s[0] * s[1], S = x.num_elements() / planes;
     Shape ys = {s[0], s[1]};
