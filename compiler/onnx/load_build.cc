@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <optional>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -124,35 +125,33 @@ Status ComputeAliases(LoadContext& ctx, int gidx) {
     if (!identity && !dropout) continue;
     if (node.input_size() < 1 || node.input(0).empty() || node.output(0).empty()) continue;
     if (dropout) {
-      if (node.output_size() > 1 && !node.output(1).empty()) {
-        const std::string& mask = node.output(1);
-        if (outputs.count(mask)) {
-          return ctx.Fail(StatusCode::kFailedPrecondition,
-                          "the Dropout mask is a graph output; Kiln compiles for inference, where Dropout is an "
-                          "identity and has no mask. Remove the mask output and re-export",
-                          At(node, {}, mask));
-        }
-        if (is_used(mask)) {
-          return ctx.Fail(StatusCode::kFailedPrecondition,
-                          "the Dropout mask is used by another node; Kiln compiles for inference, where Dropout has "
-                          "no mask",
-                          At(node, {}, mask));
-        }
+      // A constant scalar input of the node (ratio, training_mode), or `fallback` when absent;
+      // nullopt when it is given but not a constant.
+      auto constant_scalar = [&](int i, float fallback) -> std::optional<float> {
+        if (node.input_size() <= i || node.input(i).empty()) return fallback;
+        const TensorProto* t = FindConstantTensor(ctx, gidx, ctx.Resolve(gidx, node.input(i)));
+        if (t == nullptr) return std::nullopt;
+        TensorProto copy = *t;
+        auto data = DecodeTensor(copy);
+        if (data->size() != 1) return std::nullopt;
+        return data->floats()[0];
+      };
+      const std::optional<float> training = constant_scalar(2, 0.0f);  // Dropout-12+: training_mode
+      const std::optional<float> ratio = constant_scalar(1, 0.5f);     // Dropout-12+: ratio
+      const bool train = !training || *training != 0.0f;  // a run-time training_mode may be true
+      if (training && *training != 0.0f && ratio && *ratio != 0.0f) {
+        return ctx.Fail(StatusCode::kFailedPrecondition,
+                        "training_mode must be absent or a constant false (or the ratio a constant 0): a "
+                        "training-mode Dropout draws a random mask; Kiln compiles for inference only",
+                        At(node, {}, node.input_size() > 2 ? node.input(2) : node.input(0)));
       }
-      if (node.input_size() >= 3 && !node.input(2).empty()) {  // Dropout-12+: training_mode
-        const TensorProto* tm = FindConstantTensor(ctx, gidx, ctx.Resolve(gidx, node.input(2)));
-        bool training = true;
-        if (tm != nullptr) {
-          TensorProto copy = *tm;
-          auto data = DecodeTensor(copy);
-          training = data->size() != 1 || data->floats()[0] != 0.0f;
-        }
-        if (training) {
-          return ctx.Fail(StatusCode::kFailedPrecondition,
-                          "training_mode must be absent or a constant false; Kiln compiles for inference only",
-                          At(node, {}, node.input(2)));
-        }
-      }
+      // Deterministic (inference, or ratio 0): output = input, mask all true. A node whose mask
+      // is read, or whose training_mode may be true, stays a node: its host kernel
+      // (runtime/host_kernels/unary.cc) writes the mask and refuses a random form at run time.
+      // Otherwise it is an alias of its input.
+      const bool mask_read = node.output_size() > 1 && !node.output(1).empty() &&
+                             (outputs.count(node.output(1)) > 0 || is_used(node.output(1)));
+      if (mask_read || train) continue;
     }
     info.aliases[node.output(0)] = ctx.Resolve(gidx, node.input(0));
     info.transparent_outputs.insert(node.output(0));

@@ -266,11 +266,25 @@ Out Cast(const fe::Node& n, const HostKernelInputs& in, const HostKernelContext&
   return Outputs(std::move(*y), n.outputs.size());
 }
 
-// Identity, and Dropout in inference (onnx Dropout-12/13: training_mode false → output = input,
-// mask = all true).
+// Identity, and Dropout in inference or with ratio 0 (onnx Dropout-12/13: output = input,
+// mask = all true; compiler/onnx/load_build.cc refuses the random training-mode forms).
 Out Copy(const fe::Node& n, const HostKernelInputs& in, const HostKernelContext&) {
   auto x = Required(n, in, 0, "first input");
   if (!x.ok()) return x.status();
+  if (n.op_type == "Dropout") {
+    // Run-time ratio / training_mode (the loader refuses constant random forms): training with a
+    // ratio other than 0 draws a random mask, which Kiln does not emulate.
+    auto scalar = [&](size_t i, double fallback) -> double {
+      const Tensor* t = In(in, i);
+      if (t == nullptr || t->num_elements() == 0) return fallback;
+      auto f = t->CastTo(DataType::kFloat64);
+      return f.ok() ? f->data<double>()[0] : fallback;
+    };
+    if (scalar(2, 0.0) != 0.0 && scalar(1, 0.5) != 0.0) {
+      return FailedPrecondition(n.Describe() + ": training-mode Dropout with a non-zero ratio draws a random "
+                                "mask; Kiln computes inference");
+    }
+  }
   std::vector<Tensor> out = Outputs(Tensor(**x), n.outputs.size());
   if (n.op_type == "Dropout" && n.outputs.size() > 1 && !n.outputs[1].empty()) {
     auto mask = Make((*x)->shape(), DataType::kBool);

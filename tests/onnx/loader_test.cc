@@ -695,18 +695,28 @@ TEST(OnnxLoader, DropoutOpset13IsTransparent) {
   EXPECT_EQ(StaticShape(g, "y"), (std::vector<int64_t>{1, 4, 6, 6}));
 }
 
-TEST(OnnxLoader, DropoutMaskAsGraphOutputIsAnError) {
+// Inference-mode Dropout with its mask read is deterministic (mask all true, onnx Dropout-13):
+// the node stays, for its host kernel to write the mask; so does a training-mode one with ratio 0.
+TEST(OnnxLoader, DropoutWithItsMaskReadStaysANode) {
   auto b = ConvModel(13);
   b.Node("Conv", {"x", "W", "B"}, {"c"}, "conv");
   b.Node("Dropout", {"c"}, {"d", "mask"}, "drop");
   b.Output("d");
   b.Output("mask", TensorProto::BOOL);
-  LoadError err;
-  auto m = Load(b, &err);
-  ASSERT_FALSE(m.ok());
-  EXPECT_EQ(m.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(err.node, "drop");
-  EXPECT_EQ(err.tensor, "mask");
+  auto m = Load(b);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ((*m)->graph().nodes().size(), 2u);
+  EXPECT_EQ((*m)->graph().nodes()[1].op_type, "Dropout");
+
+  auto t = ConvModel(13);
+  t.Node("Conv", {"x", "W", "B"}, {"c"}, "conv");
+  t.Initializer(kt::BoolTensor("train", {}, {true}));
+  t.FloatInitializer("ratio", {}, {0.0f});
+  t.Node("Dropout", {"c", "ratio", "train"}, {"d"}, "drop");
+  t.Output("d");
+  auto mt = Load(t);
+  ASSERT_TRUE(mt.ok()) << mt.status().ToString();
+  EXPECT_EQ((*mt)->graph().nodes().size(), 2u);
 }
 
 TEST(OnnxLoader, DropoutTrainingModeTrueIsAnError) {
