@@ -1,8 +1,8 @@
 // The ConvPlan executor (library kiln_runtime, runtime/): runs a ConvPlan
-// (compiler/convplan/plan.h) on a device backend, host ops in fp32, optionally next to an fp32
-// reference computed in the same run, and reports per layer. This is the single entry point of
-// `kiln run --local`, of the DeviceService (wrapped as a scheduler job by its caller; the runtime
-// knows no scheduler) and of tests.
+// (compiler/convplan/plan.h) on a device backend, host ops in their ONNX element types,
+// optionally next to an fp32 reference computed in the same run, and reports per layer. This is
+// the single entry point of `kiln run --local`, of the DeviceService (wrapped as a scheduler job by
+// its caller; the runtime knows no scheduler) and of tests.
 //
 // Usage:
 //   auto model = onnx_fe::LoadModel(bytes);                               // compiler/onnx/loader.h

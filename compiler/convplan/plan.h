@@ -75,7 +75,9 @@ struct OutputSlice {
 ///   y   = Σ_k conv(x_k, weights[k]) + bias             (K-split: partial convs summed in fp32 on
 ///                                                        the host; one part: a single device call)
 ///   y   = activation(y)                                 (fused into the device call when one part)
-///   y   = residual_activation(y + residual)             (only when `residual` is set; host fp32)
+///   y   = residual_activation(y + residual)             (only when `residual` is set; fp32, on
+///                                                        the host or fused by the backend:
+///                                                        runtime/device_op_runner.h)
 ///   outputs[i].tensor = y[:, channel_begin:channel_end]
 struct DeviceOp {
   DeviceOpKind kind = DeviceOpKind::kConv2d;
@@ -113,7 +115,8 @@ struct DeviceOp {
   int64_t group() const;
 };
 
-/// An ONNX node executed on the host in fp32 (a host kernel of runtime/host_kernels/).
+/// An ONNX node executed on the host (a host kernel of runtime/host_kernels/), in its ONNX element
+/// types.
 struct HostOp {
   /// A copy of the IR node (op type, attributes with schema defaults, inputs, outputs).
   onnx_fe::Node node;
