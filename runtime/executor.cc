@@ -52,8 +52,10 @@ Result<Tensor> ConstantToTensor(const ConvPlan& plan, const std::string& name) {
 
 // Device ops compute in fp32 (device/backends/backend.h): other floating types are converted on
 // the way in (and the results back to the input's type, as ONNX's Conv keeps T).
-Result<std::vector<Tensor>> ToFp32(const std::vector<const Tensor*>& ins, std::vector<const Tensor*>& views) {
-  std::vector<Tensor> owned;
+// `owned` keeps the converted copies (reserved up front, so `views` into it stay valid while the
+// caller holds it).
+Status ToFp32(const std::vector<const Tensor*>& ins, std::vector<Tensor>& owned, std::vector<const Tensor*>& views) {
+  owned.clear();
   owned.reserve(ins.size());
   views = ins;
   for (size_t i = 0; i < ins.size(); ++i) {
@@ -63,7 +65,7 @@ Result<std::vector<Tensor>> ToFp32(const std::vector<const Tensor*>& ins, std::v
     owned.push_back(std::move(*f));
     views[i] = &owned.back();
   }
-  return owned;
+  return Status::Ok();
 }
 
 std::vector<std::vector<int64_t>> Shapes(const std::vector<const Tensor*>& ts) {
@@ -235,13 +237,11 @@ class Runner {
     rep.input_shapes = Shapes(*ins);
     if (res != nullptr) rep.input_shapes.push_back(res->shape());
     const device::DataType out_type = !ins->empty() && (*ins)[0] != nullptr ? (*ins)[0]->dtype() : device::DataType::kFloat32;
-    std::vector<const Tensor*> fins;
-    auto fowned = ToFp32(*ins, fins);
-    if (!fowned.ok()) return fowned.status();
+    std::vector<const Tensor*> fins, fres_v;
+    std::vector<Tensor> fowned, fres_owned;
+    KILN_RETURN_IF_ERROR(ToFp32(*ins, fowned, fins));
     *ins = fins;
-    std::vector<const Tensor*> fres_v;
-    auto fres = ToFp32({res}, fres_v);
-    if (!fres.ok()) return fres.status();
+    KILN_RETURN_IF_ERROR(ToFp32({res}, fres_owned, fres_v));
     res = fres_v[0];
     // Without a reference chain the device values are read by this loop only: they stay in the
     // backend's layout between device ops (RowMajor converts them for host ops and outputs).
@@ -262,16 +262,14 @@ class Runner {
     if (with_ref_) {
       std::vector<const Tensor*> rins = *ins;
       const Tensor* rres = res;
-      Result<std::vector<Tensor>> rowned = std::vector<Tensor>{}, rres_owned = std::vector<Tensor>{};
+      std::vector<Tensor> rowned, rres_owned;
       if (!per_layer_) {
         auto g = Gather(ref_vals_, d.inputs);
         if (!g.ok()) return g.status();
-        rowned = ToFp32(*g, rins);
-        if (!rowned.ok()) return rowned.status();
+        KILN_RETURN_IF_ERROR(ToFp32(*g, rowned, rins));
         if (!d.residual.empty()) {
           std::vector<const Tensor*> v;
-          rres_owned = ToFp32({Find(ref_vals_, d.residual)}, v);
-          if (!rres_owned.ok()) return rres_owned.status();
+          KILN_RETURN_IF_ERROR(ToFp32({Find(ref_vals_, d.residual)}, rres_owned, v));
           rres = v[0];
         }
       }
