@@ -11,6 +11,7 @@
 #include <random>
 
 #include "runtime/host_kernels/registry.h"
+#include "tests/runtime/node_builder.h"
 #include "tests/convplan/test_util.h"
 
 namespace kiln::runtime {
@@ -21,6 +22,10 @@ using device::Tensor;
 using onnx_fe::Attribute;
 using onnx_fe::AttributeType;
 using onnx_fe::Node;
+using testutil::SetI;
+using testutil::SetIs;
+using testutil::SetF;
+using testutil::SetS;
 using Shape = std::vector<int64_t>;
 
 Node MakeNode(const std::string& op, size_t n_in, size_t n_out = 1) {
@@ -32,35 +37,6 @@ Node MakeNode(const std::string& op, size_t n_in, size_t n_out = 1) {
   for (size_t i = 0; i < n_out; ++i) n.outputs.push_back("out" + std::to_string(i));
   return n;
 }
-void SetI(Node& n, const std::string& k, int64_t v) {
-  Attribute a;
-  a.name = k;
-  a.type = AttributeType::kInt;
-  a.i = v;
-  n.attributes[k] = a;
-}
-void SetIs(Node& n, const std::string& k, std::vector<int64_t> v) {
-  Attribute a;
-  a.name = k;
-  a.type = AttributeType::kInts;
-  a.ints = std::move(v);
-  n.attributes[k] = a;
-}
-void SetF(Node& n, const std::string& k, float v) {
-  Attribute a;
-  a.name = k;
-  a.type = AttributeType::kFloat;
-  a.f = v;
-  n.attributes[k] = a;
-}
-void SetS(Node& n, const std::string& k, const std::string& v) {
-  Attribute a;
-  a.name = k;
-  a.type = AttributeType::kString;
-  a.s = v;
-  n.attributes[k] = a;
-}
-
 Tensor Rand(Shape s, uint32_t seed) {
   auto t = Tensor::Zeros(std::move(s));
   EXPECT_TRUE(t.ok());

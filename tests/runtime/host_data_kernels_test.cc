@@ -11,6 +11,7 @@
 
 #include "common/float16.h"
 #include "runtime/host_kernels/registry.h"
+#include "tests/runtime/node_builder.h"
 #include "tests/convplan/test_util.h"
 
 namespace kiln::runtime {
@@ -21,47 +22,13 @@ using device::Tensor;
 using onnx_fe::Attribute;
 using onnx_fe::AttributeType;
 using onnx_fe::Node;
+using testutil::MakeNode;
+using testutil::SetI;
+using testutil::SetIs;
+using testutil::SetF;
+using testutil::SetS;
 
 constexpr int64_t kBig = (int64_t{1} << 40) + 1;  // not representable in fp32
-
-Node MakeNode(const std::string& op, size_t n_in, int64_t opset = 13, size_t n_out = 1) {
-  Node n;
-  n.name = op + "_0";
-  n.op_type = op;
-  n.opset_version = opset;
-  for (size_t i = 0; i < n_in; ++i) n.inputs.push_back("in" + std::to_string(i));
-  for (size_t i = 0; i < n_out; ++i) n.outputs.push_back("out" + std::to_string(i));
-  return n;
-}
-
-void SetI(Node& n, const std::string& k, int64_t v) {
-  Attribute a;
-  a.name = k;
-  a.type = AttributeType::kInt;
-  a.i = v;
-  n.attributes[k] = a;
-}
-void SetIs(Node& n, const std::string& k, std::vector<int64_t> v) {
-  Attribute a;
-  a.name = k;
-  a.type = AttributeType::kInts;
-  a.ints = std::move(v);
-  n.attributes[k] = a;
-}
-void SetF(Node& n, const std::string& k, float v) {
-  Attribute a;
-  a.name = k;
-  a.type = AttributeType::kFloat;
-  a.f = v;
-  n.attributes[k] = a;
-}
-void SetS(Node& n, const std::string& k, const std::string& v) {
-  Attribute a;
-  a.name = k;
-  a.type = AttributeType::kString;
-  a.s = v;
-  n.attributes[k] = a;
-}
 
 // A tensor of storage type S (element type `dtype`) holding `v`.
 template <typename S>

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "runtime/host_kernels/registry.h"
+#include "tests/runtime/node_builder.h"
 #include "tests/convplan/test_util.h"
 
 namespace kiln::runtime {
@@ -16,6 +17,10 @@ using device::Tensor;
 using onnx_fe::Attribute;
 using onnx_fe::AttributeType;
 using onnx_fe::Node;
+using testutil::SetI;
+using testutil::SetIs;
+using testutil::SetF;
+using testutil::SetS;
 
 // Runs `node` through the registry (as the executor does), without a cancel token.
 Result<std::vector<Tensor>> RunHostOp(const Node& node, const HostKernelInputs& inputs, device::Backend& fp32) {
@@ -30,35 +35,6 @@ Node MakeNode(const std::string& op, size_t n_in, int64_t opset = 13) {
   for (size_t i = 0; i < n_in; ++i) n.inputs.push_back("in" + std::to_string(i));
   n.outputs = {"out"};
   return n;
-}
-
-void SetI(Node& n, const std::string& k, int64_t v) {
-  Attribute a;
-  a.name = k;
-  a.type = AttributeType::kInt;
-  a.i = v;
-  n.attributes[k] = a;
-}
-void SetIs(Node& n, const std::string& k, std::vector<int64_t> v) {
-  Attribute a;
-  a.name = k;
-  a.type = AttributeType::kInts;
-  a.ints = std::move(v);
-  n.attributes[k] = a;
-}
-void SetF(Node& n, const std::string& k, float v) {
-  Attribute a;
-  a.name = k;
-  a.type = AttributeType::kFloat;
-  a.f = v;
-  n.attributes[k] = a;
-}
-void SetS(Node& n, const std::string& k, const std::string& v) {
-  Attribute a;
-  a.name = k;
-  a.type = AttributeType::kString;
-  a.s = v;
-  n.attributes[k] = a;
 }
 
 Tensor T(std::vector<int64_t> shape, std::vector<float> v) {

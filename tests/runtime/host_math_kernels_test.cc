@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/host_kernels/registry.h"
+#include "tests/runtime/node_builder.h"
 #include "tests/convplan/test_util.h"
 
 namespace kiln::runtime {
@@ -18,52 +19,12 @@ using device::Tensor;
 using onnx_fe::Attribute;
 using onnx_fe::AttributeType;
 using onnx_fe::Node;
-
-Node MakeNode(const std::string& op, size_t n_in, int64_t opset = 13, size_t n_out = 1) {
-  Node n;
-  n.name = op + "_0";
-  n.op_type = op;
-  n.opset_version = opset;
-  for (size_t i = 0; i < n_in; ++i) n.inputs.push_back("in" + std::to_string(i));
-  for (size_t i = 0; i < n_out; ++i) n.outputs.push_back("out" + std::to_string(i));
-  return n;
-}
-
-void SetI(Node& n, const std::string& k, int64_t v) {
-  Attribute a;
-  a.name = k;
-  a.type = AttributeType::kInt;
-  a.i = v;
-  n.attributes[k] = a;
-}
-void SetIs(Node& n, const std::string& k, std::vector<int64_t> v) {
-  Attribute a;
-  a.name = k;
-  a.type = AttributeType::kInts;
-  a.ints = std::move(v);
-  n.attributes[k] = a;
-}
-void SetF(Node& n, const std::string& k, float v) {
-  Attribute a;
-  a.name = k;
-  a.type = AttributeType::kFloat;
-  a.f = v;
-  n.attributes[k] = a;
-}
-void SetFs(Node& n, const std::string& k, std::vector<float> v) {
-  Attribute a;
-  a.name = k;
-  a.type = AttributeType::kFloats;
-  a.floats = std::move(v);
-  n.attributes[k] = a;
-}
-void SetS(Node& n, const std::string& k, const std::string& v) {
-  Attribute a;
-  a.name = k;
-  a.type = AttributeType::kString;
-  a.s = v;
-  n.attributes[k] = a;
-}
+using testutil::MakeNode;
+using testutil::SetI;
+using testutil::SetIs;
+using testutil::SetF;
+using testutil::SetFs;
+using testutil::SetS;
 
 Tensor F(std::vector<int64_t> shape, std::vector<float> v) {
   auto t = Tensor::FromFloats(std::move(shape), v);
