@@ -1,5 +1,6 @@
 #include "api/convert.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace kiln::api {
@@ -88,34 +89,88 @@ Result<device::PrecisionConfig> FromProto(const kiln::v1::Precision& p) {
     case kiln::v1::HIFI4: c.math_fidelity = device::MathFidelity::kHiFi4; break;
     default: return InvalidArgument("unknown math_fidelity");
   }
-  auto w = DType(p.weights_dtype(), c.weights_dtype);
-  if (!w.ok()) return w.status().WithContext("weights_dtype");
   auto in = DType(p.input_dtype(), c.input_dtype);
   if (!in.ok()) return in.status().WithContext("input_dtype");
-  auto out = DType(p.output_dtype(), c.output_dtype);
-  if (!out.ok()) return out.status().WithContext("output_dtype");
-  c.weights_dtype = *w;
   c.input_dtype = *in;
-  c.output_dtype = *out;
+  // Unset weights / output dtypes stay unset: TT-NN's defaults depend on the tensors (precision.h).
+  if (p.weights_dtype() != kiln::v1::DATA_TYPE_UNSPECIFIED) {
+    auto w = DType(p.weights_dtype(), device::DeviceDType::kFloat32);
+    if (!w.ok()) return w.status().WithContext("weights_dtype");
+    c.weights_dtype = *w;
+  }
+  if (p.output_dtype() != kiln::v1::DATA_TYPE_UNSPECIFIED) {
+    auto out = DType(p.output_dtype(), device::DeviceDType::kFloat32);
+    if (!out.ok()) return out.status().WithContext("output_dtype");
+    c.output_dtype = *out;
+  }
   if (p.has_fp32_dest_acc_en()) c.fp32_dest_acc_en = p.fp32_dest_acc_en();
   if (p.has_packer_l1_acc()) c.packer_l1_acc = p.packer_l1_acc();
   if (p.has_math_approx_mode()) c.math_approx_mode = p.math_approx_mode();
   if (p.arch() == kiln::v1::BLACKHOLE) c.arch = device::Arch::kBlackhole;
   c.act_block_w = p.act_block_w();
+  switch (p.shard_layout()) {
+    case kiln::v1::SHARD_LAYOUT_AUTO: c.shard_layout = device::ShardLayout::kAuto; break;
+    case kiln::v1::HEIGHT_SHARDED: c.shard_layout = device::ShardLayout::kHeight; break;
+    case kiln::v1::BLOCK_SHARDED: c.shard_layout = device::ShardLayout::kBlock; break;
+    case kiln::v1::WIDTH_SHARDED: c.shard_layout = device::ShardLayout::kWidth; break;
+    default: return InvalidArgument("unknown shard_layout");
+  }
+  c.act_block_w_div = std::max(1, p.act_block_w_div());
+  c.act_block_h_override = p.act_block_h_override();
+  c.full_inner_dim = p.full_inner_dim();
+  c.enable_activation_reuse = p.enable_activation_reuse();
+  c.input_layout = p.input_layout() == kiln::v1::TILE ? device::InputLayout::kTile : device::InputLayout::kRowMajor;
+  c.bfp8_pack_precise = p.bfp8_pack_precise();
+  switch (p.board()) {
+    case kiln::v1::BOARD_UNSPECIFIED: c.board = device::Board::kDefault; break;
+    case kiln::v1::N150: c.board = device::Board::kN150; break;
+    case kiln::v1::N300: c.board = device::Board::kN300; break;
+    case kiln::v1::P100: c.board = device::Board::kP100; break;
+    case kiln::v1::P150: c.board = device::Board::kP150; break;
+    default: return InvalidArgument("unknown board");
+  }
+  c.host_add = p.host_add();
+  switch (p.depthwise_program()) {
+    case kiln::v1::DEPTHWISE_POOL_MULTIPLY: c.depthwise_program = device::DepthwiseProgram::kPoolMultiply; break;
+    case kiln::v1::DEPTHWISE_DENSE_CONV: c.depthwise_program = device::DepthwiseProgram::kDenseConv; break;
+    default: c.depthwise_program = device::DepthwiseProgram::kRecorded; break;
+  }
+  switch (p.fp32_partial_reload()) {
+    case kiln::v1::RELOAD_TF32: c.fp32_partial_reload = device::PartialReload::kTf32; break;
+    case kiln::v1::RELOAD_LOSSLESS: c.fp32_partial_reload = device::PartialReload::kLossless; break;
+    default: c.fp32_partial_reload = device::PartialReload::kRecorded; break;
+  }
+  switch (p.fused_hardswish()) {
+    case kiln::v1::HARDSWISH_DROPPED: c.fused_hardswish = device::FusedHardswish::kDropped; break;
+    case kiln::v1::HARDSWISH_APPLIED: c.fused_hardswish = device::FusedHardswish::kApplied; break;
+    default: c.fused_hardswish = device::FusedHardswish::kRecorded; break;
+  }
   KILN_RETURN_IF_ERROR(c.Validate());
   return c;
 }
 
 void ToProto(const device::PrecisionConfig& c, kiln::v1::Precision* out) {
   out->set_math_fidelity(ToProto(c.math_fidelity));
-  out->set_weights_dtype(ToProto(c.weights_dtype));
+  out->set_weights_dtype(ToProto(c.EffectiveWeightsDType()));
   out->set_input_dtype(ToProto(c.input_dtype));
-  out->set_output_dtype(ToProto(c.output_dtype));
+  out->set_output_dtype(ToProto(c.EffectiveOutputDType()));
   out->set_fp32_dest_acc_en(c.EffectiveFp32DestAcc());
   out->set_packer_l1_acc(c.packer_l1_acc);
   out->set_math_approx_mode(c.math_approx_mode);
   out->set_arch(ToProto(c.arch));
   out->set_act_block_w(c.act_block_w);
+  out->set_shard_layout(static_cast<kiln::v1::ShardLayout>(static_cast<int>(c.shard_layout)));
+  out->set_act_block_w_div(c.act_block_w_div);
+  out->set_act_block_h_override(c.act_block_h_override);
+  out->set_full_inner_dim(c.full_inner_dim);
+  out->set_enable_activation_reuse(c.enable_activation_reuse);
+  out->set_input_layout(c.input_layout == device::InputLayout::kTile ? kiln::v1::TILE : kiln::v1::ROW_MAJOR);
+  out->set_bfp8_pack_precise(c.bfp8_pack_precise);
+  out->set_board(static_cast<kiln::v1::Board>(static_cast<int>(c.board)));
+  out->set_host_add(c.host_add);
+  out->set_depthwise_program(static_cast<kiln::v1::DepthwiseProgram>(static_cast<int>(c.depthwise_program)));
+  out->set_fp32_partial_reload(static_cast<kiln::v1::PartialReload>(static_cast<int>(c.fp32_partial_reload)));
+  out->set_fused_hardswish(static_cast<kiln::v1::FusedHardswish>(static_cast<int>(c.fused_hardswish)));
 }
 
 namespace {

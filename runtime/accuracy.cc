@@ -12,7 +12,7 @@ using device::Tensor;
 double PccThreshold(const convplan::DeviceOp& d, const device::PrecisionConfig& p, double custom) {
   if (custom > 0) return custom;
   const bool fp32 = p.EffectiveFp32DestAcc();
-  const bool bfp8 = p.output_dtype == device::DeviceDType::kBFloat8B;
+  const bool bfp8 = p.EffectiveOutputDType() == device::DeviceDType::kBFloat8B;
   if (d.kind == convplan::DeviceOpKind::kConvTranspose2d) {
     return numerics::ConvTransposePccThreshold(fp32, p.math_fidelity, bfp8);
   }

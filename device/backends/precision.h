@@ -34,16 +34,53 @@ using numerics::ParseArch;
 using numerics::ParseDeviceDType;
 using numerics::ParseMathFidelity;
 
+/// TT-NN's TensorMemoryLayout for the conv's activations (Conv2dConfig.shard_layout); kAuto =
+/// unset, resolved by determine_conv_config_for_auto_shard (device/backends/tt_emu/program.h).
+enum class ShardLayout { kAuto, kHeight, kBlock, kWidth };
+const char* ShardLayoutName(ShardLayout l);  ///< "auto", "height", "block", "width"
+Result<ShardLayout> ParseShardLayout(const std::string& name);
+
+/// Layout of the input tensor handed to ttnn.conv2d: ROW_MAJOR (ttnn.from_torch's default) or TILE.
+enum class InputLayout { kRowMajor, kTile };
+const char* InputLayoutName(InputLayout l);  ///< "row_major", "tile"
+Result<InputLayout> ParseInputLayout(const std::string& name);
+
+/// The board (grid and L1 differ per board, not only per arch). kDefault = the arch's single-chip
+/// board (n150 for wormhole_b0, p150 for blackhole).
+enum class Board { kDefault, kN150, kN300, kP100, kP150 };
+const char* BoardName(Board b);  ///< "default", "n150", "n300", "p100", "p150"
+Result<Board> ParseBoard(const std::string& name);
+
+/// Behaviours that differ between tt-metal tree versions (docs/specs/tt-conv-dataflow.md marks
+/// them); each default is the behaviour of the version recorded in docs/specs/tt-metal-followed.md.
+enum class DepthwiseProgram {
+  kRecorded,        ///< what the recorded version does (program.cc says which)
+  kPoolMultiply,    ///< Conv2dDepthwiseProgramFactory: per-tap multiply, each product rounded, reduce
+  kDenseConv,       ///< the generic conv with dense block-diagonal weights
+};
+enum class PartialReload {
+  kRecorded,
+  kTf32,            ///< fp32 partials reloaded through SrcA as Tf32 (stored factory versions)
+  kLossless,        ///< fp32 partials reloaded exactly (later trees)
+};
+enum class FusedHardswish {
+  kRecorded,
+  kDropped,         ///< compiles to nothing (unary_op_utils.cpp get_op_init_and_func_default)
+  kApplied,
+};
+
 struct PrecisionConfig {
   MathFidelity math_fidelity = MathFidelity::kHiFi4;
-  /// Format of the weight matrix and the bias on the device (any DeviceDType).
-  DeviceDType weights_dtype = DeviceDType::kBFloat16;
+  /// Format of the weight matrix and the bias on the device (any DeviceDType). nullopt = TT-NN's
+  /// Conv2dConfig default: the host weight tensor's own dtype (float32 for ONNX float weights).
+  std::optional<DeviceDType> weights_dtype;
   /// Format the activations are converted to on the host before upload (float32, bfloat16,
   /// bfloat8_b; not bfloat4_b).
   DeviceDType input_dtype = DeviceDType::kBFloat16;
   /// Output format of the op (TT-NN's `dtype`); also the partials format between K blocks unless
   /// packer L1 accumulation is effective (float32, bfloat16, bfloat8_b; not bfloat4_b).
-  DeviceDType output_dtype = DeviceDType::kBFloat16;
+  /// nullopt = TT-NN's default: the input tensor's dtype.
+  std::optional<DeviceDType> output_dtype;
   /// Dst register in fp32 instead of bf16. nullopt = TT-NN's rule: true iff input_dtype and
   /// weights_dtype are both float32. Use EffectiveFp32DestAcc().
   std::optional<bool> fp32_dest_acc_en;
@@ -53,16 +90,39 @@ struct PrecisionConfig {
   /// SFPU approximations for the fused activations (silu/gelu/sigmoid...).
   bool math_approx_mode = true;
   Arch arch = Arch::kWormholeB0;
-  /// K-block width in 32-wide tiles; 0 = TT-NN's height-sharded default (see header comment).
+  /// Kiln's override of in0_block_w (K-block width in 32-wide tiles; not a TT-NN knob); 0 = what
+  /// the program selection decides. Exclusive with act_block_w_div > 1.
   int act_block_w = 0;
+  /// Conv2dConfig knobs (TT-NN names and defaults).
+  ShardLayout shard_layout = ShardLayout::kAuto;
+  int act_block_w_div = 1;
+  int act_block_h_override = 0;   ///< rows of the activation block, a multiple of 32; 0 = default
+  bool full_inner_dim = false;
+  bool enable_activation_reuse = false;
+  InputLayout input_layout = InputLayout::kRowMajor;
+  /// Final pack of an fp32 Dst into a bfp output through Float32 instead of Bfp8_b.
+  bool bfp8_pack_precise = false;
+  Board board = Board::kDefault;
+  /// Residual / K-split adds in fp32 on the host instead of the card's ttnn.add in the tensors'
+  /// dtype (for comparison: more accurate than the card).
+  bool host_add = false;
+  DepthwiseProgram depthwise_program = DepthwiseProgram::kRecorded;
+  PartialReload fp32_partial_reload = PartialReload::kRecorded;
+  FusedHardswish fused_hardswish = FusedHardswish::kRecorded;
 
   /// TT-NN's conv defaults (identical to a default-constructed PrecisionConfig).
   static PrecisionConfig TtnnConvDefaults() { return PrecisionConfig{}; }
   /// The ttaw builders' CONV_PRECISION: HiFi4 + fp32 Dst accumulation + packer L1 accumulation.
   static PrecisionConfig TtawConv();
 
+  /// weights_dtype with TT-NN's default applied (`host` = the host weight tensor's dtype).
+  DeviceDType EffectiveWeightsDType(DeviceDType host = DeviceDType::kFloat32) const;
+  /// output_dtype with TT-NN's default applied (the input dtype).
+  DeviceDType EffectiveOutputDType() const;
   /// fp32_dest_acc_en with TT-NN's default rule applied.
-  bool EffectiveFp32DestAcc() const;
+  bool EffectiveFp32DestAcc(DeviceDType host_weights = DeviceDType::kFloat32) const;
+  /// Every optional filled with its default (the precision a run reports as resolved).
+  PrecisionConfig Resolved(DeviceDType host_weights = DeviceDType::kFloat32) const;
   /// INVALID_ARGUMENT for bfloat4_b as input/output dtype or a negative act_block_w.
   Status Validate() const;
   /// "HiFi4 w=bfloat16 in=bfloat16 out=bfloat16 fp32_acc=0 l1_acc=0 approx=1 wormhole_b0 abw=auto".

@@ -189,6 +189,8 @@ class Engine {
   Engine(const Geometry& g, const PrecisionConfig& p, Activation act, EmuLevel level)
       : g_(g), p_(p), act_(act), level_(level) {
     fp32_dst_ = p.EffectiveFp32DestAcc();
+    wdt_ = p.EffectiveWeightsDType();
+    odt_ = p.EffectiveOutputDType();
     fid_ = p.math_fidelity;
     arch_ = p.arch;
   }
@@ -210,15 +212,15 @@ class Engine {
         for (int64_t c0 = 0; c0 < g.Cin_pad; c0 += 16) HostConvertGroup(&pix[c0], 16, p_.input_dtype, &conv[c0]);
         // Tilize into the output dtype: the packer from a Dst holding the input values.
         for (int64_t c0 = 0; c0 < g.Cin_pad; c0 += 16) {
-          if (p_.output_dtype == DeviceDType::kFloat32) {
+          if (odt_ == DeviceDType::kFloat32) {
             std::copy(&conv[c0], &conv[c0] + 16, &tiled[c0]);
           } else {
-            PackRow(&conv[c0], 16, p_.output_dtype, in_fp32, /*relu=*/false, /*host_view=*/false, &tiled[c0]);
+            PackRow(&conv[c0], 16, odt_, in_fp32, /*relu=*/false, /*host_view=*/false, &tiled[c0]);
           }
         }
         for (int64_t c = 0; c < g.C; ++c)
           xdev_[(n * HW + s) * g.Cin_pad + c] =
-              nx::MaskSrcOperand(UnpackToSrc(tiled[c], p_.output_dtype, fp32_dst_), b_fmt());
+              nx::MaskSrcOperand(UnpackToSrc(tiled[c], odt_, fp32_dst_), b_fmt());
       }
     }
     // 2. weights as [K, Cout_pad] with block-diagonal groups; stored o-major wdev_[o*K + k].
@@ -245,9 +247,9 @@ class Engine {
           any |= row[t] != 0;
         }
         if (!any) continue;  // an all-zero group stays zero in every format
-        HostConvertGroup(row.data(), 16, p_.weights_dtype, rowc.data());
+        HostConvertGroup(row.data(), 16, wdt_, rowc.data());
         for (int t = 0; t < 16; ++t)
-          wdev_[(o0 + t) * g.K + k] = nx::MaskSrcOperand(UnpackToSrc(rowc[t], p_.weights_dtype, fp32_dst_), a_fmt());
+          wdev_[(o0 + t) * g.K + k] = nx::MaskSrcOperand(UnpackToSrc(rowc[t], wdt_, fp32_dst_), a_fmt());
       }
     }
     // 3. bias row in the weights dtype (groups of 16 output channels), read through SrcB.
@@ -256,17 +258,17 @@ class Engine {
     if (has_bias_) {
       for (int64_t o0 = 0; o0 < g.O_pad; o0 += 16) {
         for (int t = 0; t < 16; ++t) row[t] = o0 + t < g.O ? nx::FloatBits(bias[o0 + t]) : 0u;
-        HostConvertGroup(row.data(), 16, p_.weights_dtype, rowc.data());
-        for (int t = 0; t < 16; ++t) bdev_[o0 + t] = UnpackToSrc(rowc[t], p_.weights_dtype, fp32_dst_);
+        HostConvertGroup(row.data(), 16, wdt_, rowc.data());
+        for (int t = 0; t < 16; ++t) bdev_[o0 + t] = UnpackToSrc(rowc[t], wdt_, fp32_dst_);
       }
     }
     l1acc_ = p_.packer_l1_acc && ((has_bias_ && g.nb > 1) || g.nb > 2);
   }
 
-  nx::SrcFormat a_fmt() const { return SrcFmtOf(p_.weights_dtype, fp32_dst_); }
+  nx::SrcFormat a_fmt() const { return SrcFmtOf(wdt_, fp32_dst_); }
   nx::SrcFormat b_fmt() const {
     // The tilized activations are in the output dtype (§8.2).
-    return SrcFmtOf(p_.output_dtype, fp32_dst_);
+    return SrcFmtOf(odt_, fp32_dst_);
   }
   bool l1acc() const { return l1acc_; }
   double fast_sums_seconds() const { return fast_sums_s_; }
@@ -513,8 +515,8 @@ class Engine {
     std::vector<uint32_t> dst(static_cast<size_t>(g.O_pad)), part(static_cast<size_t>(g.O_pad)),
         l1(static_cast<size_t>(g.O_pad)), fin(static_cast<size_t>(g.O_pad));
     const int nph = nx::NumPhases(fid_);
-    const DeviceDType part_dt = l1acc_ ? (fp32_dst_ ? DeviceDType::kFloat32 : DeviceDType::kBFloat16) : p_.output_dtype;
-    const nx::FpuConfig elw_cfg{fp32_dst_, arch_, SrcFmtOf(part_dt, fp32_dst_), SrcFmtOf(p_.weights_dtype, fp32_dst_)};
+    const DeviceDType part_dt = l1acc_ ? (fp32_dst_ ? DeviceDType::kFloat32 : DeviceDType::kBFloat16) : odt_;
+    const nx::FpuConfig elw_cfg{fp32_dst_, arch_, SrcFmtOf(part_dt, fp32_dst_), SrcFmtOf(wdt_, fp32_dst_)};
     const bool relu = IsRelu(act_);
     for (int64_t m = m_begin; m < m_end; ++m) {
       if (cancel && ((m - m_begin) % 64) == 0) KILN_RETURN_IF_ERROR(cancel->Check());
@@ -579,7 +581,7 @@ class Engine {
           }
           if (last) part = l1;
         } else if (!last || has_bias_) {
-          PackRow(dst.data(), g.O_pad, p_.output_dtype, fp32_dst_, false, false, part.data());
+          PackRow(dst.data(), g.O_pad, odt_, fp32_dst_, false, false, part.data());
         }
       }
       // Epilogue: bias (ELWADD on partials), or the L1-accumulated value reloaded, or Dst as is.
@@ -595,7 +597,7 @@ class Engine {
           dst[o] = fp32_dst_ ? nx::FloatBits(f) : static_cast<uint32_t>(nx::HostFp32ToBf16(nx::FloatBits(f))) << 16;
         }
       }
-      PackRow(dst.data(), g.O_pad, p_.output_dtype, fp32_dst_, relu, /*host_view=*/true, fin.data());
+      PackRow(dst.data(), g.O_pad, odt_, fp32_dst_, relu, /*host_view=*/true, fin.data());
       std::copy(fin.begin(), fin.begin() + g.O, out->begin() + m * g.O);
     }
     return Status::Ok();
@@ -612,6 +614,7 @@ class Engine {
   bool l1acc_ = false;
   MathFidelity fid_;
   Arch arch_;
+  DeviceDType wdt_ = DeviceDType::kFloat32, odt_ = DeviceDType::kBFloat16;
   std::vector<uint32_t> xdev_, wdev_, bdev_;
   std::vector<uint32_t> wsl_[2];  // exact: packed SrcA lanes per phase variant (p & 1)
   std::vector<uint8_t> wnz_;      // exact: per (o, 8-lane group) any non-zero weight
@@ -626,7 +629,7 @@ std::string BlockingText(const Geometry& g, const PrecisionConfig& p, bool l1acc
     s += DeviceDTypeName(fp32_dst ? DeviceDType::kFloat32 : DeviceDType::kBFloat16);
     s += " accumulated in L1 (packer_l1_acc)";
   } else {
-    s += DeviceDTypeName(p.output_dtype);
+    s += DeviceDTypeName(p.EffectiveOutputDType());
   }
   s += std::string(", Dst ") + (fp32_dst ? "fp32" : "bf16");
   return s;
@@ -695,7 +698,7 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
     report->backend = kTtEmuBackend;
     report->implementation = EmuLevelName(level);
     report->blocking = BlockingText(g, precision, eng.l1acc(), eng.fp32_dst());
-    report->precision = precision;
+    report->precision = precision.Resolved();
     report->output_shape = *out_shape;
     report->macs = g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw;
     report->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
