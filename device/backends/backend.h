@@ -150,6 +150,26 @@ struct JobProgress {
 using ProgressFn = std::function<void(const JobProgress&)>;
 
 /// What a backend says about one executed op (filled when ExecContext::report is set).
+/// The device program that ran a conv, as the run report shows it (proto/kiln/v1/device.proto
+/// ConvProgram; filled by tt-emu from device/backends/tt_emu/program.h, empty for other backends).
+struct ProgramReport {
+  std::string path;                 ///< "conv2d", "matmul", "depthwise_2d", "depthwise_1d"
+  bool kernel_stride_folded = false;
+  ShardLayout shard_layout = ShardLayout::kAuto;
+  bool shard_layout_auto = false;
+  Board board = Board::kDefault;
+  int grid_x = 0, grid_y = 0, num_cores = 0, num_cores_nhw = 0, num_cores_c = 0;
+  int cin_align = 0;
+  int64_t cin_padded = 0;
+  int k_blocks = 0;
+  int act_block_h_ntiles = 0, act_block_w_ntiles = 0;
+  bool l1_acc_effective = false;
+  DeviceDType partials_dtype = DeviceDType::kBFloat16, pack_src_dtype = DeviceDType::kBFloat16,
+              act_dtype = DeviceDType::kBFloat16;
+  int64_t l1_bytes_per_core = 0;
+  std::vector<std::string> notes;
+};
+
 struct OpReport {
   std::string op;              ///< "conv2d", "conv_transpose2d", "pool2d"
   std::string backend;         ///< Backend::name()
@@ -162,6 +182,7 @@ struct OpReport {
   int64_t macs = 0;            ///< multiply-accumulates of the op (conv: N·O·OH·OW·(C/group)·kH·kW)
   double seconds = 0.0;        ///< wall time inside the backend
   std::vector<std::pair<std::string, std::string>> notes;  ///< free-form key/value details
+  std::optional<ProgramReport> program;  ///< tt-emu convs: the program emulated
 };
 
 /// Per-call execution options. All pointers may be null.

@@ -10,16 +10,27 @@ namespace {
 TEST(PrecisionConfigTest, DefaultsAreTtnnConvDefaults) {
   PrecisionConfig p;
   EXPECT_EQ(p.math_fidelity, MathFidelity::kHiFi4);
-  EXPECT_EQ(p.weights_dtype, DeviceDType::kBFloat16);
+  // weights_dtype unset = the host weight tensor's dtype; output_dtype unset = the input dtype
+  // (docs/specs/tt-conv-dataflow.md §1).
+  EXPECT_FALSE(p.weights_dtype.has_value());
+  EXPECT_EQ(p.EffectiveWeightsDType(), DeviceDType::kFloat32);
+  EXPECT_EQ(p.EffectiveWeightsDType(DeviceDType::kBFloat16), DeviceDType::kBFloat16);
   EXPECT_EQ(p.input_dtype, DeviceDType::kBFloat16);
-  EXPECT_EQ(p.output_dtype, DeviceDType::kBFloat16);
+  EXPECT_FALSE(p.output_dtype.has_value());
+  EXPECT_EQ(p.EffectiveOutputDType(), DeviceDType::kBFloat16);
   EXPECT_TRUE(p.math_approx_mode);
   EXPECT_FALSE(p.packer_l1_acc);
-  EXPECT_FALSE(p.EffectiveFp32DestAcc());  // bf16 inputs → no fp32 Dst by default
+  EXPECT_FALSE(p.EffectiveFp32DestAcc());  // bf16 input → no fp32 Dst by default
   p.input_dtype = DeviceDType::kFloat32;
+  EXPECT_EQ(p.EffectiveOutputDType(), DeviceDType::kFloat32);
+  EXPECT_TRUE(p.EffectiveFp32DestAcc());   // float32 input and float32 host weights → fp32 Dst
+  p.weights_dtype = DeviceDType::kBFloat16;
   EXPECT_FALSE(p.EffectiveFp32DestAcc());
   p.weights_dtype = DeviceDType::kFloat32;
   EXPECT_TRUE(p.EffectiveFp32DestAcc());  // both float32 → fp32 Dst (docs/specs/tt-numerics.md §8)
+  const PrecisionConfig r = p.Resolved();
+  EXPECT_EQ(r.output_dtype, DeviceDType::kFloat32);
+  EXPECT_EQ(r.fp32_dest_acc_en, true);
   p.fp32_dest_acc_en = false;
   EXPECT_FALSE(p.EffectiveFp32DestAcc());
   EXPECT_EQ(p.arch, Arch::kWormholeB0);
@@ -45,8 +56,20 @@ TEST(PrecisionConfigTest, ValidateAndNames) {
   EXPECT_EQ(*ParseDeviceDType("bfp4_b"), DeviceDType::kBFloat4B);
   EXPECT_EQ(*ParseArch("blackhole"), Arch::kBlackhole);
   EXPECT_EQ(std::string(MathFidelityName(MathFidelity::kHiFi3)), "HiFi3");
+  p = {};
+  p.act_block_w = 2;
+  p.act_block_w_div = 2;  // Kiln's in0_block_w override and TT-NN's divisor are exclusive
+  EXPECT_EQ(p.Validate().code(), StatusCode::kInvalidArgument);
+  p = {};
+  p.act_block_h_override = 48;  // not a multiple of the tile height
+  EXPECT_EQ(p.Validate().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseShardLayout("block_sharded"), ShardLayout::kBlock);
+  EXPECT_EQ(ParseShardLayout("diagonal").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseBoard("P150"), Board::kP150);
+  EXPECT_EQ(*ParseInputLayout("tile"), InputLayout::kTile);
   EXPECT_EQ(PrecisionConfig{}.ToString(),
-            "HiFi4 w=bfloat16 in=bfloat16 out=bfloat16 fp32_acc=0(default) l1_acc=0 approx=1 wormhole_b0 abw=auto");
+            "HiFi4 w=host in=bfloat16 out=bfloat16 fp32_acc=0(default) l1_acc=0 approx=1 wormhole_b0 shard=auto abw=auto "
+            "in_layout=row_major");
 }
 
 TEST(ActivationTest, NamesAndValues) {

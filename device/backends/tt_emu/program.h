@@ -85,6 +85,11 @@ struct ConvProgram {
   DeviceDType partials_dtype = DeviceDType::kBFloat16;  ///< the partials CB between K blocks
   DeviceDType output_dtype = DeviceDType::kBFloat16;
   DeviceDType pack_src_dtype = DeviceDType::kBFloat16;  ///< get_single_pack_src_format of the final pack
+  bool bfp8_pack_precise = false;     ///< Float32 pack source for a bfp output from an fp32 Dst
+  /// fp32 partials reloaded into Dst through SrcA as Tf32 (PartialReload resolved), else losslessly.
+  bool fp32_reload_tf32 = true;
+  /// The fused activation the program applies (FusedHardswish resolved: kNone when dropped).
+  Activation activation = Activation::kNone;
   int64_t l1_bytes_per_core = 0;      ///< calculate_L1_usage_for_conv_op total (CBs + output + halo)
   int64_t l1_budget_bytes = 0;        ///< the board's usable L1 per core
   std::vector<std::string> notes;     ///< one line per non-obvious choice ("HARDSWISH dropped: ...")
@@ -108,6 +113,9 @@ Result<BoardInfo> GetBoardInfo(Board board, Arch arch);
 /// overflow, a shard layout impossible for the shape), each naming the limit.
 Result<ConvProgram> SelectConvProgram(const ConvProblem& problem, const PrecisionConfig& precision,
                                       DeviceDType host_weights_dtype = DeviceDType::kFloat32);
+
+/// The report's view of the program (backend.h ProgramReport).
+ProgramReport ToProgramReport(const ConvProgram& program);
 
 /// One line per field for reports ("program=conv2d shard=height grid=8x8 cores=64 cin_align=8 ...").
 std::string ConvProgramSummary(const ConvProgram& program);

@@ -1,0 +1,668 @@
+// Section numbers (§) cite docs/specs/tt-numerics.md, as in conv_engine.h.
+#include "device/backends/tt_emu/conv_engine.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <dnnl.hpp>
+
+#include "device/numerics/formats.h"
+#include "device/numerics/fpu.h"
+
+namespace kiln::device::tt_emu {
+
+namespace nx = kiln::numerics;
+
+namespace {
+
+// Host conversion of 16 fp32 patterns (one group) to a device dtype; returns the values as the
+// device unpacker will read them (fp32 patterns; bf16-exact except for float32).
+void HostConvertGroup(const uint32_t* in, int n, DeviceDType dt, uint32_t* out) {
+  switch (dt) {
+    case DeviceDType::kFloat32:
+      for (int i = 0; i < n; ++i) out[i] = in[i];
+      return;
+    case DeviceDType::kBFloat16:
+      for (int i = 0; i < n; ++i) out[i] = static_cast<uint32_t>(nx::HostFp32ToBf16(in[i])) << 16;
+      return;
+    case DeviceDType::kBFloat8B:
+    case DeviceDType::kBFloat4B: {
+      const nx::BfpFormat f = nx::BfpFormatOf(dt);
+      std::array<uint32_t, 16> g{};
+      for (int i = 0; i < n; ++i) g[i] = in[i];
+      nx::BfpGroup enc = nx::HostEncodeBfpGroup(g, f, nx::HostBfpRounding::kCurrent);
+      for (int i = 0; i < n; ++i) out[i] = static_cast<uint32_t>(nx::UnpackBfpToBf16(enc.exp, enc.codes[i], f)) << 16;
+      return;
+    }
+  }
+}
+
+inline bool IsBfp(DeviceDType d) { return d == DeviceDType::kBFloat8B || d == DeviceDType::kBFloat4B; }
+
+// Unpacks a stored fp32-pattern value of dtype `dt` into an FPU source register (§4).
+inline uint32_t UnpackToSrc(uint32_t v, DeviceDType dt, bool fp32_dst) {
+  if (dt == DeviceDType::kFloat32) {
+    return fp32_dst ? nx::UnpackFp32ToTf32(v) : static_cast<uint32_t>(nx::UnpackFp32ToBf16(v)) << 16;
+  }
+  return v;  // bf16 / unpacked bfp are bf16-exact
+}
+inline nx::SrcFormat SrcFmtOf(DeviceDType dt, bool fp32_dst) {
+  return (dt == DeviceDType::kFloat32 && fp32_dst) ? nx::SrcFormat::kTf32 : nx::SrcFormat::kBf16;
+}
+
+// Device packer of n Dst values to dtype `dt` (§3), with the packer ReLU (§3.5).
+// host_view: bfp values decoded as the host does (§2.3) instead of the device unpacker (§4).
+// precise: a Float32 pack source for bfp outputs (bfp8_pack_precise; §3.4 note: no LSB clearing).
+void PackRow(const uint32_t* dst, int64_t n, DeviceDType dt, bool fp32_dst, bool relu, bool host_view, bool precise,
+             uint32_t* out) {
+  switch (dt) {
+    case DeviceDType::kFloat32:
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t u = fp32_dst ? dst[i] : nx::PackBf16DstToFp32(static_cast<uint16_t>(dst[i] >> 16));
+        out[i] = relu ? nx::PackerReluFp32(u) : u;
+      }
+      return;
+    case DeviceDType::kBFloat16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t t = fp32_dst ? nx::PackFp32DstToBf16(dst[i]) : nx::PackBf16DstToBf16(static_cast<uint16_t>(dst[i] >> 16));
+        if (relu) t = nx::PackerReluBf16(t);
+        out[i] = static_cast<uint32_t>(t) << 16;
+      }
+      return;
+    case DeviceDType::kBFloat8B:
+    case DeviceDType::kBFloat4B: {
+      const nx::BfpFormat f = nx::BfpFormatOf(dt);
+      for (int64_t g0 = 0; g0 < n; g0 += 16) {
+        std::array<uint16_t, 16> e{};
+        for (int i = 0; i < 16 && g0 + i < n; ++i) {
+          const uint32_t d = dst[g0 + i];
+          if (precise && fp32_dst) {
+            // Float32 source: truncation to 16 bits, NaN → ±Inf, exponent 0 → +0, no LSB clearing.
+            uint32_t u = nx::detail::IsNanBits(d) ? ((d & 0x80000000u) | 0x7F800000u) : d;
+            uint16_t t = static_cast<uint16_t>(u >> 16);
+            e[i] = (t & 0x7F80u) == 0 ? 0 : t;
+          } else {
+            e[i] = fp32_dst ? nx::PackE8M6FromFp32Dst(d) : nx::PackE8M6FromBf16Dst(static_cast<uint16_t>(d >> 16));
+          }
+          if (relu) e[i] = nx::PackerReluBf16(e[i]);
+        }
+        nx::BfpGroup g = nx::PackBfpStageB(e, f);
+        for (int i = 0; i < 16 && g0 + i < n; ++i) {
+          out[g0 + i] = host_view ? nx::FloatBits(nx::DecodeBfpValue(g.exp, g.codes[i], f))
+                                  : static_cast<uint32_t>(nx::UnpackBfpToBf16(g.exp, g.codes[i], f)) << 16;
+        }
+      }
+      return;
+    }
+  }
+}
+
+// Rounds an fp32 value into Dst (fast level): fp32 Dst keeps it (exponent-0 → +0); a bf16 Dst
+// rounds half away from zero to 8 significant bits like §5.5's normaliser.
+inline uint32_t RoundIntoDst(float v, bool fp32_dst) {
+  uint32_t u = nx::FloatBits(v);
+  u = (u & 0x7FFFFFFFu) > 0x7F800000u ? ((u & 0x80000000u) | 0x7F800000u) : u;  // NaN → ±Inf
+  u = fp32_dst ? u : ((u + 0x8000u) & 0xFFFF0000u);
+  return ((u >> 23) & 0xFFu) == 0 ? 0u : u;
+}
+
+Status MatmulF32(const dnnl::engine& eng, dnnl::stream& strm, const float* src, int64_t M, int64_t Kb, int64_t lda,
+                 const float* wei, int64_t N, int64_t ldw_k, float* dst) {
+  try {
+    using md = dnnl::memory::desc;
+    using dt = dnnl::memory::data_type;
+    md src_md({M, Kb}, dt::f32, dnnl::memory::dims{lda, 1});
+    md wei_md({Kb, N}, dt::f32, dnnl::memory::dims{1, ldw_k});
+    md dst_md({M, N}, dt::f32, dnnl::memory::dims{N, 1});
+    dnnl::matmul::desc d(src_md, wei_md, dst_md);
+    dnnl::matmul::primitive_desc pd(d, eng);
+    dnnl::memory sm(src_md, eng, const_cast<float*>(src));
+    dnnl::memory wm(wei_md, eng, const_cast<float*>(wei));
+    dnnl::memory dm(dst_md, eng, dst);
+    dnnl::matmul(pd).execute(strm, {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, dm}});
+    strm.wait();
+  } catch (const dnnl::error& e) {
+    return Internal(std::string("oneDNN matmul failed: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+// Exact level: a Src operand's phase slice packed in 32 bits (bits 0..7 slice, 8..15 exponent
+// field, 0 for a zero lane; bit 16 sign), and §5.4's group term over 8 packed lanes. Same arithmetic
+// as numerics::GroupTerm (the kacc32 end-to-end test checks this path bit for bit).
+inline uint32_t PackLane(const nx::FpuSlice& s) {
+  return s.exp == 0 ? 0u : (s.slice | (static_cast<uint32_t>(s.exp) << 8) | (static_cast<uint32_t>(s.sign) << 16));
+}
+
+// Both group terms of one 16-lane MVMUL. Branch-free int32 lanes (a shift of 14 or more already
+// rounds a 12-bit product to 0, so d is capped at 14 instead of 30), vectorised where AVX2 exists.
+__attribute__((target_clones("avx2", "default"))) void MvmulTerms(const uint32_t* a, const uint32_t* b, int adj,
+                                                                 nx::FpuTerm* t0, nx::FpuTerm* t1) {
+  int32_t ep[16], P[16], sg[16];
+  for (int k = 0; k < 16; ++k) {
+    const uint32_t x = a[k], y = b[k];
+    const int32_t xe = static_cast<int32_t>((x >> 8) & 0xFFu), ye = static_cast<int32_t>((y >> 8) & 0xFFu);
+    const int32_t nz = (xe != 0) & (ye != 0);
+    ep[k] = nz ? xe + ye + adj : 0;
+    P[k] = static_cast<int32_t>((x & 0xFFu) * (y & 0xFFu));  // zero lanes have slice 0
+    sg[k] = static_cast<int32_t>(((x ^ y) >> 16) & 1u);
+  }
+  nx::FpuTerm* out[2] = {t0, t1};
+  for (int h = 0; h < 2; ++h) {
+    int32_t G = 0;
+    for (int k = 0; k < 8; ++k) G = std::max(G, ep[h * 8 + k]);
+    nx::FpuTerm t;
+    if (G > 0) {
+      int32_t S = 0;
+      for (int k = 0; k < 8; ++k) {
+        const int32_t d = std::min(G - ep[h * 8 + k], 14);
+        const int32_t R = (2 * P[h * 8 + k] + (1 << d)) >> (d + 1);
+        S += sg[h * 8 + k] ? -R : R;
+      }
+      t.sign = S < 0 ? 1 : 0;
+      t.exp = G;
+      t.mag = static_cast<uint64_t>(S < 0 ? -S : S) << 13;
+    }
+    *out[h] = t;
+  }
+}
+
+// Splits rows [m0, m1) over up to `threads` OpenMP threads when the work is worth it (OpenMP, the
+// runtime oneDNN uses here: its idle workers spin after each matmul and would compete with
+// separate std::threads for the same cores).
+template <typename Fn>
+Status Parallel(int64_t m0, int64_t m1, int64_t per_row, int threads, const Fn& fn) {
+  const int64_t rows = m1 - m0;
+  int n = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, rows * per_row / 200000)));
+  n = static_cast<int>(std::min<int64_t>(n, rows));
+  if (n <= 1) return fn(m0, m1);
+  std::vector<Status> st(static_cast<size_t>(n));
+#pragma omp parallel for num_threads(n) schedule(static, 1)
+  for (int t = 0; t < n; ++t) {
+    const int64_t a = m0 + rows * t / n, b = m0 + rows * (t + 1) / n;
+    st[static_cast<size_t>(t)] = fn(a, b);
+  }
+  for (const Status& s : st) KILN_RETURN_IF_ERROR(s);
+  return Status::Ok();
+}
+
+class Engine {
+ public:
+  Engine(const EmuGeometry& g, const ConvProgram& prog, const PrecisionConfig& p, Activation act, EmuLevel level)
+      : g_(g), k_(prog.k), prog_(prog), p_(p), level_(level) {
+    fp32_dst_ = prog.fp32_dest_acc;
+    wdt_ = prog.weights_dtype;
+    act_dt_ = prog.act_dtype;
+    odt_ = prog.output_dtype;
+    fid_ = p.math_fidelity;
+    arch_ = p.arch;
+    l1acc_ = prog.l1_acc_effective;
+    part_dt_ = prog.partials_dtype;
+    tf32_reload_ = prog.fp32_reload_tf32;
+    precise_ = prog.bfp8_pack_precise;
+    act_ = act;
+    // On the conv path a bfp act dtype is packed over groups of 16 consecutive K entries of a row,
+    // so it is applied per im2col row; otherwise the act tilize is per element (per pixel).
+    per_row_tilize_ = prog.path != ConvProgramPath::kMatmul && IsBfp(act_dt_);
+    K_ = k_.K;
+    ki_.resize(static_cast<size_t>(K_));
+    kj_.resize(static_cast<size_t>(K_));
+    kc_.resize(static_cast<size_t>(K_));
+    for (int64_t k = 0; k < K_; ++k) {
+      const int32_t t = k_.tap[static_cast<size_t>(k)];
+      ki_[k] = t < 0 ? -1 : t / static_cast<int32_t>(g.kw);
+      kj_[k] = t < 0 ? -1 : t % static_cast<int32_t>(g.kw);
+      kc_[k] = t < 0 ? 0 : k_.chan[static_cast<size_t>(k)];
+    }
+  }
+
+  // Element tilize of one input-dtype value into the act dtype and its SrcB operand (§3, §4).
+  uint32_t TilizeElement(uint32_t v) const {
+    const bool in_fp32 = p_.input_dtype == DeviceDType::kFloat32;
+    if (prog_.path == ConvProgramPath::kMatmul) return nx::MaskSrcOperand(UnpackToSrc(v, act_dt_, fp32_dst_), b_fmt());
+    if (act_dt_ == DeviceDType::kFloat32) return nx::MaskSrcOperand(UnpackToSrc(v, act_dt_, fp32_dst_), b_fmt());
+    // Tilize = unpack to Dst and pack into the act dtype: an fp32 input is truncated to bf16 by the
+    // unpacker without fp32 Dst (§4), kept with it and rounded by the packer (§3.1).
+    uint32_t d = v;
+    if (in_fp32 && !fp32_dst_) d = static_cast<uint32_t>(nx::UnpackFp32ToBf16(v)) << 16;
+    uint32_t t;
+    PackRow(&d, 1, DeviceDType::kBFloat16, in_fp32 && fp32_dst_, false, false, false, &t);
+    return nx::MaskSrcOperand(t, b_fmt());
+  }
+
+  void Prepare(const float* x, const float* w, const float* bias) {
+    const EmuGeometry& g = g_;
+    const int64_t C16 = (g.C + 15) / 16 * 16;
+    // 1. activations: host conversion per pixel in 16-channel groups; then (unless tilized per
+    //    row) the per-element tilize + unpack.
+    xdev_.assign(static_cast<size_t>(g.N * g.H * g.W * g.C), 0);
+    std::vector<uint32_t> pix(static_cast<size_t>(C16)), conv(static_cast<size_t>(C16));
+    const int64_t HW = g.H * g.W;
+    for (int64_t n = 0; n < g.N; ++n) {
+      for (int64_t s = 0; s < HW; ++s) {
+        std::fill(pix.begin(), pix.end(), 0u);
+        for (int64_t c = 0; c < g.C; ++c) pix[c] = nx::FloatBits(x[(n * g.C + c) * HW + s]);
+        for (int64_t c0 = 0; c0 < C16; c0 += 16) HostConvertGroup(&pix[c0], 16, p_.input_dtype, &conv[c0]);
+        uint32_t* dstp = &xdev_[static_cast<size_t>((n * HW + s) * g.C)];
+        for (int64_t c = 0; c < g.C; ++c) dstp[c] = per_row_tilize_ ? conv[c] : TilizeElement(conv[c]);
+      }
+    }
+    // 2. weights as [K, Cout_pad] in the program's K order, block-diagonal for groups; stored
+    //    o-major wdev_[o*K + k]; converted 16 output channels at a time (one bfp group per K row).
+    wdev_.assign(static_cast<size_t>(g.O_pad * K_), 0);
+    std::vector<uint32_t> row(16), rowc(16);
+    for (int64_t o0 = 0; o0 < g.O_pad; o0 += 16) {
+      for (int64_t k = 0; k < K_; ++k) {
+        if (ki_[k] < 0) continue;
+        bool any = false;
+        const int64_t c = kc_[k];
+        for (int t = 0; t < 16; ++t) {
+          const int64_t o = o0 + t;
+          row[t] = 0;
+          if (o >= g.O || c / g.Cg != o / g.Og) continue;
+          row[t] = nx::FloatBits(w[((o * g.Cg + (c - (o / g.Og) * g.Cg)) * g.kh + ki_[k]) * g.kw + kj_[k]]);
+          any |= row[t] != 0;
+        }
+        if (!any) continue;  // an all-zero group stays zero in every format
+        HostConvertGroup(row.data(), 16, wdt_, rowc.data());
+        for (int t = 0; t < 16; ++t)
+          wdev_[(o0 + t) * K_ + k] = nx::MaskSrcOperand(UnpackToSrc(rowc[t], wdt_, fp32_dst_), a_fmt());
+      }
+    }
+    // 3. bias row in the weights dtype (prepare_conv_bias_internal: bias_df = weights_df), groups
+    //    of 16 output channels, read through SrcB.
+    has_bias_ = bias != nullptr;
+    bdev_.assign(static_cast<size_t>(g.O_pad), 0);
+    if (has_bias_) {
+      for (int64_t o0 = 0; o0 < g.O_pad; o0 += 16) {
+        for (int t = 0; t < 16; ++t) row[t] = o0 + t < g.O ? nx::FloatBits(bias[o0 + t]) : 0u;
+        HostConvertGroup(row.data(), 16, wdt_, rowc.data());
+        for (int t = 0; t < 16; ++t) bdev_[o0 + t] = UnpackToSrc(rowc[t], wdt_, fp32_dst_);
+      }
+    }
+  }
+
+  nx::SrcFormat a_fmt() const { return SrcFmtOf(wdt_, fp32_dst_); }
+  nx::SrcFormat b_fmt() const { return SrcFmtOf(act_dt_, fp32_dst_); }
+  double fast_sums_seconds() const { return fast_sums_s_; }
+
+  // im2col of output row m in the program's K order: SrcB operands (padding and spatial padding
+  // give zeros). With a per-row tilize the bfp groups are 16 consecutive K entries.
+  void Im2colRow(int64_t m, uint32_t* out) const {
+    const EmuGeometry& g = g_;
+    const int64_t n = m / (g.OH * g.OW), r = m % (g.OH * g.OW), oy = r / g.OW, ox = r % g.OW;
+    for (int64_t k = 0; k < K_; ++k) {
+      const int32_t i = ki_[k];
+      uint32_t v = 0;
+      if (i >= 0) {
+        const int64_t y = oy * g.sh - g.pt + i * g.dh, xx = ox * g.sw - g.pl + kj_[k] * g.dw;
+        if (y >= 0 && y < g.H && xx >= 0 && xx < g.W) v = xdev_[static_cast<size_t>(((n * g.H + y) * g.W + xx) * g.C + kc_[k])];
+      }
+      out[k] = v;
+    }
+    if (!per_row_tilize_) return;
+    // Tilize into a bfp act dtype: the packer over each face row of 16 K entries (§3.4), from a
+    // Dst holding the input values (fp32 Dst only for an fp32 input with fp32_dest_acc_en).
+    const bool in_fp32 = p_.input_dtype == DeviceDType::kFloat32;
+    std::array<uint32_t, 16> d{}, t{};
+    for (int64_t k0 = 0; k0 < K_; k0 += 16) {
+      for (int i = 0; i < 16; ++i) {
+        const uint32_t v = out[k0 + i];
+        d[i] = (in_fp32 && !fp32_dst_) ? static_cast<uint32_t>(nx::UnpackFp32ToBf16(v)) << 16 : v;
+      }
+      PackRow(d.data(), 16, act_dt_, in_fp32 && fp32_dst_, false, false, false, t.data());
+      for (int i = 0; i < 16; ++i) out[k0 + i] = nx::MaskSrcOperand(t[i], b_fmt());
+    }
+  }
+
+  Status Run(const CancelToken* cancel, int threads, std::vector<uint32_t>* out) {
+    const EmuGeometry& g = g_;
+    out->assign(static_cast<size_t>(g.M * g.O), 0);
+    if (level_ == EmuLevel::kFast) return RunFast(cancel, threads, out);
+    for (int v = 0; v < 2; ++v) {
+      wsl_[v].resize(wdev_.size());
+      for (size_t i = 0; i < wdev_.size(); ++i) wsl_[v][i] = PackLane(nx::SliceA(wdev_[i], v));
+    }
+    wnz_.assign(static_cast<size_t>(g.O_pad * (K_ / 8)), 0);
+    for (int64_t o = 0; o < g.O_pad; ++o)
+      for (int64_t q = 0; q < K_ / 8; ++q)
+        for (int t = 0; t < 8; ++t)
+          if ((wdev_[o * K_ + q * 8 + t] >> 23) & 0xFFu) wnz_[o * (K_ / 8) + q] = 1;
+    const int64_t per_row = g.O * K_ * nx::NumPhases(fid_);
+    return Parallel(0, g.M, per_row, threads, [&](int64_t a, int64_t b) { return RunRows(a, b, cancel, out, nullptr, 0, 0); });
+  }
+
+  // The default height-sharded layout without groups: each K block holds exactly the taps of one
+  // kernel row (all channels). Then one oneDNN convolution per kernel row gives the block sums.
+  bool RowPerBlock() const {
+    const EmuGeometry& g = g_;
+    if (g.G != 1 || per_row_tilize_ || k_.num_blocks() != g.kh) return false;
+    for (int64_t b = 0; b < g.kh; ++b) {
+      int64_t count = 0;
+      for (int64_t k = k_.block_begin[b]; k < k_.block_begin[b + 1]; ++k) {
+        if (ki_[k] < 0) continue;
+        if (ki_[k] != b) return false;
+        ++count;
+      }
+      if (count != g.kw * g.C) return false;
+    }
+    return true;
+  }
+
+  // Fast level, in chunks of output rows: im2col of the fidelity-slice operands, one oneDNN fp32
+  // matmul per K block (two for HiFi3), then the exact spill / bias / pack epilogue per row.
+  Status RunFast(const CancelToken* cancel, int threads, std::vector<uint32_t>* out) {
+    const EmuGeometry& g = g_;
+    // Operand variants (§5.2 slices as floats): A0 = top 5 significant bits, A' = all but mantissa
+    // bit 0 (of 10); B0 = top 7 bits; B = all 11 bits; B1 = B − B0. Products of these are exact
+    // in fp32 (at most 10 x 11 significant bits).
+    auto mask = [](uint32_t u, uint32_t m) -> float {
+      if (((u >> 23) & 0xFFu) == 0) return 0.0f;
+      return nx::BitsFloat(u & m);
+    };
+    const bool lofi = fid_ == MathFidelity::kLoFi, hifi3 = fid_ == MathFidelity::kHiFi3,
+               hifi4 = fid_ == MathFidelity::kHiFi4;
+    const size_t wn = wdev_.size();
+    std::vector<float> a0_copy;
+    if (hifi3) {
+      a0_copy.resize(wn);
+      for (size_t i = 0; i < wn; ++i) a0_copy[i] = mask(wdev_[i], 0xFFF80000u);
+    }
+    std::vector<uint32_t> wvar = std::move(wdev_);
+    wdev_.clear();
+    for (size_t i = 0; i < wn; ++i) wvar[i] = nx::FloatBits(mask(wvar[i], lofi ? 0xFFF80000u : 0xFFFFC000u));
+    const float* w_primary = reinterpret_cast<const float*>(wvar.data());  // A0 (LoFi) or A'
+    const float* w_a0 = hifi3 ? a0_copy.data() : nullptr;
+    const bool need_b0 = !hifi4, need_b1 = hifi3 || hifi4;
+    auto b0v = [&](uint32_t u) { return mask(u, 0xFFFE0000u); };
+    auto b1v = [&](uint32_t u) { return hifi3 ? mask(u, 0xFFFFE000u) - b0v(u) : mask(u, 0xFFFFE000u); };
+    if (RowPerBlock()) {
+      std::vector<float> img0, img1;  // NHWC images: B0, and B1 (HiFi3) or B (HiFi4)
+      if (need_b0) img0.resize(xdev_.size());
+      if (need_b1) img1.resize(xdev_.size());
+      for (size_t i = 0; i < xdev_.size(); ++i) {
+        if (need_b0) img0[i] = b0v(xdev_[i]);
+        if (need_b1) img1[i] = b1v(xdev_[i]);
+      }
+      std::vector<float> sums(static_cast<size_t>(g.kh * g.M * g.O_pad));
+      const auto t0 = std::chrono::steady_clock::now();
+      KILN_RETURN_IF_ERROR(ConvRowSums(hifi4 ? img1 : img0, w_primary, hifi3 ? &img1 : nullptr, w_a0, sums.data()));
+      fast_sums_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (cancel) KILN_RETURN_IF_ERROR(cancel->Check());
+      return Parallel(0, g.M, g.O_pad * (g.kh + 4) * 8, threads,
+                      [&](int64_t a, int64_t b) { return RunRows(a, b, cancel, out, sums.data(), 0, g.M); });
+    }
+    // Chunk of rows: im2col of R x K floats (about 16 MiB), large enough for efficient matmuls.
+    const int64_t nb = k_.num_blocks();
+    const int64_t R = std::min<int64_t>(g.M, std::max<int64_t>(64, (int64_t{4} << 20) / std::max<int64_t>(1, K_)));
+    std::vector<float> c0, c1, sums(static_cast<size_t>(nb * R * g.O_pad)), tmp;
+    if (need_b0) c0.resize(static_cast<size_t>(R * K_));
+    if (need_b1) c1.resize(static_cast<size_t>(R * K_));
+    if (hifi3) tmp.resize(static_cast<size_t>(R * g.O_pad));
+    try {
+      dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+      dnnl::stream strm(eng);
+      for (int64_t m0 = 0; m0 < g.M; m0 += R) {
+        if (cancel) KILN_RETURN_IF_ERROR(cancel->Check());
+        const int64_t rows = std::min(R, g.M - m0);
+        const auto t0 = std::chrono::steady_clock::now();
+        KILN_RETURN_IF_ERROR(Parallel(0, rows, K_ * 2, threads, [&](int64_t a, int64_t b) {
+          std::vector<uint32_t> xr(static_cast<size_t>(K_));
+          for (int64_t r = a; r < b; ++r) {
+            Im2colRow(m0 + r, xr.data());
+            for (int64_t k = 0; k < K_; ++k) {
+              if (need_b0) c0[r * K_ + k] = b0v(xr[k]);
+              if (need_b1) c1[r * K_ + k] = b1v(xr[k]);
+            }
+          }
+          return Status::Ok();
+        }));
+        for (int64_t b = 0; b < nb; ++b) {
+          const int64_t kb0 = k_.block_begin[b], kb = k_.block_begin[b + 1] - kb0;
+          float* o = sums.data() + b * rows * g.O_pad;
+          const float* src = hifi4 ? c1.data() : c0.data();
+          KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, src + kb0, rows, kb, K_, w_primary + kb0, g.O_pad, K_, o));
+          if (hifi3) {
+            KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, c1.data() + kb0, rows, kb, K_, w_a0 + kb0, g.O_pad, K_, tmp.data()));
+            for (int64_t i = 0; i < rows * g.O_pad; ++i) o[i] += tmp[static_cast<size_t>(i)];
+          }
+        }
+        fast_sums_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        KILN_RETURN_IF_ERROR(Parallel(m0, m0 + rows, g.O_pad * (nb + 4) * 8, threads, [&](int64_t a, int64_t b) {
+          return RunRows(a, b, cancel, out, sums.data(), m0, rows);
+        }));
+      }
+    } catch (const dnnl::error& e) {
+      return Internal(std::string("oneDNN: ") + e.what());
+    }
+    return Status::Ok();
+  }
+
+  // sums[i][m][o] = Σ_{j, c} W[o, c, i, j]·X[n, y(oy, i), x(ox, j), c] for every kernel row i, with
+  // oneDNN f32 convolutions (kernel 1 x kW) on the zero-padded NHWC image `img` (C channels); `w`
+  // is the [O_pad][K] variant matrix in the program's K order. With `img2`/`w2` (HiFi3) a second
+  // product is added.
+  Status ConvRowSums(const std::vector<float>& img, const float* w, const std::vector<float>* img2, const float* w2,
+                     float* sums) const {
+    const EmuGeometry& g = g_;
+    const int64_t Hp = (g.OH - 1) * g.sh + (g.kh - 1) * g.dh + 1, Wp = (g.OW - 1) * g.sw + (g.kw - 1) * g.dw + 1;
+    std::vector<int64_t> kpos(static_cast<size_t>(g.kh * g.kw * g.C), -1);  // (i, j, c) → K index
+    for (int64_t k = 0; k < K_; ++k)
+      if (ki_[k] >= 0) kpos[static_cast<size_t>((ki_[k] * g.kw + kj_[k]) * g.C + kc_[k])] = k;
+    auto pad_image = [&](const std::vector<float>& src) {
+      std::vector<float> xp(static_cast<size_t>(g.N * Hp * Wp * g.C), 0.0f);
+      for (int64_t n = 0; n < g.N; ++n)
+        for (int64_t yp = 0; yp < Hp; ++yp) {
+          const int64_t y = yp - g.pt;
+          if (y < 0 || y >= g.H) continue;
+          for (int64_t xq = 0; xq < Wp; ++xq) {
+            const int64_t x = xq - g.pl;
+            if (x < 0 || x >= g.W) continue;
+            const float* s = &src[static_cast<size_t>(((n * g.H + y) * g.W + x) * g.C)];
+            std::copy(s, s + g.C, &xp[static_cast<size_t>(((n * Hp + yp) * Wp + xq) * g.C)]);
+          }
+        }
+      return xp;
+    };
+    try {
+      using md = dnnl::memory::desc;
+      using dt = dnnl::memory::data_type;
+      using tag = dnnl::memory::format_tag;
+      dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+      dnnl::stream strm(eng);
+      // Kernel row i reads padded rows i·dH + oy·sH: they are gathered into a dense (N, OH, Wp, C)
+      // image, so one convolution (kernel 1 x kW, stride (1, sW)) covers the whole batch.
+      const md src_md({g.N, g.C, g.OH, Wp}, dt::f32, tag::nhwc);
+      const md wei_any({g.O_pad, g.C, 1, g.kw}, dt::f32, tag::any);
+      const md wei_plain({g.O_pad, g.C, 1, g.kw}, dt::f32, tag::oihw);
+      const md dst_md({g.N, g.O_pad, g.OH, g.OW}, dt::f32, tag::nhwc);
+      dnnl::convolution_forward::desc cd(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                         src_md, wei_any, dst_md, {1, g.sw}, {0, g.dw - 1}, {0, 0}, {0, 0});
+      dnnl::convolution_forward::primitive_desc pd(cd, eng);
+      dnnl::convolution_forward conv(pd);
+      std::vector<float> tmp, rows(static_cast<size_t>(g.N * g.OH * Wp * g.C));
+      for (int pass = 0; pass < (img2 ? 2 : 1); ++pass) {
+        const std::vector<float> xp = pad_image(pass == 0 ? img : *img2);
+        const float* wm = pass == 0 ? w : w2;
+        float* dst_base = sums;
+        if (pass == 1) {
+          tmp.assign(static_cast<size_t>(g.kh * g.M * g.O_pad), 0.0f);
+          dst_base = tmp.data();
+        }
+        for (int64_t i = 0; i < g.kh; ++i) {
+          std::vector<float> wi(static_cast<size_t>(g.O_pad * g.C * g.kw));
+          for (int64_t o = 0; o < g.O_pad; ++o)
+            for (int64_t c = 0; c < g.C; ++c)
+              for (int64_t j = 0; j < g.kw; ++j)
+                wi[static_cast<size_t>((o * g.C + c) * g.kw + j)] =
+                    wm[o * K_ + kpos[static_cast<size_t>((i * g.kw + j) * g.C + c)]];
+          dnnl::memory wplain(wei_plain, eng, wi.data());
+          dnnl::memory wmem(pd.weights_desc(), eng);
+          dnnl::reorder(wplain, wmem).execute(strm, wplain, wmem);
+          const size_t row_len = static_cast<size_t>(Wp * g.C);
+          for (int64_t n = 0; n < g.N; ++n)
+            for (int64_t oy = 0; oy < g.OH; ++oy) {
+              const float* s = &xp[static_cast<size_t>(n * Hp + i * g.dh + oy * g.sh) * row_len];
+              std::copy(s, s + row_len, &rows[static_cast<size_t>(n * g.OH + oy) * row_len]);
+            }
+          dnnl::memory sm(src_md, eng, rows.data());
+          dnnl::memory dm(dst_md, eng, dst_base + i * g.M * g.O_pad);
+          conv.execute(strm, {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_DST, dm}});
+          strm.wait();
+        }
+      }
+      if (img2) {
+        for (size_t k = 0; k < tmp.size(); ++k) sums[k] += tmp[k];
+      }
+    } catch (const dnnl::error& e) {
+      return Internal(std::string("oneDNN convolution failed: ") + e.what());
+    }
+    return Status::Ok();
+  }
+
+  // A partial reloaded into Dst (copy_block_matmul_partials through SrcA): fp32 partials as Tf32
+  // where the program says so, else exactly; bf16 / bfp partials are bf16-exact.
+  uint32_t Reload(uint32_t v, DeviceDType dt) const {
+    if (dt == DeviceDType::kFloat32 && tf32_reload_) v = nx::UnpackFp32ToTf32(v);
+    return ((v >> 23) & 0xFFu) == 0 ? 0u : v;
+  }
+
+  // Rows [m_begin, m_end): the MVMUL chain per K block (exact) or the block sums `sums`
+  // ([nb][sums_rows][O_pad] for rows from sums_m0, fast), then spills, bias, activation, pack.
+  Status RunRows(int64_t m_begin, int64_t m_end, const CancelToken* cancel, std::vector<uint32_t>* out,
+                 const float* sums, int64_t sums_m0, int64_t sums_rows) const {
+    const EmuGeometry& g = g_;
+    const int64_t nb = k_.num_blocks();
+    std::vector<uint32_t> xrow(static_cast<size_t>(K_));
+    std::vector<uint32_t> xsl[2];
+    xsl[0].resize(static_cast<size_t>(K_));
+    xsl[1].resize(static_cast<size_t>(K_));
+    std::vector<uint8_t> xnz(static_cast<size_t>(K_ / 8));
+    std::vector<uint32_t> dst(static_cast<size_t>(g.O_pad)), part(static_cast<size_t>(g.O_pad)),
+        l1(static_cast<size_t>(g.O_pad)), fin(static_cast<size_t>(g.O_pad));
+    const int nph = nx::NumPhases(fid_);
+    const DeviceDType l1_dt = fp32_dst_ ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
+    const DeviceDType epi_dt = l1acc_ ? l1_dt : part_dt_;  // what the bias ELWADD reads
+    const nx::FpuConfig elw_cfg{fp32_dst_, arch_, SrcFmtOf(epi_dt, fp32_dst_), SrcFmtOf(wdt_, fp32_dst_)};
+    const bool relu = act_ == Activation::kRelu;
+    for (int64_t m = m_begin; m < m_end; ++m) {
+      if (cancel && ((m - m_begin) % 64) == 0) KILN_RETURN_IF_ERROR(cancel->Check());
+      if (level_ == EmuLevel::kExact) {
+        Im2colRow(m, xrow.data());
+        for (int64_t k = 0; k < K_; ++k) {
+          xsl[0][k] = PackLane(nx::SliceB(xrow[k], 0));
+          xsl[1][k] = PackLane(nx::SliceB(xrow[k], 2));
+        }
+        for (int64_t q = 0; q < K_ / 8; ++q) {
+          uint8_t nz = 0;
+          for (int t = 0; t < 8; ++t) nz |= ((xrow[q * 8 + t] >> 23) & 0xFFu) != 0;
+          xnz[q] = nz;
+        }
+      }
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t kb0 = k_.block_begin[b], kb1 = k_.block_begin[b + 1];
+        const bool last = b == nb - 1;
+        // Where this block's Dst starts: zero, the reloaded partials, or (packer L1 accumulation
+        // without bias, last block) the L1 sum reloaded.
+        const bool l1_tail = l1acc_ && !has_bias_ && last;
+        const bool from_zero = b == 0 || (l1acc_ && !l1_tail);
+        for (int64_t o = 0; o < g.O_pad; ++o) {
+          uint32_t d = 0;
+          if (!from_zero) d = l1_tail ? Reload(l1[o], l1_dt) : Reload(part[o], part_dt_);
+          if (level_ == EmuLevel::kFast) {
+            const float s = sums[(b * sums_rows + (m - sums_m0)) * g.O_pad + o];
+            dst[o] = from_zero ? RoundIntoDst(s, fp32_dst_) : RoundIntoDst(nx::BitsFloat(d) + s, fp32_dst_);
+            continue;
+          }
+          if (o >= g.O) {
+            dst[o] = 0;
+            continue;
+          }
+          const uint8_t* wn = &wnz_[o * (K_ / 8)];
+          for (int64_t t0 = kb0; t0 < kb1; t0 += 32) {
+            for (int ph = 0; ph < nph; ++ph) {
+              const uint32_t* A = &wsl_[ph & 1][o * K_];
+              const uint32_t* B = xsl[(ph >> 1) & 1].data();
+              const int adj = nx::PhaseAdjust(ph);
+              for (int64_t k0 = t0; k0 < t0 + 32; k0 += 16) {
+                const int64_t q0 = k0 / 8, q1 = q0 + 1;
+                const bool nz0 = wn[q0] && xnz[q0], nz1 = wn[q1] && xnz[q1];
+                if (!nz0 && !nz1) continue;
+                nx::FpuTerm t0t, t1t;
+                MvmulTerms(A + k0, B + k0, adj, &t0t, &t1t);
+                d = nx::CombineWithDst(t0t, t1t, d, fp32_dst_, arch_);
+              }
+            }
+          }
+          dst[o] = d;
+        }
+        if (l1acc_ && !l1_tail) {
+          for (int64_t o = 0; o < g.O_pad; ++o) {
+            if (fp32_dst_) {
+              l1[o] = b == 0 ? dst[o] : nx::PackL1AccFp32(l1[o], dst[o]);
+            } else {
+              uint16_t nv = nx::PackBf16DstToBf16(static_cast<uint16_t>(dst[o] >> 16));
+              l1[o] = b == 0 ? static_cast<uint32_t>(nv) << 16
+                             : static_cast<uint32_t>(nx::PackL1AccBf16(static_cast<uint16_t>(l1[o] >> 16), nv)) << 16;
+            }
+          }
+        } else if (!l1acc_ && (!last || has_bias_)) {
+          PackRow(dst.data(), g.O_pad, part_dt_, fp32_dst_, false, false, false, part.data());
+        }
+      }
+      // Epilogue: bias by ELWADD on the partials (or on the L1 sum), else Dst as the last block left it.
+      if (has_bias_) {
+        const std::vector<uint32_t>& src = l1acc_ ? l1 : part;
+        for (int64_t o = 0; o < g.O_pad; ++o)
+          dst[o] = nx::Elwadd(UnpackToSrc(src[o], epi_dt, fp32_dst_), bdev_[o], 0, false, elw_cfg);
+      }
+      if (act_ != Activation::kNone && !relu) {
+        for (int64_t o = 0; o < g.O_pad; ++o) {
+          const float f = ApplyActivation(act_, nx::BitsFloat(dst[o]));
+          dst[o] = fp32_dst_ ? nx::FloatBits(f) : static_cast<uint32_t>(nx::HostFp32ToBf16(nx::FloatBits(f))) << 16;
+        }
+      }
+      PackRow(dst.data(), g.O_pad, odt_, fp32_dst_, relu, /*host_view=*/true, precise_, fin.data());
+      std::copy(fin.begin(), fin.begin() + g.O, out->begin() + m * g.O);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  EmuGeometry g_;
+  const KLayout& k_;
+  const ConvProgram& prog_;
+  PrecisionConfig p_;
+  EmuLevel level_;
+  int64_t K_ = 0;
+  std::vector<int32_t> ki_, kj_, kc_;  // per K index: kernel row, column (−1 = padding), channel
+  bool fp32_dst_ = false, l1acc_ = false, tf32_reload_ = true, precise_ = false, per_row_tilize_ = false;
+  bool has_bias_ = false;
+  double fast_sums_s_ = 0;
+  Activation act_ = Activation::kNone;
+  MathFidelity fid_ = MathFidelity::kHiFi4;
+  Arch arch_ = Arch::kWormholeB0;
+  DeviceDType wdt_ = DeviceDType::kFloat32, act_dt_ = DeviceDType::kBFloat16, odt_ = DeviceDType::kBFloat16,
+              part_dt_ = DeviceDType::kBFloat16;
+  std::vector<uint32_t> xdev_, wdev_, bdev_;
+  std::vector<uint32_t> wsl_[2];  // exact: packed SrcA lanes per phase variant (p & 1)
+  std::vector<uint8_t> wnz_;      // exact: per (o, 8-lane group) any non-zero weight
+};
+
+}  // namespace
+
+Status RunConvProgram(const EmuGeometry& g, const ConvProgram& program, const PrecisionConfig& precision,
+                      Activation activation, EmuLevel level, const float* x, const float* w, const float* bias,
+                      const CancelToken* cancel, int threads, std::vector<uint32_t>* out, EmuStats* stats) {
+  Engine eng(g, program, precision, activation, level);
+  eng.Prepare(x, w, bias);
+  KILN_RETURN_IF_ERROR(eng.Run(cancel, threads, out));
+  if (stats) stats->fast_matmul_seconds = eng.fast_sums_seconds();
+  return Status::Ok();
+}
+
+}  // namespace kiln::device::tt_emu

@@ -1,0 +1,56 @@
+// The tt-emu conv engine: one conv2d emulated as the program `ConvProgram` describes
+// (device/backends/tt_emu/program.h), on the instruction models of device/numerics
+// (docs/specs/tt-numerics.md §2–§7; the dataflow around them: docs/specs/tt-conv-dataflow.md).
+// Internal to the tt-emu backend (tt_conv.cc is its API); exposed for tests and benchmarks.
+//
+// Per output row m (one output pixel, all output channels), for input x (N, C, H, W) NCHW:
+//  1. Host conversion of x to input_dtype (§2.1 RNE / §2.2 bfp groups of 16 channels of a pixel),
+//     of the weights and bias to the weights dtype (bfp groups: 16 output channels of one K row).
+//  2. The activation operand: on the conv path the im2col'd block is tilized into the program's
+//     act dtype (the output dtype; bfp groups = 16 consecutive K entries of the row, so the K
+//     layout decides them); an fp32 input is read by the unpacker, which truncates to bf16 without
+//     fp32 Dst (§4) and keeps fp32 with it. On the matmul path the activations stay in their own
+//     dtype. Unpacked to SrcB (bf16, or tf32 for float32 with fp32 Dst); weights to SrcA likewise.
+//  3. K in the program's order (KLayout: taps, channels, padding), per 32-wide K tile the fidelity
+//     phases, per phase two 16-lane MVMULs into Dst (§5). Between K blocks Dst is packed to the
+//     partials CB (program.partials_dtype) and reloaded (fp32 partials through SrcA as Tf32, or
+//     losslessly: PartialReload), or accumulated in L1 when packer_l1_acc is effective: with bias
+//     every block accumulates in L1; without bias blocks 0..nb−2 do, the sum is reloaded into Dst,
+//     the last block accumulates on top of it in Dst and is packed without L1 accumulation.
+//  4. Bias (in the weights dtype) by ELWADD (§6) on the partials read through SrcA; ReLU as the
+//     packer ReLU (§3.5); other activations on the SFPU (approximations, then rounded into Dst);
+//     final pack to the output dtype (pack source format: §3, bfp8_pack_precise = Float32 source).
+// Levels: kExact runs every MVMUL; kFast replaces the per-MVMUL alignment / Dst rounding inside a
+// K block by fp32 sums of exact products (oneDNN), keeping everything between blocks exact
+// (tt_conv.h explains why the products are exact).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "device/backends/backend.h"
+#include "device/backends/tt_emu/program.h"
+
+namespace kiln::device::tt_emu {
+
+enum class EmuLevel { kExact, kFast };
+
+/// The conv's shape after conv_transpose2d lowering; every field in elements.
+struct EmuGeometry {
+  int64_t N, C, H, W, O, G, Cg, Og, kh, kw, sh, sw, dh, dw, pt, pl, OH, OW;
+  int64_t O_pad;  ///< program.cout_padded
+  int64_t M;      ///< N·OH·OW output rows
+};
+
+/// Runs one conv as `program` says. x: NCHW float32; w: OIHW; bias: [O] or null.
+/// out: (M, O) row-major fp32 patterns of what the card returns (bfp outputs decoded as the host does).
+/// Errors: CANCELLED / DEADLINE_EXCEEDED (checked per row block), INTERNAL (oneDNN, fast level).
+struct EmuStats {
+  double fast_matmul_seconds = 0;
+};
+Status RunConvProgram(const EmuGeometry& g, const ConvProgram& program, const PrecisionConfig& precision,
+                      Activation activation, EmuLevel level, const float* x, const float* w, const float* bias,
+                      const CancelToken* cancel, int threads, std::vector<uint32_t>* out, EmuStats* stats);
+
+}  // namespace kiln::device::tt_emu
