@@ -63,8 +63,8 @@ const char* SfpuConvEpilogueCall(SfpuOp op);
 
 /// Evaluates `op` on one fp32 value as the SFPU does. approx_mode selects the fast form of gelu,
 /// sigmoid, tanh and sqrt (tanh's accurate form is that of later trees); silu, hardsigmoid,
-/// hardswish, relu and relu6 have one form. `arch` is accepted for the model's seam: the tables are identical on
-/// wormhole_b0 and blackhole (diffed in tt-llk @36b092e8).
+/// hardswish, relu and relu6 have one form. `arch` is the model's seam; it changes nothing today:
+/// the tables are identical on wormhole_b0 and blackhole (diffed in tt-llk @36b092e8).
 float SfpuEval(SfpuOp op, float x, bool approx_mode, Arch arch);
 
 // ---- Instruction models (tt-isa-documentation, see above) ---------------------------------------

@@ -83,7 +83,7 @@ TEST(Sfpu, GeluApproxPiecesByHand) {
 }
 
 TEST(Sfpu, GeluApproxErrorAndJumps) {
-  // tt-conv-dataflow.md §5 says ~1e-2 from erf GELU; the table's worst case is 0.0234 near
+  // docs/specs/tt-conv-dataflow.md §5 says ~1e-2 from erf GELU; the table's worst case is 0.0234 near
   // x = -0.25 (first piece: -0.125 + 0.04819 - 0.0001 = -0.0769 against -0.0998).
   double max_err = 0;
   for (float x : Sweep(-8.f, 8.f)) max_err = std::max(max_err, std::abs(SfpuGeluApprox(x) - ExactGelu(x)));
@@ -203,7 +203,8 @@ TEST(Sfpu, SiluPiecesByHand) {
   EXPECT_LT(max_err, 0.0440);
   // One form: APPROXIMATION_MODE is unused by _calculate_silu_.
   for (float x : {-4.5f, -0.3f, 0.7f, 2.2f})
-    EXPECT_EQ(SfpuEval(SfpuOp::kSilu, x, true, Arch::kWormholeB0), SfpuEval(SfpuOp::kSilu, x, false, Arch::kWormholeB0));
+    EXPECT_EQ(SfpuEval(SfpuOp::kSilu, x, true, Arch::kWormholeB0),
+              SfpuEval(SfpuOp::kSilu, x, false, Arch::kWormholeB0));
 }
 
 TEST(Sfpu, TanhLutByHandContinuousMonotone) {
@@ -270,7 +271,8 @@ TEST(Sfpu, SqrtBothModes) {
   EXPECT_TRUE(modes_differ);
   for (bool approx : {false, true}) {
     EXPECT_EQ(SfpuSqrt(0.f, approx), 0.f);
-    EXPECT_EQ(SfpuSqrt(std::numeric_limits<float>::infinity(), approx), std::numeric_limits<float>::infinity());
+    const float inf = std::numeric_limits<float>::infinity();
+    EXPECT_EQ(SfpuSqrt(inf, approx), inf);
     EXPECT_TRUE(std::isnan(SfpuSqrt(-1.f, approx)));
   }
 }
