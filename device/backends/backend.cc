@@ -92,6 +92,7 @@ float ApplyActivation(Activation a, float x) {
     case Activation::kGelu: return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f));
     case Activation::kSigmoid: return 1.f / (1.f + std::exp(-x));
     case Activation::kTanh: return std::tanh(x);
+    case Activation::kHardswish: return x * std::min(std::max(x + 3.f, 0.f), 6.f) / 6.f;
   }
   return x;
 }

@@ -44,6 +44,7 @@ std::optional<SfpuOp> SfpuOpForActivation(Activation a) {
     case Activation::kGelu: return SfpuOp::kGelu;
     case Activation::kSigmoid: return SfpuOp::kSigmoid;
     case Activation::kTanh: return SfpuOp::kTanh;
+    case Activation::kHardswish: return SfpuOp::kHardswish;
   }
   return std::nullopt;
 }

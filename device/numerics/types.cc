@@ -47,6 +47,7 @@ const char* ActivationName(Activation a) {
     case Activation::kGelu: return "gelu";
     case Activation::kSigmoid: return "sigmoid";
     case Activation::kTanh: return "tanh";
+    case Activation::kHardswish: return "hardswish";
   }
   return "?";
 }
@@ -82,11 +83,11 @@ Result<Activation> ParseActivation(std::string_view name) {
   const std::string s = Lower(name);
   if (s.empty() || s == "none" || s == "identity" || s == "linear") return Activation::kNone;
   for (Activation a : {Activation::kRelu, Activation::kRelu6, Activation::kSilu, Activation::kGelu,
-                       Activation::kSigmoid, Activation::kTanh}) {
+                       Activation::kSigmoid, Activation::kTanh, Activation::kHardswish}) {
     if (s == ActivationName(a)) return a;
   }
   return InvalidArgument("unknown activation '" + std::string(name) +
-                         "' (expected none, relu, relu6, silu, gelu, sigmoid, tanh)");
+                         "' (expected none, relu, relu6, silu, gelu, sigmoid, tanh, hardswish)");
 }
 
 }  // namespace kiln::numerics

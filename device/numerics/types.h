@@ -34,8 +34,10 @@ enum class Arch : int { kWormholeB0 = 0, kBlackhole = 1 };
 /// Activation fused after a conv (applied to conv + bias). relu6 = min(max(x, 0), 6);
 /// silu = x·sigmoid(x); gelu = the exact erf form 0.5·x·(1 + erf(x/√2)); tanh is in tt-metal's
 /// conv activation tests. The fp32 definitions are device::ApplyActivation (device/backends/
-/// backend.h). HARDSWISH is deliberately absent: TT-NN silently skips it when fused.
-enum class Activation : int { kNone = 0, kRelu, kRelu6, kSilu, kGelu, kSigmoid, kTanh };
+/// backend.h). kHardswish is accepted by the backend API only: Kiln's plan never fuses HardSwish,
+/// because a fused HARDSWISH compiles to nothing on the recorded tt-metal tree (tt-emu follows
+/// PrecisionConfig::fused_hardswish when one is requested).
+enum class Activation : int { kNone = 0, kRelu, kRelu6, kSilu, kGelu, kSigmoid, kTanh, kHardswish };
 
 /// "LoFi", "HiFi2", "HiFi3", "HiFi4".
 const char* MathFidelityName(MathFidelity f);

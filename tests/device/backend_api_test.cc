@@ -75,7 +75,10 @@ TEST(PrecisionConfigTest, ValidateAndNames) {
 TEST(ActivationTest, NamesAndValues) {
   EXPECT_EQ(*ParseActivation("ReLU6"), Activation::kRelu6);
   EXPECT_EQ(*ParseActivation("identity"), Activation::kNone);
-  EXPECT_EQ(ParseActivation("hardswish").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseActivation("hardswish"), Activation::kHardswish);
+  EXPECT_EQ(ParseActivation("mish").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ApplyActivation(Activation::kHardswish, 1.f), 1.f * 4.f / 6.f);
+  EXPECT_EQ(ApplyActivation(Activation::kHardswish, -4.f), -0.f);
   EXPECT_EQ(ApplyActivation(Activation::kRelu6, 7.f), 6.f);
   EXPECT_EQ(ApplyActivation(Activation::kRelu, -1.f), 0.f);
   EXPECT_NEAR(ApplyActivation(Activation::kSigmoid, 0.f), 0.5f, 1e-7);

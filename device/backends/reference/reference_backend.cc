@@ -78,6 +78,8 @@ void AppendActivation(dnnl::post_ops& po, Activation a) {
     case Activation::kGelu: po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f); break;
     case Activation::kSigmoid: po.append_eltwise(1.f, dnnl::algorithm::eltwise_logistic, 0.f, 0.f); break;
     case Activation::kTanh: po.append_eltwise(1.f, dnnl::algorithm::eltwise_tanh, 0.f, 0.f); break;
+    // oneDNN's hardswish is x·min(max(αx + β, 0), 1) (dnnl.hpp algorithm::eltwise_hardswish).
+    case Activation::kHardswish: po.append_eltwise(1.f, dnnl::algorithm::eltwise_hardswish, 1.f / 6.f, 0.5f); break;
   }
 }
 
@@ -398,7 +400,7 @@ class ReferenceBackend final : public Backend {
     c.prepared_ops = true;
     c.fused_residual = true;
     c.activations = {Activation::kNone, Activation::kRelu,    Activation::kRelu6, Activation::kSilu,
-                     Activation::kGelu, Activation::kSigmoid, Activation::kTanh};
+                     Activation::kGelu, Activation::kSigmoid, Activation::kTanh, Activation::kHardswish};
     c.description = "fp32 reference (oneDNN " + std::to_string(dnnl::version()->major) + "." +
                     std::to_string(dnnl::version()->minor) + "." + std::to_string(dnnl::version()->patch) +
                     ", CPU)";

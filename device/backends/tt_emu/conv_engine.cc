@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <optional>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 
 #include "device/numerics/formats.h"
 #include "device/numerics/fpu.h"
+#include "device/numerics/sfpu.h"
 
 namespace kiln::device::tt_emu {
 
@@ -205,6 +207,7 @@ class Engine {
     tf32_reload_ = prog.fp32_reload_tf32;
     precise_ = prog.bfp8_pack_precise;
     act_ = act;
+    if (act_ != Activation::kNone && act_ != Activation::kRelu) sfpu_ = nx::SfpuOpForActivation(act_);
     // On the conv path a bfp act dtype is packed over groups of 16 consecutive K entries of a row,
     // so it is applied per im2col row; otherwise the act tilize is per element (per pixel).
     per_row_tilize_ = prog.path != ConvProgramPath::kMatmul && IsBfp(act_dt_);
@@ -620,9 +623,12 @@ class Engine {
         for (int64_t o = 0; o < g.O_pad; ++o)
           dst[o] = nx::Elwadd(UnpackToSrc(src[o], epi_dt, fp32_dst_), bdev_[o], 0, false, elw_cfg);
       }
-      if (act_ != Activation::kNone && !relu) {
+      if (sfpu_) {
+        // SFPU activation after the last block (or the bias add), in the form the conv epilogue
+        // compiles (device/numerics/sfpu.h); rounding into a bf16 Dst is RNE (unverified, sfpu.h).
+        const bool approx = nx::SfpuConvEpilogueApprox(*sfpu_);
         for (int64_t o = 0; o < g.O_pad; ++o) {
-          const float f = ApplyActivation(act_, nx::BitsFloat(dst[o]));
+          const float f = nx::SfpuEval(*sfpu_, nx::BitsFloat(dst[o]), approx, arch_);
           dst[o] = fp32_dst_ ? nx::FloatBits(f) : static_cast<uint32_t>(nx::HostFp32ToBf16(nx::FloatBits(f))) << 16;
         }
       }
@@ -644,6 +650,7 @@ class Engine {
   bool has_bias_ = false;
   double fast_sums_s_ = 0;
   Activation act_ = Activation::kNone;
+  std::optional<nx::SfpuOp> sfpu_;  // the epilogue's SFPU op (ReLU is the packer's)
   MathFidelity fid_ = MathFidelity::kHiFi4;
   Arch arch_ = Arch::kWormholeB0;
   DeviceDType wdt_ = DeviceDType::kFloat32, act_dt_ = DeviceDType::kBFloat16, odt_ = DeviceDType::kBFloat16,

@@ -24,7 +24,7 @@ class TtEmuBackend final : public Backend {
     c.deterministic = true;
     c.prepared_ops = false;
     c.activations = {Activation::kNone, Activation::kRelu,    Activation::kRelu6, Activation::kSilu,
-                     Activation::kGelu, Activation::kSigmoid, Activation::kTanh};
+                     Activation::kGelu, Activation::kSigmoid, Activation::kTanh, Activation::kHardswish};
     c.description = std::string("Tenstorrent Tensix numerics emulator (docs/specs/tt-numerics.md), level ") +
                     tt_emu::EmuLevelName(level_);
     return c;
