@@ -366,8 +366,46 @@ std::string ConvProgramSummary(const ConvProgram& g) {
 
 // --- SelectConvProgram -------------------------------------------------------------------------------
 
+namespace {
+Result<ConvProgram> SelectOne(const ConvProblem& problem, const PrecisionConfig& precision,
+                              DeviceDType host_weights_dtype);
+}  // namespace
+
 Result<ConvProgram> SelectConvProgram(const ConvProblem& problem, const PrecisionConfig& precision,
                                       DeviceDType host_weights_dtype) {
+  auto whole = SelectOne(problem, precision, host_weights_dtype);
+  if (whole.ok() || whole.status().code() != StatusCode::kFailedPrecondition ||
+      whole.status().message().find("of L1 per core") == std::string::npos) {
+    return whole;
+  }
+  // A host input takes conv2d.cpp's DRAM path, which slices the output when one conv does not fit L1
+  // (the matmul path never slices). Each slice is a conv of its own (auto-shard included).
+  const ConvProblem& p = problem;
+  if (UseMatmulFor1x1Conv(p, precision.shard_layout) || AutoEnableKernelFolding(p, precision.input_layout)) {
+    return whole;
+  }
+  for (int64_t n = 2; n <= p.OH; ++n) {
+    ConvProblem s = p;
+    s.OH = DivUp(p.OH, n);
+    // prepare_conv2d_weights.cpp's slice: input rows of the first slice, no bottom padding.
+    s.H = (s.OH - 1) * p.sh + (p.kh - 1) * (p.dh - 1) + p.kh - p.pads[0];
+    s.pads[2] = 0;
+    auto sliced = SelectOne(s, precision, host_weights_dtype);
+    if (sliced.ok()) {
+      ConvProgram g = std::move(sliced).value();
+      g.dram_slices = static_cast<int>(n);
+      g.notes.push_back("DRAM slicing: " + std::to_string(n) + " output-height slices of " + std::to_string(s.OH) +
+                        " rows (whole conv: " + whole.status().message() + ")");
+      return g;
+    }
+    if (sliced.status().message().find("of L1 per core") == std::string::npos) return sliced;
+  }
+  return whole;
+}
+
+namespace {
+Result<ConvProgram> SelectOne(const ConvProblem& problem, const PrecisionConfig& precision,
+                              DeviceDType host_weights_dtype) {
   if (Status st = precision.Validate(); !st.ok()) return st;
   const ConvProblem& p0 = problem;
   if (p0.N < 1 || p0.C < 1 || p0.O < 1 || p0.kh < 1 || p0.kw < 1 || p0.sh < 1 || p0.sw < 1 || p0.dh < 1 ||
@@ -518,8 +556,7 @@ Result<ConvProgram> SelectConvProgram(const ConvProblem& problem, const Precisio
                       MiB(u.tensor_bytes) + ", halo " + MiB(u.halo_bytes) + ", estimate; halo approximate)");
     if (u.total_bytes > bi.l1_budget_bytes) {
       return FailedPrecondition(ConvName(p0, bi.board) + ": " + LayoutWord(g.shard_layout) + " needs " +
-                                MiB(u.total_bytes) + " of L1 per core, budget " + MiB(bi.l1_budget_bytes) +
-                                " (TT-NN's DRAM slicing is not modelled)");
+                                MiB(u.total_bytes) + " of L1 per core, budget " + MiB(bi.l1_budget_bytes));
     }
   }
   if (g.fp32_dest_acc && g.partials_dtype == DeviceDType::kFloat32 && nb > 1) {
@@ -528,5 +565,6 @@ Result<ConvProgram> SelectConvProgram(const ConvProblem& problem, const Precisio
   }
   return g;
 }
+}  // namespace
 
 }  // namespace kiln::device::tt_emu

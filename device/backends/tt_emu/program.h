@@ -104,6 +104,10 @@ struct ConvProgram {
   /// create_simple_matmul_program_config). shard_layout is then only what auto-shard compared.
   bool matmul_interleaved = false;
   int64_t conv_in_channels = 1;       ///< Cin of the conv TT-NN runs (C·sh·sw when folded)
+  /// conv2d.cpp conv2d_DRAM: output-height slices the conv runs in (1 = the whole conv fits L1).
+  /// Slicing changes act_block_h and the core split, not the K order or blocks. Approximate: only
+  /// height slicing, the smallest slice count whose estimate fits (op_slicing not followed).
+  int dram_slices = 1;
   DepthwiseProgram depthwise_program = DepthwiseProgram::kDenseConv;  ///< resolved, never kRecorded
   PartialReload partial_reload = PartialReload::kTf32;                ///< resolved, never kRecorded
   FusedHardswish fused_hardswish = FusedHardswish::kDropped;          ///< resolved, never kRecorded
