@@ -553,7 +553,7 @@ Result<ConvProgram> SelectOne(const ConvProblem& problem, const PrecisionConfig&
     const L1Usage u = CalculateL1UsageForConvOp(p, g.shard_layout, r, bi.grid_x, bi.grid_y, mm, bi.arch);
     g.l1_bytes_per_core = u.total_bytes;
     g.notes.push_back("L1 per core " + MiB(u.total_bytes) + " (CBs " + MiB(u.cb_bytes) + ", output " +
-                      MiB(u.tensor_bytes) + ", halo " + MiB(u.halo_bytes) + ", estimate; halo approximate)");
+                      MiB(u.tensor_bytes) + ", halo " + MiB(u.halo_bytes) + ", TT-NN's estimate)");
     if (u.total_bytes > bi.l1_budget_bytes) {
       return FailedPrecondition(ConvName(p0, bi.board) + ": " + LayoutWord(g.shard_layout) + " needs " +
                                 MiB(u.total_bytes) + " of L1 per core, budget " + MiB(bi.l1_budget_bytes));

@@ -210,10 +210,13 @@ DeviceDType GetSinglePackSrcFormat(DeviceDType output, bool fp32_dest_acc, bool 
 struct L1Usage {
   int64_t cb_bytes = 0;      ///< circular buffers not backed by a tensor
   int64_t tensor_bytes = 0;  ///< the output shard
-  int64_t halo_bytes = 0;    ///< halo output (approximate: see program.cc)
+  int64_t halo_bytes = 0;    ///< halo output: max input sticks per core × channel shard × datum
   int64_t total_bytes = 0;
   int core_count = 1;        ///< max(input cores, output cores)
 };
+/// sliding_window.cpp calculate_precise_halo_output_elems / generate_shard_boundaries: the largest
+/// number of (padded) input sticks one of `num_cores_nhw` cores gathers for its output shard.
+int64_t HaloInputSticksPerCore(const ConvProblem& p, int num_cores_nhw);
 /// Every dtype in `precision` must be resolved (PrecisionConfig::Resolved).
 L1Usage CalculateL1UsageForConvOp(const ConvProblem& p, ShardLayout layout, const PrecisionConfig& resolved,
                                   int grid_x, int grid_y, bool is_mm_conv, Arch arch);

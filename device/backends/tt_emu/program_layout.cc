@@ -65,6 +65,24 @@ bool SplitReaderSupported(ShardLayout layout, bool is_1d_dw, int act_block_h, in
 
 }  // namespace
 
+int64_t HaloInputSticksPerCore(const ConvProblem& p, int num_cores_nhw) {
+  const int64_t ph = p.H + p.pads[0] + p.pads[2], pw = p.W + p.pads[1] + p.pads[3];
+  const int64_t nhw = p.N * p.OH * p.OW;
+  // get_output_shard_y(snap_to_tile): output rows padded to num_cores_nhw tiles.
+  const int64_t shard = RoundUp(nhw, 32LL * num_cores_nhw) / num_cores_nhw;
+  auto origin = [&](int64_t i) {  // generate_op_trace_metadata: window origin of output pixel i
+    const int64_t n = i / (p.OH * p.OW), r = i % (p.OH * p.OW);
+    return n * ph * pw + (r / p.OW) * p.sh * pw + (r % p.OW) * p.sw;
+  };
+  const int64_t halo = (p.dh * (p.kh - 1)) * pw + p.dw * (p.kw - 1);  // halo_with_pad_len
+  int64_t most = 0;
+  for (int64_t start = 0; start < nhw; start += shard) {
+    const int64_t end = std::min(start + shard, nhw) - 1;
+    most = std::max(most, origin(end) + halo - origin(start) + 1);
+  }
+  return most;
+}
+
 KLayout KLayoutHeightSharded(int64_t C, int64_t cin_padded, int64_t kh, int64_t kw, int act_block_w_ntiles,
                              bool activation_reuse) {
   const int64_t block = static_cast<int64_t>(act_block_w_ntiles) * 32;
@@ -209,14 +227,11 @@ L1Usage CalculateL1UsageForConvOp(const ConvProblem& p, ShardLayout layout, cons
   u.cb_bytes = cb;
   u.tensor_bytes = out_ntiles * TileBytes(out);
 
-  // Halo output (approximation of sliding_window calculate_precise_halo_output_elems): the input
-  // rows feeding one core's output pixels, padded width, one channel shard.
-  const int64_t out_pixels = layout == ShardLayout::kWidth ? p.N * p.OH * p.OW : cc.per_core_out_h_ntiles * 32LL;
-  const int64_t out_rows = std::min(DivUp(out_pixels, std::max<int64_t>(p.OW, 1)) + 1, p.N * p.OH);
-  const int64_t in_h = p.H + p.pads[0] + p.pads[2], in_w = p.W + p.pads[1] + p.pads[3];
-  const int64_t rows = std::min((out_rows - 1) * p.sh + (p.kh - 1) * p.dh + 1, p.N * in_h);
+  // Halo output (sliding_window.cpp calculate_precise_halo_output_elems): the most input sticks
+  // one core gathers — from its first output pixel's window origin to its last one's window end,
+  // in the padded input's flattened (n, y, x) index — times the channel shard.
   const int64_t c_shard = RoundUp(p.C, static_cast<int64_t>(pin.num_cores_c) * align) / pin.num_cores_c;
-  u.halo_bytes = rows * in_w * c_shard * in_datum;
+  u.halo_bytes = HaloInputSticksPerCore(p, pin.num_cores_nhw) * c_shard * in_datum;
   u.total_bytes = u.cb_bytes + u.tensor_bytes + u.halo_bytes;
   return u;
 }

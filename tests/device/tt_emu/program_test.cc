@@ -204,44 +204,50 @@ TEST(ProgramDecisions, ParallelAndBlockConfig) {
 }
 
 // Auto-shard worked by hand: 3x3 512→512, N=8, 7×7, pad 1, no bias, bf16 in/out, fp32 host weights
-// (4096-byte tiles), fp32 accumulation off, on n150.
-//  HS: 13 nhw tiles → 13 cores, 1-tile shards, 16 output tiles; act_block 1×48 tiles.
+// (4096-byte tiles), fp32 accumulation off, on n150. Padded input 9×9, window origin of output
+// pixel i = (i / 49)·81 + ((i % 49) / 7)·9 + i % 7; a core gathers origin(last) + 2·9 + 2 −
+// origin(first) + 1 input sticks (calculate_precise_halo_output_elems).
+//  HS: 13 nhw tiles → 13 cores of 32 pixels; the largest gather is core 1 (pixels 32..63: origins
+//      40..99 → 80 sticks; cores 3 and 10 also 80). act_block 1×48 tiles, 16 output tiles.
 //      weights 16·48 tiles·4096 = 3145728; act 48·2048 = 98304; tilized 98304; scratch 64
-//      → CBs 3342400; output 16·2048 = 32768; halo: 32 pixels → 6 output rows → 5+3 = 8 input rows
-//      × 9 × 512 ch × 2 B = 73728 → total 3448896.
-//  BS: rows 7, channel cores 8 → 56 cores; shard 64 rows = 2 tiles, 2 output tiles wide; act 2×6.
+//      → CBs 3342400; output 16·2048 = 32768; halo 80 × 512 ch × 2 B = 81920 → total 3457088.
+//  BS: rows 7, channel cores 8 → 56 cores; 64-pixel shards: core 3 (pixels 192..255: origins
+//      300..417) gathers 138; 2 tiles high, 2 output tiles wide; act 2×6.
 //      weights 2·6·4096 = 49152; act 12·2048 = 24576; tilized 24576; row-major act overlapped
-//      (bf16 == bf16); scratch 64 → 98368; output 4·2048 = 8192; halo: 64 px → 11 rows → 13 input
-//      rows × 9 × 64 × 2 = 14976 → total 121536.
-//  WS: 16 cores; shard 392 rows → 13 tiles (act_block_h 13), 1 tile wide; act_block_w 9.
+//      (bf16 == bf16); scratch 64 → 98368; output 4·2048 = 8192; halo 138 × 64 × 2 = 17664
+//      → total 124224.
+//  WS: 16 cores, one nhw shard of 392 pixels → 13 tiles (act_block_h 13), 1 tile wide,
+//      act_block_w 9; gathers origins 0..627 → 648 sticks.
 //      weights 9·4096 = 36864; act 117·2048 = 239616; tilized 239616; row-major 2·9·2048 = 36864;
-//      scratch 64 → 553024; output 13·2048 = 26624; halo: all 56 rows → 58 input rows × 9 × 32 × 2
-//      = 33408 → total 613056.
-//  Block wins (121536 < 3448896 and 56 ≥ 8 cores; width 613056 is not smaller).
+//      scratch 64 → 553024; output 13·2048 = 26624; halo 648 × 32 × 2 = 41472 → total 621120.
+//  Block wins (124224 < 3457088 and 56 ≥ 8 cores; width 621120 is not smaller).
 TEST(ProgramDecisions, AutoShardL1WorkedExample) {
   const ConvProblem p = Conv(8, 512, 512, 7, 7, 3, 1, {1, 1, 1, 1}, 1, 1, /*bias=*/false);
   const PrecisionConfig r = PrecisionConfig{}.Resolved(DeviceDType::kFloat32);
   const L1Usage h = CalculateL1UsageForConvOp(p, ShardLayout::kHeight, r, 8, 8, false, Arch::kWormholeB0);
   const L1Usage b = CalculateL1UsageForConvOp(p, ShardLayout::kBlock, r, 8, 8, false, Arch::kWormholeB0);
   const L1Usage w = CalculateL1UsageForConvOp(p, ShardLayout::kWidth, r, 8, 8, false, Arch::kWormholeB0);
+  EXPECT_EQ(HaloInputSticksPerCore(p, 13), 80);
+  EXPECT_EQ(HaloInputSticksPerCore(p, 7), 138);
+  EXPECT_EQ(HaloInputSticksPerCore(p, 1), 648);
   EXPECT_EQ(h.cb_bytes, 3342400);
-  EXPECT_EQ(h.total_bytes, 3448896);
+  EXPECT_EQ(h.total_bytes, 3457088);
   EXPECT_EQ(b.cb_bytes, 98368);
-  EXPECT_EQ(b.total_bytes, 121536);
+  EXPECT_EQ(b.total_bytes, 124224);
   EXPECT_EQ(b.core_count, 56);
   EXPECT_EQ(w.cb_bytes, 553024);
-  EXPECT_EQ(w.total_bytes, 613056);
+  EXPECT_EQ(w.total_bytes, 621120);
   EXPECT_EQ(DetermineConvConfigForAutoShard(p, r, 8, 8, false, Arch::kWormholeB0), ShardLayout::kBlock);
   auto g = SelectConvProgram(p, Prec(Arch::kWormholeB0));
   ASSERT_TRUE(g.ok()) << g.status().message();
   EXPECT_EQ(g->shard_layout, ShardLayout::kBlock);
   EXPECT_TRUE(g->shard_layout_auto);
-  EXPECT_EQ(g->l1_bytes_per_core, 121536);
+  EXPECT_EQ(g->l1_bytes_per_core, 124224);
   // Forcing height sharding overflows the 1350 KiB budget: FAILED_PRECONDITION naming the limit.
   auto hsf = SelectConvProgram(p, Prec(Arch::kWormholeB0, ShardLayout::kHeight));
   ASSERT_FALSE(hsf.ok());
   EXPECT_EQ(hsf.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(hsf.status().message().find("conv 3x3 512→512 on n150: height_sharded needs 3.29 MiB of L1 per core, "
+  EXPECT_NE(hsf.status().message().find("conv 3x3 512→512 on n150: height_sharded needs 3.30 MiB of L1 per core, "
                                         "budget 1.32 MiB"),
             std::string::npos)
       << hsf.status().message();
