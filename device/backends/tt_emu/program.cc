@@ -346,6 +346,32 @@ FusedHardswish ResolveFusedHardswish(FusedHardswish h) {
   return h == FusedHardswish::kRecorded ? FusedHardswish::kDropped : h;
 }
 
+ProgramReport ToProgramReport(const ConvProgram& g) {
+  ProgramReport r;
+  r.path = ConvProgramPathName(g.path);
+  r.kernel_stride_folded = g.kernel_stride_folded;
+  r.shard_layout = g.shard_layout;
+  r.shard_layout_auto = g.shard_layout_auto;
+  r.board = g.board;
+  r.grid_x = g.grid_x;
+  r.grid_y = g.grid_y;
+  r.num_cores = g.num_cores;
+  r.num_cores_nhw = g.num_cores_nhw;
+  r.num_cores_c = g.num_cores_c_in;
+  r.cin_align = g.cin_align;
+  r.cin_padded = g.cin_padded;
+  r.k_blocks = static_cast<int>(g.k.num_blocks());
+  r.act_block_h_ntiles = g.act_block_h_ntiles;
+  r.act_block_w_ntiles = g.act_block_w_ntiles;
+  r.l1_acc_effective = g.l1_acc_effective;
+  r.partials_dtype = g.partials_dtype;
+  r.pack_src_dtype = g.pack_src_dtype;
+  r.act_dtype = g.act_dtype;
+  r.l1_bytes_per_core = g.l1_bytes_per_core;
+  r.notes = g.notes;
+  return r;
+}
+
 std::string ConvProgramSummary(const ConvProgram& g) {
   std::string s = std::string("program=") + ConvProgramPathName(g.path);
   if (g.kernel_stride_folded) s += "(folded)";
@@ -426,7 +452,11 @@ Result<ConvProgram> SelectOne(const ConvProblem& problem, const PrecisionConfig&
   g.output_dtype = r.EffectiveOutputDType();
   g.fp32_dest_acc = r.EffectiveFp32DestAcc();
   g.partial_reload = ResolvePartialReload(precision.fp32_partial_reload);
+  g.fp32_reload_tf32 = g.partial_reload == PartialReload::kTf32;
   g.fused_hardswish = ResolveFusedHardswish(precision.fused_hardswish);
+  g.bfp8_pack_precise = precision.bfp8_pack_precise;
+  // Kiln's Activation has no HARDSWISH (device/numerics/types.h), so nothing is dropped here.
+  g.activation = problem.activation;
 
   // conv2d.cpp: matmul for 1x1 stride-1 convs, then kernel == stride folding (which also makes a matmul).
   bool mm = UseMatmulFor1x1Conv(p0, precision.shard_layout);
@@ -497,27 +527,20 @@ Result<ConvProgram> SelectOne(const ConvProblem& problem, const PrecisionConfig&
       g.k = KLayoutBlockSharded(p.C, g.cin_padded, 1, 1, g.num_cores_c_in, false);
     }
     if (g.kernel_stride_folded) g.k = UnfoldKLayout(g.k, p0.C, p0.sh, p0.sw, p0.kw);
-  } else if (dw2d && g.depthwise_program == DepthwiseProgram::kPoolMultiply) {
-    g.path = ConvProgramPath::kDepthwise2d;
-    g.act_dtype = r.input_dtype == DeviceDType::kFloat32 ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
-    g.k.K = RoundUp(p.kh * p.kw, 32);
-    g.k.tap.assign(static_cast<size_t>(g.k.K), -1);
-    g.k.chan.assign(static_cast<size_t>(g.k.K), -1);
-    for (int64_t t = 0; t < p.kh * p.kw; ++t) g.k.tap[static_cast<size_t>(t)] = static_cast<int32_t>(t);
-    g.k.block_begin = {0, g.k.K};
-    g.notes.push_back("2-D depthwise: Conv2dDepthwiseProgramFactory (per-tap multiply + reduce)");
-  } else if (dw1d) {
-    g.path = ConvProgramPath::kDepthwise1d;
-    g.act_dtype = g.output_dtype;
-    g.k.K = 32;
-    g.k.tap.assign(32, -1);
-    g.k.chan.assign(32, -1);
-    g.k.tap[0] = 0;
-    g.k.block_begin = {0, 32};
-    g.notes.push_back("1-D depthwise without bias: compute_depthwise_conv1d.cpp");
   } else {
     g.path = ConvProgramPath::kConv2d;
     g.act_dtype = g.output_dtype;  // ACT_TILIZED CB has the output data format (get_cb_info)
+    if (dw2d && g.depthwise_program == DepthwiseProgram::kPoolMultiply) {
+      g.path = ConvProgramPath::kDepthwise2d;
+      g.act_dtype = r.input_dtype == DeviceDType::kFloat32 ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
+      g.notes.push_back("2-D depthwise: Conv2dDepthwiseProgramFactory (per-tap multiply + reduce)");
+    } else if (dw1d) {
+      g.path = ConvProgramPath::kDepthwise1d;
+      g.notes.push_back("1-D depthwise without bias: compute_depthwise_conv1d.cpp");
+    } else if (dw) {
+      g.notes.push_back("depthwise as the generic conv with dense block-diagonal weights");
+    }
+    // The depthwise programs get the K layout the generic conv has for the same shard layout.
     if (g.shard_layout == ShardLayout::kHeight) {
       g.k = KLayoutHeightSharded(p.C, g.cin_padded, p.kh, p.kw, g.act_block_w_ntiles, precision.enable_activation_reuse);
     } else if (g.shard_layout == ShardLayout::kBlock) {
@@ -525,7 +548,6 @@ Result<ConvProgram> SelectOne(const ConvProblem& problem, const PrecisionConfig&
     } else {
       g.k = KLayoutWidthSharded(p.C, g.cin_padded, p.kh, p.kw, g.act_block_w_ntiles);
     }
-    if (dw) g.notes.push_back("depthwise as the generic conv with dense block-diagonal weights");
   }
   if (precision.act_block_w > 0 && g.path != ConvProgramPath::kDepthwise2d && g.path != ConvProgramPath::kDepthwise1d) {
     ResplitKBlocks(&g.k, precision.act_block_w);

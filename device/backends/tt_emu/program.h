@@ -54,9 +54,8 @@ struct KLayout {
   std::vector<int32_t> tap;
   /// chan[k] = input channel (0..C−1 of the whole conv; grouped convs use the dense block-diagonal
   /// weight, so a group's channels stay at their global index). Undefined where tap[k] = −1.
-  /// The depthwise programs (kDepthwise2d / kDepthwise1d) reduce each output channel over its own
-  /// input channel only: there K lists the taps in reduction order and chan[k] = −1 ("the output
-  /// channel's own").
+  /// The depthwise programs (kDepthwise2d / kDepthwise1d) get the layout the generic conv has for
+  /// the same shard layout (each output channel uses only its own channel's entries, tap by tap).
   std::vector<int32_t> chan;
   /// K-block boundaries: block b covers [block_begin[b], block_begin[b+1]); multiples of 32;
   /// block_begin.front() = 0, block_begin.back() = K. in0_num_blocks_w = size() − 1.

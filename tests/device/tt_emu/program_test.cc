@@ -268,20 +268,17 @@ void ExpectKLayoutInvariants(const ConvProgram& g, const ConvProblem& p, const s
     EXPECT_GT(k.block_begin[b], k.block_begin[b - 1]) << what;
     EXPECT_EQ(k.block_begin[b] % 32, 0) << what;
   }
-  const bool dw_prog = g.path == ConvProgramPath::kDepthwise2d || g.path == ConvProgramPath::kDepthwise1d;
   std::set<std::pair<int, int>> seen;
   for (int64_t i = 0; i < k.K; ++i) {
     const int t = k.tap[static_cast<size_t>(i)];
     if (t < 0) continue;
     ASSERT_LT(t, p.kh * p.kw) << what;
-    const int c = dw_prog ? -1 : k.chan[static_cast<size_t>(i)];
-    if (!dw_prog) {
-      ASSERT_GE(c, 0) << what;
-      ASSERT_LT(c, p.C) << what;
-    }
+    const int c = k.chan[static_cast<size_t>(i)];
+    ASSERT_GE(c, 0) << what;
+    ASSERT_LT(c, p.C) << what;
     EXPECT_TRUE(seen.insert({t, c}).second) << what << ": (tap " << t << ", chan " << c << ") twice";
   }
-  EXPECT_EQ(static_cast<int64_t>(seen.size()), p.kh * p.kw * (dw_prog ? 1 : p.C)) << what;
+  EXPECT_EQ(static_cast<int64_t>(seen.size()), p.kh * p.kw * p.C) << what;
 }
 
 TEST(ProgramKLayout, InvariantsOverManyShapes) {
@@ -409,7 +406,8 @@ struct Row {
 // 12 BS 1024 1x1 s2: n150 8 × 128 → 1024/8; p150 13 shards (cp 1040) of 80 → rw 96 → 1248/13.
 // 13 HS 3 k7: 8·7 = 56 → 64 → 448/7.
 // 14 k = s = 8: folded to 2048 channels, 1x1 matmul, HS: cp 2048 → one 2048 block.
-// 15, 16 depthwise: the 2-D depthwise program, 9 taps in one 32-entry K.
+// 15, 16 depthwise: the 2-D depthwise program, with the generic conv's K layout: 15 HS, Cin 128
+//    aligned to 32: rw 384 → 1152/3; 16 WS 576: 18 tiles → 18 cores, block 576·9/18 = 288 → 5184/18.
 // 17 HS 1x1 256: matmul, one 256 block.   18 HS 32 k3: 288/3.   19 HS 56 k3: rw 192 → 576/3.
 // 20 HS 3 k3: 24 → 32 → 96/3.   21 BS 512 as 10.
 // 22 auto 1x1 32→1: matmul interleaved, K 32, in0_block_w 1 (narrow) → 1 block.
@@ -443,8 +441,8 @@ std::vector<Row> Section13() {
   add({12, 20, 1024, 2048, 14, 14, 1, 2, {0, 0, 0, 0}, 1, 1, L::kBlock, 0, 1, b8, b8, false, true, true, P::kConv2d, 8, {1024, 1248}, {8, 13}});
   add({13, 1, 3, 32, 512, 512, 7, 4, {3, 3, 3, 3}, 1, 1, L::kHeight, 64, 1, bf, bf, false, false, false, P::kConv2d, 8, {448, 448}, {7, 7}});
   add({14, 1, 32, 32, 128, 128, 8, 8, {0, 0, 0, 0}, 1, 1, L::kHeight, 0, 1, bf, bf, false, false, false, P::kMatmul, 32, {2048, 2048}, {1, 1}});
-  add({15, 1, 128, 128, 128, 128, 3, 1, {1, 1, 1, 1}, 1, 128, L::kHeight, 0, 1, bf, bf, false, false, false, P::kDepthwise2d, 32, {32, 32}, {1, 1}});
-  add({16, 1, 576, 576, 8, 8, 3, 2, {0, 0, 0, 0}, 1, 576, L::kWidth, 0, 1, bf, bf, false, false, false, P::kDepthwise2d, 32, {32, 32}, {1, 1}});
+  add({15, 1, 128, 128, 128, 128, 3, 1, {1, 1, 1, 1}, 1, 128, L::kHeight, 0, 1, bf, bf, false, false, false, P::kDepthwise2d, 32, {1152, 1152}, {3, 3}});
+  add({16, 1, 576, 576, 8, 8, 3, 2, {0, 0, 0, 0}, 1, 576, L::kWidth, 0, 1, bf, bf, false, false, false, P::kDepthwise2d, 32, {5184, 5184}, {18, 18}});
   add({17, 1, 256, 150, 128, 128, 1, 1, {0, 0, 0, 0}, 1, 1, L::kHeight, 0, 1, bf, bf, false, false, false, P::kMatmul, 32, {256, 256}, {1, 1}});
   add({18, 1, 32, 48, 252, 252, 3, 1, {0, 0, 0, 0}, 2, 1, L::kHeight, 0, 1, b8, b8, false, false, true, P::kConv2d, 8, {288, 288}, {3, 3}});
   add({19, 1, 56, 64, 240, 240, 3, 1, {0, 0, 0, 0}, 8, 1, L::kHeight, 0, 1, b8, b8, false, false, true, P::kConv2d, 8, {576, 576}, {3, 3}});
