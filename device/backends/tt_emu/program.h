@@ -10,8 +10,10 @@
 // "ntiles" counts 32-wide / 32-high tiles; byte sizes are per Tensix core.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -52,6 +54,8 @@ struct KLayout {
   std::vector<int32_t> tap;
   /// chan[k] = input channel (0..C−1 of the whole conv; grouped convs use the dense block-diagonal
   /// weight, so a group's channels stay at their global index). Undefined where tap[k] = −1.
+  /// The depthwise programs (kDepthwise2d / kDepthwise1d) get the layout the generic conv has for
+  /// the same shard layout (each output channel uses only its own channel's entries, tap by tap).
   std::vector<int32_t> chan;
   /// K-block boundaries: block b covers [block_begin[b], block_begin[b+1]); multiples of 32;
   /// block_begin.front() = 0, block_begin.back() = K. in0_num_blocks_w = size() − 1.
@@ -93,10 +97,25 @@ struct ConvProgram {
   int64_t l1_bytes_per_core = 0;      ///< calculate_L1_usage_for_conv_op total (CBs + output + halo)
   int64_t l1_budget_bytes = 0;        ///< the board's usable L1 per core
   std::vector<std::string> notes;     ///< one line per non-obvious choice ("HARDSWISH dropped: ...")
+  // --- added by the program-selection step (program.cc) ---
+  /// The matmul runs on DRAM-interleaved operands (auto-shard + matmul path: conv2d.cpp skips
+  /// sharding and ttnn::linear picks its own program config; K blocks from
+  /// create_simple_matmul_program_config). shard_layout is then only what auto-shard compared.
+  bool matmul_interleaved = false;
+  int64_t conv_in_channels = 1;       ///< Cin of the conv TT-NN runs (C·sh·sw when folded)
+  /// conv2d.cpp conv2d_DRAM: output-height slices the conv runs in (1 = the whole conv fits L1).
+  /// Slicing changes act_block_h and the core split, not the K order or blocks. Approximate: only
+  /// height slicing, the smallest slice count whose estimate fits (op_slicing not followed).
+  int dram_slices = 1;
+  DepthwiseProgram depthwise_program = DepthwiseProgram::kDenseConv;  ///< resolved, never kRecorded
+  PartialReload partial_reload = PartialReload::kTf32;                ///< resolved, never kRecorded
+  FusedHardswish fused_hardswish = FusedHardswish::kDropped;          ///< resolved, never kRecorded
 };
 
 /// The board's compute grid and L1 budget (tt-metal's compute_with_storage_grid_size per board;
-/// Board::kDefault resolves to the arch's single-chip board: n150 / p150).
+/// Board::kDefault resolves to the arch's single-chip board: n150 / p150). INVALID_ARGUMENT for a
+/// board of the other arch. Grids: n150 8×8, n300 8×8 per chip (ethernet dispatch), p150 13×10,
+/// p100 11×10 (tt_metal/core_descriptors/*.yaml); budget: see program.cc kL1Reserved.
 struct BoardInfo {
   Board board;
   Arch arch;
@@ -128,6 +147,120 @@ bool UseMatmulFor1x1Conv(const ConvProblem& p, ShardLayout requested);
 int GetInputChannelsAlignment(ShardLayout layout, InputLayout input_layout, bool is_mm_conv);
 /// conv2d_utils.cpp determine_packer_l1_acc.
 bool DeterminePackerL1Acc(bool packer_l1_acc, bool enable_bias, int64_t in0_num_blocks_w);
+/// conv2d_utils.cpp is_1d_depthwise_conv / is_2d_depthwise_conv (on the conv's logical shape).
+bool Is1dDepthwiseConv(const ConvProblem& p);
+bool Is2dDepthwiseConv(const ConvProblem& p);
+/// conv2d_utils.cpp auto_enable_kernel_folding for the input Kiln hands over (a host tensor, so
+/// conv2d.cpp's DRAM path: input_memory_config.is_dram() holds).
+bool AutoEnableKernelFolding(const ConvProblem& p, InputLayout input_layout);
+/// conv2d_utils.cpp compute_kernel_stride_folding_params: the conv after folding (C·sh·sw channels,
+/// kernel ceil(k/s), stride 1, no padding; input (H+pads)/s).
+ConvProblem FoldedProblem(const ConvProblem& p);
+
+/// The cores a sharded tensor uses (sliding_window ParallelConfig reduced to what conv2d reads):
+/// height: num_cores_nhw cores row-wise on the grid, c = 1; block (ROW_MAJOR orientation):
+/// cores_x = num_cores_c, cores_y = num_cores_nhw; width: num_cores_c cores row-wise, nhw = 1.
+struct ParallelConfig {
+  ShardLayout layout = ShardLayout::kHeight;
+  int num_cores_nhw = 1;
+  int num_cores_c = 1;
+  int num_cores = 1;
+};
+/// conv2d_utils.cpp determine_parallel_config (block orientation ROW_MAJOR, tile-multiple shards).
+ParallelConfig DetermineParallelConfig(ShardLayout layout, int64_t batch, int64_t in_channels, int64_t out_h,
+                                       int64_t out_w, int64_t out_channels, int cin_align, int grid_x, int grid_y,
+                                       bool enable_channels_padding, int act_block_h_override, int64_t groups);
+/// conv2d_utils.cpp determine_output_parallel_config.
+ParallelConfig DetermineOutputParallelConfig(const ParallelConfig& input, int grid_x, int grid_y, int64_t out_channels,
+                                             bool is_mm_conv);
+
+/// Conv2dBlockConfig (tiles).
+struct ConvBlockConfig {
+  int act_block_h_ntiles = 1, act_block_w_ntiles = 1, out_subblock_h_ntiles = 1, out_subblock_w_ntiles = 1;
+};
+/// conv2d_utils.cpp determine_largest_subblock_size → {out_subblock_h, out_subblock_w}.
+std::pair<int, int> DetermineLargestSubblockSize(int block_h, int block_w, bool fp32_accum);
+/// conv2d_utils.cpp determine_per_core_conv_block_config. FAILED_PRECONDITION where TT-NN asserts
+/// (width-sharded Cin not a multiple of 32·cores·act_block_w_div; activation reuse with
+/// act_block_h ≤ OW tiles; a block width that is not a tile multiple).
+Result<ConvBlockConfig> DeterminePerCoreConvBlockConfig(const ParallelConfig& input, int per_core_out_h_ntiles,
+                                                        int per_core_out_w_ntiles, int64_t padded_in_channels,
+                                                        int64_t padded_out_h_ntiles_per_core,
+                                                        int act_block_h_override, int act_block_w_div, int64_t kh,
+                                                        int64_t kw, int64_t out_w, bool fp32_accum, bool full_inner_dim,
+                                                        bool enable_activation_reuse, bool is_1d_depthwise);
+
+/// conv2d_utils.cpp get_conv_configs: per-core output shard (Conv2dParallelizationConfig) + blocks.
+struct ConvConfigs {
+  int per_core_out_h_ntiles = 1, per_core_out_w_ntiles = 1;
+  int64_t cout_padded = 32;                    ///< round_up(Cout, num_cores_c_out · 32)
+  int64_t nhw_out_padded_ntiles_per_core = 1;  ///< output shard height / 32
+  ConvBlockConfig block;
+};
+Result<ConvConfigs> GetConvConfigs(const ParallelConfig& input, const ParallelConfig& output, int64_t in_channels_padded,
+                                   const ConvProblem& p, const PrecisionConfig& precision, bool fp32_accum,
+                                   bool is_1d_depthwise);
+
+/// tt_metal data_format.cpp get_single_pack_src_format for the final pack into `output`.
+DeviceDType GetSinglePackSrcFormat(DeviceDType output, bool fp32_dest_acc, bool bfp8_pack_precise);
+
+/// L1 use per core of one shard layout, as calculate_L1_usage_for_conv_op estimates it (CBs from
+/// conv2d_op_program_factory_common.cpp get_cb_info, the output shard, the halo output).
+struct L1Usage {
+  int64_t cb_bytes = 0;      ///< circular buffers not backed by a tensor
+  int64_t tensor_bytes = 0;  ///< the output shard
+  int64_t halo_bytes = 0;    ///< halo output: max input sticks per core × channel shard × datum
+  int64_t total_bytes = 0;
+  int core_count = 1;        ///< max(input cores, output cores)
+};
+/// sliding_window.cpp calculate_precise_halo_output_elems / generate_shard_boundaries: the largest
+/// number of (padded) input sticks one of `num_cores_nhw` cores gathers for its output shard.
+int64_t HaloInputSticksPerCore(const ConvProblem& p, int num_cores_nhw);
+/// Every dtype in `precision` must be resolved (PrecisionConfig::Resolved).
+L1Usage CalculateL1UsageForConvOp(const ConvProblem& p, ShardLayout layout, const PrecisionConfig& resolved,
+                                  int grid_x, int grid_y, bool is_mm_conv, Arch arch);
+/// conv2d_utils.cpp determine_conv_config_for_auto_shard: height unless block (using ≥ grid_x cores)
+/// or width (not for the matmul path) needs less L1. Never kAuto.
+ShardLayout DetermineConvConfigForAutoShard(const ConvProblem& p, const PrecisionConfig& resolved, int grid_x,
+                                            int grid_y, bool is_mm_conv, Arch arch);
+
+/// ttnn matmul_program_config.cpp create_simple_matmul_program_config (all operands DRAM
+/// interleaved): in0_block_w in tiles for an [M, K]×[K, N] matmul. Approximate: the per-core
+/// L1 fit (get_per_core_factor, get_multi_dim_per_core_factor) is assumed to hold at 16×16 tiles.
+int SimpleMatmulIn0BlockW(int64_t m, int64_t k, int64_t n, int grid_x, int grid_y);
+
+/// The K layouts of prepare_conv2d_weights.cpp (K order, padding, and the K blocks the program
+/// runs). C = the conv's input channels, cin_padded = C padded by the program.
+/// to_weight_special_padding_tile_layout (height sharded): rows (kh, kw, cin_padded), each kernel
+/// row padded to act_block_w_ntiles·32, one block per kernel row; with activation reuse the whole
+/// K in one block.
+KLayout KLayoutHeightSharded(int64_t C, int64_t cin_padded, int64_t kh, int64_t kw, int act_block_w_ntiles,
+                             bool activation_reuse);
+/// to_weight_tile_layout_block_sharded: (channel shard, kh, kw, c_local), each shard's kernel row
+/// padded to 32 (the whole shard block with full_inner_dim); blocks = ncores_c × kh (× 1 with
+/// full_inner_dim).
+KLayout KLayoutBlockSharded(int64_t C, int64_t cin_padded, int64_t kh, int64_t kw, int num_cores_c,
+                            bool full_inner_dim);
+/// to_weight_tile_layout (width sharded): (kh, kw, cin_padded) contiguous, K padded to the block;
+/// blocks of act_block_w_ntiles.
+KLayout KLayoutWidthSharded(int64_t C, int64_t cin_padded, int64_t kh, int64_t kw, int act_block_w_ntiles);
+/// to_weight_interleaved_mm_layout: (kh, kw, C) contiguous, padded to 32 at the end; blocks of
+/// in0_block_w tiles.
+KLayout KLayoutInterleavedMatmul(int64_t C, int64_t kh, int64_t kw, int in0_block_w);
+/// Maps a K layout of the folded conv (channels f = (i·sw + j)·C + c, kernel 1×1) back to the
+/// original conv's taps: tap = i·kw + j (kernel == stride), chan = c.
+KLayout UnfoldKLayout(const KLayout& folded, int64_t C, int64_t sh, int64_t sw, int64_t kw);
+/// Re-splits K into blocks of `ntiles` tiles (Kiln's act_block_w override of in0_block_w).
+void ResplitKBlocks(KLayout* k, int ntiles);
+
+/// The version switches resolved to the behaviour of the recorded tt-metal version
+/// (docs/specs/tt-metal-followed.md): 2-D depthwise → the pool-multiply program
+/// (conv2d_device_operation.cpp select_program_factory); fp32 partials → Tf32 reload;
+/// fused HARDSWISH → dropped (unary_op_utils.cpp get_op_init_and_func_default returns {}).
+DepthwiseProgram ResolveDepthwiseProgram(DepthwiseProgram d);
+PartialReload ResolvePartialReload(PartialReload r);
+FusedHardswish ResolveFusedHardswish(FusedHardswish h);
+
 /// conv2d_utils.cpp find_closest_largest_divisor(_with_num_padding)(_and_mult).
 uint32_t FindClosestLargestDivisor(uint32_t num, uint32_t start_divisor);
 uint32_t FindClosestLargestDivisor(uint32_t num1, uint32_t num2, uint32_t start_divisor);
