@@ -517,6 +517,9 @@ TEST(TtEmuFast, AgreesWithExact) {
       PrecisionConfig p;
       p.math_fidelity = f;
       p.fp32_dest_acc_en = fp32;
+      // Height sharding (3 K blocks), where the bounds below were measured; auto-shard picks block
+      // sharding for this small map (24 blocks: ShardLayoutChangesBlockingAndPcc).
+      p.shard_layout = ShardLayout::kHeight;
       auto e = tt_emu::Conv2d(x, w, &b, cp, p, tt_emu::EmuLevel::kExact);
       auto q = tt_emu::Conv2d(x, w, &b, cp, p, tt_emu::EmuLevel::kFast);
       ASSERT_TRUE(e.ok() && q.ok());
@@ -578,6 +581,7 @@ TEST(TtEmuBackend, RegistryReportAndErrors) {
   ExecContext ctx;
   ctx.report = &rep;
   ctx.precision.packer_l1_acc = true;
+  ctx.precision.shard_layout = ShardLayout::kHeight;  // one K block per kernel row
   auto y = (*be)->Conv2d(x, w, &b, Conv2dParams{}, ctx);
   ASSERT_TRUE(y.ok()) << y.status().ToString();
   EXPECT_EQ(y->shape(), (std::vector<int64_t>{1, 16, 4, 4}));
