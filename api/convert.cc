@@ -149,6 +149,30 @@ Result<device::PrecisionConfig> FromProto(const kiln::v1::Precision& p) {
   return c;
 }
 
+void ToProto(const device::ProgramReport& p, kiln::v1::ConvProgram* out) {
+  out->set_path(p.path);
+  out->set_kernel_stride_folded(p.kernel_stride_folded);
+  out->set_shard_layout(static_cast<kiln::v1::ShardLayout>(static_cast<int>(p.shard_layout)));
+  out->set_shard_layout_auto(p.shard_layout_auto);
+  out->set_board(static_cast<kiln::v1::Board>(static_cast<int>(p.board)));
+  out->set_grid_x(p.grid_x);
+  out->set_grid_y(p.grid_y);
+  out->set_num_cores(p.num_cores);
+  out->set_num_cores_nhw(p.num_cores_nhw);
+  out->set_num_cores_c(p.num_cores_c);
+  out->set_cin_align(p.cin_align);
+  out->set_cin_padded(p.cin_padded);
+  out->set_k_blocks(p.k_blocks);
+  out->set_act_block_h_ntiles(p.act_block_h_ntiles);
+  out->set_act_block_w_ntiles(p.act_block_w_ntiles);
+  out->set_l1_acc_effective(p.l1_acc_effective);
+  out->set_partials_dtype(ToProto(p.partials_dtype));
+  out->set_pack_src_dtype(ToProto(p.pack_src_dtype));
+  out->set_act_dtype(ToProto(p.act_dtype));
+  out->set_l1_bytes_per_core(p.l1_bytes_per_core);
+  for (const auto& n : p.notes) out->add_notes(n);
+}
+
 void ToProto(const device::PrecisionConfig& c, kiln::v1::Precision* out) {
   out->set_math_fidelity(ToProto(c.math_fidelity));
   out->set_weights_dtype(ToProto(c.EffectiveWeightsDType()));
@@ -218,13 +242,60 @@ Result<kiln::v1::Precision> ParsePrecisionFlags(const PrecisionFlags& f) {
   };
   for (const BoolFlag& b : {BoolFlag{"--fp32-dest-acc-en", f.fp32_dest_acc_en, &kiln::v1::Precision::set_fp32_dest_acc_en},
                             BoolFlag{"--packer-l1-acc", f.packer_l1_acc, &kiln::v1::Precision::set_packer_l1_acc},
-                            BoolFlag{"--math-approx-mode", f.math_approx_mode, &kiln::v1::Precision::set_math_approx_mode}}) {
+                            BoolFlag{"--math-approx-mode", f.math_approx_mode, &kiln::v1::Precision::set_math_approx_mode},
+                            BoolFlag{"--full-inner-dim", f.full_inner_dim, &kiln::v1::Precision::set_full_inner_dim},
+                            BoolFlag{"--enable-activation-reuse", f.enable_activation_reuse,
+                                     &kiln::v1::Precision::set_enable_activation_reuse},
+                            BoolFlag{"--bfp8-pack-precise", f.bfp8_pack_precise, &kiln::v1::Precision::set_bfp8_pack_precise},
+                            BoolFlag{"--host-add", f.host_add, &kiln::v1::Precision::set_host_add}}) {
     if (b.value.empty()) continue;
     auto v = ParseBool(b.flag, b.value);
     if (!v.ok()) return v.status();
     (p.*b.set)(*v);
   }
   p.set_act_block_w(f.act_block_w);
+  p.set_act_block_w_div(f.act_block_w_div);
+  p.set_act_block_h_override(f.act_block_h_override);
+  if (!f.shard_layout.empty()) {
+    auto v = device::ParseShardLayout(f.shard_layout);
+    if (!v.ok()) return v.status().WithContext("--shard-layout");
+    p.set_shard_layout(static_cast<kiln::v1::ShardLayout>(static_cast<int>(*v)));
+  }
+  if (!f.input_layout.empty()) {
+    auto v = device::ParseInputLayout(f.input_layout);
+    if (!v.ok()) return v.status().WithContext("--input-layout");
+    p.set_input_layout(*v == device::InputLayout::kTile ? kiln::v1::TILE : kiln::v1::ROW_MAJOR);
+  }
+  if (!f.board.empty()) {
+    auto v = device::ParseBoard(f.board);
+    if (!v.ok()) return v.status().WithContext("--board");
+    p.set_board(static_cast<kiln::v1::Board>(static_cast<int>(*v)));
+  }
+  // The tree-version switches: "recorded" or one of the two behaviours (proto enum order).
+  struct Switch {
+    const char* flag;
+    const std::string& value;
+    const char* first;
+    const char* second;
+    int* out;
+  };
+  int dw = 0, rl = 0, hs = 0;
+  for (const Switch& s : {Switch{"--depthwise-program", f.depthwise_program, "pool_multiply", "dense_conv", &dw},
+                          Switch{"--fp32-partial-reload", f.fp32_partial_reload, "tf32", "lossless", &rl},
+                          Switch{"--fused-hardswish", f.fused_hardswish, "dropped", "applied", &hs}}) {
+    if (s.value.empty() || s.value == "recorded") continue;
+    if (s.value == s.first) {
+      *s.out = 1;
+    } else if (s.value == s.second) {
+      *s.out = 2;
+    } else {
+      return InvalidArgument(std::string(s.flag) + " expects recorded, " + s.first + " or " + s.second + ", got '" +
+                             s.value + "'");
+    }
+  }
+  p.set_depthwise_program(static_cast<kiln::v1::DepthwiseProgram>(dw));
+  p.set_fp32_partial_reload(static_cast<kiln::v1::PartialReload>(rl));
+  p.set_fused_hardswish(static_cast<kiln::v1::FusedHardswish>(hs));
   return p;
 }
 

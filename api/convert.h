@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "device/backends/backend.h"
 #include "device/backends/precision.h"
 #include "device/tensor.h"
 #include "kiln/v1/device.pb.h"
@@ -26,6 +27,8 @@ void ToProto(const std::string& name, const device::Tensor& t, kiln::v1::Tensor*
 Result<device::PrecisionConfig> FromProto(const kiln::v1::Precision& p);
 /// The resolved config back as a message (every field set).
 void ToProto(const device::PrecisionConfig& c, kiln::v1::Precision* out);
+/// A tt-emu layer's program (backend.h ProgramReport) as the report's ConvProgram message.
+void ToProto(const device::ProgramReport& p, kiln::v1::ConvProgram* out);
 
 kiln::v1::DataType ToProto(device::DeviceDType d);
 kiln::v1::MathFidelity ToProto(device::MathFidelity f);
@@ -37,7 +40,17 @@ struct PrecisionFlags {
   std::string weights_dtype, input_dtype, output_dtype;  ///< float32 | bfloat16 | bfloat8_b | bfloat4_b
   std::string arch;                          ///< wormhole_b0 | blackhole
   std::string fp32_dest_acc_en, packer_l1_acc, math_approx_mode;  ///< true | false (also 1/0, on/off)
-  int act_block_w = 0;                       ///< K-block width in tiles, 0 = TT-NN's default
+  int act_block_w = 0;                       ///< Kiln's in0_block_w override in tiles, 0 = TT-NN's choice
+  /// Conv2dConfig knobs ("" / 0 = TT-NN's default).
+  std::string shard_layout;                  ///< auto | height | block | width
+  int act_block_w_div = 0;
+  int act_block_h_override = 0;
+  std::string full_inner_dim, enable_activation_reuse, bfp8_pack_precise, host_add;  ///< true | false
+  std::string input_layout;                  ///< row_major | tile
+  std::string board;                         ///< n150 | n300 | p100 | p150
+  std::string depthwise_program;             ///< recorded | pool_multiply | dense_conv
+  std::string fp32_partial_reload;           ///< recorded | tf32 | lossless
+  std::string fused_hardswish;               ///< recorded | dropped | applied
 };
 /// Only the given flags are set in the message. INVALID_ARGUMENT naming the flag and its value.
 Result<kiln::v1::Precision> ParsePrecisionFlags(const PrecisionFlags& flags);

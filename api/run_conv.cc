@@ -124,9 +124,13 @@ void FillRunResponse(const runtime::RunResult& result, bool omit_outputs,
     p->set_pass(l.pass);
     p->set_compared(l.compared);
     std::string detail = l.on_device ? "device" : "host";
-    if (!l.activation.empty() && l.activation != "none") detail += " act=" + l.activation;
+    if (!l.activation.empty() && l.activation != "none") {
+      detail += " act=" + l.activation + (l.activation_on_host ? "(host fp32)" : "");
+    }
+    if (l.k_parts > 1) detail += " k_split=" + std::to_string(l.k_parts);
     if (!l.blocking.empty()) detail += " " + l.blocking;
     p->set_detail(detail);
+    if (l.program) ToProto(*l.program, p->mutable_program());
   }
   response->set_pass(result.all_pass);
   response->set_backend(result.backend);

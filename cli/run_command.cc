@@ -203,7 +203,19 @@ void AddRunCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   cmd->add_option("--packer-l1-acc", p.packer_l1_acc, "true|false (default false)");
   cmd->add_option("--math-approx-mode", p.math_approx_mode, "true|false (default true)");
   cmd->add_option("--arch", p.arch, "wormhole_b0 or blackhole");
-  cmd->add_option("--act-block-w", p.act_block_w, "K-block width in tiles (0 = TT-NN default)");
+  cmd->add_option("--act-block-w", p.act_block_w, "Kiln's in0_block_w override in tiles (0 = TT-NN's choice)");
+  cmd->add_option("--shard-layout", p.shard_layout, "auto, height, block, width (default auto: TT-NN's rule)");
+  cmd->add_option("--act-block-w-div", p.act_block_w_div, "TT-NN act_block_w_div (default 1)");
+  cmd->add_option("--act-block-h-override", p.act_block_h_override, "TT-NN act_block_h_override, multiple of 32");
+  cmd->add_option("--full-inner-dim", p.full_inner_dim, "true|false (default false)");
+  cmd->add_option("--enable-activation-reuse", p.enable_activation_reuse, "true|false (default false)");
+  cmd->add_option("--input-layout", p.input_layout, "row_major (ttnn.from_torch's default) or tile");
+  cmd->add_option("--bfp8-pack-precise", p.bfp8_pack_precise, "true|false (default false)");
+  cmd->add_option("--board", p.board, "n150, n300, p100, p150 (default: the arch's single-chip board)");
+  cmd->add_option("--host-add", p.host_add, "true: residual/K-split adds in fp32 on the host (default: ttnn.add)");
+  cmd->add_option("--depthwise-program", p.depthwise_program, "recorded, pool_multiply, dense_conv");
+  cmd->add_option("--fp32-partial-reload", p.fp32_partial_reload, "recorded, tf32, lossless");
+  cmd->add_option("--fused-hardswish", p.fused_hardswish, "recorded, dropped, applied");
   cmd->add_option("--mode", a.mode, "chained or per_layer")->capture_default_str();
   cmd->add_option("--out", a.out_dir, "write outputs as DIR/<graph output>.npy");
   cmd->add_option("--report", a.report, "table or json")

@@ -147,6 +147,7 @@ Result<DeviceOpRun> RunDeviceOp(const DeviceOp& d, device::Backend& be, const de
     r.macs += rep.macs;
     if (r.implementation.empty()) r.implementation = rep.implementation;
     if (r.blocking.empty()) r.blocking = rep.blocking;
+    if (!r.program) r.program = rep.program;
     if (k == 0) {
       r.y = std::move(*yn);
     } else {

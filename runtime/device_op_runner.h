@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,7 @@ struct DeviceOpRun {
   int64_t macs = 0;                 ///< OpReport::macs summed
   std::string implementation;       ///< first part's OpReport::implementation
   std::string blocking;             ///< first part's OpReport::blocking
+  std::optional<device::ProgramReport> program;  ///< first part's OpReport::program (tt-emu)
   bool activation_on_host = false;  ///< a non-none fused activation ran on the host
 };
 

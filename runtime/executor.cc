@@ -253,6 +253,7 @@ class Runner {
     rep.macs = dr->macs;
     rep.implementation = dr->implementation;
     rep.blocking = dr->blocking;
+    rep.program = dr->program;
     rep.activation_on_host = dr->activation_on_host;
     auto dev_out = SplitOutputs(d, std::move(dr->y));
     if (!dev_out.ok()) return dev_out.status();

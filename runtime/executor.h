@@ -126,6 +126,7 @@ struct LayerReport {
   int64_t macs = 0;                 ///< device ops: multiply-accumulates (OpReport::macs, summed)
   std::string implementation;       ///< OpReport::implementation (device ops)
   std::string blocking;             ///< OpReport::blocking (tt-emu's K blocking)
+  std::optional<device::ProgramReport> program;  ///< OpReport::program (tt-emu: the program emulated)
   bool compared = false;            ///< false when no reference was computed
   double pcc = 0.0;                 ///< comp_pcc value (runtime/accuracy.h)
   double max_abs_error = 0.0;       ///< max |device - reference| over the op's outputs

@@ -142,7 +142,8 @@ TEST(Executor, PerLayerFeedsReferenceInputs) {
   // Layer 1 sees the same input in both modes; later layers do not.
   EXPECT_DOUBLE_EQ(a->layers[0].pcc, b->layers[0].pcc);
   EXPECT_DOUBLE_EQ(a->layers[0].max_abs_error, b->layers[0].max_abs_error);
-  EXPECT_NE(a->layers[1].max_abs_error, b->layers[1].max_abs_error);
+  // (Its largest error can sit where both inputs round to the same bf16 values, so compare the PCC.)
+  EXPECT_NE(a->layers[1].pcc, b->layers[1].pcc);
   // Per-layer: the host MaxPool runs on the reference chain only, so it is not compared.
   EXPECT_FALSE(b->layers[2].compared);
   EXPECT_TRUE(a->layers[2].compared);

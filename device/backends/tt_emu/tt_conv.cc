@@ -43,6 +43,9 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
   auto nchw = input.ToLayout(Layout::kNCHW);  // a plain copy when it already is
   if (!nchw.ok()) return nchw.status();
   Tensor x = std::move(*nchw);
+  // The output first: a size beyond the tensor limit is RESOURCE_EXHAUSTED before anything else.
+  auto t = Tensor::Zeros(*out_shape);
+  if (!t.ok()) return t.status();
   ConvProblem pb;
   pb.N = x.dim(0);
   pb.C = x.dim(1);
@@ -93,8 +96,6 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
                                       &stats));
   const auto t_done = std::chrono::steady_clock::now();
 
-  auto t = Tensor::Zeros(*out_shape);
-  if (!t.ok()) return t.status();
   float* dst = t->data<float>();
   const int64_t P = g.OH * g.OW;
   for (int64_t m = 0; m < g.M; ++m) {

@@ -347,7 +347,7 @@ TEST_F(ReferenceBackendTest, CapabilitiesAndRegistry) {
   EXPECT_TRUE(caps.pool2d);
   EXPECT_TRUE(caps.accepts_nhwc);
   EXPECT_FALSE(caps.honours_precision);
-  EXPECT_EQ(caps.activations.size(), 7u);
+  EXPECT_EQ(caps.activations.size(), 8u);  // none relu relu6 silu gelu sigmoid tanh hardswish
 
   BackendRegistry registry;
   ASSERT_TRUE(RegisterReferenceBackend(registry).ok());
