@@ -19,6 +19,7 @@
 
 #include <array>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
