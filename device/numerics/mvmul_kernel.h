@@ -1,0 +1,111 @@
+// The exact MVMUL kernel of the tt-emu exact level: the fidelity sequence of docs/specs/tt-numerics.md
+// §5 run over one K block of one activation row against many weight columns, bit for bit the
+// chain of numerics::MvmulPhase (device/numerics/fpu.h) in the order of §5.6:
+//   for each output column o: for each 32-deep K tile t0 of [k0, k1): for each phase p:
+//     Dst[o] ← MV(t0 .. t0+15), then Dst[o] ← MV(t0+16 .. t0+31)
+// Two implementations behind one interface: a scalar one (the fallback, and with MvmulPhase the
+// oracle of the tests) and an AVX2 one vectorised across 8 output columns (they share the
+// activation operand, so §5.4's 8-lane maximum becomes a vertical max), chosen at run time
+// (__builtin_cpu_supports; the AVX2 code is compiled with a target attribute, not -mavx2).
+//
+// Zero MVMULs: an MVMUL whose lanes are all zero (§5.3: exponent field 0 on either side) is not
+// computed. It is not a no-op in general: §5.5 maps a Dst of −0 or a denormal to +0 and an exponent-255
+// pattern to ±Inf (sign | 0x7F800000), and leaves +0 and normal values unchanged. The kernel applies
+// that mapping (CombineWithDst with two zero terms) when it skips; every MVMUL result is a fixed
+// point of the mapping, so it is applied at most once per column and call, before the first MVMUL
+// computed. Results therefore equal the unskipped MvmulPhase chain for every Dst pattern.
+//
+// Use (the tt-emu exact level, device/backends/tt_emu/tt_conv.cc):
+//   once per conv : PrepareSrcA(weights, O_pad, K, fid, a_fmt)            → PreparedSrcA
+//   once per row  : PrepareSrcBRow(im2col row, K, fid, b_fmt, &prepared_b) (reuses its buffers)
+//   per K block   : RunKBlock(a, b, kb0, kb1, 0, O_pad, fid, fp32_dst, arch, dst)
+//                   with dst = the block's Dst row (0 or the reloaded partials), updated in place.
+// Nothing is shared between calls: calls on different rows may run on different threads at once,
+// and a column's result does not depend on how columns or rows are split between calls or threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "device/numerics/formats.h"
+#include "device/numerics/types.h"
+
+namespace kiln::numerics {
+
+/// SrcA operands (weights) of every output column, prepared once per conv.
+///
+/// Layout: columns in blocks of 8 (the last block padded with zero columns); per block, per slice
+/// variant v (v = phase & 1, §5.2: v = 0 only for LoFi, 0 and 1 otherwise), per k: 8 int32 lanes,
+/// one per column, each `exponent << 16 | (uint16) signed slice` — the exponent field for a
+/// non-zero operand, −4096 for a zero one (so its lane exponent never wins §5.4's maximum and its
+/// aligned product rounds to 0), and the §5.2 slice with the operand's sign.
+/// Memory: 4 · variants · K · RoundUp(cols, 8) bytes of lanes plus RoundUp(cols, 8) · K / 64 bytes of
+/// masks — 4 bytes per weight for LoFi, 8 for HiFi2..HiFi4 (a 2048→2048 3×3 conv, K = 18432:
+/// 151 MB LoFi, 302 MB HiFi4).
+struct PreparedSrcA {
+  int64_t cols = 0;       ///< output columns (logical)
+  int64_t K = 0;          ///< reduction length, a multiple of 32
+  int variants = 0;       ///< 1 (LoFi) or 2
+  int phases = 0;         ///< NumPhases of the fidelity prepared for
+  std::vector<int32_t> lanes;     ///< [cols/8][variants][K][8], see above
+  std::vector<uint8_t> group_nz;  ///< [cols/8][K/8]: 1 if any of the block's 8 columns has a non-zero
+                                  ///< operand in the 8-lane group (lanes 8q .. 8q+7)
+  /// Bytes held by the prepared operands.
+  size_t bytes() const { return lanes.size() * sizeof(int32_t) + group_nz.size(); }
+};
+
+/// SrcB operands (one im2col row of activations), prepared once per row.
+/// Memory: 4 · (phases + variants) · K bytes + 9 · K / 8 bytes (under 30 bytes per K element).
+struct PreparedSrcB {
+  int64_t K = 0;
+  int phases = 0;                ///< NumPhases of the fidelity prepared for
+  int variants = 0;              ///< slice variants (v = (phase >> 1) & 1): 1 up to HiFi2, else 2
+  std::vector<int32_t> eterm;    ///< [phases][K]: exponent field + PhaseAdjust(phase) (zero lanes: 0)
+  std::vector<int32_t> slice;    ///< [variants][K]: the signed §5.2 slice as a 16-bit pattern, high half 0
+  std::vector<uint8_t> nz_count; ///< [K/8]: non-zero operands in the 8-lane group
+  std::vector<uint8_t> nz_lane;  ///< [K/8][8]: their offsets in the group, ascending
+};
+
+/// Prepares the SrcA operands of `cols` columns, `a[o * K + k]` = column o's weight for k (fp32
+/// patterns; masked to `fmt` here, §4), for fidelity `fid` (also usable for any lower fidelity).
+/// Errors: INVALID_ARGUMENT when K is not a positive multiple of 32 or cols < 1.
+Result<PreparedSrcA> PrepareSrcA(const uint32_t* a, int64_t cols, int64_t K, MathFidelity fid, SrcFormat fmt);
+
+/// Prepares one activation row `b[0 .. K)` (fp32 patterns; masked to `fmt` here) into `out`,
+/// reusing its buffers (no allocation once they are large enough).
+/// Errors: INVALID_ARGUMENT when K is not a positive multiple of 32.
+Status PrepareSrcBRow(const uint32_t* b, int64_t K, MathFidelity fid, SrcFormat fmt, PreparedSrcB* out);
+
+/// Runs the fidelity sequence of `fid` over K tiles [k0, k1) for columns [o0, o1):
+/// dst[o − o0] ← the §5.6 MVMUL chain from its current value (Dst patterns in the Dst format: with a
+/// bf16 Dst, fp32 patterns whose low 16 bits are 0; other patterns follow §5.5's arithmetic as
+/// MvmulPhase does). `arch` selects the Wormhole normalisation quirk (§5.5 step 5).
+/// Errors: INVALID_ARGUMENT when k0, k1 are not multiples of 32 with 0 <= k0 <= k1 <= K, when
+/// 0 <= o0 <= o1 <= a.cols fails, when a and b differ in K, or when `fid` needs more phases than
+/// a or b were prepared for. dst is unchanged on error.
+Status RunKBlock(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1,
+                 MathFidelity fid, bool fp32_dst, Arch arch, uint32_t* dst);
+
+/// As RunKBlock, but only phases [phase_begin, phase_end) of the sequence (0 <= begin <= end <= the
+/// prepared phases): one phase alone is one MVMUL per K half (the `phase` fields of
+/// tests/data/tt-vectors/mvmul.jsonl). RunKBlock(fid) = RunKBlockPhases(0, NumPhases(fid)).
+Status RunKBlockPhases(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1,
+                       int phase_begin, int phase_end, bool fp32_dst, Arch arch, uint32_t* dst);
+
+/// The implementation RunKBlock uses.
+enum class MvmulKernelPath { kScalar, kAvx2 };
+/// "scalar" or "avx2".
+const char* MvmulKernelPathName(MvmulKernelPath p);
+/// Whether this CPU runs the AVX2 path (x86-64 with AVX2).
+bool MvmulAvx2Supported();
+/// The path RunKBlock takes now: AVX2 where supported, unless forced scalar, by
+/// SetMvmulKernelForScalar(true) or by the environment variable KILN_MVMUL_KERNEL=scalar read at
+/// the first call (the tests' and benchmarks' switch; both paths give identical results).
+MvmulKernelPath ActiveMvmulKernel();
+/// Forces (true) or releases (false) the scalar path for the whole process; thread-safe, takes
+/// effect for calls that start afterwards.
+void SetMvmulKernelForScalar(bool force);
+
+}  // namespace kiln::numerics
