@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -18,35 +19,31 @@ namespace {
 
 using mvmul_detail::kMaxAlign;
 using mvmul_detail::kZeroExp;
+using mvmul_detail::kZeroExpB;
 
-inline int32_t PackA(int32_t exp, int32_t signed_slice) {
-  return static_cast<int32_t>((static_cast<uint32_t>(exp) << 16) | (static_cast<uint32_t>(signed_slice) & 0xFFFFu));
-}
-
-// §5.4 group term of lanes 8q .. 8q+7 for the column at `a_col` (stride 8, see PreparedSrcA), from
-// the group's non-zero SrcB lanes only: a zero lane counts as exponent 0 and product 0, which the
-// maximum's start value 0 and the sum's start value 0 already account for.
-FpuTerm GroupScalar(const int32_t* a_col, const int32_t* eterm, const int32_t* bslice, const PreparedSrcB& b,
-                    int64_t q) {
+// §5.4 group term of lanes 8q .. 8q+7 for phase p of the column at `acol` (its lane l of block
+// [K][words][16], see PreparedSrcA), from the group's non-zero SrcB lanes only: a zero SrcB lane
+// counts as exponent 0 and product 0, which the model's maximum start value 0 (the G <= 0 test
+// below) and the sum's start value 0 already account for. The alignment shift of a lane,
+// G − ep = max(raw) − raw with raw = exponent(a) + exponent(b), does not depend on the phase.
+FpuTerm GroupScalar(const int16_t* acol, int words, const PreparedSrcB& b, int64_t q, int p) {
   const int n = b.nz_count[static_cast<size_t>(q)];
   const uint8_t* lanes = &b.nz_lane[static_cast<size_t>(q * 8)];
-  int32_t G = 0;
-  for (int j = 0; j < n; ++j) {
-    const int64_t k = q * 8 + lanes[j];
-    G = std::max(G, (a_col[k * 8] >> 16) + eterm[k]);
-  }
+  const int16_t* bsl = &b.slice2[static_cast<size_t>(((p >> 1) & 1) * b.K)];
+  auto raw = [&](int64_t k) { return int32_t{acol[k * words * 16]} + b.exp[static_cast<size_t>(k)]; };
+  int32_t maxraw = INT32_MIN;
+  for (int j = 0; j < n; ++j) maxraw = std::max(maxraw, raw(q * 8 + lanes[j]));
   FpuTerm t;
-  if (G <= 0) return t;
+  const int32_t G = maxraw + PhaseAdjust(p);
+  if (n == 0 || G <= 0) return t;
   int32_t S = 0;
   for (int j = 0; j < n; ++j) {
     const int64_t k = q * 8 + lanes[j];
-    const int32_t x = a_col[k * 8];
-    const int32_t d = std::min(G - ((x >> 16) + eterm[k]), kMaxAlign);
-    const int32_t P = static_cast<int32_t>(static_cast<int16_t>(x & 0xFFFF)) *
-                      static_cast<int32_t>(static_cast<int16_t>(bslice[k] & 0xFFFF));
-    // (2|P| + 2^d) >> (d+1) with P's sign (§5.4 step 2); for P < 0 the arithmetic shift of
-    // 2P + 2^d − 1 gives exactly −((2|P| + 2^d) >> (d+1)).
-    S += (2 * P + (1 << d) + (P >> 31)) >> (d + 1);
+    const int32_t d = std::min(maxraw - raw(k), kMaxAlign);
+    const int32_t P2 = int32_t{acol[(k * words + 2 + (p & 1)) * 16]} * bsl[k];  // 2·|P|
+    const int32_t R = (P2 + (1 << d)) >> (d + 1);                                // §5.4: (2P + 2^d) >> (d+1)
+    const bool neg = (acol[(k * words + 1) * 16] < 0) != (b.sign[static_cast<size_t>(k)] < 0);
+    S += neg ? -R : R;
   }
   t.sign = S < 0 ? 1 : 0;
   t.exp = G;
@@ -76,15 +73,13 @@ void RunScalar(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t
                int p1, bool fp32_dst, Arch arch, uint32_t* dst) {
   const int64_t K = a.K, K8 = K / 8;
   for (int64_t o = o0; o < o1; ++o) {
-    const int64_t cb = o / 8;
+    const int64_t cb = o / 16;
     const uint8_t* wnz = &a.group_nz[static_cast<size_t>(cb * K8)];
+    const int16_t* acol = &a.lanes[static_cast<size_t>(cb * K * a.words * 16 + o % 16)];
     uint32_t d = dst[o - o0];
     bool fixed = false;  // d is an MVMUL result (a fixed point of the zero-MVMUL mapping)
     for (int64_t t0 = k0; t0 < k1; t0 += 32) {
       for (int p = p0; p < p1; ++p) {
-        const int32_t* a_col = &a.lanes[static_cast<size_t>((cb * a.variants + (p & 1)) * K * 8 + o % 8)];
-        const int32_t* eterm = &b.eterm[static_cast<size_t>(p * K)];
-        const int32_t* bslice = &b.slice[static_cast<size_t>(((p >> 1) & 1) * K)];
         for (int64_t h = t0; h < t0 + 32; h += 16) {
           const int64_t q0 = h / 8, q1 = q0 + 1;
           const bool z0 = b.nz_count[static_cast<size_t>(q0)] == 0 || wnz[q0] == 0;
@@ -94,8 +89,8 @@ void RunScalar(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t
             fixed = true;
             continue;
           }
-          const FpuTerm g0 = z0 ? FpuTerm{} : GroupScalar(a_col, eterm, bslice, b, q0);
-          const FpuTerm g1 = z1 ? FpuTerm{} : GroupScalar(a_col, eterm, bslice, b, q1);
+          const FpuTerm g0 = z0 ? FpuTerm{} : GroupScalar(acol, a.words, b, q0, p);
+          const FpuTerm g1 = z1 ? FpuTerm{} : GroupScalar(acol, a.words, b, q1, p);
           d = CombineWithDst(g0, g1, d, fp32_dst, arch);
           fixed = true;
         }
@@ -115,22 +110,26 @@ Result<PreparedSrcA> PrepareSrcA(const uint32_t* a, int64_t cols, int64_t K, Mat
   p.K = K;
   p.phases = NumPhases(fid);
   p.variants = p.phases >= 2 ? 2 : 1;
-  const int64_t nb = (cols + 7) / 8, K8 = K / 8;
-  p.lanes.assign(static_cast<size_t>(nb * p.variants * K * 8), PackA(kZeroExp, 0));
+  p.words = 2 + p.variants;
+  const int64_t nb = (cols + 15) / 16, K8 = K / 8, W = p.words;
+  p.lanes.assign(static_cast<size_t>(nb * K * W * 16), 0);
   p.group_nz.assign(static_cast<size_t>(nb * K8), 0);
-  for (int64_t o = 0; o < cols; ++o) {
-    const int64_t cb = o / 8, l = o % 8;
-    for (int64_t k = 0; k < K; ++k) {
-      const uint32_t x = MaskSrcOperand(a[o * K + k], fmt);
-      if (((x >> 23) & 0xFFu) == 0) continue;  // §5.3: a zero lane
-      p.group_nz[static_cast<size_t>(cb * K8 + k / 8)] = 1;
-      for (int v = 0; v < p.variants; ++v) {
-        const FpuSlice s = SliceA(x, v);
-        const int32_t sl = static_cast<int32_t>(s.slice);
-        p.lanes[static_cast<size_t>(((cb * p.variants + v) * K + k) * 8 + l)] = PackA(s.exp, s.sign ? -sl : sl);
+  for (int64_t cb = 0; cb < nb; ++cb)
+    for (int64_t k = 0; k < K; ++k)
+      for (int l = 0; l < 16; ++l) {
+        int16_t* w = &p.lanes[static_cast<size_t>((cb * K + k) * W * 16 + l)];
+        w[0] = static_cast<int16_t>(kZeroExp);
+        w[16] = 1;
+        const int64_t o = cb * 16 + l;
+        if (o >= cols) continue;
+        const uint32_t x = MaskSrcOperand(a[o * K + k], fmt);
+        if (((x >> 23) & 0xFFu) == 0) continue;  // §5.3: a zero lane
+        p.group_nz[static_cast<size_t>(cb * K8 + k / 8)] = 1;
+        const FpuSlice s0 = SliceA(x, 0);
+        w[0] = static_cast<int16_t>(s0.exp);
+        w[16] = static_cast<int16_t>(s0.sign ? 0x8001 - 0x10000 : 1);
+        for (int v = 0; v < p.variants; ++v) w[16 * (2 + v)] = static_cast<int16_t>(SliceA(x, v).slice);
       }
-    }
-  }
   return p;
 }
 
@@ -140,8 +139,9 @@ Status PrepareSrcBRow(const uint32_t* b, int64_t K, MathFidelity fid, SrcFormat 
   p.K = K;
   p.phases = NumPhases(fid);
   p.variants = p.phases >= 3 ? 2 : 1;
-  p.eterm.resize(static_cast<size_t>(p.phases * K));
-  p.slice.resize(static_cast<size_t>(p.variants * K));
+  p.exp.resize(static_cast<size_t>(K));
+  p.sign.resize(static_cast<size_t>(K));
+  p.slice2.resize(static_cast<size_t>(p.variants * K));
   p.nz_count.resize(static_cast<size_t>(K / 8));
   p.nz_lane.resize(static_cast<size_t>(K));
   for (int64_t q = 0; q < K / 8; ++q) {
@@ -149,13 +149,11 @@ Status PrepareSrcBRow(const uint32_t* b, int64_t K, MathFidelity fid, SrcFormat 
     for (int l = 0; l < 8; ++l) {
       const int64_t k = q * 8 + l;
       const uint32_t x = MaskSrcOperand(b[k], fmt);
-      const int32_t e = static_cast<int32_t>((x >> 23) & 0xFFu);
-      for (int ph = 0; ph < p.phases; ++ph) p.eterm[static_cast<size_t>(ph * K + k)] = e != 0 ? e + PhaseAdjust(ph) : 0;
-      for (int v = 0; v < p.variants; ++v) {
-        const FpuSlice s = SliceB(x, 2 * v);
-        const int32_t sl = static_cast<int32_t>(s.slice);
-        p.slice[static_cast<size_t>(v * K + k)] = e != 0 ? ((s.sign ? -sl : sl) & 0xFFFF) : 0;
-      }
+      const int e = static_cast<int>((x >> 23) & 0xFFu);
+      p.exp[static_cast<size_t>(k)] = static_cast<int16_t>(e != 0 ? e : kZeroExpB);
+      p.sign[static_cast<size_t>(k)] = static_cast<int16_t>(e != 0 && (x >> 31) ? -32768 : 0);
+      for (int v = 0; v < p.variants; ++v)
+        p.slice2[static_cast<size_t>(v * K + k)] = static_cast<int16_t>(e != 0 ? 2 * SliceB(x, 2 * v).slice : 0);
       if (e != 0) p.nz_lane[static_cast<size_t>(q * 8 + n++)] = static_cast<uint8_t>(l);
     }
     p.nz_count[static_cast<size_t>(q)] = static_cast<uint8_t>(n);

@@ -4,9 +4,11 @@
 //   for each output column o: for each 32-deep K tile t0 of [k0, k1): for each phase p:
 //     Dst[o] ← MV(t0 .. t0+15), then Dst[o] ← MV(t0+16 .. t0+31)
 // Two implementations behind one interface: a scalar one (the fallback, and with MvmulPhase the
-// oracle of the tests) and an AVX2 one vectorised across 8 output columns (they share the
-// activation operand, so §5.4's 8-lane maximum becomes a vertical max), chosen at run time
-// (__builtin_cpu_supports; the AVX2 code is compiled with a target attribute, not -mavx2).
+// oracle of the tests) and an AVX2 one vectorised across 16 output columns in int16 lanes (they
+// share the activation operand, so §5.4's 8-lane maximum becomes a vertical max; the per-lane
+// alignment shift does not depend on the phase, so it is computed once per K tile for all phases),
+// chosen at run time (__builtin_cpu_supports; the AVX2 code is compiled with a target attribute,
+// not -mavx2).
 //
 // Zero MVMULs: an MVMUL whose lanes are all zero (§5.3: exponent field 0 on either side) is not
 // computed. It is not a no-op in general: §5.5 maps a Dst of −0 or a denormal to +0 and an exponent-255
@@ -36,34 +38,36 @@ namespace kiln::numerics {
 
 /// SrcA operands (weights) of every output column, prepared once per conv.
 ///
-/// Layout: columns in blocks of 8 (the last block padded with zero columns); per block, per slice
-/// variant v (v = phase & 1, §5.2: v = 0 only for LoFi, 0 and 1 otherwise), per k: 8 int32 lanes,
-/// one per column, each `exponent << 16 | (uint16) signed slice` — the exponent field for a
-/// non-zero operand, −4096 for a zero one (so its lane exponent never wins §5.4's maximum and its
-/// aligned product rounds to 0), and the §5.2 slice with the operand's sign.
-/// Memory: 4 · variants · K · RoundUp(cols, 8) bytes of lanes plus RoundUp(cols, 8) · K / 64 bytes of
-/// masks — 4 bytes per weight for LoFi, 8 for HiFi2..HiFi4 (a 2048→2048 3×3 conv, K = 18432:
-/// 151 MB LoFi, 302 MB HiFi4).
+/// Layout: columns in blocks of 16 (the last block padded with zero columns); per block and k,
+/// `words` (2 + variants) rows of 16 int16, one per column: [0] the exponent field of a non-zero
+/// operand, −4096 for a zero one (so its lane exponent never wins §5.4's maximum; its slices are 0);
+/// [1] the sign as 0x0001 / 0x8001; [2 + v] the §5.2 slice magnitude of variant v = phase & 1
+/// (v = 0 only for LoFi, 0 and 1 otherwise).
+/// Memory: 2 · (2 + variants) · K · RoundUp(cols, 16) bytes of lanes plus RoundUp(cols, 16) · K / 128
+/// bytes of masks — 6 bytes per weight for LoFi, 8 for HiFi2..HiFi4 (a 2048→2048 3×3 conv,
+/// K = 18432: 226 MB LoFi, 302 MB HiFi2..4).
 struct PreparedSrcA {
   int64_t cols = 0;       ///< output columns (logical)
   int64_t K = 0;          ///< reduction length, a multiple of 32
   int variants = 0;       ///< 1 (LoFi) or 2
+  int words = 0;          ///< 2 + variants
   int phases = 0;         ///< NumPhases of the fidelity prepared for
-  std::vector<int32_t> lanes;     ///< [cols/8][variants][K][8], see above
-  std::vector<uint8_t> group_nz;  ///< [cols/8][K/8]: 1 if any of the block's 8 columns has a non-zero
+  std::vector<int16_t> lanes;     ///< [cols/16][K][words][16], see above
+  std::vector<uint8_t> group_nz;  ///< [cols/16][K/8]: 1 if any of the block's 16 columns has a non-zero
                                   ///< operand in the 8-lane group (lanes 8q .. 8q+7)
   /// Bytes held by the prepared operands.
-  size_t bytes() const { return lanes.size() * sizeof(int32_t) + group_nz.size(); }
+  size_t bytes() const { return lanes.size() * sizeof(int16_t) + group_nz.size(); }
 };
 
 /// SrcB operands (one im2col row of activations), prepared once per row.
-/// Memory: 4 · (phases + variants) · K bytes + 9 · K / 8 bytes (under 30 bytes per K element).
+/// Memory: 2 · (2 + variants) · K + 9 · K / 8 bytes (under 10 bytes per K element).
 struct PreparedSrcB {
   int64_t K = 0;
   int phases = 0;                ///< NumPhases of the fidelity prepared for
   int variants = 0;              ///< slice variants (v = (phase >> 1) & 1): 1 up to HiFi2, else 2
-  std::vector<int32_t> eterm;    ///< [phases][K]: exponent field + PhaseAdjust(phase) (zero lanes: 0)
-  std::vector<int32_t> slice;    ///< [variants][K]: the signed §5.2 slice as a 16-bit pattern, high half 0
+  std::vector<int16_t> exp;      ///< [K]: exponent field (−8192 for a zero operand, see PreparedSrcA)
+  std::vector<int16_t> sign;     ///< [K]: 0 or −32768 (0x8000)
+  std::vector<int16_t> slice2;   ///< [variants][K]: twice the §5.2 slice magnitude
   std::vector<uint8_t> nz_count; ///< [K/8]: non-zero operands in the 8-lane group
   std::vector<uint8_t> nz_lane;  ///< [K/8][8]: their offsets in the group, ascending
 };

@@ -11,6 +11,9 @@ namespace kiln::numerics::mvmul_detail {
 /// Exponent stored for a zero SrcA operand (mvmul_kernel.h, PreparedSrcA): with any SrcB term it
 /// stays below 0, so it never raises §5.4's group maximum, and its slice is 0.
 inline constexpr int32_t kZeroExp = -4096;
+/// Exponent stored for a zero SrcB operand (PreparedSrcB::exp): with any SrcA exponent the lane's
+/// raw exponent stays below every other lane's, and its slices are 0.
+inline constexpr int32_t kZeroExpB = -8192;
 /// §5.4's alignment shift cap: a product of at most 12 bits shifted right by 13 or more rounds
 /// half-up to 0, so capping d at 14 (instead of the spec's 30) gives the same R in int32.
 inline constexpr int32_t kMaxAlign = 14;
