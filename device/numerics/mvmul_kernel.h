@@ -13,17 +13,26 @@
 // Zero MVMULs: an MVMUL whose lanes are all zero (§5.3: exponent field 0 on either side) is not
 // computed. It is not a no-op in general: §5.5 maps a Dst of −0 or a denormal to +0 and an exponent-255
 // pattern to ±Inf (sign | 0x7F800000), and leaves +0 and normal values unchanged. The kernel applies
-// that mapping (CombineWithDst with two zero terms) when it skips; every MVMUL result is a fixed
-// point of the mapping, so it is applied at most once per column and call, before the first MVMUL
-// computed. Results therefore equal the unskipped MvmulPhase chain for every Dst pattern.
+// that mapping (CombineWithDst with two zero terms) when it skips. Every MVMUL result is a fixed
+// point of the mapping, so only zero MVMULs before the first computed one of a call can change
+// Dst, and only once. Results therefore equal the unskipped MvmulPhase chain for every Dst
+// pattern. A 16-lane MVMUL is skipped when both of its 8-lane groups are zero: all SrcB operands of
+// the group zero (shared by all columns), or all SrcA operands of the group zero in every column
+// of a 16-column block. Within a computed MVMUL, a group that is zero in that sense is not summed.
 //
 // Use (the tt-emu exact level, device/backends/tt_emu/tt_conv.cc):
-//   once per conv : PrepareSrcA(weights, O_pad, K, fid, a_fmt)            → PreparedSrcA
-//   once per row  : PrepareSrcBRow(im2col row, K, fid, b_fmt, &prepared_b) (reuses its buffers)
-//   per K block   : RunKBlock(a, b, kb0, kb1, 0, O_pad, fid, fp32_dst, arch, dst)
-//                   with dst = the block's Dst row (0 or the reloaded partials), updated in place.
-// Nothing is shared between calls: calls on different rows may run on different threads at once,
-// and a column's result does not depend on how columns or rows are split between calls or threads.
+//   once per conv : a = PrepareSrcA(w, O_pad, K, fid, a_fmt), w[o * K + k] the device weights in
+//                   the conv's K order (already or not yet masked), O_pad columns (zero weights in
+//                   padded columns give Dst 0 from 0);
+//   once per row  : PrepareSrcBRow(x, K, fid, b_fmt, &b), x the row's im2col SrcB values in the same
+//                   K order; `b` is per thread and reused, so no allocation per row;
+//   per K block   : dst[0 .. O_pad) = 0 (first block / L1 accumulation) or the reloaded partials,
+//                   then RunKBlock(a, b, kb0, kb1, 0, O_pad, fid, fp32_dst, arch, dst.data());
+//                   kb0, kb1 multiples of 32 (a K block is whole 32-deep tiles).
+// A call may cover any column range [o0, o1) (dst then holds o1 − o0 values); 16-aligned ranges
+// waste no work. Nothing is shared between calls: calls on different rows may run on different
+// threads at once, and a column's result does not depend on how columns or rows are split between
+// calls or threads.
 #pragma once
 
 #include <cstddef>
