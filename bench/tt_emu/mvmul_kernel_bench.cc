@@ -2,8 +2,8 @@
 // 3×3 conv (56×56-like: K = 9·64 = 576 in three 192-deep blocks, the height-sharded default
 // act_block_w = Cin_pad·kw), 64 output columns, one im2col row at a time as tt-emu's exact level
 // runs it: per row, PrepareSrcBRow and three RunKBlock calls (the SrcA operands are prepared once).
-// Cases: scalar and AVX2 paths, LoFi and HiFi4, fp32 Dst, activations dense (N(0,1) bf16) or
-// post-ReLU (about half exact zeros), plus "loop": a copy of the per-column loop of
+// Cases: scalar and AVX2 paths, LoFi and HiFi4, fp32 Dst with activations dense (N(0,1) bf16) or
+// post-ReLU (about half exact zeros), bf16 Dst (TT-NN's default) with dense activations, plus "loop": a copy of the per-column loop of
 // device/backends/tt_emu/tt_conv.cc at the time of writing (MvmulTerms + CombineWithDst per 16-lane
 // MVMUL), as the before-figure. One thread. After the runs it prints GMAC/s (real MACs: 64·576
 // per row) and the ratios avx2/scalar and avx2/loop, all from this one process.
@@ -57,7 +57,7 @@ const Data& GetData() {
   return d;
 }
 
-void BM_Kernel(benchmark::State& state, nx::MvmulKernelPath path, nx::MathFidelity fid, bool relu) {
+void BM_Kernel(benchmark::State& state, nx::MvmulKernelPath path, nx::MathFidelity fid, bool relu, bool fp32_dst) {
   if (path == nx::MvmulKernelPath::kAvx2 && !nx::MvmulAvx2Supported()) {
     state.SkipWithError("no AVX2 on this CPU");
     return;
@@ -73,7 +73,7 @@ void BM_Kernel(benchmark::State& state, nx::MvmulKernelPath path, nx::MathFideli
       (void)nx::PrepareSrcBRow(rows[m].data(), kK, fid, nx::SrcFormat::kBf16, &b);
       std::fill(dst.begin(), dst.end(), 0u);
       for (int64_t k0 = 0; k0 < kK; k0 += kBlock)
-        (void)nx::RunKBlock(*a, b, k0, k0 + kBlock, 0, kCols, fid, true, nx::Arch::kWormholeB0, dst.data());
+        (void)nx::RunKBlock(*a, b, k0, k0 + kBlock, 0, kCols, fid, fp32_dst, nx::Arch::kWormholeB0, dst.data());
       benchmark::DoNotOptimize(dst.data());
     }
   }
@@ -117,7 +117,7 @@ __attribute__((target_clones("avx2", "default"))) void MvmulTerms(const uint32_t
   }
 }
 
-void BM_Loop(benchmark::State& state, nx::MathFidelity fid, bool relu) {
+void BM_Loop(benchmark::State& state, nx::MathFidelity fid, bool relu, bool fp32_dst) {
   const Data& d = GetData();
   std::vector<uint32_t> wsl[2];
   for (int v = 0; v < 2; ++v) {
@@ -159,7 +159,7 @@ void BM_Loop(benchmark::State& state, nx::MathFidelity fid, bool relu) {
                 if (!(wn[q0] && xnz[q0]) && !(wn[q1] && xnz[q1])) continue;
                 nx::FpuTerm g0, g1;
                 MvmulTerms(A + k0, B + k0, nx::PhaseAdjust(ph), &g0, &g1);
-                dv = nx::CombineWithDst(g0, g1, dv, true, nx::Arch::kWormholeB0);
+                dv = nx::CombineWithDst(g0, g1, dv, fp32_dst, nx::Arch::kWormholeB0);
               }
             }
           dst[o] = dv;
@@ -173,15 +173,15 @@ void BM_Loop(benchmark::State& state, nx::MathFidelity fid, bool relu) {
 
 using P = nx::MvmulKernelPath;
 using F = nx::MathFidelity;
-BENCHMARK_CAPTURE(BM_Loop, LoFi_dense, F::kLoFi, false)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Kernel, scalar_LoFi_dense, P::kScalar, F::kLoFi, false)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Kernel, avx2_LoFi_dense, P::kAvx2, F::kLoFi, false)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Loop, HiFi4_dense, F::kHiFi4, false)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Kernel, scalar_HiFi4_dense, P::kScalar, F::kHiFi4, false)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Kernel, avx2_HiFi4_dense, P::kAvx2, F::kHiFi4, false)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Loop, HiFi4_relu, F::kHiFi4, true)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Kernel, scalar_HiFi4_relu, P::kScalar, F::kHiFi4, true)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Kernel, avx2_HiFi4_relu, P::kAvx2, F::kHiFi4, true)->Unit(benchmark::kMillisecond)->UseRealTime();
+#define KILN_MVMUL_CASE(name, fid, relu, fp32)                                                                  \
+  BENCHMARK_CAPTURE(BM_Loop, name, fid, relu, fp32)->Unit(benchmark::kMillisecond)->UseRealTime();                  \
+  BENCHMARK_CAPTURE(BM_Kernel, scalar_##name, P::kScalar, fid, relu, fp32)->Unit(benchmark::kMillisecond)->UseRealTime(); \
+  BENCHMARK_CAPTURE(BM_Kernel, avx2_##name, P::kAvx2, fid, relu, fp32)->Unit(benchmark::kMillisecond)->UseRealTime();
+KILN_MVMUL_CASE(LoFi_dense, F::kLoFi, false, true)
+KILN_MVMUL_CASE(HiFi4_dense, F::kHiFi4, false, true)
+KILN_MVMUL_CASE(HiFi4_relu, F::kHiFi4, true, true)
+KILN_MVMUL_CASE(LoFi_bf16dst, F::kLoFi, false, false)
+KILN_MVMUL_CASE(HiFi4_bf16dst, F::kHiFi4, false, false)
 
 // Console output plus each benchmark's real time per iteration, for the ratios.
 class RatioReporter : public benchmark::ConsoleReporter {
@@ -210,11 +210,11 @@ int main(int argc, char** argv) {
   auto gmacs = [](double s) { return s > 0 ? kMacsPerRow * kRows / s / 1e9 : 0.0; };
   std::printf("\n64->64 3x3 K blocks (K=576 in 3x192, 64 columns, %lld rows), 1 thread, GMAC/s (real MACs):\n",
               static_cast<long long>(kRows));
-  std::printf("%-12s %10s %10s %10s %12s %12s\n", "case", "loop", "scalar", "avx2", "avx2/scalar", "avx2/loop");
-  for (const char* c : {"LoFi_dense", "HiFi4_dense", "HiFi4_relu"}) {
+  std::printf("%-14s %10s %10s %10s %12s %12s\n", "case", "loop", "scalar", "avx2", "avx2/scalar", "avx2/loop");
+  for (const char* c : {"LoFi_dense", "HiFi4_dense", "HiFi4_relu", "LoFi_bf16dst", "HiFi4_bf16dst"}) {
     const double l = find(std::string("BM_Loop/") + c), s = find(std::string("BM_Kernel/scalar_") + c),
                  v = find(std::string("BM_Kernel/avx2_") + c);
-    std::printf("%-12s %10.3f %10.3f %10.3f %12.2f %12.2f\n", c, gmacs(l), gmacs(s), gmacs(v), v > 0 ? s / v : 0.0,
+    std::printf("%-14s %10.3f %10.3f %10.3f %12.2f %12.2f\n", c, gmacs(l), gmacs(s), gmacs(v), v > 0 ? s / v : 0.0,
                 v > 0 ? l / v : 0.0);
   }
   return 0;

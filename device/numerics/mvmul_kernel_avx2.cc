@@ -123,17 +123,32 @@ KILN_AVX2 __m256i CombineVec(__m256i e0, __m256i S0, __m256i e1, __m256i S1, __m
   const __m256i is_zero = _mm256_cmpeq_epi32(total, zero);
   const __m256i neg = _mm256_srai_epi32(total, 31);
   const __m256i v = _mm256_abs_epi32(total);
-  // Step 5: z = clz(v) − 8 = 150 − (biased float exponent of v). v & ~(v >> 1) keeps v's top bit
-  // and has no two adjacent ones, so its int → float conversion cannot round up a power of two.
-  const __m256i iso = _mm256_andnot_si256(_mm256_srli_epi32(v, 1), v);
-  __m256i z = _mm256_sub_epi32(_mm256_set1_epi32(150), _mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(iso)), 23));
-  if (kWormhole) z = _mm256_blendv_epi8(z, _mm256_set1_epi32(-4), _mm256_and_si256(neg, _mm256_cmpeq_epi32(v, one)));
-  X = _mm256_sub_epi32(X, z);
-  const __m256i zp = kFp32Dst ? z : _mm256_sub_epi32(z, _mm256_set1_epi32(16));
-  const __m256i left = _mm256_max_epi32(zp, zero), right = _mm256_max_epi32(_mm256_sub_epi32(zero, zp), zero);
-  __m256i w = _mm256_sllv_epi32(_mm256_srlv_epi32(_mm256_add_epi32(v, HalfOf(right)), right), left);
-  if (!kFp32Dst) w = _mm256_slli_epi32(w, 16);
-  X = _mm256_add_epi32(X, _mm256_srli_epi32(w, 24));  // w < 2^25: the rounding carry
+  // Step 5 by the int → float conversion (round to nearest even), whose exponent gives z and the
+  // rounding carry together, so X_final = X − z + carry = X + E − 150 − [2v + 1 was converted]:
+  //  * fp32 Dst: v < 2^24 converts exactly. From 2^24 on, 2v + 1 (< 2^31) converts with at least
+  //    two bits dropped, the lowest of them 1, so a tie of v becomes "above half" and RNE rounds
+  //    half up as step 5 does, and nothing else changes.
+  //  * bf16 Dst: v is a multiple of 2^13 below 2^31 (every term was pre-rounded), so it converts
+  //    exactly; adding 0x8000 to the float pattern and clearing the low 16 bits rounds it half up
+  //    to 8 significant bits, the carry going into the exponent.
+  //  * Wormhole, sign negative, v = 1 (fp32 Dst only: with a bf16 Dst v is never 1): z = −4, i.e.
+  //    mantissa 0 and X + 4, where the conversion of 1 gave X − 23.
+  __m256i f;
+  if (kFp32Dst) {
+    const __m256i big = _mm256_cmpgt_epi32(v, _mm256_set1_epi32(0xFFFFFF));
+    const __m256i x = _mm256_blendv_epi8(v, _mm256_or_si256(_mm256_add_epi32(v, v), one), big);
+    f = _mm256_castps_si256(_mm256_cvtepi32_ps(x));
+    X = _mm256_add_epi32(X, big);
+  } else {
+    f = _mm256_castps_si256(_mm256_cvtepi32_ps(v));
+    f = _mm256_and_si256(_mm256_add_epi32(f, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
+  }
+  X = _mm256_add_epi32(X, _mm256_sub_epi32(_mm256_srli_epi32(f, 23), _mm256_set1_epi32(150)));
+  __m256i w = f;
+  if (kWormhole && kFp32Dst) {
+    const __m256i quirk = _mm256_and_si256(neg, _mm256_cmpeq_epi32(v, one));
+    X = _mm256_add_epi32(X, _mm256_and_si256(quirk, _mm256_set1_epi32(27)));
+  }
   // Step 6.
   const __m256i s32 = _mm256_slli_epi32(neg, 31);
   __m256i r = _mm256_or_si256(_mm256_or_si256(s32, _mm256_slli_epi32(X, 23)), _mm256_and_si256(w, _mm256_set1_epi32(0x7FFFFF)));
