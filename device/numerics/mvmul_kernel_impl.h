@@ -1,5 +1,6 @@
 // Internal to device/numerics/mvmul_kernel*.cc: the two implementations of RunKBlockPhases behind
 // the dispatch in mvmul_kernel.cc. Arguments are already validated there (see mvmul_kernel.h).
+// Section numbers (§) cite docs/specs/tt-numerics.md.
 #pragma once
 
 #include <cstdint>
