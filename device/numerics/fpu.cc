@@ -8,28 +8,6 @@
 
 namespace kiln::numerics {
 
-FpuSlice SliceA(uint32_t a, int phase) {
-  FpuSlice s;
-  int e = static_cast<int>((a >> 23) & 0xFFu);
-  if (e == 0) return s;  // zero lane: sign 0, exponent 0, slice 0
-  uint32_t sig = 1024u | ((a >> 13) & 0x3FFu);
-  s.slice = (phase & 1) ? ((sig >> 1) & 31u) : (sig >> 6);
-  s.exp = e;
-  s.sign = static_cast<int>(a >> 31);
-  return s;
-}
-
-FpuSlice SliceB(uint32_t b, int phase) {
-  FpuSlice s;
-  int e = static_cast<int>((b >> 23) & 0xFFu);
-  if (e == 0) return s;
-  uint32_t sig = 1024u | ((b >> 13) & 0x3FFu);
-  s.slice = (phase & 2) ? ((sig & 15u) << 3) : (sig >> 4);
-  s.exp = e;
-  s.sign = static_cast<int>(b >> 31);
-  return s;
-}
-
 FpuTerm GroupTerm(const FpuSlice* a8, const FpuSlice* b8, int adj) {
   int ep[8];
   int64_t P[8];

@@ -68,9 +68,9 @@ struct FpuSlice {
   int sign = 0;
 };
 /// SrcA slice for phase p (§5.2) of a masked operand.
-FpuSlice SliceA(uint32_t a, int phase);
+inline FpuSlice SliceA(uint32_t a, int phase);
 /// SrcB slice for phase p (§5.2) of a masked operand.
-FpuSlice SliceB(uint32_t b, int phase);
+inline FpuSlice SliceB(uint32_t b, int phase);
 /// Exponent adjustment of phase p: −127 − 5·(p&1) − 7·((p>>1)&1).
 inline int PhaseAdjust(int phase) { return -127 - 5 * (phase & 1) - 7 * ((phase >> 1) & 1); }
 
@@ -81,6 +81,28 @@ inline uint32_t CombineWithDst(const FpuTerm& g0, const FpuTerm& g1, uint32_t ds
 
 // ---------------------------------------------------------------------------------------------
 // Inline definitions (hot in the emulator's inner loops).
+
+inline FpuSlice SliceA(uint32_t a, int phase) {
+  FpuSlice s;
+  int e = static_cast<int>((a >> 23) & 0xFFu);
+  if (e == 0) return s;  // zero lane: sign 0, exponent 0, slice 0
+  uint32_t sig = 1024u | ((a >> 13) & 0x3FFu);
+  s.slice = (phase & 1) ? ((sig >> 1) & 31u) : (sig >> 6);
+  s.exp = e;
+  s.sign = static_cast<int>(a >> 31);
+  return s;
+}
+
+inline FpuSlice SliceB(uint32_t b, int phase) {
+  FpuSlice s;
+  int e = static_cast<int>((b >> 23) & 0xFFu);
+  if (e == 0) return s;
+  uint32_t sig = 1024u | ((b >> 13) & 0x3FFu);
+  s.slice = (phase & 2) ? ((sig & 15u) << 3) : (sig >> 4);
+  s.exp = e;
+  s.sign = static_cast<int>(b >> 31);
+  return s;
+}
 
 inline uint32_t CombineWithDst(const FpuTerm& g0, const FpuTerm& g1, uint32_t dst, bool fp32_dst, Arch arch) {
   const int sd = static_cast<int>(dst >> 31);

@@ -1,0 +1,209 @@
+// Operand preparation, argument checks, path dispatch and the scalar path of the exact MVMUL kernel
+// (device/numerics/mvmul_kernel.h). The AVX2 path is in mvmul_kernel_avx2.cc. Section numbers (§)
+// cite docs/specs/tt-numerics.md.
+#include "device/numerics/mvmul_kernel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "device/numerics/fpu.h"
+#include "device/numerics/mvmul_kernel_impl.h"
+
+namespace kiln::numerics {
+
+namespace {
+
+using mvmul_detail::kMaxAlign;
+using mvmul_detail::kZeroExp;
+using mvmul_detail::kZeroExpB;
+
+// §5.4 group term of lanes 8q .. 8q+7 for phase p of the column at `acol` (its lane l of block
+// [K][words][16], see PreparedSrcA), from the group's non-zero SrcB lanes only: a zero SrcB lane
+// counts as exponent 0 and product 0, which the model's maximum start value 0 (the G <= 0 test
+// below) and the sum's start value 0 already account for. The alignment shift of a lane,
+// G − ep = max(raw) − raw with raw = exponent(a) + exponent(b), does not depend on the phase.
+FpuTerm GroupScalar(const int16_t* acol, int words, const PreparedSrcB& b, int64_t q, int p) {
+  const int n = b.nz_count[static_cast<size_t>(q)];
+  const uint8_t* lanes = &b.nz_lane[static_cast<size_t>(q * 8)];
+  const int16_t* bsl = &b.slice2[static_cast<size_t>(((p >> 1) & 1) * b.K)];
+  auto raw = [&](int64_t k) { return int32_t{acol[k * words * 16]} + b.exp[static_cast<size_t>(k)]; };
+  int32_t maxraw = INT32_MIN;
+  for (int j = 0; j < n; ++j) maxraw = std::max(maxraw, raw(q * 8 + lanes[j]));
+  FpuTerm t;
+  const int32_t G = maxraw + PhaseAdjust(p);
+  if (n == 0 || G <= 0) return t;
+  int32_t S = 0;
+  for (int j = 0; j < n; ++j) {
+    const int64_t k = q * 8 + lanes[j];
+    const int32_t d = std::min(maxraw - raw(k), kMaxAlign);
+    const int32_t P2 = int32_t{acol[(k * words + 2 + (p & 1)) * 16]} * bsl[k];  // 2·|P|
+    const int32_t R = (P2 + (1 << d)) >> (d + 1);                                // §5.4: (2P + 2^d) >> (d+1)
+    const bool neg = (acol[(k * words + 1) * 16] < 0) != (b.sign[static_cast<size_t>(k)] < 0);
+    S += neg ? -R : R;
+  }
+  t.sign = S < 0 ? 1 : 0;
+  t.exp = G;
+  t.mag = static_cast<uint64_t>(S < 0 ? -S : S) << 13;
+  return t;
+}
+
+std::atomic<int> g_force_scalar{-1};  // -1: not yet read from KILN_MVMUL_KERNEL
+
+bool ForceScalar() {
+  int v = g_force_scalar.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("KILN_MVMUL_KERNEL");
+    int from_env = env != nullptr && std::strcmp(env, "scalar") == 0 ? 1 : 0;
+    int expected = -1;
+    g_force_scalar.compare_exchange_strong(expected, from_env, std::memory_order_relaxed);
+    v = g_force_scalar.load(std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+}  // namespace
+
+namespace mvmul_detail {
+
+void RunScalar(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
+               int p1, bool fp32_dst, Arch arch, uint32_t* dst) {
+  const int64_t K = a.K, K8 = K / 8;
+  for (int64_t o = o0; o < o1; ++o) {
+    const int64_t cb = o / 16;
+    const uint8_t* wnz = &a.group_nz[static_cast<size_t>(cb * K8)];
+    const int16_t* acol = &a.lanes[static_cast<size_t>(cb * K * a.words * 16 + o % 16)];
+    uint32_t d = dst[o - o0];
+    bool fixed = false;  // d is an MVMUL result (a fixed point of the zero-MVMUL mapping)
+    for (int64_t t0 = k0; t0 < k1; t0 += 32) {
+      for (int p = p0; p < p1; ++p) {
+        for (int64_t h = t0; h < t0 + 32; h += 16) {
+          const int64_t q0 = h / 8, q1 = q0 + 1;
+          const bool z0 = b.nz_count[static_cast<size_t>(q0)] == 0 || wnz[q0] == 0;
+          const bool z1 = b.nz_count[static_cast<size_t>(q1)] == 0 || wnz[q1] == 0;
+          if (z0 && z1) {
+            if (!fixed) d = CombineWithDst(FpuTerm{}, FpuTerm{}, d, fp32_dst, arch);
+            fixed = true;
+            continue;
+          }
+          const FpuTerm g0 = z0 ? FpuTerm{} : GroupScalar(acol, a.words, b, q0, p);
+          const FpuTerm g1 = z1 ? FpuTerm{} : GroupScalar(acol, a.words, b, q1, p);
+          d = CombineWithDst(g0, g1, d, fp32_dst, arch);
+          fixed = true;
+        }
+      }
+    }
+    dst[o - o0] = d;
+  }
+}
+
+}  // namespace mvmul_detail
+
+Result<PreparedSrcA> PrepareSrcA(const uint32_t* a, int64_t cols, int64_t K, MathFidelity fid, SrcFormat fmt) {
+  if (K <= 0 || K % 32 != 0) return InvalidArgument("PrepareSrcA: K = " + std::to_string(K) + " is not a positive multiple of 32");
+  if (cols < 1) return InvalidArgument("PrepareSrcA: cols = " + std::to_string(cols) + " (need at least 1)");
+  PreparedSrcA p;
+  p.cols = cols;
+  p.K = K;
+  p.phases = NumPhases(fid);
+  p.variants = p.phases >= 2 ? 2 : 1;
+  p.words = 2 + p.variants;
+  const int64_t nb = (cols + 15) / 16, K8 = K / 8, W = p.words;
+  p.lanes.assign(static_cast<size_t>(nb * K * W * 16), 0);
+  p.group_nz.assign(static_cast<size_t>(nb * K8), 0);
+  for (int64_t cb = 0; cb < nb; ++cb)
+    for (int64_t k = 0; k < K; ++k)
+      for (int l = 0; l < 16; ++l) {
+        int16_t* w = &p.lanes[static_cast<size_t>((cb * K + k) * W * 16 + l)];
+        w[0] = static_cast<int16_t>(kZeroExp);
+        w[16] = 1;
+        const int64_t o = cb * 16 + l;
+        if (o >= cols) continue;
+        const uint32_t x = MaskSrcOperand(a[o * K + k], fmt);
+        if (((x >> 23) & 0xFFu) == 0) continue;  // §5.3: a zero lane
+        p.group_nz[static_cast<size_t>(cb * K8 + k / 8)] = 1;
+        const FpuSlice s0 = SliceA(x, 0);
+        w[0] = static_cast<int16_t>(s0.exp);
+        w[16] = static_cast<int16_t>(s0.sign ? 0x8001 - 0x10000 : 1);
+        for (int v = 0; v < p.variants; ++v) w[16 * (2 + v)] = static_cast<int16_t>(SliceA(x, v).slice);
+      }
+  return p;
+}
+
+Status PrepareSrcBRow(const uint32_t* b, int64_t K, MathFidelity fid, SrcFormat fmt, PreparedSrcB* out) {
+  if (K <= 0 || K % 32 != 0) return InvalidArgument("PrepareSrcBRow: K = " + std::to_string(K) + " is not a positive multiple of 32");
+  PreparedSrcB& p = *out;
+  p.K = K;
+  p.phases = NumPhases(fid);
+  p.variants = p.phases >= 3 ? 2 : 1;
+  p.exp.resize(static_cast<size_t>(K));
+  p.sign.resize(static_cast<size_t>(K));
+  p.slice2.resize(static_cast<size_t>(p.variants * K));
+  p.nz_count.resize(static_cast<size_t>(K / 8));
+  p.nz_lane.resize(static_cast<size_t>(K));
+  for (int64_t q = 0; q < K / 8; ++q) {
+    int n = 0;
+    for (int l = 0; l < 8; ++l) {
+      const int64_t k = q * 8 + l;
+      const uint32_t x = MaskSrcOperand(b[k], fmt);
+      const int e = static_cast<int>((x >> 23) & 0xFFu);
+      p.exp[static_cast<size_t>(k)] = static_cast<int16_t>(e != 0 ? e : kZeroExpB);
+      p.sign[static_cast<size_t>(k)] = static_cast<int16_t>(e != 0 && (x >> 31) ? -32768 : 0);
+      for (int v = 0; v < p.variants; ++v)
+        p.slice2[static_cast<size_t>(v * K + k)] = static_cast<int16_t>(e != 0 ? 2 * SliceB(x, 2 * v).slice : 0);
+      if (e != 0) p.nz_lane[static_cast<size_t>(q * 8 + n++)] = static_cast<uint8_t>(l);
+    }
+    p.nz_count[static_cast<size_t>(q)] = static_cast<uint8_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status RunKBlockPhases(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1,
+                       int phase_begin, int phase_end, bool fp32_dst, Arch arch, uint32_t* dst) {
+  if (a.K != b.K) return InvalidArgument("RunKBlock: SrcA K = " + std::to_string(a.K) + ", SrcB K = " + std::to_string(b.K));
+  if (k0 < 0 || k0 > k1 || k1 > a.K || k0 % 32 != 0 || k1 % 32 != 0)
+    return InvalidArgument("RunKBlock: K range [" + std::to_string(k0) + ", " + std::to_string(k1) +
+                           ") is not 32-aligned within [0, " + std::to_string(a.K) + ")");
+  if (o0 < 0 || o0 > o1 || o1 > a.cols)
+    return InvalidArgument("RunKBlock: column range [" + std::to_string(o0) + ", " + std::to_string(o1) +
+                           ") outside [0, " + std::to_string(a.cols) + ")");
+  if (phase_begin < 0 || phase_begin > phase_end || phase_end > a.phases || phase_end > b.phases)
+    return InvalidArgument("RunKBlock: phases [" + std::to_string(phase_begin) + ", " + std::to_string(phase_end) +
+                           ") but operands prepared for " + std::to_string(std::min(a.phases, b.phases)));
+  if (k0 == k1 || o0 == o1 || phase_begin == phase_end) return Status::Ok();
+#if defined(__x86_64__)
+  if (ActiveMvmulKernel() == MvmulKernelPath::kAvx2) {
+    mvmul_detail::RunAvx2(a, b, k0, k1, o0, o1, phase_begin, phase_end, fp32_dst, arch, dst);
+    return Status::Ok();
+  }
+#endif
+  mvmul_detail::RunScalar(a, b, k0, k1, o0, o1, phase_begin, phase_end, fp32_dst, arch, dst);
+  return Status::Ok();
+}
+
+Status RunKBlock(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1,
+                 MathFidelity fid, bool fp32_dst, Arch arch, uint32_t* dst) {
+  return RunKBlockPhases(a, b, k0, k1, o0, o1, 0, NumPhases(fid), fp32_dst, arch, dst);
+}
+
+const char* MvmulKernelPathName(MvmulKernelPath p) { return p == MvmulKernelPath::kAvx2 ? "avx2" : "scalar"; }
+
+bool MvmulAvx2Supported() {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+#else
+  return false;
+#endif
+}
+
+MvmulKernelPath ActiveMvmulKernel() {
+  return MvmulAvx2Supported() && !ForceScalar() ? MvmulKernelPath::kAvx2 : MvmulKernelPath::kScalar;
+}
+
+void SetMvmulKernelForScalar(bool force) { g_force_scalar.store(force ? 1 : 0, std::memory_order_relaxed); }
+
+}  // namespace kiln::numerics

@@ -1,0 +1,235 @@
+// The AVX2 path of the exact MVMUL kernel (device/numerics/mvmul_kernel.h): 16 output columns per
+// block, one int16 lane per column for §5.3–§5.4 (lanes, group sums), two 8 × int32 vectors for
+// §5.5 (the combine with Dst). Same results as the scalar path in mvmul_kernel.cc and as
+// numerics::GroupTerm / CombineWithDst (device/numerics/fpu.h), from these identities
+// (§ = docs/specs/tt-numerics.md; P = slice product, |P| <= 31 · 127 < 2^12):
+//  * the lane alignment d = G − ep = max(raw) − raw (raw = exponent(a) + exponent(b)) is the same
+//    for every phase, so its multiplier and the product sign are computed once per K tile;
+//  * R = floor(|P| / 2^d + 1/2) = mulhrs(2|P|, 2^(14−d)) for d <= 14 (multiplier 0 beyond, where
+//    R is 0 anyway): mulhrs gives (x·m + 2^14) >> 15 exactly, all in range (2|P| < 2^13);
+//  * |S| <= 8 · 3937 < 2^15 fits int16; T = S·2^13 < 2^28 and every aligned value, Dst included,
+//    stays below 2^31 in int32;
+//  * a group term aligned with "ties toward +inf for the signed value" is an arithmetic shift of
+//    the signed T + 2^(d−1), and its bf16 pre-rounding is (V + 2^12) & ~0x1FFF on the signed value.
+// Compiled for AVX2 by target attributes only; RunKBlockPhases calls it only where the CPU has AVX2.
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "device/numerics/fpu.h"
+#include "device/numerics/mvmul_kernel_impl.h"
+
+#define KILN_AVX2 __attribute__((target("avx2"), always_inline)) inline
+
+namespace kiln::numerics::mvmul_detail {
+
+namespace {
+
+KILN_AVX2 __m256i Load(const int16_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// Per K tile and 8-lane group q of one 16-column block `ablk` ([K][W][16]): the maximum raw
+// exponent, and per lane j the doubled SrcB slices, the rounding multiplier 2^(14−d) (0 for
+// d >= 15) and the product sign word (negative where the product is). All 8 lanes are computed,
+// branch-free: a zero SrcB lane has exponent kZeroExpB (never the maximum; its d gives multiplier
+// 0) and slices 0, a zero SrcA lane kZeroExp, so both contribute R = 0 as §5.3's zero lanes do.
+struct GroupPrep {
+  bool active = false;
+  __m256i maxraw;
+  __m256i mult[8];
+  __m256i sign[8];
+  int16_t b2[2][8];
+};
+
+template <int W>
+KILN_AVX2 void PrepGroup(const int16_t* ablk, const PreparedSrcB& b, int64_t q, GroupPrep* g) {
+  const int64_t kq = q * 8;
+  const int16_t* ag = ablk + kq * W * 16;
+  __m256i raw[8];
+  __m256i mr = _mm256_set1_epi16(INT16_MIN);
+  for (int j = 0; j < 8; ++j) {
+    for (int v = 0; v < b.variants; ++v) g->b2[v][j] = b.slice2[static_cast<size_t>(v * b.K + kq + j)];
+    raw[j] = _mm256_add_epi16(Load(ag + j * W * 16), _mm256_set1_epi16(b.exp[static_cast<size_t>(kq + j)]));
+    mr = _mm256_max_epi16(mr, raw[j]);
+  }
+  g->maxraw = mr;
+  const __m256i lo_word = _mm256_set1_epi32(0xFFFF), hi_mask = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m256i c_lo = _mm256_set1_epi32(0x4000), c_hi = _mm256_set1_epi32(0x40000000);
+  for (int j = 0; j < 8; ++j) {
+    // 0 <= d < 2^14 per int16 lane; 0x4000 >> d in each word via two 32-bit variable shifts
+    // (counts of 32 or more give 0; the odd word's spill into the even word is masked off).
+    const __m256i d = _mm256_sub_epi16(mr, raw[j]);
+    const __m256i even = _mm256_srlv_epi32(c_lo, _mm256_and_si256(d, lo_word));
+    const __m256i odd = _mm256_and_si256(_mm256_srlv_epi32(c_hi, _mm256_srli_epi32(d, 16)), hi_mask);
+    g->mult[j] = _mm256_or_si256(even, odd);
+    g->sign[j] = _mm256_xor_si256(Load(ag + j * W * 16 + 16), _mm256_set1_epi16(b.sign[static_cast<size_t>(kq + j)]));
+  }
+}
+
+// One lane's signed R for a phase: SrcA slice word a_word (2 + v), SrcB slice variant vb.
+template <int W>
+KILN_AVX2 __m256i LaneR(const int16_t* ag, const GroupPrep& g, int j, int a_word, int vb) {
+  const __m256i p2 = _mm256_mullo_epi16(Load(ag + (j * W + a_word) * 16), _mm256_set1_epi16(g.b2[vb][j]));
+  return _mm256_sign_epi16(_mm256_mulhrs_epi16(p2, g.mult[j]), g.sign[j]);
+}
+
+// §5.4 step 3 for one phase: S over the 8 lanes of group q, two independent chains.
+template <int W>
+KILN_AVX2 __m256i GroupSum(const int16_t* ablk, int64_t q, int v, int vb, const GroupPrep& g) {
+  const int16_t* ag = ablk + q * 8 * W * 16;
+  const int aw = 2 + v;
+  __m256i s0 = LaneR<W>(ag, g, 0, aw, vb), s1 = LaneR<W>(ag, g, 1, aw, vb);
+  s0 = _mm256_add_epi16(s0, LaneR<W>(ag, g, 2, aw, vb));
+  s1 = _mm256_add_epi16(s1, LaneR<W>(ag, g, 3, aw, vb));
+  s0 = _mm256_add_epi16(s0, LaneR<W>(ag, g, 4, aw, vb));
+  s1 = _mm256_add_epi16(s1, LaneR<W>(ag, g, 5, aw, vb));
+  s0 = _mm256_add_epi16(s0, LaneR<W>(ag, g, 6, aw, vb));
+  s1 = _mm256_add_epi16(s1, LaneR<W>(ag, g, 7, aw, vb));
+  return _mm256_add_epi16(s0, s1);
+}
+
+// 2^(n−1) where n > 0, else 0 (AVX2 variable shifts give 0 for counts above 31).
+KILN_AVX2 __m256i HalfOf(__m256i n) { return _mm256_sllv_epi32(_mm256_set1_epi32(1), _mm256_sub_epi32(n, _mm256_set1_epi32(1))); }
+
+// §5.5 steps 2–3 for a group term (exponent e, signed sum S; both 0 for a zero term): aligned to X
+// with ties toward +inf of the signed value (d clamped to 31, where everything shifts out),
+// pre-rounded for a bf16 Dst.
+template <bool kFp32Dst>
+KILN_AVX2 __m256i AlignTerm(__m256i e, __m256i S, __m256i X) {
+  const __m256i d = _mm256_min_epi32(_mm256_sub_epi32(X, e), _mm256_set1_epi32(31));
+  __m256i v = _mm256_srav_epi32(_mm256_add_epi32(_mm256_slli_epi32(S, 13), HalfOf(d)), d);
+  if (!kFp32Dst) v = _mm256_and_si256(_mm256_add_epi32(v, _mm256_set1_epi32(4096)), _mm256_set1_epi32(~0x1FFF));
+  return v;
+}
+
+// §5.5 for 8 columns (CombineWithDst, device/numerics/fpu.h): two group terms combined with the
+// Dst patterns `dst`.
+template <bool kFp32Dst, bool kWormhole>
+KILN_AVX2 __m256i CombineVec(__m256i e0, __m256i S0, __m256i e1, __m256i S1, __m256i dst) {
+  const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
+  // Dst term: magnitude aligned with ties away from zero (step 2), bf16 pre-rounding (step 3), sign.
+  const __m256i ed = _mm256_and_si256(_mm256_srli_epi32(dst, 23), _mm256_set1_epi32(0xFF));
+  __m256i D = _mm256_or_si256(_mm256_and_si256(dst, _mm256_set1_epi32(0x7FFFFF)), _mm256_set1_epi32(0x800000));
+  D = _mm256_andnot_si256(_mm256_cmpeq_epi32(ed, zero), D);
+  __m256i X = _mm256_max_epi32(_mm256_max_epi32(e0, e1), ed);
+  const __m256i dd = _mm256_sub_epi32(X, ed);
+  D = _mm256_srlv_epi32(_mm256_add_epi32(D, HalfOf(dd)), dd);
+  if (!kFp32Dst) D = _mm256_and_si256(_mm256_add_epi32(D, _mm256_set1_epi32(4096)), _mm256_set1_epi32(~0x1FFF));
+  const __m256i sd = _mm256_srai_epi32(dst, 31);
+  // Step 4.
+  const __m256i total = _mm256_add_epi32(_mm256_add_epi32(_mm256_sub_epi32(_mm256_xor_si256(D, sd), sd), AlignTerm<kFp32Dst>(e0, S0, X)),
+                                         AlignTerm<kFp32Dst>(e1, S1, X));
+  const __m256i is_zero = _mm256_cmpeq_epi32(total, zero);
+  const __m256i neg = _mm256_srai_epi32(total, 31);
+  const __m256i v = _mm256_abs_epi32(total);
+  // Step 5 by the int → float conversion (round to nearest even), whose exponent gives z and the
+  // rounding carry together, so X_final = X − z + carry = X + E − 150 − [2v + 1 was converted]:
+  //  * fp32 Dst: v < 2^24 converts exactly. From 2^24 on, 2v + 1 (< 2^31) converts with at least
+  //    two bits dropped, the lowest of them 1, so a tie of v becomes "above half" and RNE rounds
+  //    half up as step 5 does, and nothing else changes.
+  //  * bf16 Dst: v is a multiple of 2^13 below 2^31 (every term was pre-rounded), so it converts
+  //    exactly; adding 0x8000 to the float pattern and clearing the low 16 bits rounds it half up
+  //    to 8 significant bits, the carry going into the exponent.
+  //  * Wormhole, sign negative, v = 1 (fp32 Dst only: with a bf16 Dst v is never 1): z = −4, i.e.
+  //    mantissa 0 and X + 4, where the conversion of 1 gave X − 23.
+  __m256i f;
+  if (kFp32Dst) {
+    const __m256i big = _mm256_cmpgt_epi32(v, _mm256_set1_epi32(0xFFFFFF));
+    const __m256i x = _mm256_blendv_epi8(v, _mm256_or_si256(_mm256_add_epi32(v, v), one), big);
+    f = _mm256_castps_si256(_mm256_cvtepi32_ps(x));
+    X = _mm256_add_epi32(X, big);
+  } else {
+    f = _mm256_castps_si256(_mm256_cvtepi32_ps(v));
+    f = _mm256_and_si256(_mm256_add_epi32(f, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
+  }
+  X = _mm256_add_epi32(X, _mm256_sub_epi32(_mm256_srli_epi32(f, 23), _mm256_set1_epi32(150)));
+  __m256i w = f;
+  if (kWormhole && kFp32Dst) {
+    const __m256i quirk = _mm256_and_si256(neg, _mm256_cmpeq_epi32(v, one));
+    X = _mm256_add_epi32(X, _mm256_and_si256(quirk, _mm256_set1_epi32(27)));
+  }
+  // Step 6.
+  const __m256i s32 = _mm256_slli_epi32(neg, 31);
+  __m256i r = _mm256_or_si256(_mm256_or_si256(s32, _mm256_slli_epi32(X, 23)), _mm256_and_si256(w, _mm256_set1_epi32(0x7FFFFF)));
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(s32, _mm256_set1_epi32(0x7F800000)), _mm256_cmpgt_epi32(X, _mm256_set1_epi32(254)));
+  return _mm256_andnot_si256(_mm256_or_si256(_mm256_cmpgt_epi32(one, X), is_zero), r);
+}
+
+// Low and high 8 int16 lanes of v as int32 (columns 0..7 and 8..15 of the block).
+KILN_AVX2 __m256i Lo32(__m256i v) { return _mm256_cvtepi16_epi32(_mm256_castsi256_si128(v)); }
+KILN_AVX2 __m256i Hi32(__m256i v) { return _mm256_cvtepi16_epi32(_mm256_extracti128_si256(v, 1)); }
+
+}  // namespace
+
+namespace {
+
+template <int W, bool kFp32Dst, bool kWormhole>
+__attribute__((target("avx2"))) void RunAvx2W(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1,
+                                              int64_t o0, int64_t o1, int p0, int p1, uint32_t* dst) {
+  const int64_t K = a.K, K8 = K / 8;
+  const __m256i zero = _mm256_setzero_si256();
+  GroupPrep g[4];
+  for (int64_t cb = o0 / 16; cb * 16 < o1; ++cb) {
+    const int64_t c_lo = std::max(o0, cb * 16), c_hi = std::min(o1, cb * 16 + 16);
+    alignas(32) uint32_t tmp[16] = {};
+    for (int64_t c = c_lo; c < c_hi; ++c) tmp[c - cb * 16] = dst[c - o0];
+    __m256i D0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(tmp));
+    __m256i D1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(tmp + 8));
+    const int16_t* ablk = &a.lanes[static_cast<size_t>(cb * K * W * 16)];
+    const uint8_t* wnz = &a.group_nz[static_cast<size_t>(cb * K8)];
+    bool fixed = false;  // D0, D1 hold MVMUL results (fixed points of the zero-MVMUL mapping)
+    for (int64_t t0 = k0; t0 < k1; t0 += 32) {
+      for (int i = 0; i < 4; ++i) {
+        const int64_t q = t0 / 8 + i;
+        g[i].active = wnz[q] && b.nz_count[static_cast<size_t>(q)] != 0;
+        if (g[i].active) PrepGroup<W>(ablk, b, q, &g[i]);
+      }
+      for (int p = p0; p < p1; ++p) {
+        const __m256i adj = _mm256_set1_epi16(static_cast<int16_t>(PhaseAdjust(p)));
+        for (int h = 0; h < 4; h += 2) {
+          if (!g[h].active && !g[h + 1].active) {
+            if (!fixed) {
+              D0 = CombineVec<kFp32Dst, kWormhole>(zero, zero, zero, zero, D0);
+              D1 = CombineVec<kFp32Dst, kWormhole>(zero, zero, zero, zero, D1);
+            }
+            fixed = true;
+            continue;
+          }
+          __m256i E[2] = {zero, zero}, S[2] = {zero, zero};
+          for (int i = 0; i < 2; ++i) {
+            const GroupPrep& gp = g[h + i];
+            if (!gp.active) continue;
+            // §5.4 step 1: G = max(raw) + adj; the term is zero where G <= 0.
+            const __m256i G = _mm256_add_epi16(gp.maxraw, adj);
+            const __m256i valid = _mm256_cmpgt_epi16(G, zero);
+            E[i] = _mm256_and_si256(G, valid);
+            S[i] = _mm256_and_si256(GroupSum<W>(ablk, t0 / 8 + h + i, p & 1, (p >> 1) & 1, gp), valid);
+          }
+          D0 = CombineVec<kFp32Dst, kWormhole>(Lo32(E[0]), Lo32(S[0]), Lo32(E[1]), Lo32(S[1]), D0);
+          D1 = CombineVec<kFp32Dst, kWormhole>(Hi32(E[0]), Hi32(S[0]), Hi32(E[1]), Hi32(S[1]), D1);
+          fixed = true;
+        }
+      }
+    }
+    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), D0);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp + 8), D1);
+    for (int64_t c = c_lo; c < c_hi; ++c) dst[c - o0] = tmp[c - cb * 16];
+  }
+}
+
+}  // namespace
+
+void RunAvx2(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
+             int p1, bool fp32_dst, Arch arch, uint32_t* dst) {
+  // One instantiation per SrcA layout, Dst format and arch, so the inner loops carry no tests.
+  using Fn = void (*)(const PreparedSrcA&, const PreparedSrcB&, int64_t, int64_t, int64_t, int64_t, int, int, uint32_t*);
+  static constexpr Fn kFns[2][2][2] = {
+      {{RunAvx2W<3, false, false>, RunAvx2W<3, false, true>}, {RunAvx2W<3, true, false>, RunAvx2W<3, true, true>}},
+      {{RunAvx2W<4, false, false>, RunAvx2W<4, false, true>}, {RunAvx2W<4, true, false>, RunAvx2W<4, true, true>}}};
+  kFns[a.words == 4][fp32_dst][arch == Arch::kWormholeB0](a, b, k0, k1, o0, o1, p0, p1, dst);
+}
+
+}  // namespace kiln::numerics::mvmul_detail
+
+#endif  // defined(__x86_64__)

@@ -1,0 +1,29 @@
+// Internal to device/numerics/mvmul_kernel*.cc: the two implementations of RunKBlockPhases behind
+// the dispatch in mvmul_kernel.cc. Arguments are already validated there (see mvmul_kernel.h).
+// Section numbers (§) cite docs/specs/tt-numerics.md.
+#pragma once
+
+#include <cstdint>
+
+#include "device/numerics/mvmul_kernel.h"
+
+namespace kiln::numerics::mvmul_detail {
+
+/// Exponent stored for a zero SrcA operand (mvmul_kernel.h, PreparedSrcA): with any SrcB term it
+/// stays below 0, so it never raises §5.4's group maximum, and its slice is 0.
+inline constexpr int32_t kZeroExp = -4096;
+/// Exponent stored for a zero SrcB operand (PreparedSrcB::exp): with any SrcA exponent the lane's
+/// raw exponent stays below every other lane's, and its slices are 0.
+inline constexpr int32_t kZeroExpB = -8192;
+/// §5.4's alignment shift cap: a product of at most 12 bits shifted right by 13 or more rounds
+/// half-up to 0, so capping d at 14 (instead of the spec's 30) gives the same R in int32.
+inline constexpr int32_t kMaxAlign = 14;
+
+void RunScalar(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
+               int p1, bool fp32_dst, Arch arch, uint32_t* dst);
+#if defined(__x86_64__)
+void RunAvx2(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
+             int p1, bool fp32_dst, Arch arch, uint32_t* dst);
+#endif
+
+}  // namespace kiln::numerics::mvmul_detail
