@@ -13,6 +13,7 @@
 
 #include "device/numerics/formats.h"
 #include "device/numerics/fpu.h"
+#include "device/numerics/mvmul_kernel.h"
 #include "device/numerics/sfpu.h"
 
 namespace kiln::device::tt_emu {
@@ -131,46 +132,6 @@ Status MatmulF32(const dnnl::engine& eng, dnnl::stream& strm, const float* src, 
     return Internal(std::string("oneDNN matmul failed: ") + e.what());
   }
   return Status::Ok();
-}
-
-// Exact level: a Src operand's phase slice packed in 32 bits (bits 0..7 slice, 8..15 exponent
-// field, 0 for a zero lane; bit 16 sign), and §5.4's group term over 8 packed lanes. Same arithmetic
-// as numerics::GroupTerm (the kacc32 end-to-end test checks this path bit for bit).
-inline uint32_t PackLane(const nx::FpuSlice& s) {
-  return s.exp == 0 ? 0u : (s.slice | (static_cast<uint32_t>(s.exp) << 8) | (static_cast<uint32_t>(s.sign) << 16));
-}
-
-// Both group terms of one 16-lane MVMUL. Branch-free int32 lanes (a shift of 14 or more already
-// rounds a 12-bit product to 0, so d is capped at 14 instead of 30), vectorised where AVX2 exists.
-__attribute__((target_clones("avx2", "default"))) void MvmulTerms(const uint32_t* a, const uint32_t* b, int adj,
-                                                                 nx::FpuTerm* t0, nx::FpuTerm* t1) {
-  int32_t ep[16], P[16], sg[16];
-  for (int k = 0; k < 16; ++k) {
-    const uint32_t x = a[k], y = b[k];
-    const int32_t xe = static_cast<int32_t>((x >> 8) & 0xFFu), ye = static_cast<int32_t>((y >> 8) & 0xFFu);
-    const int32_t nz = (xe != 0) & (ye != 0);
-    ep[k] = nz ? xe + ye + adj : 0;
-    P[k] = static_cast<int32_t>((x & 0xFFu) * (y & 0xFFu));  // zero lanes have slice 0
-    sg[k] = static_cast<int32_t>(((x ^ y) >> 16) & 1u);
-  }
-  nx::FpuTerm* out[2] = {t0, t1};
-  for (int h = 0; h < 2; ++h) {
-    int32_t G = 0;
-    for (int k = 0; k < 8; ++k) G = std::max(G, ep[h * 8 + k]);
-    nx::FpuTerm t;
-    if (G > 0) {
-      int32_t S = 0;
-      for (int k = 0; k < 8; ++k) {
-        const int32_t d = std::min(G - ep[h * 8 + k], 14);
-        const int32_t R = (2 * P[h * 8 + k] + (1 << d)) >> (d + 1);
-        S += sg[h * 8 + k] ? -R : R;
-      }
-      t.sign = S < 0 ? 1 : 0;
-      t.exp = G;
-      t.mag = static_cast<uint64_t>(S < 0 ? -S : S) << 13;
-    }
-    *out[h] = t;
-  }
 }
 
 // Splits rows [m0, m1) over up to `threads` OpenMP threads when the work is worth it (OpenMP, the
@@ -326,15 +287,12 @@ class Engine {
     const EmuGeometry& g = g_;
     out->assign(static_cast<size_t>(g.M * g.O), 0);
     if (level_ == EmuLevel::kFast) return RunFast(cancel, threads, out);
-    for (int v = 0; v < 2; ++v) {
-      wsl_[v].resize(wdev_.size());
-      for (size_t i = 0; i < wdev_.size(); ++i) wsl_[v][i] = PackLane(nx::SliceA(wdev_[i], v));
-    }
-    wnz_.assign(static_cast<size_t>(g.O_pad * (K_ / 8)), 0);
-    for (int64_t o = 0; o < g.O_pad; ++o)
-      for (int64_t q = 0; q < K_ / 8; ++q)
-        for (int t = 0; t < 8; ++t)
-          if ((wdev_[o * K_ + q * 8 + t] >> 23) & 0xFFu) wnz_[o * (K_ / 8) + q] = 1;
+    // The weights' phase slices, exponents and signs, prepared once (device/numerics/mvmul_kernel.h).
+    auto pa = nx::PrepareSrcA(wdev_.data(), g.O_pad, K_, fid_, a_fmt());
+    KILN_RETURN_IF_ERROR(pa.status());
+    pa_ = std::move(*pa);
+    wdev_.clear();
+    wdev_.shrink_to_fit();
     const int64_t per_row = g.O * K_ * nx::NumPhases(fid_);
     return Parallel(0, g.M, per_row, threads, [&](int64_t a, int64_t b) { return RunRows(a, b, cancel, out, nullptr, 0, 0); });
   }
@@ -541,13 +499,9 @@ class Engine {
     const EmuGeometry& g = g_;
     const int64_t nb = k_.num_blocks();
     std::vector<uint32_t> xrow(static_cast<size_t>(K_));
-    std::vector<uint32_t> xsl[2];
-    xsl[0].resize(static_cast<size_t>(K_));
-    xsl[1].resize(static_cast<size_t>(K_));
-    std::vector<uint8_t> xnz(static_cast<size_t>(K_ / 8));
+    nx::PreparedSrcB pb;  // one activation row's operands, buffers reused row to row
     std::vector<uint32_t> dst(static_cast<size_t>(g.O_pad)), part(static_cast<size_t>(g.O_pad)),
         l1(static_cast<size_t>(g.O_pad)), fin(static_cast<size_t>(g.O_pad));
-    const int nph = nx::NumPhases(fid_);
     const DeviceDType l1_dt = fp32_dst_ ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
     const DeviceDType epi_dt = l1acc_ ? l1_dt : part_dt_;  // what the bias ELWADD reads
     const nx::FpuConfig elw_cfg{fp32_dst_, arch_, SrcFmtOf(epi_dt, fp32_dst_), SrcFmtOf(wdt_, fp32_dst_)};
@@ -556,15 +510,7 @@ class Engine {
       if (cancel && ((m - m_begin) % 64) == 0) KILN_RETURN_IF_ERROR(cancel->Check());
       if (level_ == EmuLevel::kExact) {
         Im2colRow(m, xrow.data());
-        for (int64_t k = 0; k < K_; ++k) {
-          xsl[0][k] = PackLane(nx::SliceB(xrow[k], 0));
-          xsl[1][k] = PackLane(nx::SliceB(xrow[k], 2));
-        }
-        for (int64_t q = 0; q < K_ / 8; ++q) {
-          uint8_t nz = 0;
-          for (int t = 0; t < 8; ++t) nz |= ((xrow[q * 8 + t] >> 23) & 0xFFu) != 0;
-          xnz[q] = nz;
-        }
+        KILN_RETURN_IF_ERROR(nx::PrepareSrcBRow(xrow.data(), K_, fid_, b_fmt(), &pb));
       }
       for (int64_t b = 0; b < nb; ++b) {
         const int64_t kb0 = k_.block_begin[b], kb1 = k_.block_begin[b + 1];
@@ -581,27 +527,12 @@ class Engine {
             dst[o] = from_zero ? RoundIntoDst(s, fp32_dst_) : RoundIntoDst(nx::BitsFloat(d) + s, fp32_dst_);
             continue;
           }
-          if (o >= g.O) {
-            dst[o] = 0;
-            continue;
-          }
-          const uint8_t* wn = &wnz_[o * (K_ / 8)];
-          for (int64_t t0 = kb0; t0 < kb1; t0 += 32) {
-            for (int ph = 0; ph < nph; ++ph) {
-              const uint32_t* A = &wsl_[ph & 1][o * K_];
-              const uint32_t* B = xsl[(ph >> 1) & 1].data();
-              const int adj = nx::PhaseAdjust(ph);
-              for (int64_t k0 = t0; k0 < t0 + 32; k0 += 16) {
-                const int64_t q0 = k0 / 8, q1 = q0 + 1;
-                const bool nz0 = wn[q0] && xnz[q0], nz1 = wn[q1] && xnz[q1];
-                if (!nz0 && !nz1) continue;
-                nx::FpuTerm t0t, t1t;
-                MvmulTerms(A + k0, B + k0, adj, &t0t, &t1t);
-                d = nx::CombineWithDst(t0t, t1t, d, fp32_dst_, arch_);
-              }
-            }
-          }
           dst[o] = d;
+        }
+        if (level_ == EmuLevel::kExact) {
+          // Every MVMUL of the block, in the card's order (K tiles, phases, two 16-lane halves).
+          KILN_RETURN_IF_ERROR(nx::RunKBlock(pa_, pb, kb0, kb1, 0, g.O, fid_, fp32_dst_, arch_, dst.data()));
+          std::fill(dst.begin() + g.O, dst.end(), 0u);  // padded output channels have zero weights
         }
         if (l1acc_ && !l1_tail) {
           for (int64_t o = 0; o < g.O_pad; ++o) {
@@ -656,8 +587,7 @@ class Engine {
   DeviceDType wdt_ = DeviceDType::kFloat32, act_dt_ = DeviceDType::kBFloat16, odt_ = DeviceDType::kBFloat16,
               part_dt_ = DeviceDType::kBFloat16;
   std::vector<uint32_t> xdev_, wdev_, bdev_;
-  std::vector<uint32_t> wsl_[2];  // exact: packed SrcA lanes per phase variant (p & 1)
-  std::vector<uint8_t> wnz_;      // exact: per (o, 8-lane group) any non-zero weight
+  nx::PreparedSrcA pa_;  // exact: the weights as prepared SrcA operands
 };
 
 }  // namespace

@@ -34,7 +34,8 @@ namespace {
 
 Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor* bias, const Conv2dParams& params,
                        const PrecisionConfig& precision, EmuLevel level, const CancelToken* cancel, OpReport* report,
-                       const char* op_name, const std::vector<std::pair<std::string, std::string>>& extra_notes) {
+                       const char* op_name, const std::vector<std::pair<std::string, std::string>>& extra_notes,
+                       int threads) {
   auto t_start = std::chrono::steady_clock::now();
   KILN_RETURN_IF_ERROR(precision.Validate());
   if (cancel) KILN_RETURN_IF_ERROR(cancel->Check());
@@ -92,7 +93,7 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
   EmuStats stats;
   KILN_RETURN_IF_ERROR(RunConvProgram(g, *program, precision, program->activation, level, x.data<float>(),
                                       weights.data<float>(), bias ? bias->data<float>() : nullptr, cancel,
-                                      static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), &out,
+                                      threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), &out,
                                       &stats));
   const auto t_done = std::chrono::steady_clock::now();
 
@@ -129,8 +130,9 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
 }  // namespace
 
 Result<Tensor> Conv2d(const Tensor& input, const Tensor& weights, const Tensor* bias, const Conv2dParams& params,
-                      const PrecisionConfig& precision, EmuLevel level, const CancelToken* cancel, OpReport* report) {
-  return RunConv(input, weights, bias, params, precision, level, cancel, report, "conv2d", {});
+                      const PrecisionConfig& precision, EmuLevel level, const CancelToken* cancel, OpReport* report,
+                      int threads) {
+  return RunConv(input, weights, bias, params, precision, level, cancel, report, "conv2d", {}, threads);
 }
 
 Result<Tensor> ConvTranspose2d(const Tensor& input, const Tensor& weights, const Tensor* bias,
@@ -184,7 +186,8 @@ Result<Tensor> ConvTranspose2d(const Tensor& input, const Tensor& weights, const
   cp.activation = params.activation;
   auto r = RunConv(*xp, *wp, bias, cp, precision, level, cancel, report, "conv_transpose2d",
                    {{"conv_transpose2d", "conv2d over the stride-dilated padded input " + ShapeToString(xp->shape()) +
-                                             " with the mirrored kernel (mirror_kernel=true)"}});
+                                             " with the mirrored kernel (mirror_kernel=true)"}},
+                   0);
   if (!r.ok()) return r.status();
   if (report) report->macs = N * C * H * W * Og * kh * kw;
   if (input.layout() != Layout::kNCHW) return r->ToLayout(input.layout());

@@ -42,9 +42,11 @@ Result<EmuLevel> ParseEmuLevel(const std::string& name);
 /// Errors: INVALID_ARGUMENT (shapes, params, precision), FAILED_PRECONDITION (a program TT-NN would
 /// refuse: program.h SelectConvProgram), CANCELLED / DEADLINE_EXCEEDED (checked per
 /// output row block), INTERNAL (oneDNN failure, fast level). `report` may be null.
+/// `threads`: worker threads for the row loops, 0 = std::thread::hardware_concurrency (results do
+/// not depend on it: rows are independent).
 Result<Tensor> Conv2d(const Tensor& input, const Tensor& weights, const Tensor* bias, const Conv2dParams& params,
                       const PrecisionConfig& precision, EmuLevel level, const CancelToken* cancel = nullptr,
-                      OpReport* report = nullptr);
+                      OpReport* report = nullptr, int threads = 0);
 
 /// conv_transpose2d: input (N, C, H, W) NCHW, weights IOHW (C, O/group, kH, kW), optional bias [O].
 /// Computed as TT-NN's mirror_kernel path: conv2d (stride 1, dilation d, no padding) over the

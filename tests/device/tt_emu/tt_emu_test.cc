@@ -23,6 +23,7 @@
 #include "device/backends/tt_emu/tt_emu_backend.h"
 #include "device/numerics/formats.h"
 #include "device/numerics/fpu.h"
+#include "device/numerics/mvmul_kernel.h"
 #include "device/numerics/pcc.h"
 
 namespace kiln::device {
@@ -503,6 +504,58 @@ TEST(TtEmuExact, FidelityOrderingOnRandomData) {
   EXPECT_LT(lofi, hifi4);  // LoFi keeps 5 weight bits and 7 activation bits
   RecordProperty("pcc_lofi", std::to_string(lofi));
   RecordProperty("pcc_hifi4", std::to_string(hifi4));
+}
+
+// The exact level through the vectorised MVMUL kernel equals the scalar oracle bit for bit on whole
+// convs (the shapes of the conv-case networks: a 7x7 stem with Cin = 3, a 3x3 residual conv, a
+// strided 1x1, a depthwise 3x3 and a grouped conv, with and without bias / activations), and one
+// thread equals two.
+TEST(TtEmuExact, VectorKernelAndThreadCountDoNotChangeABit) {
+  struct Case {
+    int64_t C, O, H, kh, s, pad, group;
+    bool bias;
+    Activation act;
+    MF fid;
+    bool fp32;
+  };
+  const Case cases[] = {{3, 16, 20, 7, 2, 3, 1, true, Activation::kRelu, MF::kHiFi4, false},
+                        {32, 32, 10, 3, 1, 1, 1, true, Activation::kNone, MF::kLoFi, true},
+                        {48, 64, 8, 1, 2, 0, 1, false, Activation::kRelu6, MF::kHiFi2, false},
+                        {32, 32, 9, 3, 1, 1, 32, true, Activation::kRelu6, MF::kHiFi3, true},
+                        {24, 24, 7, 3, 1, 1, 3, false, Activation::kSilu, MF::kHiFi4, true}};
+  std::mt19937 rng(77);
+  int compared = 0;
+  for (const Case& c : cases) {
+    Tensor x = MakeTensor({1, c.C, c.H, c.H}, RandBf16(c.C * c.H * c.H, rng));
+    Tensor w = MakeTensor({c.O, c.C / c.group, c.kh, c.kh}, RandBf16(c.O * c.C / c.group * c.kh * c.kh, rng));
+    Tensor b = MakeTensor({c.O}, RandBf16(c.O, rng));
+    Conv2dParams cp;
+    cp.strides = {c.s, c.s};
+    cp.pads = {c.pad, c.pad, c.pad, c.pad};
+    cp.group = c.group;
+    cp.activation = c.act;
+    PrecisionConfig p;
+    p.math_fidelity = c.fid;
+    p.fp32_dest_acc_en = c.fp32;
+    Tensor* bias = c.bias ? &b : nullptr;
+    nx::SetMvmulKernelForScalar(true);
+    auto scalar = tt_emu::Conv2d(x, w, bias, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 1);
+    nx::SetMvmulKernelForScalar(false);
+    auto vec1 = tt_emu::Conv2d(x, w, bias, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 1);
+    auto vec2 = tt_emu::Conv2d(x, w, bias, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 2);
+    ASSERT_TRUE(scalar.ok() && vec1.ok() && vec2.ok());
+    ASSERT_EQ(scalar->num_elements(), vec1->num_elements());
+    for (int64_t i = 0; i < scalar->num_elements(); ++i) {
+      ASSERT_EQ(nx::FloatBits(scalar->data<float>()[i]), nx::FloatBits(vec1->data<float>()[i])) << "case C=" << c.C << " i=" << i;
+      ASSERT_EQ(nx::FloatBits(vec1->data<float>()[i]), nx::FloatBits(vec2->data<float>()[i])) << "case C=" << c.C << " i=" << i;
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, 5);
+  // On this machine the vector path is the one under test (AVX2 present), not the fallback twice.
+  if (nx::MvmulAvx2Supported()) {
+    EXPECT_EQ(nx::ActiveMvmulKernel(), nx::MvmulKernelPath::kAvx2);
+  }
 }
 
 TEST(TtEmuFast, AgreesWithExact) {
