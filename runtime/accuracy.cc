@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "device/numerics/formats.h"
 #include "device/numerics/pcc.h"
 
 namespace kiln::runtime {
@@ -26,7 +27,7 @@ double PccThreshold(const convplan::DeviceOp& d, const device::PrecisionConfig& 
 }
 
 Result<Comparison> CompareOutputs(const std::vector<Tensor>& dev, const std::vector<Tensor>& ref, double threshold,
-                                  const std::string& op_name) {
+                                  const std::string& op_name, std::optional<device::DeviceDType> reference_dtype) {
   std::vector<float> a, b;
   for (size_t k = 0; k < dev.size(); ++k) {
     if (dev[k].empty() || ref[k].empty()) continue;
@@ -40,6 +41,9 @@ Result<Comparison> CompareOutputs(const std::vector<Tensor>& dev, const std::vec
     if (!rb.ok()) return rb.status();
     a.insert(a.end(), da->span<float>().begin(), da->span<float>().end());
     b.insert(b.end(), rb->span<float>().begin(), rb->span<float>().end());
+  }
+  if (reference_dtype && *reference_dtype != device::DeviceDType::kFloat32) {
+    for (float& v : b) v = numerics::Bf16ToFloat(numerics::HostFp32ToBf16(numerics::FloatBits(v)));
   }
   auto pcc = numerics::CompPcc(b, a, threshold > 0 ? threshold : 0.99);
   if (!pcc.ok()) return pcc.status();

@@ -9,8 +9,13 @@
 //   device values over all the op's outputs concatenated (empty outputs skipped), the max
 //   |device − reference| (NaN when any difference is NaN), and pass = comp_pcc's pass at the
 //   threshold. Threshold 0 (host ops) means no threshold: pass is always true.
+// * Like tt-metal's conv tests (check_with_pcc_without_tensor_printout after casting the torch
+//   reference to the output dtype), a device op's reference is first rounded to bfloat16 (RNE, as
+//   torch's .to(torch.bfloat16)) when the device output is bfloat16 or a block-float format (which
+//   ttnn.to_torch returns as bfloat16); float32 outputs compare unrounded.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,7 +39,10 @@ struct Comparison {
 /// Compares `device` with `reference` (same count, same shapes per entry) at `threshold` (see the
 /// header comment). INTERNAL "op 'NAME': device and reference output shapes differ" when shapes
 /// disagree; comp_pcc's errors.
+/// `reference_dtype`: the device output dtype the reference is cast to first (see the header);
+/// nullopt = no cast (host ops).
 Result<Comparison> CompareOutputs(const std::vector<device::Tensor>& device, const std::vector<device::Tensor>& reference,
-                                  double threshold, const std::string& op_name);
+                                  double threshold, const std::string& op_name,
+                                  std::optional<device::DeviceDType> reference_dtype = std::nullopt);
 
 }  // namespace kiln::runtime

@@ -279,7 +279,9 @@ class Runner {
       auto ref_out = SplitOutputs(d, std::move(rr->y));
       if (!ref_out.ok()) return ref_out.status();
       KILN_RETURN_IF_ERROR(CastAll(*ref_out, out_type));
-      auto c = CompareOutputs(*dev_out, *ref_out, PccThreshold(d, opt_.precision, opt_.pcc_threshold), rep.name);
+      auto c = CompareOutputs(*dev_out, *ref_out, PccThreshold(d, opt_.precision, opt_.pcc_threshold), rep.name,
+                              dev_caps_.honours_precision ? std::optional(opt_.precision.EffectiveOutputDType())
+                                                          : std::nullopt);
       if (!c.ok()) return c.status();
       Record(*c, rep);
       for (size_t k = 0; k < d.outputs.size(); ++k) ref_vals_[d.outputs[k].tensor] = std::move((*ref_out)[k]);

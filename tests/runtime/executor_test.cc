@@ -7,6 +7,8 @@
 
 #include "device/backends/builtin.h"
 #include "device/backends/tt_emu/tt_emu_backend.h"
+#include "device/numerics/formats.h"
+#include "runtime/accuracy.h"
 #include "tests/convplan/test_util.h"
 
 namespace kiln::runtime {
@@ -128,6 +130,25 @@ TEST(Executor, TtEmuPerLayerFp32AccAndLoFiBfp8Rules) {
   ASSERT_TRUE(r2.ok()) << r2.status().ToString();
   CheckReport(*r2, true, true);
   std::printf("%s", FormatReportTable(*r2).c_str());
+}
+
+// tt-metal's conv tests cast the torch reference to the output dtype before comp_pcc: a bf16 device
+// output equal to the RNE-rounded reference then has PCC exactly 1, which the fp32 comparison misses.
+TEST(Accuracy, ReferenceCastToTheOutputDtypeFirst) {
+  std::vector<float> ref(64), dev(64);
+  for (int i = 0; i < 64; ++i) {
+    ref[i] = 1.0f + 0.0137f * static_cast<float>(i * i % 17) - 0.3f * static_cast<float>(i % 5);
+    dev[i] = numerics::Bf16ToFloat(numerics::HostFp32ToBf16(numerics::FloatBits(ref[i])));
+  }
+  auto rt = device::Tensor::FromFloats({64}, ref), dt = device::Tensor::FromFloats({64}, dev);
+  ASSERT_TRUE(rt.ok() && dt.ok());
+  auto cast = CompareOutputs({*dt}, {*rt}, 0.999, "c", device::DeviceDType::kBFloat16);
+  auto plain = CompareOutputs({*dt}, {*rt}, 0.999, "c", device::DeviceDType::kFloat32);
+  ASSERT_TRUE(cast.ok() && plain.ok());
+  EXPECT_EQ(cast->pcc, 1.0);
+  EXPECT_EQ(cast->max_abs_error, 0.0);
+  EXPECT_LT(plain->pcc, 1.0);
+  EXPECT_GT(plain->max_abs_error, 0.0);
 }
 
 TEST(Executor, PerLayerFeedsReferenceInputs) {
