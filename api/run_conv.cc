@@ -134,7 +134,7 @@ void FillRunResponse(const runtime::RunResult& result, bool omit_outputs,
   }
   response->set_pass(result.all_pass);
   response->set_backend(result.backend);
-  response->set_resolved_precision(result.precision.ToString());
+  response->set_resolved_precision(result.precision.Resolved().ToString());
   ToProto(result.precision, response->mutable_precision());
   response->set_kiln_version(KilnVersion());
   response->set_run_seconds(result.total_seconds);

@@ -97,8 +97,10 @@ int Report(const kiln::v1::RunConvLayersResponse& r, const RunArgs& a) {
     (void)google::protobuf::util::MessageToJsonString(copy, &json, opts);
     std::cout << json;
   } else {
-    std::printf("%-28s %-18s %-20s %10s %10s %12s %9s %s\n", "LAYER", "OP", "OUTPUT_SHAPE", "TIME_MS",
-                "PCC", "MAX_ABS_ERR", "THRESHOLD", "PASS");
+    // The resolved precision first: what every layer below ran with (defaults resolved).
+    if (!device::IsFp32Reference(r.backend())) std::printf("precision: %s\n", r.resolved_precision().c_str());
+    std::printf("%-28s %-18s %-20s %10s %10s %12s %9s %-4s %s\n", "LAYER", "OP", "OUTPUT_SHAPE", "TIME_MS",
+                "PCC", "MAX_ABS_ERR", "THRESHOLD", "PASS", "PROGRAM");
     for (const auto& l : r.layers()) {
       std::string name = l.name().size() > 28 ? l.name().substr(0, 27) + "~" : l.name();
       char pcc[32] = "-", err[32] = "-", thr[32] = "-";
@@ -107,9 +109,19 @@ int Report(const kiln::v1::RunConvLayersResponse& r, const RunArgs& a) {
         std::snprintf(err, sizeof err, "%.3g", l.max_abs_error());
       }
       if (l.pcc_threshold() > 0) std::snprintf(thr, sizeof thr, "%.4f", l.pcc_threshold());
-      std::printf("%-28s %-18s %-20s %10.3f %10s %12s %9s %s\n", name.c_str(), l.op().c_str(),
+      // The program tt-emu emulated, compactly: path, shard layout, K blocks, Cin alignment.
+      std::string prog;
+      if (l.has_program()) {
+        const auto& p = l.program();
+        static const char* kShard[] = {"auto", "HS", "BS", "WS"};
+        const int s = static_cast<int>(p.shard_layout());
+        prog = p.path() + " " + (s >= 0 && s < 4 ? kShard[s] : "?") + (p.shard_layout_auto() ? "(auto)" : "") +
+               " k_blocks=" + std::to_string(p.k_blocks()) + " cin_align=" + std::to_string(p.cin_align()) +
+               (p.l1_acc_effective() ? " l1_acc" : "");
+      }
+      std::printf("%-28s %-18s %-20s %10.3f %10s %12s %9s %-4s %s\n", name.c_str(), l.op().c_str(),
                   Shape(l.output_shape()).c_str(), l.device_seconds() * 1e3, pcc, err, thr,
-                  l.pcc_threshold() > 0 ? (l.pass() ? "yes" : "NO") : "");
+                  l.pcc_threshold() > 0 ? (l.pass() ? "yes" : "NO") : "", prog.c_str());
     }
     if (r.folded_nodes() > 0) {
       std::printf("%lld node(s) evaluated when the plan was built (constant folding)\n",
