@@ -2,7 +2,13 @@
 // for the residual adds of a CNN (docs/specs/tt-conv-dataflow.md §6). Used by the "tt-emu" backend
 // (tt_emu_backend.h, Backend::Add); exposed for tests.
 //
-// What TT-NN builds (tenstorrent/tt-metal, files and commits in docs/specs/tt-metal-followed.md):
+// What TT-NN builds (tenstorrent/tt-metal, ttnn/cpp/ttnn/operations/eltwise/; the versions read,
+// for docs/specs/tt-metal-followed.md: binary/binary.cpp @42bfdec0, binary_ng/device/
+// binary_ng_device_operation.cpp @b0fb323a, binary_ng/device/binary_ng_program_factory.cpp
+// @5eb4ca29, binary_ng/device/kernels/compute/eltwise_binary_no_bcast.cpp @00174421,
+// binary/device/kernels/compute/eltwise_binary_kernel.cpp @00174421, binary/device/
+// element_wise_multi_core_program_factory.cpp @00bdd7ca, binary/common/binary_op_utils.cpp
+// @27d2576c, unary/common/unary_op_utils.cpp @79b8e632):
 //  * ttnn.add of two same-shape tensors runs binary_ng (binary.cpp `invoke_binary_ng_impl`; the
 //    legacy program only for sharded block-float inputs or broadcasts, same compute kernel form);
 //    block-float inputs are not retypecast for ADD (`needs_typecast_to_bfloat16`).
