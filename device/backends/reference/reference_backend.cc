@@ -401,7 +401,7 @@ class ReferenceBackend final : public Backend {
     c.fused_residual = true;
     c.add = true;
     c.add_activations = {Activation::kNone, Activation::kRelu,    Activation::kRelu6, Activation::kSilu,
-                         Activation::kGelu, Activation::kSigmoid, Activation::kTanh};
+                         Activation::kGelu, Activation::kSigmoid, Activation::kTanh, Activation::kHardswish};
     c.activations = {Activation::kNone, Activation::kRelu,    Activation::kRelu6, Activation::kSilu,
                      Activation::kGelu, Activation::kSigmoid, Activation::kTanh, Activation::kHardswish};
     c.description = "fp32 reference (oneDNN " + std::to_string(dnnl::version()->major) + "." +

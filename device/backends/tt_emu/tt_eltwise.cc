@@ -9,6 +9,7 @@
 #include "device/backends/builtin.h"
 #include "device/numerics/formats.h"
 #include "device/numerics/fpu.h"
+#include "device/numerics/sfpu.h"
 
 namespace kiln::device::tt_emu {
 
@@ -20,7 +21,7 @@ bool IsBfp(DeviceDType d) { return d == DeviceDType::kBFloat8B || d == DeviceDTy
 
 // Step 1 + the unpack of step 2 for one operand group: host conversion to `dt` (§2.1 / §2.2, as
 // ttnn.from_torch), then the value the unpacker puts in Src (§4). The same conversions as the conv
-// operands of tt_conv.cc (HostConvertGroup, UnpackToSrc).
+// operands of conv_engine.cc (HostConvertGroup, UnpackToSrc).
 void ToSrc(const uint32_t* in, int n, DeviceDType dt, bool fp32_dst, uint32_t* src) {
   switch (dt) {
     case DeviceDType::kFloat32:
@@ -47,13 +48,9 @@ nx::SrcFormat SrcFmt(DeviceDType dt, bool fp32_dst) {
   return dt == DeviceDType::kFloat32 && fp32_dst ? nx::SrcFormat::kTf32 : nx::SrcFormat::kBf16;
 }
 
-// SFPU relu_max_tile(i, 6.0) on a Dst value: max(x, 0) then min(x, 6); exact.
-uint32_t Relu6Dst(uint32_t d) {
-  const float x = nx::BitsFloat(d);
-  if (x < 0.0f) return 0u;
-  if (x > 6.0f) return nx::FloatBits(6.0f);
-  return d;
-}
+// SFPU relu_max_tile(i, 6.0) on a Dst value (device/numerics/sfpu.h); exact: the result is the
+// value, 0 or 6, all of them Dst values.
+uint32_t Relu6Dst(uint32_t d) { return nx::FloatBits(nx::SfpuReluMax(nx::BitsFloat(d), 6.0f)); }
 
 }  // namespace
 
