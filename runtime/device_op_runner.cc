@@ -1,6 +1,7 @@
 #include "runtime/device_op_runner.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 
@@ -35,6 +36,67 @@ void Transpose(const float* src, float* dst, int64_t rows, int64_t cols) {
 
 }  // namespace
 
+namespace {
+
+// kAdd: y = act(a + b) on the backend's Add where it offers the add and the activation, else on
+// the host in fp32 (the same fp32 result the reference computes).
+Result<DeviceOpRun> RunDeviceAdd(const DeviceOp& d, device::Backend& be, const device::BackendCapabilities& caps,
+                                 const std::vector<const Tensor*>& ins, const device::PrecisionConfig& precision,
+                                 const device::CancelToken* cancel, bool keep_backend_layout) {
+  DeviceOpRun r;
+  if (ins.size() != 2 || ins[0] == nullptr || ins[1] == nullptr) {
+    return InvalidArgument("add needs two inputs, got " + std::to_string(ins.size()));
+  }
+  if (ins[0]->shape() != ins[1]->shape()) {
+    return InvalidArgument("add inputs '" + d.inputs[0] + "' " + device::ShapeToString(ins[0]->shape()) + " and '" +
+                           d.inputs[1] + "' " + device::ShapeToString(ins[1]->shape()) + " differ in shape");
+  }
+  const device::Layout io = keep_backend_layout && ins[0]->rank() == 4 && caps.accepts_nhwc ? caps.preferred_layout
+                                                                                            : device::Layout::kNCHW;
+  std::array<Tensor, 2> owned;
+  std::array<const Tensor*, 2> x{ins[0], ins[1]};
+  const auto tc = Clock::now();
+  for (int k = 0; k < 2; ++k) {
+    if (x[k]->layout() == io) continue;
+    auto t = ConvertLayout(*x[k], io);
+    if (!t.ok()) return t.status();
+    owned[k] = std::move(*t);
+    x[k] = &owned[k];
+  }
+  r.host_seconds += Since(tc);
+  const Activation act = d.activation();
+  const bool on_device =
+      caps.add && std::find(caps.add_activations.begin(), caps.add_activations.end(), act) != caps.add_activations.end();
+  if (on_device) {
+    device::OpReport rep;
+    device::ExecContext ctx;
+    ctx.precision = precision;
+    ctx.cancel = cancel;
+    ctx.report = &rep;
+    auto y = be.Add(*x[0], *x[1], act, ctx);
+    if (!y.ok()) return y.status();
+    r.y = std::move(*y);
+    r.device_seconds = rep.seconds;
+    r.implementation = rep.implementation;
+    return r;
+  }
+  if (cancel != nullptr) KILN_RETURN_IF_ERROR(cancel->Check());
+  const auto th = Clock::now();
+  auto y = Tensor::Zeros(x[0]->shape(), device::DataType::kFloat32, io);
+  if (!y.ok()) return y.status();
+  const float* a = x[0]->data<float>();
+  const float* b = x[1]->data<float>();
+  float* o = y->data<float>();
+  for (int64_t e = 0; e < y->num_elements(); ++e) o[e] = device::ApplyActivation(act, a[e] + b[e]);
+  r.y = std::move(*y);
+  r.implementation = "host fp32 add";
+  r.activation_on_host = act != Activation::kNone;
+  r.host_seconds += Since(th);
+  return r;
+}
+
+}  // namespace
+
 Result<Tensor> ConvertLayout(const Tensor& t, device::Layout layout) {
   if (t.layout() == layout) return Tensor(t);
   if (t.dtype() != device::DataType::kFloat32 || (t.rank() != 3 && t.rank() != 4)) return t.ToLayout(layout);
@@ -59,6 +121,7 @@ Result<DeviceOpRun> RunDeviceOp(const DeviceOp& d, device::Backend& be, const de
                                 const std::vector<const Tensor*>& ins, const Tensor* residual,
                                 const device::PrecisionConfig& precision, const device::CancelToken* cancel,
                                 PreparedConvs* prepared, size_t op_index, bool keep_backend_layout) {
+  if (d.kind == DeviceOpKind::kAdd) return RunDeviceAdd(d, be, caps, ins, precision, cancel, keep_backend_layout);
   DeviceOpRun r;
   // The layout of the backend calls and of r.y: the backend's own when the caller keeps it (2-D
   // only; 1-D ops reshape row-major tensors), else NCHW.

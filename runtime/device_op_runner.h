@@ -14,6 +14,8 @@
 //                                            that (caps.fused_residual, one part, activation on
 //                                            the device, a PreparedConvs cache given), else host fp32;
 //                                            the same fp32 result either way
+// kAdd: y = activation(inputs[0] + inputs[1]) by Backend::Add (caps.add, the activation in
+// caps.add_activations), else on the host in fp32 (DeviceOpRun::activation_on_host when it has one).
 // 1-D ops (spatial_rank 1) run as (N, C, 1, W) and come back as (N, C, W). Outputs are fp32 NCHW
 // row-major, or in the backend's preferred layout when the caller asks to keep it (RunDeviceOp).
 #pragma once

@@ -225,7 +225,7 @@ class Runner {
     rep.activation = device::ActivationName(d.activation());
     rep.residual = d.residual;
     if (!d.residual.empty()) rep.residual_activation = device::ActivationName(d.residual_activation);
-    rep.k_parts = static_cast<int>(d.inputs.size());
+    rep.k_parts = d.kind == convplan::DeviceOpKind::kAdd ? 1 : static_cast<int>(d.inputs.size());
     Values& src = per_layer_ ? ref_vals_ : dev_vals_;
     auto ins = Gather(src, d.inputs);
     if (!ins.ok()) return ins.status();

@@ -26,7 +26,8 @@
 // * Device ops go to `device` with RunOptions::precision (runtime/device_op_runner.h: fused
 //   activations passed to the backend when its capabilities().activations lists them, otherwise
 //   applied on the host in fp32 and flagged in the report; K-split parts summed on the host; the
-//   residual add fused into the backend where it can, else host fp32). Without a reference chain,
+//   residual add fused into the backend where it can, else host fp32; device adds on the
+//   backend's Add — on tt-emu the card's ttnn.add unless precision.host_add). Without a reference chain,
 //   device-op outputs stay in the backend's preferred layout between device ops and are converted
 //   to row-major for host ops and graph outputs; RunOptions::prepared keeps convs prepared across
 //   runs (runtime/prepared_convs.h).
@@ -109,7 +110,7 @@ struct RunOptions {
 /// One op of the run.
 struct LayerReport {
   std::string name;                 ///< convplan::PlanOp::name
-  std::string op;                   ///< "conv2d", "conv_transpose2d", or the host ONNX op type
+  std::string op;                   ///< "conv2d", "conv_transpose2d", "add", or the host ONNX op type
   bool on_device = false;
   std::vector<std::string> source_nodes;  ///< ONNX nodes folded into this op
   std::string activation;           ///< device ops: fused activation ("relu", "none", ...)

@@ -17,24 +17,35 @@ namespace kiln::convplan {
 namespace fe = onnx_fe;
 
 const char* DeviceOpKindName(DeviceOpKind kind) {
-  return kind == DeviceOpKind::kConv2d ? "conv2d" : "conv_transpose2d";
+  switch (kind) {
+    case DeviceOpKind::kConv2d: return "conv2d";
+    case DeviceOpKind::kConvTranspose2d: return "conv_transpose2d";
+    case DeviceOpKind::kAdd: return "add";
+  }
+  return "?";
 }
 
 device::Activation DeviceOp::activation() const {
-  return kind == DeviceOpKind::kConv2d ? conv.activation : conv_transpose.activation;
+  switch (kind) {
+    case DeviceOpKind::kConv2d: return conv.activation;
+    case DeviceOpKind::kConvTranspose2d: return conv_transpose.activation;
+    case DeviceOpKind::kAdd: return add_activation;
+  }
+  return device::Activation::kNone;
 }
 
 void DeviceOp::set_activation(device::Activation a) {
-  if (kind == DeviceOpKind::kConv2d) {
-    conv.activation = a;
-  } else {
-    conv_transpose.activation = a;
+  switch (kind) {
+    case DeviceOpKind::kConv2d: conv.activation = a; break;
+    case DeviceOpKind::kConvTranspose2d: conv_transpose.activation = a; break;
+    case DeviceOpKind::kAdd: add_activation = a; break;
   }
 }
 
 int64_t DeviceOp::group() const { return kind == DeviceOpKind::kConv2d ? conv.group : conv_transpose.group; }
 
 int64_t DeviceOp::out_channels() const {
+  if (kind == DeviceOpKind::kAdd) return outputs.empty() ? 0 : outputs[0].channel_end - outputs[0].channel_begin;
   if (weights.empty()) return 0;
   const device::Tensor& w = weights[0];
   return kind == DeviceOpKind::kConv2d ? w.dim(0) : w.dim(1) * conv_transpose.group;
@@ -101,7 +112,7 @@ std::string ConvPlan::ToString() const {
     if (op.on_device()) {
       const DeviceOp& d = op.device();
       os << " act=" << device::ActivationName(d.activation());
-      if (d.inputs.size() > 1) os << " ksplit=" << d.inputs.size();
+      if (d.kind != DeviceOpKind::kAdd && d.inputs.size() > 1) os << " ksplit=" << d.inputs.size();
       if (!d.residual.empty()) os << " residual=" << d.residual << " then " << device::ActivationName(d.residual_activation);
     }
     if (!op.fusions.empty()) {

@@ -26,8 +26,10 @@
 //   3. Rewrite passes, one rule per file under compiler/convplan/passes/ in the style of ONNX
 //      Runtime's graph optimizer, run by the pass manager (compiler/convplan/passes/pass_manager.h,
 //      which declares the pipeline order) to a fixed point: BatchNormalization folding, activation
-//      fusions (Relu, Relu6, Sigmoid, SiLU, Gelu), residual Add, Concat → K-split, sibling-conv
-//      merging, dead host-op removal. A fusion never applies when an intermediate tensor has
+//      fusions (Relu, Relu6, Sigmoid, SiLU, Gelu), device Add (an Add of two same-shape feature
+//      maps, one from a device conv, becomes a kAdd device op; Relu / relu6 after it fuse into
+//      it), residual Add (with DeviceAdd disabled: the Add fused into the conv), Concat → K-split,
+//      sibling-conv merging, dead host-op removal. A fusion never applies when an intermediate tensor has
 //      another consumer or is a graph output. PlanOptions::disabled_passes switches passes off by
 //      name; a pipeline that does not converge is INTERNAL naming the passes still firing.
 //
@@ -56,8 +58,8 @@
 namespace kiln::convplan {
 
 /// Which backend entry point a DeviceOp calls.
-enum class DeviceOpKind { kConv2d, kConvTranspose2d };
-/// "conv2d" / "conv_transpose2d" (the names OpReport::op uses).
+enum class DeviceOpKind { kConv2d, kConvTranspose2d, kAdd };
+/// "conv2d" / "conv_transpose2d" / "add" (the names OpReport::op uses).
 const char* DeviceOpKindName(DeviceOpKind kind);
 
 /// One output tensor of a DeviceOp: channels [channel_begin, channel_end) of the op's result.
@@ -69,9 +71,12 @@ struct OutputSlice {
   int64_t channel_end = 0;
 };
 
-/// A conv-style op executed on the device backend.
+/// An op executed on the device backend.
 ///
-/// Computation (runtime/device_op_runner.h), for K parts x_k = inputs[k] with weights[k]:
+/// kAdd (Backend::Add; the card's ttnn.add): y = add_activation(inputs[0] + inputs[1]), two
+/// feature maps of one shape, no weights, one output slice covering every channel.
+///
+/// Convs — computation (runtime/device_op_runner.h), for K parts x_k = inputs[k] with weights[k]:
 ///   y   = Σ_k conv(x_k, weights[k]) + bias             (K-split: partial convs summed in fp32 on
 ///                                                        the host; one part: a single device call)
 ///   y   = activation(y)                                 (fused into the device call when one part)
@@ -101,16 +106,18 @@ struct DeviceOp {
   std::string residual;
   /// Activation applied after the residual add.
   device::Activation residual_activation = device::Activation::kNone;
+  /// kAdd: the fused activation (none, relu, relu6 — what the plan's passes fuse into an add).
+  device::Activation add_activation = device::Activation::kNone;
   std::vector<OutputSlice> outputs;
 
-  /// The fused activation (conv.activation or conv_transpose.activation).
+  /// The fused activation (conv.activation, conv_transpose.activation or add_activation).
   device::Activation activation() const;
   void set_activation(device::Activation a);
-  /// Total output channels O.
+  /// Total output channels O (kAdd: the channels of its output slice).
   int64_t out_channels() const;
-  /// Total input channels C (sum over the K parts).
+  /// Total input channels C (sum over the K parts; kAdd: 0, it has no weights).
   int64_t in_channels() const;
-  /// Kernel (kH, kW) of the weights.
+  /// Kernel (kH, kW) of the weights ((0, 0) without weights).
   std::pair<int64_t, int64_t> kernel() const;
   int64_t group() const;
 };
@@ -126,7 +133,7 @@ struct HostOp {
 struct PlanOp {
   /// Name of the op's main ONNX node ("conv1"); merged siblings: names joined with "+".
   std::string name;
-  /// "conv2d" / "conv_transpose2d" for device ops, the ONNX op type for host ops.
+  /// "conv2d" / "conv_transpose2d" / "add" for device ops, the ONNX op type for host ops.
   std::string op;
   /// Every ONNX node this op stands for (conv, folded BN, fused activation nodes, Add, Concat...).
   std::vector<std::string> source_nodes;

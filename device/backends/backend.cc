@@ -107,6 +107,22 @@ Result<Tensor> Backend::Pool2d(const Tensor&, const Pool2dParams&, const ExecCon
   return Unimplemented("backend '" + name() + "' does not implement pool2d");
 }
 
+Result<Tensor> Backend::Add(const Tensor&, const Tensor&, Activation, const ExecContext&) {
+  return Unimplemented("backend '" + name() + "' does not implement add");
+}
+
+Status ValidateAdd(const Tensor& a, const Tensor& b) {
+  KILN_RETURN_IF_ERROR(CheckFloatTensor(a, "add input a", true));
+  KILN_RETURN_IF_ERROR(CheckFloatTensor(b, "add input b", true));
+  if (a.shape() != b.shape()) {
+    return InvalidArgument("add inputs differ in shape: " + Shape(a.shape()) + " and " + Shape(b.shape()) +
+                           " (no broadcasting)");
+  }
+  if (a.rank() < 2) return InvalidArgument("add inputs must have rank >= 2 (N, C, ...), got " + Shape(a.shape()));
+  if (a.layout() != b.layout()) return InvalidArgument("add inputs differ in layout (NCHW and NHWC)");
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<PreparedConv>> Backend::PrepareConv2d(std::vector<int64_t> input_shape,
                                                              Layout input_layout, const Tensor& weights,
                                                              const Tensor* bias, const Conv2dParams& params,

@@ -171,7 +171,7 @@ struct ProgramReport {
 };
 
 struct OpReport {
-  std::string op;              ///< "conv2d", "conv_transpose2d", "pool2d"
+  std::string op;              ///< "conv2d", "conv_transpose2d", "pool2d", "add"
   std::string backend;         ///< Backend::name()
   std::string implementation;  ///< e.g. oneDNN's impl name "brg:avx2", "jit:avx2", or "exact"
   /// How K was blocked (tt-emu: e.g. "K=576 in 3 blocks of 192 (act_block_w=6 tiles), partials
@@ -208,6 +208,9 @@ struct BackendCapabilities {
   bool deterministic = true;           ///< same inputs → bit-identical outputs
   bool prepared_ops = false;           ///< PrepareConv2d is specialised (not the generic wrapper)
   bool fused_residual = false;         ///< PrepareConv2dResidual is implemented (else UNIMPLEMENTED)
+  /// Add is implemented (else UNIMPLEMENTED), with these fused activations (others: UNIMPLEMENTED).
+  bool add = false;
+  std::vector<Activation> add_activations;
   std::vector<Activation> activations; ///< fused activations supported
   std::string description;             ///< one line for `kiln devices`
 };
@@ -236,6 +239,16 @@ class Backend {
   /// Max / average pooling. Default: UNIMPLEMENTED (capabilities().pool2d is false).
   virtual Result<Tensor> Pool2d(const Tensor& input, const Pool2dParams& params,
                                 const ExecContext& ctx);
+
+  /// Element-wise add of two feature maps of one shape (no broadcasting) + fused activation:
+  ///   y = act(a + b)
+  /// as the device computes it (TT-NN: ttnn.add with the activation fused, in the feature maps'
+  /// device dtype; the reference: one fp32 add, rounded once). `a` and `b`: float32, rank >= 2,
+  /// logical shape (N, C, ...), equal shapes and layout tags (kNHWC only with accepts_nhwc); the
+  /// output has that shape and layout. Errors: INVALID_ARGUMENT (shape / layout / dtype mismatch,
+  /// naming both shapes), UNIMPLEMENTED (capabilities().add false, or `act` not in
+  /// capabilities().add_activations), CANCELLED / DEADLINE_EXCEEDED. Default: UNIMPLEMENTED.
+  virtual Result<Tensor> Add(const Tensor& a, const Tensor& b, Activation act, const ExecContext& ctx);
 
   /// Prepares a conv2d for repeated execution on inputs of exactly `input_shape` / `input_layout`
   /// (weights copied or converted now). The default implementation keeps copies of weights and bias
@@ -285,6 +298,8 @@ Result<std::vector<int64_t>> ValidateConvTranspose2d(const Tensor& input, const 
                                                      const Tensor* bias,
                                                      const ConvTranspose2dParams& params);
 Result<std::vector<int64_t>> ValidatePool2d(const Tensor& input, const Pool2dParams& params);
+/// Add's checks (see Backend::Add): OK or INVALID_ARGUMENT.
+Status ValidateAdd(const Tensor& a, const Tensor& b);
 
 // ---------------------------------------------------------------------------------------------
 // Registry

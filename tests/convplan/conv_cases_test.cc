@@ -176,11 +176,12 @@ TEST(ConvCasesPlan, SiluVariants) {
 TEST(ConvCasesPlan, ResidualAddRelu) {
   Planned p = PlanCase("residual_add_relu");
   EXPECT_EQ(CountHost(p.plan, "Add"), 0u) << p.plan.ToString();
+  // The Add is a device add with the Relu fused (compiler/convplan/passes/device_add.cc).
   bool found = false;
   for (const auto& op : p.plan.ops) {
-    if (op.on_device() && !op.device().residual.empty()) {
+    if (op.on_device() && op.device().kind == DeviceOpKind::kAdd) {
       found = true;
-      EXPECT_EQ(op.device().residual_activation, device::Activation::kRelu);
+      EXPECT_EQ(op.device().activation(), device::Activation::kRelu);
     }
   }
   EXPECT_TRUE(found) << p.plan.ToString();

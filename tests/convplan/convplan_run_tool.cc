@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
       auto d = device::ParseDeviceDType(next());
       if (!d.ok()) return std::fprintf(stderr, "%s\n", d.status().ToString().c_str()), 2;
       o.precision.weights_dtype = *d;
+    } else if (a == "--host-add") {
+      o.precision.host_add = true;
     } else if (a == "--fp32-acc") {
       o.precision.fp32_dest_acc_en = next() == "1";
     } else if (a == "--input") {

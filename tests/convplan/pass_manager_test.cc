@@ -28,8 +28,9 @@ std::shared_ptr<const onnx_fe::Model> ConvReluChain() {
   return Load(b);
 }
 
-// x -> conv -> Add(x) -> Relu -> y: FuseResidualAdd in round 1, FuseRelu (residual activation) in
-// round 2, nothing in round 3.
+// x -> conv -> Add(x) -> Relu -> y: DeviceAdd in round 1, FuseRelu (the add's activation) in round
+// 2, nothing in round 3 (with DeviceAdd disabled: FuseResidualAdd, then FuseRelu as the residual
+// activation).
 std::shared_ptr<const onnx_fe::Model> ResidualRelu() {
   OnnxModelBuilder b(13);
   b.Input("x", kF, {1, 4, 6, 6});
@@ -53,7 +54,7 @@ TEST(PassesPipeline, PipelineNamesAreThePassesNames) {
     names.push_back(p.name);
   }
   EXPECT_EQ(names, (std::vector<std::string>{"FoldBatchNorm", "FuseSilu", "FuseGelu", "FuseRelu", "FuseRelu6",
-                                             "FuseSigmoid", "FuseResidualAdd", "KSplitConcat", "MergeSiblingConvs",
+                                             "FuseSigmoid", "DeviceAdd", "FuseResidualAdd", "KSplitConcat", "MergeSiblingConvs",
                                              "RemoveDeadHostOps"}));
   auto all = PipelinePasses();
   ASSERT_TRUE(all.ok());
@@ -91,8 +92,7 @@ TEST(PassesPipeline, RoundLimitReachedIsInternalNamingThePassesStillFiring) {
   EXPECT_EQ(one.status().code(), StatusCode::kInternal);
   EXPECT_NE(one.status().message().find("did not converge after 1 rounds"), std::string::npos)
       << one.status().message();
-  EXPECT_NE(one.status().message().find("still firing: FuseResidualAdd"), std::string::npos)
-      << one.status().message();
+  EXPECT_NE(one.status().message().find("still firing: DeviceAdd"), std::string::npos) << one.status().message();
   o.max_rounds = 2;
   auto two = BuildConvPlan(m, runtime::HostKernels(), o);
   ASSERT_FALSE(two.ok());
@@ -100,8 +100,26 @@ TEST(PassesPipeline, RoundLimitReachedIsInternalNamingThePassesStillFiring) {
   o.max_rounds = 3;  // round 3 rewrites nothing: converged
   auto three = BuildConvPlan(m, runtime::HostKernels(), o);
   ASSERT_TRUE(three.ok()) << three.status().ToString();
+  ASSERT_EQ(three->ops.size(), 2u);
+  EXPECT_EQ(three->ops[1].device().kind, DeviceOpKind::kAdd);
+  EXPECT_EQ(three->ops[1].device().activation(), device::Activation::kRelu);
+  // The same rounds with the Add fused into the conv (DeviceAdd disabled).
+  o.disabled_passes = {"DeviceAdd"};
+  o.max_rounds = 1;
+  one = BuildConvPlan(m, runtime::HostKernels(), o);
+  ASSERT_FALSE(one.ok());
+  EXPECT_NE(one.status().message().find("still firing: FuseResidualAdd"), std::string::npos)
+      << one.status().message();
+  o.max_rounds = 2;
+  two = BuildConvPlan(m, runtime::HostKernels(), o);
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(two.status().message().find("still firing: FuseRelu"), std::string::npos) << two.status().message();
+  o.max_rounds = 3;
+  three = BuildConvPlan(m, runtime::HostKernels(), o);
+  ASSERT_TRUE(three.ok()) << three.status().ToString();
   ASSERT_EQ(three->ops.size(), 1u);
   EXPECT_EQ(three->ops[0].device().residual_activation, device::Activation::kRelu);
+  o.disabled_passes.clear();
   o.max_rounds = 0;
   EXPECT_EQ(BuildConvPlan(m, runtime::HostKernels(), o).status().code(), StatusCode::kInvalidArgument);
 }

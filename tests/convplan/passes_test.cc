@@ -418,6 +418,8 @@ TEST(FuseGelu, WrongConstantIsNotGelu) {
 // ---------------------------------------------------------------------------------------------
 // Residual add
 
+// FuseResidualAdd fuses the Add into the conv when DeviceAdd (which otherwise takes the Add first)
+// is disabled.
 TEST(FuseResidualAdd, AddThenReluFused) {
   auto b = Base();
   AddConv(b, "x", "c1", "conv1", 4, 4, 3, 6);
@@ -427,7 +429,9 @@ TEST(FuseResidualAdd, AddThenReluFused) {
   b.Node("Relu", {"s"}, {"y"}, "relu2");
   b.Output("y");
   auto m = Load(b);
-  auto p = BuildConvPlan(m, runtime::HostKernels());
+  PlanOptions o;
+  o.disabled_passes = {"DeviceAdd"};
+  auto p = BuildConvPlan(m, runtime::HostKernels(), o);
   ASSERT_TRUE(p.ok());
   ASSERT_EQ(p->ops.size(), 2u) << p->ToString();
   const DeviceOp& d = p->ops[1].device();
@@ -447,6 +451,101 @@ TEST(FuseResidualAdd, BroadcastAddIsNotResidual) {
   auto m = Load(b);
   ConvPlan p = PlanWith(m, MakeFuseResidualAdd());
   EXPECT_EQ(CountHost(p, "Add"), 1u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Device add
+
+// ResNet's basic block tail: conv -> BatchNormalization -> Add(identity) -> Relu gives the conv
+// (BN folded) and one device add with the relu fused; the fp32 result is the unfused one.
+TEST(DeviceAdd, ConvBnAddReluIsOneDeviceAddWithRelu) {
+  OnnxModelBuilder b = Base();
+  AddConv(b, "x", "c", "conv", 4, 4, 3, 21);
+  const std::vector<std::string> names = {"bn.s", "bn.b", "bn.m", "bn.v"};
+  const std::vector<std::vector<float>> vals = {
+      {0.5f, 1.5f, -1.f, 2.f}, {0.1f, -0.2f, 0.3f, 0.f}, {0.05f, -0.1f, 0.2f, 0.3f}, {0.9f, 1.1f, 0.01f, 2.f}};
+  for (size_t i = 0; i < 4; ++i) b.FloatInitializer(names[i], {4}, vals[i]);
+  b.Node("BatchNormalization", {"c", "bn.s", "bn.b", "bn.m", "bn.v"}, {"n"}, "bn");
+  b.Node("Add", {"n", "x"}, {"s"}, "add");
+  b.Node("Relu", {"s"}, {"y"}, "relu");
+  b.Output("y");
+  auto m = Load(b);
+  auto p = BuildConvPlan(m, runtime::HostKernels());
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_EQ(p->ops.size(), 2u) << p->ToString();
+  EXPECT_EQ(p->num_device_ops(), 2u);
+  const PlanOp& conv = p->ops[0];
+  EXPECT_TRUE(HasFusion(conv, "FoldBatchNorm(bn)"));
+  EXPECT_TRUE(conv.device().residual.empty());
+  const PlanOp& add = p->ops[1];
+  ASSERT_TRUE(add.on_device());
+  EXPECT_EQ(add.op, "add");
+  EXPECT_EQ(add.device().kind, DeviceOpKind::kAdd);
+  EXPECT_EQ(add.device().inputs, (std::vector<std::string>{"n", "x"}));
+  EXPECT_EQ(add.device().activation(), device::Activation::kRelu);
+  EXPECT_EQ(add.device().spatial_rank, 2);
+  ASSERT_EQ(add.device().outputs.size(), 1u);
+  EXPECT_EQ(add.device().outputs[0].tensor, "y");
+  EXPECT_EQ(add.device().out_channels(), 4);
+  EXPECT_EQ(add.source_nodes, (std::vector<std::string>{"add", "relu"}));
+  EXPECT_TRUE(HasFusion(add, "DeviceAdd(add)"));
+  EXPECT_TRUE(HasFusion(add, "FuseRelu(relu)"));
+  EXPECT_NE(p->ToString().find("add add [n, x] -> [y] act=relu"), std::string::npos) << p->ToString();
+  EXPECT_LT(FusedVsUnfused(m), 1e-5);
+}
+
+// relu6 (Clip 0..6) fuses into a device add; sigmoid does not (ttnn.add's fused relu family only).
+TEST(DeviceAdd, Relu6FusesSigmoidStaysOnTheHost) {
+  for (bool relu6 : {true, false}) {
+    OnnxModelBuilder b = Base(13);
+    AddConv(b, "x", "c", "conv", 4, 4, 3, 22);
+    b.Node("Add", {"x", "c"}, {"s"}, "add");
+    if (relu6) {
+      b.FloatInitializer("lo", {}, {0.0f});
+      b.FloatInitializer("hi", {}, {6.0f});
+      b.Node("Clip", {"s", "lo", "hi"}, {"y"}, "clip");
+    } else {
+      b.Node("Sigmoid", {"s"}, {"y"}, "sig");
+    }
+    b.Output("y");
+    auto p = BuildConvPlan(Load(b), runtime::HostKernels());
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    const PlanOp* add = FindOp(*p, "add");
+    ASSERT_NE(add, nullptr) << p->ToString();
+    ASSERT_TRUE(add->on_device());
+    EXPECT_EQ(add->device().activation(), relu6 ? device::Activation::kRelu6 : device::Activation::kNone);
+    EXPECT_EQ(CountHost(*p, "Sigmoid"), relu6 ? 0u : 1u);
+  }
+}
+
+// Not device adds: a broadcast Add, an Add of a constant, an Add of two host values.
+TEST(DeviceAdd, BroadcastConstantAndHostOnlyAddsStayOnTheHost) {
+  {
+    auto b = Base();
+    AddConv(b, "x", "c", "conv", 4, 4, 3, 23);
+    b.Input("bias", kF, {1, 4, 1, 1});
+    b.Node("Add", {"c", "bias"}, {"y"}, "add");
+    b.Output("y");
+    ConvPlan p = PlanWith(Load(b), MakeDeviceAdd());
+    EXPECT_EQ(CountHost(p, "Add"), 1u);
+  }
+  {
+    auto b = Base();
+    AddConv(b, "x", "c", "conv", 4, 4, 3, 24);
+    b.FloatInitializer("k", {1, 4, 6, 6}, std::vector<float>(144, 0.5f));
+    b.Node("Add", {"c", "k"}, {"y"}, "add");
+    b.Output("y");
+    ConvPlan p = PlanWith(Load(b), MakeDeviceAdd());
+    EXPECT_EQ(CountHost(p, "Add"), 1u);
+  }
+  {
+    auto b = Base();
+    b.Node("Relu", {"x"}, {"r"}, "relu");
+    b.Node("Add", {"r", "x"}, {"y"}, "add");
+    b.Output("y");
+    ConvPlan p = PlanWith(Load(b), MakeDeviceAdd());
+    EXPECT_EQ(CountHost(p, "Add"), 1u);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

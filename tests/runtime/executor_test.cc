@@ -3,6 +3,7 @@
 // inputs (generated / given / wrong), cancellation and progress.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <stdexcept>
 
 #include "device/backends/builtin.h"
@@ -213,6 +214,64 @@ TEST(Executor, ReferenceOnReferenceIsExact) {
     EXPECT_TRUE(l.pass);
   }
   EXPECT_FALSE(r->backend_honours_precision);
+}
+
+// x -> conv (1x1, identity weights, no bias) -> Add(r) -> Relu -> y: the conv returns bf16(x)
+// exactly; the Add is a device add (compiler/convplan/passes/device_add.cc). With x = ±2^k and
+// r = x·2^-8 every sum lies halfway between two bf16 values: the card's ttnn.add rounds it away
+// from zero (ELWADD into a bf16 Dst, device/backends/tt_emu/tt_eltwise.h), to x·(1 + 2^-7); the
+// fp32 host add (precision.host_add, and the reference) keeps x·(1 + 2^-8). Relu zeroes the
+// negative ones either way.
+TEST(Executor, TtEmuResidualAddIsTheCardsAddUnlessHostAdd) {
+  OnnxModelBuilder b(13);
+  b.Input("x", onnx::TensorProto::FLOAT, {1, 4, 2, 2});
+  b.Input("r", onnx::TensorProto::FLOAT, {1, 4, 2, 2});
+  std::vector<float> eye(16, 0.0f);
+  for (int i = 0; i < 4; ++i) eye[i * 4 + i] = 1.0f;
+  b.FloatInitializer("w", {4, 4, 1, 1}, eye);
+  b.Node("Conv", {"x", "w"}, {"c"}, "conv");
+  b.Node("Add", {"c", "r"}, {"s"}, "add");
+  b.Node("Relu", {"s"}, {"y"}, "relu");
+  b.Output("y");
+  auto plan = BuildConvPlan(Load(b), HostKernels());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->ops.size(), 2u) << plan->ToString();
+  std::vector<float> xs(16), rs(16);
+  for (int i = 0; i < 16; ++i) {
+    xs[i] = std::ldexp(i % 3 == 0 ? -1.0f : 1.0f, i - 8);
+    rs[i] = std::ldexp(xs[i], -8);
+  }
+  auto x = device::Tensor::FromFloats({1, 4, 2, 2}, xs);
+  auto r = device::Tensor::FromFloats({1, 4, 2, 2}, rs);
+  ASSERT_TRUE(x.ok() && r.ok());
+  auto dev = TtEmu();
+  for (bool host_add : {false, true}) {
+    for (RunMode mode : {RunMode::kChained, RunMode::kPerLayer}) {
+      RunOptions o;
+      o.mode = mode;
+      o.precision.host_add = host_add;
+      auto res = RunConvPlan(*plan, {{"x", *x}, {"r", *r}}, *dev, o);
+      ASSERT_TRUE(res.ok()) << res.status().ToString();
+      ASSERT_EQ(res->layers.size(), 2u);
+      const LayerReport& add = res->layers[1];
+      EXPECT_EQ(add.op, "add");
+      EXPECT_TRUE(add.on_device);
+      EXPECT_EQ(add.activation, "relu");
+      EXPECT_TRUE(add.compared);
+      EXPECT_EQ(add.threshold, 0.0);
+      EXPECT_EQ(add.implementation, host_add ? "host fp32 add (host_add)" : "ttnn.add fpu (ELWADD)");
+      const float* y = res->outputs[0].second.data<float>();
+      for (int i = 0; i < 16; ++i) {
+        const float want = xs[i] < 0 ? 0.0f : xs[i] * (host_add ? 1.00390625f : 1.0078125f);
+        EXPECT_EQ(y[i], want) << i << " host_add=" << host_add;
+      }
+      if (host_add) {
+        EXPECT_EQ(add.max_abs_error, 0.0);
+      } else {
+        EXPECT_GT(add.max_abs_error, 0.0);
+      }
+    }
+  }
 }
 
 TEST(Executor, CustomThresholdOverridesRule) {

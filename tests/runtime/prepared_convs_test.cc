@@ -40,8 +40,12 @@ std::shared_ptr<const onnx_fe::Model> ResidualNet() {
   return Load(b);
 }
 
-std::shared_ptr<const ConvPlan> Plan() {
-  auto p = BuildConvPlan(ResidualNet(), HostKernels());
+// The residual add fused into conv_b needs DeviceAdd off (compiler/convplan/passes/device_add.cc
+// otherwise makes the Add a device add of its own); `device_add` builds that default plan instead.
+std::shared_ptr<const ConvPlan> Plan(bool device_add = false) {
+  convplan::PlanOptions o;
+  if (!device_add) o.disabled_passes = {"DeviceAdd"};
+  auto p = BuildConvPlan(ResidualNet(), HostKernels(), o);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   return std::make_shared<const ConvPlan>(std::move(*p));
 }
@@ -79,8 +83,10 @@ TEST(PreparedConvs, PlanHasTheFusedShapes) {
   EXPECT_TRUE(Reference().capabilities().fused_residual);
 }
 
-TEST(PreparedConvs, RepeatedRunsAreBitIdenticalToThePlainPath) {
-  auto p = Plan();
+void CheckRepeatedRunsBitIdentical(bool device_add) {
+  SCOPED_TRACE(device_add ? "device add" : "fused residual");
+  auto p = Plan(device_add);
+  ASSERT_EQ(FindOp(*p, "conv_b")->device().residual.empty(), device_add) << p->ToString();
   const RunInputs in = Batch(*p, 2);
   RunOptions plain;  // compare_to_reference: NCHW throughout, convs prepared per call, host add
   auto base = RunConvPlan(*p, in, Reference(), plain);
@@ -102,7 +108,7 @@ TEST(PreparedConvs, RepeatedRunsAreBitIdenticalToThePlainPath) {
     SCOPED_TRACE("prepared run " + std::to_string(run));
     ExpectBitIdentical(*base, *fast);
   }
-  // conv_a, conv_b (fused residual), conv_c's two parts: one entry each.
+  // conv_a, conv_b (with or without the fused residual), conv_c's two parts: one entry each.
   EXPECT_EQ(cache.size(), 4u);
 
   // With the reference chain on, both chains use the cache (device == reference): still exact.
@@ -113,6 +119,11 @@ TEST(PreparedConvs, RepeatedRunsAreBitIdenticalToThePlainPath) {
   SCOPED_TRACE("compared");
   ExpectBitIdentical(*base, *compared);
   for (const LayerReport& l : compared->layers) EXPECT_EQ(l.max_abs_error, 0.0) << l.name;
+}
+
+TEST(PreparedConvs, RepeatedRunsAreBitIdenticalToThePlainPath) {
+  CheckRepeatedRunsBitIdentical(false);
+  CheckRepeatedRunsBitIdentical(true);
 }
 
 TEST(PreparedConvs, EntriesPerConvAreBoundedByInputShapes) {

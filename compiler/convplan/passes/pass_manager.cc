@@ -8,8 +8,9 @@ namespace kiln::convplan {
 
 const std::vector<PipelinePass>& Pipeline() {
   // The one declaration of the pass order. Plans and ConvPlan::rewrites depend on it: e.g. an
-  // activation right after a conv becomes its fused activation, one after a fused residual Add
-  // (a later round) the residual activation.
+  // activation right after a conv becomes its fused activation, one after a device Add (a later
+  // round) the add's activation; DeviceAdd before FuseResidualAdd, which fuses Adds into convs
+  // only when DeviceAdd is disabled.
   static const std::vector<PipelinePass> kPipeline = {
       {"FoldBatchNorm", MakeFoldBatchNorm},
       {"FuseSilu", MakeFuseSilu},
@@ -17,6 +18,7 @@ const std::vector<PipelinePass>& Pipeline() {
       {"FuseRelu", MakeFuseRelu},
       {"FuseRelu6", MakeFuseRelu6},
       {"FuseSigmoid", MakeFuseSigmoid},
+      {"DeviceAdd", MakeDeviceAdd},
       {"FuseResidualAdd", MakeFuseResidualAdd},
       {"KSplitConcat", MakeKSplitConcat},
       {"MergeSiblingConvs", MakeMergeSiblingConvs},

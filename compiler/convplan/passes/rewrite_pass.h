@@ -31,6 +31,7 @@ namespace kiln::convplan {
 /// PlanOp::op of the device ops (DeviceOpKindName), for TargetOpTypes.
 inline constexpr std::string_view kConv2dOp = "conv2d";
 inline constexpr std::string_view kConvTranspose2dOp = "conv_transpose2d";
+inline constexpr std::string_view kAddOp = "add";
 /// TargetOpTypes entry that matches every host op, whatever its ONNX op type.
 inline constexpr std::string_view kAnyHostOp = "<any host op>";
 

@@ -16,6 +16,7 @@ std::unique_ptr<RewritePass> MakeFuseRelu6();          ///< passes/fuse_relu6.cc
 std::unique_ptr<RewritePass> MakeFuseSigmoid();        ///< passes/fuse_sigmoid.cc
 std::unique_ptr<RewritePass> MakeFuseSilu();           ///< passes/fuse_silu.cc
 std::unique_ptr<RewritePass> MakeFuseGelu();           ///< passes/fuse_gelu.cc
+std::unique_ptr<RewritePass> MakeDeviceAdd();          ///< passes/device_add.cc
 std::unique_ptr<RewritePass> MakeFuseResidualAdd();    ///< passes/fuse_residual_add.cc
 std::unique_ptr<RewritePass> MakeKSplitConcat();       ///< passes/ksplit_concat.cc
 std::unique_ptr<RewritePass> MakeMergeSiblingConvs();  ///< passes/merge_sibling_convs.cc

@@ -399,6 +399,9 @@ class ReferenceBackend final : public Backend {
     c.deterministic = true;
     c.prepared_ops = true;
     c.fused_residual = true;
+    c.add = true;
+    c.add_activations = {Activation::kNone, Activation::kRelu,    Activation::kRelu6, Activation::kSilu,
+                         Activation::kGelu, Activation::kSigmoid, Activation::kTanh, Activation::kHardswish};
     c.activations = {Activation::kNone, Activation::kRelu,    Activation::kRelu6, Activation::kSilu,
                      Activation::kGelu, Activation::kSigmoid, Activation::kTanh, Activation::kHardswish};
     c.description = "fp32 reference (oneDNN " + std::to_string(dnnl::version()->major) + "." +
@@ -521,6 +524,22 @@ class ReferenceBackend final : public Backend {
                  (*out)[0] * (*out)[1] * (*out)[2] * (*out)[3] * p.kernel[0] * p.kernel[1], t0);
       return std::move(*y);
     });
+  }
+
+  // The exact fp32 sum a + b (one IEEE rounding), then the activation in fp32 (backend.h).
+  Result<Tensor> Add(const Tensor& a, const Tensor& b, Activation act, const ExecContext& ctx) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    KILN_RETURN_IF_ERROR(CheckCancel(ctx));
+    KILN_RETURN_IF_ERROR(ValidateAdd(a, b));
+    auto y = Tensor::Zeros(a.shape(), DataType::kFloat32, a.layout());
+    if (!y.ok()) return y.status();
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    float* py = y->data<float>();
+    for (int64_t e = 0; e < y->num_elements(); ++e) py[e] = ApplyActivation(act, pa[e] + pb[e]);
+    FillReport(ctx, "add", "", a.shape(), 0, t0);
+    if (ctx.report) ctx.report->implementation = "fp32 add";
+    return std::move(*y);
   }
 
   Result<std::unique_ptr<PreparedConv>> PrepareConv2d(std::vector<int64_t> input_shape, Layout input_layout,

@@ -1,6 +1,9 @@
 #include "device/backends/tt_emu/tt_emu_backend.h"
 
+#include <chrono>
+
 #include "device/backends/builtin.h"
+#include "device/backends/tt_emu/tt_eltwise.h"
 
 namespace kiln::device {
 namespace {
@@ -23,6 +26,8 @@ class TtEmuBackend final : public Backend {
     c.honours_precision = true;
     c.deterministic = true;
     c.prepared_ops = false;
+    c.add = true;
+    c.add_activations = {Activation::kNone, Activation::kRelu, Activation::kRelu6};
     c.activations = {Activation::kNone, Activation::kRelu,    Activation::kRelu6, Activation::kSilu,
                      Activation::kGelu, Activation::kSigmoid, Activation::kTanh, Activation::kHardswish};
     c.description = std::string("Tenstorrent Tensix numerics emulator (docs/specs/tt-numerics.md), level ") +
@@ -38,6 +43,39 @@ class TtEmuBackend final : public Backend {
   Result<Tensor> ConvTranspose2d(const Tensor& input, const Tensor& weights, const Tensor* bias,
                                  const ConvTranspose2dParams& params, const ExecContext& ctx) override {
     return tt_emu::ConvTranspose2d(input, weights, bias, params, ctx.precision, level_, ctx.cancel, ctx.report);
+  }
+
+  // The card's ttnn.add in the feature maps' dtype (tt_eltwise.h); precision.host_add: the fp32
+  // host add instead, for comparison (more accurate than the card).
+  Result<Tensor> Add(const Tensor& a, const Tensor& b, Activation act, const ExecContext& ctx) override {
+    KILN_RETURN_IF_ERROR(ctx.precision.Validate());
+    if (!ctx.precision.host_add) {
+      auto y = tt_emu::Add(a, b, tt_emu::AddConfigFor(ctx.precision, act), ctx.cancel, ctx.report);
+      if (y.ok() && ctx.report != nullptr) ctx.report->precision = ctx.precision.Resolved();
+      return y;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    if (ctx.cancel != nullptr) KILN_RETURN_IF_ERROR(ctx.cancel->Check());
+    KILN_RETURN_IF_ERROR(ValidateAdd(a, b));
+    if (act != Activation::kNone && act != Activation::kRelu && act != Activation::kRelu6) {
+      return Unimplemented(std::string("tt-emu add: fused activation ") + ActivationName(act) + " is not modelled");
+    }
+    auto y = Tensor::Zeros(a.shape(), DataType::kFloat32, a.layout());
+    if (!y.ok()) return y.status();
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    float* py = y->data<float>();
+    for (int64_t e = 0; e < y->num_elements(); ++e) py[e] = ApplyActivation(act, pa[e] + pb[e]);
+    if (ctx.report != nullptr) {
+      *ctx.report = OpReport{};
+      ctx.report->op = "add";
+      ctx.report->backend = kTtEmuBackend;
+      ctx.report->implementation = "host fp32 add (host_add)";
+      ctx.report->precision = ctx.precision.Resolved();
+      ctx.report->output_shape = a.shape();
+      ctx.report->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    return std::move(*y);
   }
 
  private:

@@ -3,6 +3,8 @@
 //
 // * conv2d / conv_transpose2d with groups, dilations, asymmetric pads, output_padding and the fused
 //   activations of backend.h; pooling is not offered (UNIMPLEMENTED, capabilities().pool2d false).
+// * Add: the card's ttnn.add with fused relu / relu6 in the feature maps' dtype (tt_eltwise.h);
+//   PrecisionConfig::host_add = true computes the fp32 host add instead (for comparison).
 // * Honours ExecContext::precision (PrecisionConfig, TT-NN conv defaults when default-constructed).
 // * Inputs NCHW or NHWC (output in the input's layout); weights OIHW (conv2d) / IOHW (transpose).
 // * The report states the level ("exact"/"fast") as implementation and the K blocking used.
