@@ -14,16 +14,24 @@
 namespace kiln::api {
 
 Result<std::shared_ptr<const convplan::ConvPlan>> PlanModel(std::string_view bytes, const std::string& model_name,
-                                                            const std::map<std::string, int64_t>& bind_symbols) {
+                                                            const std::map<std::string, int64_t>& bind_symbols,
+                                                            const convplan::PlanOptions& options) {
   AssertNotOnReactor("PlanModel");
   onnx_fe::LoadOptions load;
   load.model_name = model_name;
   load.bind_symbols = bind_symbols;
   auto model = onnx_fe::LoadModel(bytes, load);
   if (!model.ok()) return model.status();
-  auto plan = convplan::BuildConvPlan(*model, runtime::HostKernels());
+  auto plan = convplan::BuildConvPlan(*model, runtime::HostKernels(), options);
   if (!plan.ok()) return plan.status().WithContext("model '" + model_name + "'");
   return std::make_shared<const convplan::ConvPlan>(std::move(plan).value());
+}
+
+convplan::PlanOptions PlanOptionsForRequest(const kiln::v1::RunConvLayersRequest& request) {
+  convplan::PlanOptions o;
+  // A Concat → Conv is ttnn.concat then one conv unless the request asks for Kiln's K-split.
+  if (!request.precision().concat_k_split()) o.disabled_passes.push_back("KSplitConcat");
+  return o;
 }
 
 std::map<std::string, int64_t> SymbolBindings(const onnx_fe::Graph& graph, const kiln::v1::RunConvLayersRequest& request) {
@@ -55,8 +63,9 @@ Result<std::shared_ptr<const convplan::ConvPlan>> PlanForRequest(std::string_vie
   auto model = onnx_fe::LoadModel(bytes, load);
   if (!model.ok()) return model.status();
   const auto bindings = SymbolBindings((*model)->graph(), request);
-  if (!bindings.empty()) return PlanModel(bytes, model_name, bindings);
-  auto plan = convplan::BuildConvPlan(*model, runtime::HostKernels());
+  const convplan::PlanOptions options = PlanOptionsForRequest(request);
+  if (!bindings.empty()) return PlanModel(bytes, model_name, bindings, options);
+  auto plan = convplan::BuildConvPlan(*model, runtime::HostKernels(), options);
   if (!plan.ok()) return plan.status().WithContext("model '" + model_name + "'");
   return std::make_shared<const convplan::ConvPlan>(std::move(plan).value());
 }
@@ -70,6 +79,7 @@ std::string PlanCacheKey(const std::string& model_id, const kiln::v1::RunConvLay
   }
   std::string k = model_id;
   for (const auto& [name, s] : shapes) k += "|" + name + "=" + s;
+  if (request.precision().concat_k_split()) k += "|ksplit";  // PlanOptionsForRequest
   return k;
 }
 
@@ -139,6 +149,7 @@ void FillRunResponse(const runtime::RunResult& result, bool omit_outputs,
   response->set_kiln_version(KilnVersion());
   response->set_run_seconds(result.total_seconds);
   response->set_folded_nodes(result.folded_nodes);
+  response->set_backend_sources(result.backend_sources);
 }
 
 sched::JobFn MakeRunJob(std::shared_ptr<const convplan::ConvPlan> plan, runtime::RunInputs inputs,

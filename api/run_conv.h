@@ -40,7 +40,12 @@ struct PreparedConvRun {
 /// it by PlanCacheKey.
 /// Blocking (CPU lane).
 Result<std::shared_ptr<const convplan::ConvPlan>> PlanModel(std::string_view bytes, const std::string& model_name,
-                                                            const std::map<std::string, int64_t>& bind_symbols = {});
+                                                            const std::map<std::string, int64_t>& bind_symbols = {},
+                                                            const convplan::PlanOptions& options = {});
+
+/// The plan options a run request implies: KSplitConcat only when precision.concat_k_split (a
+/// Concat → Conv is otherwise ttnn.concat then one conv, as a TT-NN port runs it).
+convplan::PlanOptions PlanOptionsForRequest(const kiln::v1::RunConvLayersRequest& request);
 
 /// The values the request binds the symbolic input dims of `graph` (a loaded model's main graph)
 /// to: a given input's dim, 1 for an absent input (as runtime/inputs.h generates it); empty when

@@ -142,6 +142,7 @@ struct RunResult {
   std::vector<LayerReport> layers;
   std::string backend;                  ///< device backend name
   bool backend_honours_precision = false;
+  std::string backend_sources;          ///< BackendCapabilities::sources of the device backend
   /// RunOptions::precision with defaults resolved (fp32_dest_acc_en set per TT-NN's rule).
   device::PrecisionConfig precision;
   RunMode mode = RunMode::kChained;

@@ -279,6 +279,10 @@ class ReferenceProxy final : public Backend {
                                 const device::ExecContext& ctx) override {
     return RunOp([&](Backend& b) { return b.Pool2d(input, params, ctx); });
   }
+  Result<device::Tensor> Add(const device::Tensor& a, const device::Tensor& b, device::Activation act,
+                             const device::ExecContext& ctx) override {
+    return RunOp([&](Backend& be) { return be.Add(a, b, act, ctx); });
+  }
 
  private:
   template <typename Op>

@@ -213,6 +213,10 @@ struct BackendCapabilities {
   std::vector<Activation> add_activations;
   std::vector<Activation> activations; ///< fused activations supported
   std::string description;             ///< one line for `kiln devices`
+  /// The upstream sources (files and commits) the backend's behaviour follows, "" if none
+  /// (tt-emu: the tt-metal files of docs/specs/tt-metal-followed.md); shown by `kiln devices` and
+  /// carried in every run's response.
+  std::string sources;
 };
 
 class PreparedConv;

@@ -1,13 +1,15 @@
 // Device precision configuration of one conv-style op: the knobs TT-NN exposes through
-// Conv2dConfig (weights_dtype, the output `dtype`, act_block_w) and its compute kernel config
-// (math_fidelity, math_approx_mode, fp32_dest_acc_en, packer_l1_acc), plus the architecture.
+// Conv2dConfig (weights_dtype, the output `dtype`, shard_layout, act_block_w_div,
+// act_block_h_override, full_inner_dim, enable_activation_reuse, bfp8_pack_precise) and its compute
+// kernel config (math_fidelity, math_approx_mode, fp32_dest_acc_en, packer_l1_acc), plus the arch,
+// the board, the input layout and the tt-metal tree-version switches.
 //
-// Defaults are TT-NN's conv defaults (docs/specs/tt-numerics.md §8 item 3, "Default compute
-// config"; docs/specs/tt-conv-dataflow.md §1): HiFi4, math_approx_mode = true, fp32_dest_acc_en =
-// true only if the input AND the weights are float32, packer_l1_acc = false; weights, input and
-// output in bfloat16 (TT-NN's Conv2dConfig weights_dtype default and the output dtype following a
-// bf16 input); arch wormhole_b0; act_block_w = 0 meaning "TT-NN's height-sharded default: one K
-// block per kernel row, round_up(Cin_pad * kw, 32) wide" (docs/specs/tt-numerics.md §8 item 4).
+// Defaults are TT-NN's conv defaults (docs/specs/tt-conv-dataflow.md §1; the README's table):
+// HiFi4, math_approx_mode = true, fp32_dest_acc_en = true only if the input AND the weights are
+// float32, packer_l1_acc = false; input bfloat16 (ttnn.from_torch(x, dtype=ttnn.bfloat16)), output =
+// the input dtype, weights = the host weight tensor's dtype (float32 for ONNX float weights);
+// shard layout chosen by TT-NN's auto-shard rule; row-major input; arch wormhole_b0 on its
+// single-chip board. Which program each conv then gets: device/backends/tt_emu/program.h.
 // Note: the ttaw conv builders (Python, CONV_PRECISION) deliberately run "HiFi4+fp32+l1acc" with
 // exact SFPU activations instead; `PrecisionConfig::TtawConv()` gives that.
 //

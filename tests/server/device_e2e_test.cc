@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -226,8 +227,11 @@ TEST_F(DeviceE2E, ThirtyTwoConcurrentClientsGetCorrectResults) {
 }
 
 TEST_F(DeviceE2E, DeadlineCancelQueueFullAndUnsupportedOps) {
+  // unet on tt-emu exact with the scalar MVMUL kernel (device/numerics/mvmul_kernel.h, inherited by
+  // the kilnd child) takes seconds: long enough to hit deadlines and fill the queue.
+  ::setenv("KILN_MVMUL_KERNEL", "scalar", 1);
   Start({"--devices", "tt-emu:1,reference:1", "--device-queue", "1", "--tt-emu-level", "exact"});
-  // unet on tt-emu exact takes seconds: long enough to hit deadlines and fill the queue.
+  ::unsetenv("KILN_MVMUL_KERNEL");
   std::string id = Upload("unet", ReadFileBytes(kCases + "unet_small.onnx"));
   kiln::v1::RunConvLayersRequest slow;
   slow.set_model_id(id);

@@ -346,6 +346,13 @@ FusedHardswish ResolveFusedHardswish(FusedHardswish h) {
   return h == FusedHardswish::kRecorded ? FusedHardswish::kDropped : h;
 }
 
+const char* TtMetalFollowed() {
+  return "tt-metal conv2d/conv2d_utils.cpp@002a3f41 conv2d.cpp@645aa768 "
+         "conv2d_op_program_factory_common.cpp@003324fc prepare_conv2d_weights.cpp@002a3f41 "
+         "device/conv2d_device_operation.cpp@002a3f41 unary_op_utils.cpp@005cd99a "
+         "(docs/specs/tt-metal-followed.md)";
+}
+
 ProgramReport ToProgramReport(const ConvProgram& g) {
   ProgramReport r;
   r.path = ConvProgramPathName(g.path);

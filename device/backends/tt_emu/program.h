@@ -133,6 +133,10 @@ Result<BoardInfo> GetBoardInfo(Board board, Arch arch);
 Result<ConvProgram> SelectConvProgram(const ConvProblem& problem, const PrecisionConfig& precision,
                                       DeviceDType host_weights_dtype = DeviceDType::kFloat32);
 
+/// The tt-metal files (and commits) whose decisions SelectConvProgram follows, one line
+/// (docs/specs/tt-metal-followed.md has the full table).
+const char* TtMetalFollowed();
+
 /// The report's view of the program (backend.h ProgramReport).
 ProgramReport ToProgramReport(const ConvProgram& program);
 

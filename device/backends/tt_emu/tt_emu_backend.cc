@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "device/backends/builtin.h"
+#include "device/backends/tt_emu/program.h"
 #include "device/backends/tt_emu/tt_eltwise.h"
 
 namespace kiln::device {
@@ -30,7 +31,9 @@ class TtEmuBackend final : public Backend {
     c.add_activations = {Activation::kNone, Activation::kRelu, Activation::kRelu6};
     c.activations = {Activation::kNone, Activation::kRelu,    Activation::kRelu6, Activation::kSilu,
                      Activation::kGelu, Activation::kSigmoid, Activation::kTanh, Activation::kHardswish};
-    c.description = std::string("Tenstorrent Tensix numerics emulator (docs/specs/tt-numerics.md), level ") +
+    c.sources = tt_emu::TtMetalFollowed();
+    c.description = std::string("Tenstorrent Tensix numerics emulator (docs/specs/tt-numerics.md), follows ") +
+                    c.sources + ", level " +
                     tt_emu::EmuLevelName(level_);
     return c;
   }
