@@ -54,9 +54,29 @@ struct DwCase {
   MathFidelity fid;
   bool fp32, bias;
   Activation act;
+  DT wdt = DT::kBFloat16;
 };
 
-// The hand-written chain for bf16 input and weights (no host-side bfp: the inputs are bf16 exact).
+// Weights as the card holds them: bf16, or bfp8 groups of 16 channels of one tap (the 2-D
+// depthwise face layout); [ch][tap] fp32 patterns.
+std::vector<uint32_t> DeviceWeights(const std::vector<float>& w, int64_t C, int64_t T, DT wdt) {
+  std::vector<uint32_t> q(w.size(), 0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c0 = 0; c0 < C; c0 += 16) {
+      std::array<uint32_t, 16> g{};
+      for (int i = 0; i < 16 && c0 + i < C; ++i) g[i] = nx::FloatBits(w[(c0 + i) * T + t]);
+      if (wdt == DT::kBFloat8B) {
+        const nx::BfpGroup e = nx::HostEncodeBfpGroup(g, nx::BfpFormat::kBfp8);
+        for (int i = 0; i < 16 && c0 + i < C; ++i)
+          q[(c0 + i) * T + t] = static_cast<uint32_t>(nx::UnpackBfpToBf16(e.exp, e.codes[i], nx::BfpFormat::kBfp8)) << 16;
+      } else {
+        for (int i = 0; i < 16 && c0 + i < C; ++i) q[(c0 + i) * T + t] = Bf16(nx::BitsFloat(g[i]));
+      }
+    }
+  return q;
+}
+
+// The hand-written chain for bf16 input (host RNE) and bf16 or bfp8 weights.
 std::vector<uint32_t> Chain(const DwCase& c, const std::vector<float>& x, const std::vector<float>& w,
                             const std::vector<float>& b, int64_t OH, int64_t OW) {
   const nx::FpuConfig cfg{c.fp32, Arch::kWormholeB0, nx::SrcFormat::kBf16, nx::SrcFormat::kBf16};
@@ -64,6 +84,8 @@ std::vector<uint32_t> Chain(const DwCase& c, const std::vector<float>& x, const 
   std::vector<uint32_t> out(static_cast<size_t>(OH * OW * c.C));
   std::array<uint32_t, 16> ones;
   ones.fill(0x3F800000u);
+  const std::vector<uint32_t> wq = DeviceWeights(w, c.C, T, c.wdt);
+  const std::vector<uint32_t> bq = DeviceWeights(b, c.C, 1, c.wdt);  // bias in the weights dtype
   for (int64_t oy = 0; oy < OH; ++oy)
     for (int64_t ox = 0; ox < OW; ++ox) {
       std::vector<uint32_t> dst(static_cast<size_t>(Cp), 0);
@@ -73,13 +95,13 @@ std::vector<uint32_t> Chain(const DwCase& c, const std::vector<float>& x, const 
           const int64_t y = oy * c.s - c.pad + t / c.k, xx = ox * c.s - c.pad + t % c.k;
           std::array<uint32_t, 16> a{}, bw{};
           a[0] = (y < 0 || y >= c.H || xx < 0 || xx >= c.W) ? 0u : Bf16(x[(ch * c.H + y) * c.W + xx]);
-          bw[0] = Bf16(w[ch * T + t]);
+          bw[0] = wq[ch * T + t];
           prod[t] = PackBf16(nx::MvmulFidelity(a, bw, 0, c.fid, cfg), c.fp32);
         }
         uint32_t d = 0;
         d = nx::MvmulFidelity(std::span<const uint32_t, 16>(prod.data(), 16), ones, d, c.fid, cfg);
         if (T > 16) d = nx::MvmulFidelity(std::span<const uint32_t, 16>(prod.data() + 16, 16), ones, d, c.fid, cfg);
-        if (c.bias) d = nx::Elwadd(0u, Bf16(b[ch]), d, true, cfg);
+        if (c.bias) d = nx::Elwadd(0u, bq[ch], d, true, cfg);
         if (c.act == Activation::kRelu6) {
           const float f = nx::SfpuEval(nx::SfpuOp::kRelu6, nx::BitsFloat(d), false, Arch::kWormholeB0);
           d = c.fp32 ? nx::FloatBits(f) : Bf16(f);
@@ -124,6 +146,7 @@ TEST(TtEmuDepthwise, MatchesPrimitiveChain) {
       {40, 6, 7, 3, 1, 1, DT::kBFloat8B, MathFidelity::kLoFi, false, false, Activation::kNone},
       {40, 6, 7, 3, 2, 1, DT::kBFloat16, MathFidelity::kHiFi2, false, true, Activation::kRelu6},
       {16, 7, 7, 5, 1, 2, DT::kBFloat16, MathFidelity::kHiFi4, true, false, Activation::kRelu6},  // 25 taps
+      {40, 6, 7, 3, 1, 1, DT::kBFloat8B, MathFidelity::kHiFi4, true, true, Activation::kNone, DT::kBFloat8B},
   };
   int checked = 0;
   for (const DwCase& c : cases) {
@@ -133,7 +156,7 @@ TEST(TtEmuDepthwise, MatchesPrimitiveChain) {
     Tensor xt = MakeTensor({1, c.C, c.H, c.W}, x), wt = MakeTensor({c.C, 1, c.k, c.k}, w), bt = MakeTensor({c.C}, b);
     PrecisionConfig p;
     p.math_fidelity = c.fid;
-    p.weights_dtype = DT::kBFloat16;
+    p.weights_dtype = c.wdt;
     p.output_dtype = c.out;
     p.fp32_dest_acc_en = c.fp32;
     OpReport rep;
@@ -149,7 +172,7 @@ TEST(TtEmuDepthwise, MatchesPrimitiveChain) {
             << "case " << checked << " channel " << ch << " pixel " << s << "; " << rep.blocking;
     ++checked;
   }
-  EXPECT_EQ(checked, 5);
+  EXPECT_EQ(checked, 6);
 }
 
 TEST(TtEmuDepthwise, SwitchSelectsDenseOrPoolProgram) {
