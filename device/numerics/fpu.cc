@@ -60,6 +60,25 @@ uint32_t MvmulFidelity(std::span<const uint32_t, 16> a, std::span<const uint32_t
 }
 
 
+uint32_t Elwmul(uint32_t a, uint32_t b, uint32_t dst, MathFidelity fid, const FpuConfig& cfg) {
+  a = MaskSrcOperand(a, cfg.a_fmt);
+  b = MaskSrcOperand(b, cfg.b_fmt);
+  for (int p = 0; p < NumPhases(fid); ++p) {
+    const FpuSlice sa = SliceA(a, p), sb = SliceB(b, p);
+    FpuTerm t;
+    const int ep = sa.exp + sb.exp + PhaseAdjust(p);
+    if (sa.exp != 0 && sb.exp != 0 && ep > 0) {
+      // One lane: the group maximum is the lane itself (d = 0, R = P).
+      t.sign = sa.sign ^ sb.sign;
+      t.exp = ep;
+      t.mag = static_cast<uint64_t>(sa.slice * sb.slice) << 13;
+      if (t.mag == 0) t.sign = 0;
+    }
+    dst = CombineWithDst(t, FpuTerm{}, dst, cfg.fp32_dst, cfg.arch);
+  }
+  return dst;
+}
+
 uint32_t PackL1AccFp32(uint32_t old_value, uint32_t new_value) {
   auto ftz = [](uint32_t u) { return ((u >> 23) & 0xFFu) == 0 ? (u & 0x80000000u) : u; };
   volatile float x = BitsFloat(ftz(old_value));

@@ -40,6 +40,15 @@ uint32_t MvmulPhase(std::span<const uint32_t, 16> a, std::span<const uint32_t, 1
 uint32_t MvmulFidelity(std::span<const uint32_t, 16> a, std::span<const uint32_t, 16> b, uint32_t dst,
                        MathFidelity fid, const FpuConfig& cfg);
 
+/// ELWMUL of one element (mul_tiles: SrcA · SrcB into Dst). NOT verified by vectors (there is no
+/// ELWMUL vector set): modelled as the MVMUL datapath of §5 with one product per lane. Per fidelity
+/// phase p of `fid` (§5.2 slices: a takes the 5-bit SrcA slice, b the 7-bit SrcB slice), the lane
+/// product (§5.3; a lane whose ep ≤ 0 is zero, as §12 item 3 states for ELWMUL) is a single group
+/// term combined with Dst as in §5.5; phases run in order, each rounded into Dst. Dst starts at
+/// `dst` (0 after tile_regs_acquire: the packer clears Dst on release). Identical to MvmulFidelity
+/// with a and b in lane 0 and every other lane zero.
+uint32_t Elwmul(uint32_t a, uint32_t b, uint32_t dst, MathFidelity fid, const FpuConfig& cfg);
+
 /// ELWADD of one element (§6). With `accumulate` false (the conv bias add) Dst is ignored
 /// (treated as 0) and the result is a + b rounded into Dst; with it, Dst + a + b.
 inline uint32_t Elwadd(uint32_t a, uint32_t b, uint32_t dst, bool accumulate, const FpuConfig& cfg);

@@ -14,6 +14,7 @@
 #include "device/backends/builtin.h"
 #include "device/numerics/formats.h"
 #include "device/backends/tt_emu/conv_engine.h"
+#include "device/backends/tt_emu/depthwise_engine.h"
 #include "device/backends/tt_emu/program.h"
 
 namespace kiln::device::tt_emu {
@@ -91,10 +92,14 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
   const auto t_run = std::chrono::steady_clock::now();
   std::vector<uint32_t> out;
   EmuStats stats;
-  KILN_RETURN_IF_ERROR(RunConvProgram(g, *program, precision, program->activation, level, x.data<float>(),
-                                      weights.data<float>(), bias ? bias->data<float>() : nullptr, cancel,
-                                      threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), &out,
-                                      &stats));
+  const int nthreads = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  KILN_RETURN_IF_ERROR(program->path == ConvProgramPath::kDepthwise2d
+                           ? RunDepthwiseProgram(g, *program, precision, program->activation, level, x.data<float>(),
+                                                 weights.data<float>(), bias ? bias->data<float>() : nullptr, cancel,
+                                                 nthreads, &out)
+                           : RunConvProgram(g, *program, precision, program->activation, level, x.data<float>(),
+                                            weights.data<float>(), bias ? bias->data<float>() : nullptr, cancel,
+                                            nthreads, &out, &stats));
   const auto t_done = std::chrono::steady_clock::now();
 
   float* dst = t->data<float>();
