@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -81,6 +82,30 @@ void Speed(int reps) {
     std::printf("  tt-emu exact %-5s (N=1 28x28): %7.1f ms  %6.3f GMAC/s  (%.3f G phase-MAC/s)\n", MathFidelityName(f),
                 te * 1e3, macs_s / te / 1e9, macs_s * (f == MathFidelity::kLoFi ? 1 : static_cast<int>(f)) / te / 1e9);
   }
+  // Exact against the reference on the same conv in one process (N=1, 64->64, 3x3, pad 1, 56x56,
+  // bias), both in GMAC/s; then exact HiFi4 on 1 and 2 threads, with the load average beside it.
+  Tensor x1 = RandBf16({1, C, H, W}, rng);
+  const double macs1 = 1.0 * O * H * W * C * 9;
+  (void)(*ref)->Conv2d(x1, w, &b, p, {});
+  const double tr1 = Best(reps, [&] { return (*ref)->Conv2d(x1, w, &b, p, {}).ok(); });
+  std::printf("same conv N=1 64->64 56x56 k3 p1 bias:\n  reference                    : %7.1f ms  %6.2f GMAC/s\n",
+              tr1 * 1e3, macs1 / tr1 / 1e9);
+  double hifi4_1 = 0, hifi4_2 = 0;
+  for (MathFidelity f : {MathFidelity::kHiFi4, MathFidelity::kLoFi}) {
+    PrecisionConfig pc;
+    pc.math_fidelity = f;
+    for (int threads : {2, 1}) {
+      const double te =
+          Best(reps, [&] { return tt_emu::Conv2d(x1, w, &b, p, pc, tt_emu::EmuLevel::kExact, nullptr, nullptr, threads).ok(); });
+      std::printf("  tt-emu exact %-5s %d thread%s : %7.1f ms  %6.3f GMAC/s  ratio to reference %.3f\n",
+                  MathFidelityName(f), threads, threads > 1 ? "s" : " ", te * 1e3, macs1 / te / 1e9, tr1 / te);
+      if (f == MathFidelity::kHiFi4) (threads == 1 ? hifi4_1 : hifi4_2) = te;
+    }
+  }
+  double load[3] = {0, 0, 0};
+  (void)getloadavg(load, 3);
+  std::printf("  exact HiFi4 2 threads vs 1: %.2fx (load average %.2f %.2f %.2f)\n", hifi4_1 / hifi4_2, load[0],
+              load[1], load[2]);
 }
 
 struct Row {
