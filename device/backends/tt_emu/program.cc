@@ -541,6 +541,12 @@ Result<ConvProgram> SelectOne(const ConvProblem& problem, const PrecisionConfig&
       g.path = ConvProgramPath::kDepthwise2d;
       g.act_dtype = r.input_dtype == DeviceDType::kFloat32 ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
       g.notes.push_back("2-D depthwise: Conv2dDepthwiseProgramFactory (per-tap multiply + reduce)");
+      if (p.dh != 1 || p.dw != 1) {
+        // The factory sets the pool reader's dilation to 1 on the recorded tree
+        // (conv2d_op_depthwise_program_factory.cpp); tt-emu keeps the conv's dilation.
+        g.notes.push_back("dilated 2-D depthwise: the recorded factory passes dilation 1 to its reader; tt-emu "
+                          "applies the conv's dilation, so a card run may differ");
+      }
     } else if (dw1d) {
       g.path = ConvProgramPath::kDepthwise1d;
       g.notes.push_back("1-D depthwise without bias: compute_depthwise_conv1d.cpp");
