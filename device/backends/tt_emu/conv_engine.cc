@@ -11,6 +11,7 @@
 
 #include <dnnl.hpp>
 
+#include "device/backends/tt_emu/device_formats.h"
 #include "device/numerics/formats.h"
 #include "device/numerics/fpu.h"
 #include "device/numerics/mvmul_kernel.h"
@@ -21,88 +22,6 @@ namespace kiln::device::tt_emu {
 namespace nx = kiln::numerics;
 
 namespace {
-
-// Host conversion of 16 fp32 patterns (one group) to a device dtype; returns the values as the
-// device unpacker will read them (fp32 patterns; bf16-exact except for float32).
-void HostConvertGroup(const uint32_t* in, int n, DeviceDType dt, uint32_t* out) {
-  switch (dt) {
-    case DeviceDType::kFloat32:
-      for (int i = 0; i < n; ++i) out[i] = in[i];
-      return;
-    case DeviceDType::kBFloat16:
-      for (int i = 0; i < n; ++i) out[i] = static_cast<uint32_t>(nx::HostFp32ToBf16(in[i])) << 16;
-      return;
-    case DeviceDType::kBFloat8B:
-    case DeviceDType::kBFloat4B: {
-      const nx::BfpFormat f = nx::BfpFormatOf(dt);
-      std::array<uint32_t, 16> g{};
-      for (int i = 0; i < n; ++i) g[i] = in[i];
-      nx::BfpGroup enc = nx::HostEncodeBfpGroup(g, f, nx::HostBfpRounding::kCurrent);
-      for (int i = 0; i < n; ++i) out[i] = static_cast<uint32_t>(nx::UnpackBfpToBf16(enc.exp, enc.codes[i], f)) << 16;
-      return;
-    }
-  }
-}
-
-inline bool IsBfp(DeviceDType d) { return d == DeviceDType::kBFloat8B || d == DeviceDType::kBFloat4B; }
-
-// Unpacks a stored fp32-pattern value of dtype `dt` into an FPU source register (§4).
-inline uint32_t UnpackToSrc(uint32_t v, DeviceDType dt, bool fp32_dst) {
-  if (dt == DeviceDType::kFloat32) {
-    return fp32_dst ? nx::UnpackFp32ToTf32(v) : static_cast<uint32_t>(nx::UnpackFp32ToBf16(v)) << 16;
-  }
-  return v;  // bf16 / unpacked bfp are bf16-exact
-}
-inline nx::SrcFormat SrcFmtOf(DeviceDType dt, bool fp32_dst) {
-  return (dt == DeviceDType::kFloat32 && fp32_dst) ? nx::SrcFormat::kTf32 : nx::SrcFormat::kBf16;
-}
-
-// Device packer of n Dst values to dtype `dt` (§3), with the packer ReLU (§3.5).
-// host_view: bfp values decoded as the host does (§2.3) instead of the device unpacker (§4).
-// precise: a Float32 pack source for bfp outputs (bfp8_pack_precise; §3.4 note: no LSB clearing).
-void PackRow(const uint32_t* dst, int64_t n, DeviceDType dt, bool fp32_dst, bool relu, bool host_view, bool precise,
-             uint32_t* out) {
-  switch (dt) {
-    case DeviceDType::kFloat32:
-      for (int64_t i = 0; i < n; ++i) {
-        uint32_t u = fp32_dst ? dst[i] : nx::PackBf16DstToFp32(static_cast<uint16_t>(dst[i] >> 16));
-        out[i] = relu ? nx::PackerReluFp32(u) : u;
-      }
-      return;
-    case DeviceDType::kBFloat16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t t = fp32_dst ? nx::PackFp32DstToBf16(dst[i]) : nx::PackBf16DstToBf16(static_cast<uint16_t>(dst[i] >> 16));
-        if (relu) t = nx::PackerReluBf16(t);
-        out[i] = static_cast<uint32_t>(t) << 16;
-      }
-      return;
-    case DeviceDType::kBFloat8B:
-    case DeviceDType::kBFloat4B: {
-      const nx::BfpFormat f = nx::BfpFormatOf(dt);
-      for (int64_t g0 = 0; g0 < n; g0 += 16) {
-        std::array<uint16_t, 16> e{};
-        for (int i = 0; i < 16 && g0 + i < n; ++i) {
-          const uint32_t d = dst[g0 + i];
-          if (precise && fp32_dst) {
-            // Float32 source: truncation to 16 bits, NaN → ±Inf, exponent 0 → +0, no LSB clearing.
-            uint32_t u = nx::detail::IsNanBits(d) ? ((d & 0x80000000u) | 0x7F800000u) : d;
-            uint16_t t = static_cast<uint16_t>(u >> 16);
-            e[i] = (t & 0x7F80u) == 0 ? 0 : t;
-          } else {
-            e[i] = fp32_dst ? nx::PackE8M6FromFp32Dst(d) : nx::PackE8M6FromBf16Dst(static_cast<uint16_t>(d >> 16));
-          }
-          if (relu) e[i] = nx::PackerReluBf16(e[i]);
-        }
-        nx::BfpGroup g = nx::PackBfpStageB(e, f);
-        for (int i = 0; i < 16 && g0 + i < n; ++i) {
-          out[g0 + i] = host_view ? nx::FloatBits(nx::DecodeBfpValue(g.exp, g.codes[i], f))
-                                  : static_cast<uint32_t>(nx::UnpackBfpToBf16(g.exp, g.codes[i], f)) << 16;
-        }
-      }
-      return;
-    }
-  }
-}
 
 // Rounds an fp32 value into Dst (fast level): fp32 Dst keeps it (exponent-0 → +0); a bf16 Dst
 // rounds half away from zero to 8 significant bits like §5.5's normaliser.

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "device/backends/tt_emu/device_formats.h"
 #include "device/numerics/formats.h"
 #include "device/numerics/fpu.h"
 #include "device/numerics/sfpu.h"
@@ -18,64 +19,11 @@ namespace nx = kiln::numerics;
 
 namespace {
 
-inline bool IsBfp(DeviceDType d) { return d == DeviceDType::kBFloat8B || d == DeviceDType::kBFloat4B; }
-
-// Host conversion (tt-metal, before upload) of up to 16 fp32 values forming one bfp group (§2):
-// returns what the device unpacker reads (bf16-exact patterns except for float32).
-void HostConvertGroup(const uint32_t* in, int n, DeviceDType dt, uint32_t* out) {
-  if (dt == DeviceDType::kFloat32) {
-    std::copy(in, in + n, out);
-  } else if (dt == DeviceDType::kBFloat16) {
-    for (int i = 0; i < n; ++i) out[i] = static_cast<uint32_t>(nx::HostFp32ToBf16(in[i])) << 16;
-  } else {
-    const nx::BfpFormat f = nx::BfpFormatOf(dt);
-    std::array<uint32_t, 16> grp{};
-    std::copy(in, in + n, grp.begin());
-    const nx::BfpGroup enc = nx::HostEncodeBfpGroup(grp, f, nx::HostBfpRounding::kCurrent);
-    for (int i = 0; i < n; ++i) out[i] = static_cast<uint32_t>(nx::UnpackBfpToBf16(enc.exp, enc.codes[i], f)) << 16;
-  }
-}
-
-// A stored value of format `dt` unpacked into a Src register (§4): float32 as tf32 with an fp32
-// Dst, truncated to bf16 without; bf16 / unpacked bfp are bf16-exact already.
-inline uint32_t UnpackToSrc(uint32_t v, DeviceDType dt, bool fp32_dst) {
-  if (dt != DeviceDType::kFloat32) return v;
-  return fp32_dst ? nx::UnpackFp32ToTf32(v) : static_cast<uint32_t>(nx::UnpackFp32ToBf16(v)) << 16;
-}
-inline nx::SrcFormat SrcFmtOf(DeviceDType dt, bool fp32_dst) {
-  return (dt == DeviceDType::kFloat32 && fp32_dst) ? nx::SrcFormat::kTf32 : nx::SrcFormat::kBf16;
-}
-
-// Packs one Dst value into a bf16 or float32 CB (§3.1–§3.3); fp32 patterns returned.
+// A Dst value packed into a bf16 or float32 CB (§3.1–§3.3); fp32 patterns returned.
 inline uint32_t PackScalar(uint32_t d, DeviceDType dt, bool fp32_dst) {
-  if (dt == DeviceDType::kFloat32) return fp32_dst ? d : nx::PackBf16DstToFp32(static_cast<uint16_t>(d >> 16));
-  const uint16_t t = fp32_dst ? nx::PackFp32DstToBf16(d) : nx::PackBf16DstToBf16(static_cast<uint16_t>(d >> 16));
-  return static_cast<uint32_t>(t) << 16;
-}
-
-// The final pack of one pixel's n Dst values into the output dtype (§3), bfp values decoded as the
-// host reads them (§2.3). precise: bfp8_pack_precise's Float32 pack source (no E8M6 LSB step).
-void PackOutput(const uint32_t* dst, int64_t n, DeviceDType dt, bool fp32_dst, bool precise, uint32_t* out) {
-  if (!IsBfp(dt)) {
-    for (int64_t i = 0; i < n; ++i) out[i] = PackScalar(dst[i], dt, fp32_dst);
-    return;
-  }
-  const nx::BfpFormat f = nx::BfpFormatOf(dt);
-  for (int64_t g0 = 0; g0 < n; g0 += 16) {
-    std::array<uint16_t, 16> e{};
-    for (int i = 0; i < 16 && g0 + i < n; ++i) {
-      const uint32_t d = dst[g0 + i];
-      if (precise && fp32_dst) {
-        const uint32_t u = nx::detail::IsNanBits(d) ? ((d & 0x80000000u) | 0x7F800000u) : d;
-        const uint16_t t = static_cast<uint16_t>(u >> 16);
-        e[i] = (t & 0x7F80u) == 0 ? 0 : t;
-      } else {
-        e[i] = fp32_dst ? nx::PackE8M6FromFp32Dst(d) : nx::PackE8M6FromBf16Dst(static_cast<uint16_t>(d >> 16));
-      }
-    }
-    const nx::BfpGroup grp = nx::PackBfpStageB(e, f);
-    for (int i = 0; i < 16 && g0 + i < n; ++i) out[g0 + i] = nx::FloatBits(nx::DecodeBfpValue(grp.exp, grp.codes[i], f));
-  }
+  uint32_t out;
+  PackRow(&d, 1, dt, fp32_dst, /*relu=*/false, /*host_view=*/true, /*precise=*/false, &out);
+  return out;
 }
 
 class DepthwiseEngine {
@@ -193,7 +141,7 @@ class DepthwiseEngine {
         }
         dst[static_cast<size_t>(c)] = ((v >> 23) & 0xFFu) == 0 ? 0u : v;
       }
-      PackOutput(dst.data(), Cp_, prog_.output_dtype, fp32_dst_, prog_.bfp8_pack_precise, fin.data());
+      PackRow(dst.data(), Cp_, prog_.output_dtype, fp32_dst_, false, true, prog_.bfp8_pack_precise, fin.data());
       std::copy(fin.begin(), fin.begin() + g.O, out->begin() + m * g.O);
     }
     return Status::Ok();

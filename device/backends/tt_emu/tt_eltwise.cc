@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "device/backends/builtin.h"
+#include "device/backends/tt_emu/device_formats.h"
 #include "device/numerics/formats.h"
 #include "device/numerics/fpu.h"
 #include "device/numerics/sfpu.h"
@@ -17,35 +18,11 @@ namespace nx = kiln::numerics;
 
 namespace {
 
-bool IsBfp(DeviceDType d) { return d == DeviceDType::kBFloat8B || d == DeviceDType::kBFloat4B; }
-
-// Step 1 + the unpack of step 2 for one operand group: host conversion to `dt` (§2.1 / §2.2, as
-// ttnn.from_torch), then the value the unpacker puts in Src (§4). The same conversions as the conv
-// operands of conv_engine.cc (HostConvertGroup, UnpackToSrc).
+// Host conversion to `dt` (§2.1 / §2.2, as ttnn.from_torch), then the value the unpacker puts in
+// Src (§4): the conversions of the conv operands (device_formats.h).
 void ToSrc(const uint32_t* in, int n, DeviceDType dt, bool fp32_dst, uint32_t* src) {
-  switch (dt) {
-    case DeviceDType::kFloat32:
-      for (int i = 0; i < n; ++i) {
-        src[i] = fp32_dst ? nx::UnpackFp32ToTf32(in[i]) : static_cast<uint32_t>(nx::UnpackFp32ToBf16(in[i])) << 16;
-      }
-      return;
-    case DeviceDType::kBFloat16:
-      for (int i = 0; i < n; ++i) src[i] = static_cast<uint32_t>(nx::HostFp32ToBf16(in[i])) << 16;
-      return;
-    case DeviceDType::kBFloat8B:
-    case DeviceDType::kBFloat4B: {
-      const nx::BfpFormat f = nx::BfpFormatOf(dt);
-      std::array<uint32_t, 16> g{};
-      for (int i = 0; i < n; ++i) g[i] = in[i];
-      const nx::BfpGroup enc = nx::HostEncodeBfpGroup(g, f, nx::HostBfpRounding::kCurrent);
-      for (int i = 0; i < n; ++i) src[i] = static_cast<uint32_t>(nx::UnpackBfpToBf16(enc.exp, enc.codes[i], f)) << 16;
-      return;
-    }
-  }
-}
-
-nx::SrcFormat SrcFmt(DeviceDType dt, bool fp32_dst) {
-  return dt == DeviceDType::kFloat32 && fp32_dst ? nx::SrcFormat::kTf32 : nx::SrcFormat::kBf16;
+  HostConvertGroup(in, n, dt, src);
+  for (int i = 0; i < n; ++i) src[i] = UnpackToSrc(src[i], dt, fp32_dst);
 }
 
 // SFPU relu_max_tile(i, 6.0) on a Dst value (device/numerics/sfpu.h); exact: the result is the
@@ -75,41 +52,16 @@ void AddGroup(const uint32_t* a, const uint32_t* b, int n, const AddConfig& cfg,
     nx::FpuConfig fc;
     fc.fp32_dst = fp32_dst;
     fc.arch = cfg.arch;
-    fc.a_fmt = SrcFmt(cfg.a_dtype, fp32_dst);
-    fc.b_fmt = SrcFmt(cfg.b_dtype, fp32_dst);
+    fc.a_fmt = SrcFmtOf(cfg.a_dtype, fp32_dst);
+    fc.b_fmt = SrcFmtOf(cfg.b_dtype, fp32_dst);
     for (int i = 0; i < n; ++i) dst[i] = nx::Elwadd(sa[i], sb[i], 0u, /*accumulate=*/false, fc);
   }
   if (cfg.activation == Activation::kRelu6) {
     for (int i = 0; i < n; ++i) dst[i] = Relu6Dst(dst[i]);
   }
-  const bool relu = cfg.activation == Activation::kRelu;
-  switch (cfg.out_dtype) {
-    case DeviceDType::kFloat32:  // §3.3
-      for (int i = 0; i < n; ++i) {
-        const uint32_t u = fp32_dst ? dst[i] : nx::PackBf16DstToFp32(static_cast<uint16_t>(dst[i] >> 16));
-        out[i] = relu ? nx::PackerReluFp32(u) : u;
-      }
-      return;
-    case DeviceDType::kBFloat16:  // §3.1 / §3.2, §3.5
-      for (int i = 0; i < n; ++i) {
-        uint16_t t = fp32_dst ? nx::PackFp32DstToBf16(dst[i]) : nx::PackBf16DstToBf16(static_cast<uint16_t>(dst[i] >> 16));
-        if (relu) t = nx::PackerReluBf16(t);
-        out[i] = static_cast<uint32_t>(t) << 16;
-      }
-      return;
-    case DeviceDType::kBFloat8B:
-    case DeviceDType::kBFloat4B: {  // §3.4 stages A + B, §3.5 after stage A; host decode §2.3
-      const nx::BfpFormat f = nx::BfpFormatOf(cfg.out_dtype);
-      std::array<uint16_t, 16> e{};
-      for (int i = 0; i < n; ++i) {
-        e[i] = fp32_dst ? nx::PackE8M6FromFp32Dst(dst[i]) : nx::PackE8M6FromBf16Dst(static_cast<uint16_t>(dst[i] >> 16));
-        if (relu) e[i] = nx::PackerReluBf16(e[i]);
-      }
-      const nx::BfpGroup g = nx::PackBfpStageB(e, f);
-      for (int i = 0; i < n; ++i) out[i] = nx::FloatBits(nx::DecodeBfpValue(g.exp, g.codes[i], f));
-      return;
-    }
-  }
+  // The final pack (§3; ReLU as the packer's, §3.5), bfp values decoded as the host reads them (§2.3).
+  PackRow(dst.data(), n, cfg.out_dtype, fp32_dst, cfg.activation == Activation::kRelu, /*host_view=*/true,
+          /*precise=*/false, out);
 }
 
 Result<Tensor> Add(const Tensor& a, const Tensor& b, const AddConfig& cfg, const CancelToken* cancel,
