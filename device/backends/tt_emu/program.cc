@@ -367,11 +367,14 @@ ProgramReport ToProgramReport(const ConvProgram& g) {
   r.num_cores_c = g.num_cores_c_in;
   r.cin_align = g.cin_align;
   r.cin_padded = g.cin_padded;
-  r.k_blocks = static_cast<int>(g.k.num_blocks());
+  // The depthwise pool program has no K blocks: its taps are multiplied and reduced per channel
+  // (depthwise_engine.h), so the generic conv's blocking is not reported for it.
+  const bool pool = g.path == ConvProgramPath::kDepthwise2d;
+  r.k_blocks = pool ? 0 : static_cast<int>(g.k.num_blocks());
   r.act_block_h_ntiles = g.act_block_h_ntiles;
   r.act_block_w_ntiles = g.act_block_w_ntiles;
   r.l1_acc_effective = g.l1_acc_effective;
-  r.partials_dtype = g.partials_dtype;
+  r.partials_dtype = pool ? g.act_dtype : g.partials_dtype;  // pool: the mul CB holds the products
   r.pack_src_dtype = g.pack_src_dtype;
   r.act_dtype = g.act_dtype;
   r.l1_bytes_per_core = g.l1_bytes_per_core;
@@ -388,7 +391,11 @@ std::string ConvProgramSummary(const ConvProgram& g) {
   s += " cores=" + std::to_string(g.num_cores) + " (nhw " + std::to_string(g.num_cores_nhw) + ", c_in " +
        std::to_string(g.num_cores_c_in) + ", c_out " + std::to_string(g.num_cores_c_out) + ")";
   s += " cin_align=" + std::to_string(g.cin_align) + " cin_padded=" + std::to_string(g.cin_padded);
-  s += " K=" + std::to_string(g.k.K) + " k_blocks=" + std::to_string(g.k.num_blocks());
+  if (g.path == ConvProgramPath::kDepthwise2d) {
+    s += " per-tap multiply + reduce (no K blocks)";
+  } else {
+    s += " K=" + std::to_string(g.k.K) + " k_blocks=" + std::to_string(g.k.num_blocks());
+  }
   s += " act_block_h=" + std::to_string(g.act_block_h_ntiles) + " act_block_w=" + std::to_string(g.act_block_w_ntiles);
   s += std::string(" l1_acc=") + (g.l1_acc_effective ? "1" : "0");
   s += std::string(" act=") + DeviceDTypeName(g.act_dtype) + " partials=" + DeviceDTypeName(g.partials_dtype) +

@@ -164,6 +164,7 @@ TEST(TtEmuDepthwise, MatchesPrimitiveChain) {
     ASSERT_TRUE(y.ok()) << y.status().ToString();
     ASSERT_TRUE(rep.program.has_value());
     EXPECT_EQ(rep.program->path, "depthwise_2d") << rep.blocking;
+    EXPECT_EQ(rep.program->k_blocks, 0) << rep.blocking;  // the pool program has no K blocks
     const int64_t OH = y->dim(2), OW = y->dim(3);
     const std::vector<uint32_t> want = Chain(c, x, w, b, OH, OW);
     for (int64_t ch = 0; ch < c.C; ++ch)
