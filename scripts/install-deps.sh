@@ -23,6 +23,11 @@ for p in "${PACKAGES[@]}"; do
   [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done
 
+# npm (the deploy validator's install, tests/deploy): Debian 12's nodejs ships without it and
+# Debian's `npm` package provides it; a nodejs that bundles its own npm (NodeSource) conflicts with
+# Debian's, so npm is installed only when none is on PATH.
+if ! command -v npm >/dev/null 2>&1; then missing+=(npm); fi
+
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
 fi
