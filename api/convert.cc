@@ -149,6 +149,15 @@ Result<device::PrecisionConfig> FromProto(const kiln::v1::Precision& p) {
   return c;
 }
 
+// The device enums and the proto enums share their numbering (proto/kiln/v1/device.proto), so the
+// conversions below are casts; these pin it.
+static_assert(static_cast<int>(device::ShardLayout::kWidth) == kiln::v1::WIDTH_SHARDED);
+static_assert(static_cast<int>(device::ShardLayout::kAuto) == kiln::v1::SHARD_LAYOUT_AUTO);
+static_assert(static_cast<int>(device::Board::kP150) == kiln::v1::P150);
+static_assert(static_cast<int>(device::DepthwiseProgram::kDenseConv) == kiln::v1::DEPTHWISE_DENSE_CONV);
+static_assert(static_cast<int>(device::PartialReload::kLossless) == kiln::v1::RELOAD_LOSSLESS);
+static_assert(static_cast<int>(device::FusedHardswish::kApplied) == kiln::v1::HARDSWISH_APPLIED);
+
 void ToProto(const device::ProgramReport& p, kiln::v1::ConvProgram* out) {
   out->set_path(p.path);
   out->set_kernel_stride_folded(p.kernel_stride_folded);

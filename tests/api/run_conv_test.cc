@@ -219,6 +219,56 @@ TEST(ConvertApi, PrecisionFlagsSetOnlyWhatIsGiven) {
   EXPECT_NE(bad2.status().message().find("--output-dtype"), std::string::npos) << bad2.status().ToString();
 }
 
+// The Conv2dConfig knobs, the board and the tree-version switches travel flag → proto → domain →
+// proto unchanged; unset weights / output dtypes stay unset (TT-NN's defaults depend on the tensors).
+TEST(ConvertApi, ConvConfigKnobsRoundTrip) {
+  PrecisionFlags f;
+  f.shard_layout = "block";
+  f.act_block_w_div = 2;
+  f.act_block_h_override = 64;
+  f.full_inner_dim = "true";
+  f.input_layout = "tile";
+  f.board = "p150";
+  f.bfp8_pack_precise = "1";
+  f.host_add = "true";
+  f.depthwise_program = "dense_conv";
+  f.fp32_partial_reload = "lossless";
+  f.fused_hardswish = "applied";
+  auto p = ParsePrecisionFlags(f);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto c = FromProto(*p);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->shard_layout, device::ShardLayout::kBlock);
+  EXPECT_EQ(c->act_block_w_div, 2);
+  EXPECT_EQ(c->act_block_h_override, 64);
+  EXPECT_TRUE(c->full_inner_dim);
+  EXPECT_EQ(c->input_layout, device::InputLayout::kTile);
+  EXPECT_EQ(c->board, device::Board::kP150);
+  EXPECT_TRUE(c->bfp8_pack_precise);
+  EXPECT_TRUE(c->host_add);
+  EXPECT_EQ(c->depthwise_program, device::DepthwiseProgram::kDenseConv);
+  EXPECT_EQ(c->fp32_partial_reload, device::PartialReload::kLossless);
+  EXPECT_EQ(c->fused_hardswish, device::FusedHardswish::kApplied);
+  EXPECT_FALSE(c->weights_dtype.has_value());
+  EXPECT_FALSE(c->output_dtype.has_value());
+  kiln::v1::Precision back;
+  ToProto(*c, &back);
+  EXPECT_EQ(back.shard_layout(), kiln::v1::BLOCK_SHARDED);
+  EXPECT_EQ(back.board(), kiln::v1::P150);
+  EXPECT_EQ(back.fused_hardswish(), kiln::v1::HARDSWISH_APPLIED);
+  EXPECT_EQ(back.weights_dtype(), kiln::v1::FLOAT32);  // resolved: the host weights' dtype
+  EXPECT_EQ(back.output_dtype(), kiln::v1::BFLOAT16);  // resolved: the input dtype
+  // act_block_w with act_block_w_div > 1 is TT-NN-incompatible: refused when the config is built.
+  f.act_block_w = 3;
+  auto both = FromProto(*ParsePrecisionFlags(f));
+  EXPECT_EQ(both.status().code(), StatusCode::kInvalidArgument) << both.status().ToString();
+  PrecisionFlags g;
+  g.fp32_partial_reload = "sometimes";
+  auto bad = ParsePrecisionFlags(g);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--fp32-partial-reload"), std::string::npos) << bad.status().ToString();
+}
+
 TEST(CompileApi, FlagsAndTheCompileName) {
   CompileFlags f;
   f.device = "ai87";
