@@ -30,6 +30,7 @@
 #include "device/numerics/formats.h"
 #include "device/numerics/fpu.h"
 #include "device/numerics/sfpu.h"
+#include "tests/device/tt_emu/chain_util.h"
 
 namespace kiln::device {
 namespace {
@@ -76,36 +77,7 @@ uint32_t MvmulTiles(const std::vector<uint32_t>& a, const std::vector<uint32_t>&
   return d;
 }
 
-// Packs 32 Dst values to `dt` (§3) as the device unpacker reads them back (`host` false: partials)
-// or as the host decodes them (`host` true: the op's output).
-std::array<uint32_t, 32> Pack32(const std::array<uint32_t, 32>& d, DT dt, bool fp32_dst, bool host) {
-  std::array<uint32_t, 32> r{};
-  if (dt == kFp32) {
-    for (int o = 0; o < 32; ++o) r[o] = fp32_dst ? d[o] : nx::PackBf16DstToFp32(static_cast<uint16_t>(d[o] >> 16));
-  } else if (dt == kBf16) {
-    for (int o = 0; o < 32; ++o)
-      r[o] = static_cast<uint32_t>(fp32_dst ? nx::PackFp32DstToBf16(d[o])
-                                            : nx::PackBf16DstToBf16(static_cast<uint16_t>(d[o] >> 16)))
-             << 16;
-  } else {
-    for (int g0 = 0; g0 < 32; g0 += 16) {
-      nx::BfpGroup g;
-      if (fp32_dst) {
-        std::array<uint32_t, 16> t;
-        for (int i = 0; i < 16; ++i) t[i] = d[g0 + i];
-        g = nx::PackBfpFromFp32Dst(t, nx::BfpFormat::kBfp8);
-      } else {
-        std::array<uint16_t, 16> t;
-        for (int i = 0; i < 16; ++i) t[i] = static_cast<uint16_t>(d[g0 + i] >> 16);
-        g = nx::PackBfpFromBf16Dst(t, nx::BfpFormat::kBfp8);
-      }
-      for (int i = 0; i < 16; ++i)
-        r[g0 + i] = host ? nx::FloatBits(nx::DecodeBfpValue(g.exp, g.codes[i], nx::BfpFormat::kBfp8))
-                         : static_cast<uint32_t>(nx::UnpackBfpToBf16(g.exp, g.codes[i], nx::BfpFormat::kBfp8)) << 16;
-    }
-  }
-  return r;
-}
+using testing::Pack32;
 
 // A partial reloaded into Dst through SrcA (copy_block_matmul_partials): fp32 partials as Tf32
 // under the recorded PartialReload (or exactly), bf16 / bfp8 partials bf16-exact; exponent 0 → +0.

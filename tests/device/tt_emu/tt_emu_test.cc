@@ -25,6 +25,7 @@
 #include "device/numerics/fpu.h"
 #include "device/numerics/mvmul_kernel.h"
 #include "device/numerics/pcc.h"
+#include "tests/device/tt_emu/chain_util.h"
 
 namespace kiln::device {
 namespace {
@@ -206,35 +207,8 @@ TEST(TtEmuExact, BlockSpillsL1AccAndBiasMatchNumericsChain) {
             const bool l1_eff = l1 && ((with_bias && nb > 1) || nb > 2);
             const nx::FpuConfig cfg{fp32, nx::Arch::kBlackhole, nx::SrcFormat::kBf16, nx::SrcFormat::kBf16};
             const int nph = f == MF::kLoFi ? 1 : 4;
-            // Packs 32 Dst values to `dt` as the device unpacker reads them back (or the host, for the output).
             auto pack = [&](const std::array<uint32_t, 32>& d, DT dt, bool host) {
-              std::array<uint32_t, 32> r{};
-              if (dt == kFp32) {
-                for (int o = 0; o < 32; ++o) r[o] = fp32 ? d[o] : (d[o] & 0xFFFF0000u);
-              } else if (dt == kBf16) {
-                for (int o = 0; o < 32; ++o)
-                  r[o] = static_cast<uint32_t>(fp32 ? nx::PackFp32DstToBf16(d[o])
-                                                    : nx::PackBf16DstToBf16(static_cast<uint16_t>(d[o] >> 16)))
-                         << 16;
-              } else {
-                for (int g0 = 0; g0 < 32; g0 += 16) {
-                  nx::BfpGroup g;
-                  if (fp32) {
-                    std::array<uint32_t, 16> t;
-                    for (int i = 0; i < 16; ++i) t[i] = d[g0 + i];
-                    g = nx::PackBfpFromFp32Dst(t, nx::BfpFormat::kBfp8);
-                  } else {
-                    std::array<uint16_t, 16> t;
-                    for (int i = 0; i < 16; ++i) t[i] = static_cast<uint16_t>(d[g0 + i] >> 16);
-                    g = nx::PackBfpFromBf16Dst(t, nx::BfpFormat::kBfp8);
-                  }
-                  for (int i = 0; i < 16; ++i)
-                    r[g0 + i] = host ? nx::FloatBits(nx::DecodeBfpValue(g.exp, g.codes[i], nx::BfpFormat::kBfp8))
-                                     : static_cast<uint32_t>(nx::UnpackBfpToBf16(g.exp, g.codes[i], nx::BfpFormat::kBfp8))
-                                           << 16;
-                }
-              }
-              return r;
+              return testing::Pack32(d, dt, fp32, host);
             };
             std::array<uint32_t, 32> dst{}, part{}, acc{};
             for (int b = 0; b < nb; ++b) {
