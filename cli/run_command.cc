@@ -113,9 +113,9 @@ int Report(const kiln::v1::RunConvLayersResponse& r, const RunArgs& a) {
       std::string prog;
       if (l.has_program()) {
         const auto& p = l.program();
-        static const char* kShard[] = {"auto", "HS", "BS", "WS"};
-        const int s = static_cast<int>(p.shard_layout());
-        prog = p.path() + " " + (s >= 0 && s < 4 ? kShard[s] : "?") + (p.shard_layout_auto() ? "(auto)" : "") +
+        // The proto and device enums share their numbering (api/convert.cc pins it).
+        prog = p.path() + " " + device::ShardLayoutName(static_cast<device::ShardLayout>(p.shard_layout())) +
+               (p.shard_layout_auto() ? "(auto)" : "") +
                " k_blocks=" + std::to_string(p.k_blocks()) + " cin_align=" + std::to_string(p.cin_align()) +
                (p.l1_acc_effective() ? " l1_acc" : "");
       }

@@ -123,6 +123,17 @@ Status ValidateAdd(const Tensor& a, const Tensor& b) {
   return Status::Ok();
 }
 
+Result<Tensor> AddFp32(const Tensor& a, const Tensor& b, Activation act) {
+  KILN_RETURN_IF_ERROR(ValidateAdd(a, b));
+  auto y = Tensor::Zeros(a.shape(), DataType::kFloat32, a.layout());
+  if (!y.ok()) return y.status();
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* py = y->data<float>();
+  for (int64_t e = 0; e < y->num_elements(); ++e) py[e] = ApplyActivation(act, pa[e] + pb[e]);
+  return y;
+}
+
 Result<std::unique_ptr<PreparedConv>> Backend::PrepareConv2d(std::vector<int64_t> input_shape,
                                                              Layout input_layout, const Tensor& weights,
                                                              const Tensor* bias, const Conv2dParams& params,

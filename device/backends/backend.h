@@ -304,6 +304,9 @@ Result<std::vector<int64_t>> ValidateConvTranspose2d(const Tensor& input, const 
 Result<std::vector<int64_t>> ValidatePool2d(const Tensor& input, const Pool2dParams& params);
 /// Add's checks (see Backend::Add): OK or INVALID_ARGUMENT.
 Status ValidateAdd(const Tensor& a, const Tensor& b);
+/// The exact fp32 sum a + b (one IEEE rounding per element), then ApplyActivation, in a's layout:
+/// the reference backend's add and tt-emu's host_add. Errors: ValidateAdd's, RESOURCE_EXHAUSTED.
+Result<Tensor> AddFp32(const Tensor& a, const Tensor& b, Activation act);
 
 // ---------------------------------------------------------------------------------------------
 // Registry

@@ -530,13 +530,8 @@ class ReferenceBackend final : public Backend {
   Result<Tensor> Add(const Tensor& a, const Tensor& b, Activation act, const ExecContext& ctx) override {
     const auto t0 = std::chrono::steady_clock::now();
     KILN_RETURN_IF_ERROR(CheckCancel(ctx));
-    KILN_RETURN_IF_ERROR(ValidateAdd(a, b));
-    auto y = Tensor::Zeros(a.shape(), DataType::kFloat32, a.layout());
+    auto y = AddFp32(a, b, act);
     if (!y.ok()) return y.status();
-    const float* pa = a.data<float>();
-    const float* pb = b.data<float>();
-    float* py = y->data<float>();
-    for (int64_t e = 0; e < y->num_elements(); ++e) py[e] = ApplyActivation(act, pa[e] + pb[e]);
     FillReport(ctx, "add", "", a.shape(), 0, t0);
     if (ctx.report) ctx.report->implementation = "fp32 add";
     return std::move(*y);

@@ -84,7 +84,7 @@ class Engine {
     arch_ = p.arch;
     l1acc_ = prog.l1_acc_effective;
     part_dt_ = prog.partials_dtype;
-    tf32_reload_ = prog.fp32_reload_tf32;
+    tf32_reload_ = prog.partial_reload == PartialReload::kTf32;
     precise_ = prog.bfp8_pack_precise;
     act_ = act;
     if (act_ != Activation::kNone && act_ != Activation::kRelu) sfpu_ = nx::SfpuOpForActivation(act_);

@@ -136,7 +136,7 @@ class DepthwiseEngine {
         // pack_untilize_dest to the pre-tilize CB (input data format), fast_tilize back into Dst.
         uint32_t v = PackScalar(d, in_dt_, fp32_dst_);
         if (in_dt_ == DeviceDType::kFloat32) {
-          v = fp32_dst_ ? (prog_.fp32_reload_tf32 ? nx::UnpackFp32ToTf32(v) : v)
+          v = fp32_dst_ ? (prog_.partial_reload == PartialReload::kTf32 ? nx::UnpackFp32ToTf32(v) : v)
                         : static_cast<uint32_t>(nx::UnpackFp32ToBf16(v)) << 16;
         }
         dst[static_cast<size_t>(c)] = ((v >> 23) & 0xFFu) == 0 ? 0u : v;

@@ -23,7 +23,7 @@
 //  6. pack_untilize_dest to the pre-tilize CB (input data format), then fast_tilize into the
 //     output CB (output dtype; bfp groups = 16 channels of one pixel; pack source format as
 //     get_single_pack_src_format with bfp8_pack_precise). A Float32 pre-tilize CB is read back
-//     through SrcA: Tf32 when ConvProgram::fp32_reload_tf32 (the PartialReload switch).
+//     through SrcA: Tf32 when ConvProgram::partial_reload is kTf32.
 // Not modelled from the factory: it passes dilation 1 to the pool reader (dilation_h/w = 1 there);
 // tt-emu uses the conv's dilation (what the conv means), see depthwise_engine.cc.
 // Levels: kFast runs the same routine as kExact (depthwise layers are small: kh·kw products per

@@ -466,7 +466,6 @@ Result<ConvProgram> SelectOne(const ConvProblem& problem, const PrecisionConfig&
   g.output_dtype = r.EffectiveOutputDType();
   g.fp32_dest_acc = r.EffectiveFp32DestAcc();
   g.partial_reload = ResolvePartialReload(precision.fp32_partial_reload);
-  g.fp32_reload_tf32 = g.partial_reload == PartialReload::kTf32;
   g.fused_hardswish = ResolveFusedHardswish(precision.fused_hardswish);
   g.bfp8_pack_precise = precision.bfp8_pack_precise;
   // Kiln's Activation has no HARDSWISH (device/numerics/types.h), so nothing is dropped here.

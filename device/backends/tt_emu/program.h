@@ -90,8 +90,6 @@ struct ConvProgram {
   DeviceDType output_dtype = DeviceDType::kBFloat16;
   DeviceDType pack_src_dtype = DeviceDType::kBFloat16;  ///< get_single_pack_src_format of the final pack
   bool bfp8_pack_precise = false;     ///< Float32 pack source for a bfp output from an fp32 Dst
-  /// fp32 partials reloaded into Dst through SrcA as Tf32 (PartialReload resolved), else losslessly.
-  bool fp32_reload_tf32 = true;
   /// The fused activation the program applies (FusedHardswish resolved: kNone when dropped).
   Activation activation = Activation::kNone;
   int64_t l1_bytes_per_core = 0;      ///< calculate_L1_usage_for_conv_op total (CBs + output + halo)
@@ -108,7 +106,8 @@ struct ConvProgram {
   /// height slicing, the smallest slice count whose estimate fits (op_slicing not followed).
   int dram_slices = 1;
   DepthwiseProgram depthwise_program = DepthwiseProgram::kDenseConv;  ///< resolved, never kRecorded
-  PartialReload partial_reload = PartialReload::kTf32;                ///< resolved, never kRecorded
+  /// Resolved, never kRecorded: kTf32 = fp32 partials reloaded into Dst through SrcA as Tf32.
+  PartialReload partial_reload = PartialReload::kTf32;
   FusedHardswish fused_hardswish = FusedHardswish::kDropped;          ///< resolved, never kRecorded
 };
 

@@ -63,12 +63,8 @@ class TtEmuBackend final : public Backend {
     if (act != Activation::kNone && act != Activation::kRelu && act != Activation::kRelu6) {
       return Unimplemented(std::string("tt-emu add: fused activation ") + ActivationName(act) + " is not modelled");
     }
-    auto y = Tensor::Zeros(a.shape(), DataType::kFloat32, a.layout());
+    auto y = AddFp32(a, b, act);
     if (!y.ok()) return y.status();
-    const float* pa = a.data<float>();
-    const float* pb = b.data<float>();
-    float* py = y->data<float>();
-    for (int64_t e = 0; e < y->num_elements(); ++e) py[e] = ApplyActivation(act, pa[e] + pb[e]);
     if (ctx.report != nullptr) {
       *ctx.report = OpReport{};
       ctx.report->op = "add";
