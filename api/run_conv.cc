@@ -112,36 +112,37 @@ Result<PreparedConvRun> PrepareConvRun(std::shared_ptr<const convplan::ConvPlan>
   return run;
 }
 
+void LayerReportToProto(const runtime::LayerReport& l, kiln::v1::LayerReport* p) {
+  p->set_name(l.name);
+  p->set_op(l.op);
+  if (!l.input_shapes.empty()) {
+    for (int64_t d : l.input_shapes.front()) p->add_input_shape(d);
+  }
+  if (!l.output_shapes.empty()) {
+    for (int64_t d : l.output_shapes.front()) p->add_output_shape(d);
+  }
+  p->set_device_seconds(l.seconds);
+  p->set_pcc(l.pcc);
+  p->set_max_abs_error(l.max_abs_error);
+  p->set_pcc_threshold(l.threshold);
+  p->set_pass(l.pass);
+  p->set_compared(l.compared);
+  std::string detail = l.on_device ? "device" : "host";
+  if (!l.activation.empty() && l.activation != "none") {
+    detail += " act=" + l.activation + (l.activation_on_host ? "(host fp32)" : "");
+  }
+  if (l.k_parts > 1) detail += " k_split=" + std::to_string(l.k_parts);
+  if (!l.blocking.empty()) detail += " " + l.blocking;
+  p->set_detail(detail);
+  if (l.program) ToProto(*l.program, p->mutable_program());
+}
+
 void FillRunResponse(const runtime::RunResult& result, bool omit_outputs,
                      kiln::v1::RunConvLayersResponse* response) {
   if (!omit_outputs) {
     for (const auto& [name, tensor] : result.outputs) ToProto(name, tensor, response->add_outputs());
   }
-  for (const auto& l : result.layers) {
-    auto* p = response->add_layers();
-    p->set_name(l.name);
-    p->set_op(l.op);
-    if (!l.input_shapes.empty()) {
-      for (int64_t d : l.input_shapes.front()) p->add_input_shape(d);
-    }
-    if (!l.output_shapes.empty()) {
-      for (int64_t d : l.output_shapes.front()) p->add_output_shape(d);
-    }
-    p->set_device_seconds(l.seconds);
-    p->set_pcc(l.pcc);
-    p->set_max_abs_error(l.max_abs_error);
-    p->set_pcc_threshold(l.threshold);
-    p->set_pass(l.pass);
-    p->set_compared(l.compared);
-    std::string detail = l.on_device ? "device" : "host";
-    if (!l.activation.empty() && l.activation != "none") {
-      detail += " act=" + l.activation + (l.activation_on_host ? "(host fp32)" : "");
-    }
-    if (l.k_parts > 1) detail += " k_split=" + std::to_string(l.k_parts);
-    if (!l.blocking.empty()) detail += " " + l.blocking;
-    p->set_detail(detail);
-    if (l.program) ToProto(*l.program, p->mutable_program());
-  }
+  for (const auto& l : result.layers) LayerReportToProto(l, response->add_layers());
   response->set_pass(result.all_pass);
   response->set_backend(result.backend);
   response->set_resolved_precision(result.precision.Resolved().ToString());
@@ -222,8 +223,9 @@ std::shared_ptr<RunConvJob> RunConvJob::Start(Env env, store::ModelInfo model,
                                               const kiln::v1::RunConvLayersRequest* request,
                                               kiln::v1::RunConvLayersResponse* response, std::string client_id,
                                               std::optional<sched::CancelToken::Clock::time_point> deadline,
-                                              DoneFn done) {
+                                              DoneFn done, Hooks hooks) {
   auto job = std::shared_ptr<RunConvJob>(new RunConvJob());
+  job->hooks_ = std::move(hooks);
   job->env_ = env;
   job->model_ = std::move(model);
   job->request_ = request;
@@ -344,16 +346,24 @@ void RunConvJob::StartDeviceStage(std::shared_ptr<PreparedConvRun> prepared) {
   auto result = std::make_shared<runtime::RunResult>();
   auto started = std::make_shared<std::pair<std::mutex, std::pair<SteadyClock::time_point, std::string>>>();
   const auto submitted = SteadyClock::now();
+  if (hooks_.on_layer) {
+    prepared->options.on_layer = [fn = hooks_.on_layer](size_t index, size_t total, const runtime::LayerReport& l) {
+      kiln::v1::LayerReport row;
+      LayerReportToProto(l, &row);
+      fn(index, total, row);
+    };
+  }
   sched::JobFn inner = MakeRunJob(prepared->plan, std::move(prepared->inputs), prepared->options, result);
   sched::JobRequest job;
   job.lane = prepared->backend;
   job.client_id = client_id_;
   job.deadline = deadline_;
-  job.work = [inner, started](device::Backend& backend, sched::JobContext& ctx) {
+  job.work = [inner, started, on_start = hooks_.on_device_start](device::Backend& backend, sched::JobContext& ctx) {
     {
       std::lock_guard<std::mutex> lock(started->first);
       started->second = {SteadyClock::now(), ctx.worker};
     }
+    if (on_start) on_start(ctx.worker);
     return inner(backend, ctx);
   };
   for (const auto& t : request_->inputs()) job.cost_bytes += static_cast<int64_t>(t.raw_data().size());

@@ -80,6 +80,9 @@ Result<PreparedConvRun> PrepareConvRun(std::string_view bytes, const std::string
 sched::JobFn MakeRunJob(std::shared_ptr<const convplan::ConvPlan> plan, runtime::RunInputs inputs,
                         runtime::RunOptions options, std::shared_ptr<runtime::RunResult> result);
 
+/// One row of the run report.
+void LayerReportToProto(const runtime::LayerReport& layer, kiln::v1::LayerReport* out);
+
 /// Fills the response from a finished run (outputs unless `omit_outputs`).
 void FillRunResponse(const runtime::RunResult& result, bool omit_outputs, kiln::v1::RunConvLayersResponse* response);
 
@@ -121,11 +124,19 @@ class RunConvJob : public std::enable_shared_from_this<RunConvJob> {
   /// scheduler's hint for the refused stage. Called exactly once, on a scheduler thread (or on
   /// the caller's thread when Start fails at once).
   using DoneFn = std::function<void(const Status& status, int64_t retry_after_ms)>;
+  /// Optional observers (JobService's progress), called on the device worker's thread.
+  struct Hooks {
+    /// The device stage started on `device` ("tt-emu:0").
+    std::function<void(const std::string& device)> on_device_start;
+    /// A layer finished: 1-based index, layer count, its report row.
+    std::function<void(size_t index, size_t total, const kiln::v1::LayerReport& row)> on_layer;
+  };
 
   /// `request` and `response` must stay valid until `done` has been called.
   static std::shared_ptr<RunConvJob> Start(Env env, store::ModelInfo model, const kiln::v1::RunConvLayersRequest* request,
                                            kiln::v1::RunConvLayersResponse* response, std::string client_id,
-                                           std::optional<sched::CancelToken::Clock::time_point> deadline, DoneFn done);
+                                           std::optional<sched::CancelToken::Clock::time_point> deadline, DoneFn done,
+                                           Hooks hooks = {});
   /// Cancels the current stage (queued or running) and every later one. Idempotent.
   void Cancel();
 
@@ -145,6 +156,7 @@ class RunConvJob : public std::enable_shared_from_this<RunConvJob> {
   std::string client_id_;
   std::optional<sched::CancelToken::Clock::time_point> deadline_;
   DoneFn done_;
+  Hooks hooks_;
   std::mutex mu_;
   std::shared_ptr<sched::JobHandle> stage_;
   bool cancelled_ = false;

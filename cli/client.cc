@@ -10,6 +10,13 @@ Result<std::shared_ptr<grpc::Channel>> Connect(const ClientOptions& options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
+  // A full job queue answers RESOURCE_EXHAUSTED with the server's grpc-retry-pushback-ms: gRPC's
+  // retry policy waits that long and submits again (`kiln run` always sends an idempotency key, so
+  // a retry never makes a second job).
+  args.SetServiceConfigJSON(R"({"methodConfig": [{
+    "name": [{"service": "kiln.v1.JobService", "method": "SubmitRun"}],
+    "retryPolicy": {"maxAttempts": 5, "initialBackoff": "1s", "maxBackoff": "30s", "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["RESOURCE_EXHAUSTED", "UNAVAILABLE"]}}]})");
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (!options.tls_ca.empty()) {
     std::ifstream in(options.tls_ca, std::ios::binary);

@@ -8,7 +8,9 @@
 #include <iostream>
 #include <sstream>
 
+#include "cli/job_commands.h"
 #include "cli/model_commands.h"
+#include "cli/run_report.h"
 #include "api/convert.h"
 #include "api/run_conv.h"
 #include "device/backends/builtin.h"
@@ -31,6 +33,10 @@ struct RunArgs {
   bool local = false;
   std::string level = "exact";
   std::string name;  // upload name for a FILE (default: the file stem)
+  bool detach = false;
+  std::vector<std::string> sweep;   // FIELD=V1,V2 (repeatable)
+  std::vector<std::string> labels;  // KEY=VALUE
+  std::string idempotency_key;
 };
 
 Result<kiln::v1::RunConvLayersRequest> BuildRequest(const RunArgs& a) {
@@ -58,86 +64,6 @@ Result<kiln::v1::RunConvLayersRequest> BuildRequest(const RunArgs& a) {
   return req;
 }
 
-std::string Shape(const google::protobuf::RepeatedField<int64_t>& s) {
-  std::string out = "[";
-  for (int i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-int Report(const kiln::v1::RunConvLayersResponse& r, const RunArgs& a) {
-  if (!a.out_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(a.out_dir, ec);
-    for (const auto& t : r.outputs()) {
-      auto tensor = api::FromProto(t);
-      if (!tensor.ok()) {
-        std::cerr << "kiln: run: output '" << t.name() << "': " << tensor.status().message() << "\n";
-        return 1;
-      }
-      std::string file = t.name();
-      for (char& c : file) {
-        if (c == '/' || c == '\\' || c == ':') c = '_';
-      }
-      std::string path = (std::filesystem::path(a.out_dir) / (file + ".npy")).string();
-      Status st = device::WriteNpy(path, *tensor);
-      if (!st.ok()) {
-        std::cerr << "kiln: run: " << st.message() << "\n";
-        return 1;
-      }
-      std::cerr << "wrote " << path << "\n";
-    }
-  }
-  if (a.report == "json") {
-    kiln::v1::RunConvLayersResponse copy = r;
-    for (auto& t : *copy.mutable_outputs()) t.clear_raw_data();
-    std::string json;
-    google::protobuf::util::JsonPrintOptions opts;
-    opts.add_whitespace = true;
-    opts.preserve_proto_field_names = true;
-    (void)google::protobuf::util::MessageToJsonString(copy, &json, opts);
-    std::cout << json;
-  } else {
-    // The resolved precision first: what every layer below ran with (defaults resolved).
-    if (!device::IsFp32Reference(r.backend())) std::printf("precision: %s\n", r.resolved_precision().c_str());
-    std::printf("%-28s %-18s %-20s %10s %10s %12s %9s %-4s %s\n", "LAYER", "OP", "OUTPUT_SHAPE", "TIME_MS",
-                "PCC", "MAX_ABS_ERR", "THRESHOLD", "PASS", "PROGRAM");
-    for (const auto& l : r.layers()) {
-      std::string name = l.name().size() > 28 ? l.name().substr(0, 27) + "~" : l.name();
-      char pcc[32] = "-", err[32] = "-", thr[32] = "-";
-      if (l.compared()) {
-        std::snprintf(pcc, sizeof pcc, "%.6f", l.pcc());
-        std::snprintf(err, sizeof err, "%.3g", l.max_abs_error());
-      }
-      if (l.pcc_threshold() > 0) std::snprintf(thr, sizeof thr, "%.4f", l.pcc_threshold());
-      // The program tt-emu emulated, compactly: path, shard layout, K blocks, Cin alignment.
-      std::string prog;
-      if (l.has_program()) {
-        const auto& p = l.program();
-        // The proto and device enums share their numbering (api/convert.cc pins it).
-        prog = p.path() + " " + device::ShardLayoutName(static_cast<device::ShardLayout>(p.shard_layout())) +
-               (p.shard_layout_auto() ? "(auto)" : "") +
-               " k_blocks=" + std::to_string(p.k_blocks()) + " cin_align=" + std::to_string(p.cin_align()) +
-               (p.l1_acc_effective() ? " l1_acc" : "");
-      }
-      std::printf("%-28s %-18s %-20s %10.3f %10s %12s %9s %-4s %s\n", name.c_str(), l.op().c_str(),
-                  Shape(l.output_shape()).c_str(), l.device_seconds() * 1e3, pcc, err, thr,
-                  l.pcc_threshold() > 0 ? (l.pass() ? "yes" : "NO") : "", prog.c_str());
-    }
-    if (r.folded_nodes() > 0) {
-      std::printf("%lld node(s) evaluated when the plan was built (constant folding)\n",
-                  static_cast<long long>(r.folded_nodes()));
-    }
-    std::printf("backend %s%s%s, precision %s, run %.3f s%s: %s\n", r.backend().c_str(),
-                r.device().empty() ? "" : " on ", r.device().c_str(),
-                device::IsFp32Reference(r.backend()) ? "fp32 (reference ignores device precision)"
-                                           : r.resolved_precision().c_str(),
-                r.run_seconds(),
-                r.queue_seconds() > 0 ? (", queued " + std::to_string(r.queue_seconds()) + " s").c_str() : "",
-                r.pass() ? "all layers pass" : "SOME LAYERS BELOW THRESHOLD");
-  }
-  return r.pass() ? 0 : 3;
-}
-
 int RunLocal(const RunArgs& a, const kiln::v1::RunConvLayersRequest& req) {
   std::ifstream in(a.model, std::ios::binary);
   if (!in) {
@@ -154,7 +80,7 @@ int RunLocal(const RunArgs& a, const kiln::v1::RunConvLayersRequest& req) {
     std::cerr << "kiln: run " << a.model << ": " << resp.status().ToString() << "\n";
     return 1;
   }
-  return Report(*resp, a);
+  return PrintRunReport(*resp, ReportOptions{a.out_dir, a.report});
 }
 
 int RunRemote(const ClientOptions& options, const RunArgs& a, kiln::v1::RunConvLayersRequest req) {
@@ -168,13 +94,24 @@ int RunRemote(const ClientOptions& options, const RunArgs& a, kiln::v1::RunConvL
     id = *up;
   }
   req.set_model_id(id);
-  kiln::v1::RunConvLayersResponse resp;
-  grpc::Status st = CallUnary(options, &kiln::v1::DeviceService::Stub::RunConvLayers, req, &resp);
-  if (!st.ok()) {
-    std::cerr << "kiln: run " << a.model << ": " << Describe(st) << "\n";
-    return 1;
+  kiln::v1::SubmitRunRequest submit;
+  *submit.mutable_run() = std::move(req);
+  auto sweep = ParseSweep(a.sweep, a.precision);
+  if (!sweep.ok()) {
+    std::cerr << "kiln: run: " << sweep.status().message() << "\n";
+    return 2;
   }
-  return Report(resp, a);
+  for (auto& p : *sweep) *submit.add_sweep() = std::move(p);
+  for (const auto& l : a.labels) {
+    auto eq = l.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::cerr << "kiln: run: --label expects KEY=VALUE, got '" << l << "'\n";
+      return 2;
+    }
+    (*submit.mutable_labels())[l.substr(0, eq)] = l.substr(eq + 1);
+  }
+  submit.set_idempotency_key(a.idempotency_key);
+  return SubmitAndWatch(options, std::move(submit), a.detach, ReportOptions{a.out_dir, a.report});
 }
 
 int Devices(const ClientOptions& options) {
@@ -230,14 +167,20 @@ void AddRunCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   cmd->add_option("--fused-hardswish", p.fused_hardswish, "recorded, dropped, applied");
   cmd->add_option("--mode", a.mode, "chained or per_layer")->capture_default_str();
   cmd->add_option("--out", a.out_dir, "write outputs as DIR/<graph output>.npy");
-  cmd->add_option("--report", a.report, "table or json")
-      ->check(CLI::IsMember({"table", "json"}))
+  cmd->add_option("--report", a.report, "table, json or html")
+      ->check(CLI::IsMember({"table", "json", "html"}))
       ->capture_default_str();
   cmd->add_option("--seed", a.seed, "seed for generated inputs");
   cmd->add_flag("--skip-reference", a.skip_reference, "no fp32 reference, no PCC");
   cmd->add_flag("--local", a.local, "run in process, no server");
   cmd->add_option("--name", a.name, "name to store a FILE under (default: the file stem)");
   cmd->add_option("--tt-emu-level", a.level, "with --local: exact or fast")->capture_default_str();
+  cmd->add_flag("--detach", a.detach, "submit the job, print its id and return (see kiln watch/result)");
+  cmd->add_option("--sweep", a.sweep,
+                  "FIELD=V1,V2,... (repeatable): one job, one configuration per point of the cross product, "
+                  "e.g. --sweep math_fidelity=LoFi,HiFi2,HiFi4 --sweep weights_dtype=bfloat16,bfloat8_b");
+  cmd->add_option("--label", a.labels, "KEY=VALUE attached to the job (repeatable)");
+  cmd->add_option("--idempotency-key", a.idempotency_key, "a resubmission with the same key returns the first job");
   cmd->callback([&options, exit_code] {
     auto req = BuildRequest(a);
     if (!req.ok()) {
@@ -245,8 +188,15 @@ void AddRunCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
       *exit_code = 2;
       return;
     }
+    if (a.local && (a.detach || !a.sweep.empty())) {
+      std::cerr << "kiln: run: --detach and --sweep need a server (not --local)\n";
+      *exit_code = 2;
+      return;
+    }
     *exit_code = a.local ? RunLocal(a, *req) : RunRemote(options, a, *req);
   });
+
+  AddJobCommands(app, options, exit_code);
 
   auto* devices = app.add_subcommand("devices", "list the server's devices and queues");
   devices->callback([&options, exit_code] { *exit_code = Devices(options); });

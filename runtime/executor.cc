@@ -156,6 +156,7 @@ class Runner {
         if (rep.compared) msg << " pcc=" << std::setprecision(6) << rep.pcc;
         progress_(device::JobProgress{static_cast<int64_t>(i) + 1, total, msg.str()});
       }
+      if (opt_.on_layer) opt_.on_layer(i + 1, plan_.ops.size(), rep);
       result.layers.push_back(std::move(rep));
     }
 

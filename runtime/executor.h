@@ -86,6 +86,8 @@ const char* RunModeName(RunMode mode);
 /// "chained" | "per_layer" (also "per-layer", case-insensitive); INVALID_ARGUMENT otherwise.
 Result<RunMode> ParseRunMode(std::string_view name);
 
+struct LayerReport;
+
 struct RunOptions {
   RunMode mode = RunMode::kChained;
   /// Compute the fp32 reference chain and compare every op (forced on for kPerLayer).
@@ -105,6 +107,9 @@ struct RunOptions {
   /// caller, runtime/prepared_convs.h); used for the chains whose backend it was made for, ignored
   /// otherwise. Null: every conv is prepared per call (one run pays that once per op anyway).
   PreparedConvs* prepared = nullptr;
+  /// Called after every op, on the running thread, with the op's 1-based index, the number of ops
+  /// and its finished report row (the row RunResult::layers will hold). May be empty.
+  std::function<void(size_t index, size_t total, const LayerReport& layer)> on_layer;
 };
 
 /// One op of the run.

@@ -10,7 +10,7 @@ PACKAGES=(
   libboost1.74-dev libboost-system1.74-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev ocl-icd-opencl-dev opencl-headers libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
-  libmimalloc-dev
+  libmimalloc-dev libsqlite3-dev
   libssl-dev openssl curl ca-certificates python3
   python3-torchvision python3-numpy python3-onnx
   prometheus nodejs

@@ -43,6 +43,13 @@ std::string ParseU64(const std::string& v, uint64_t* out) {
   }
 }
 
+std::string ParseRange(const std::string& v, uint64_t lo, uint64_t hi, uint64_t* out) {
+  std::string err = ParseU64(v, out);
+  if (!err.empty()) return err;
+  if (*out < lo || *out > hi) return "must be " + std::to_string(lo) + ".." + std::to_string(hi);
+  return "";
+}
+
 const std::vector<Setting>& Settings() {
   static const std::vector<Setting> kSettings = {
       {"--listen", "KILN_LISTEN", "listen", "gRPC listen address host:port (port 0 = any free port)",
@@ -159,6 +166,45 @@ const std::vector<Setting>& Settings() {
                     ? std::string("must be between 4 MiB and 2047 MiB") : err;
        },
        [](const Config& c) { return std::string(std::to_string(c.max_message_bytes)); }},
+      // JobService limits (api/jobs.h JobLimits).
+      {"--job-max-queued", "KILN_JOB_MAX_QUEUED", "job_max_queued",
+       "queued jobs (JobService), all clients; more get RESOURCE_EXHAUSTED with a retry hint",
+       [](Config& c, const std::string& v) { return ParseRange(v, 1, 1000000, &c.job_max_queued); },
+       [](const Config& c) { return std::to_string(c.job_max_queued); }},
+      {"--job-max-queued-per-client", "KILN_JOB_MAX_QUEUED_PER_CLIENT", "job_max_queued_per_client",
+       "queued jobs of one client (x-kiln-client, else its address)",
+       [](Config& c, const std::string& v) { return ParseRange(v, 1, 1000000, &c.job_max_queued_per_client); },
+       [](const Config& c) { return std::to_string(c.job_max_queued_per_client); }},
+      {"--job-max-attempts", "KILN_JOB_MAX_ATTEMPTS", "job_max_attempts",
+       "attempts of a job interrupted by a kilnd stop before it is FAILED (ABORTED)",
+       [](Config& c, const std::string& v) { return ParseRange(v, 1, 100, &c.job_max_attempts); },
+       [](const Config& c) { return std::to_string(c.job_max_attempts); }},
+      {"--job-max-events", "KILN_JOB_MAX_EVENTS", "job_max_events",
+       "layer events stored per job (state changes are always kept)",
+       [](Config& c, const std::string& v) { return ParseRange(v, 1, 100000000, &c.job_max_events); },
+       [](const Config& c) { return std::to_string(c.job_max_events); }},
+      {"--job-max-configurations", "KILN_JOB_MAX_CONFIGURATIONS", "job_max_configurations",
+       "precision sweep points per job",
+       [](Config& c, const std::string& v) { return ParseRange(v, 1, 4096, &c.job_max_configurations); },
+       [](const Config& c) { return std::to_string(c.job_max_configurations); }},
+      {"--job-retention-seconds", "KILN_JOB_RETENTION_SECONDS", "job_retention_seconds",
+       "results of finished jobs are removed after this long",
+       [](Config& c, const std::string& v) {
+         try {
+           size_t pos = 0;
+           c.job_retention_seconds = std::stod(v, &pos);
+           if (pos != v.size() || !(c.job_retention_seconds >= 0)) return std::string("expected seconds >= 0");
+           return std::string();
+         } catch (...) {
+           return std::string("expected seconds >= 0");
+         }
+       },
+       [](const Config& c) { return std::string(Num(c.job_retention_seconds) + " (seconds, 7 days)"); }},
+      {"--job-results-max-bytes", "KILN_JOB_RESULTS_MAX_BYTES", "job_results_max_bytes",
+       "job inputs and results on disk; over it, the oldest finished jobs' results are removed "
+       "(jobs also count against --max-store-bytes)",
+       [](Config& c, const std::string& v) { return ParseU64(v, &c.job_results_max_bytes); },
+       [](const Config& c) { return std::string(std::to_string(c.job_results_max_bytes) + " (0 = no limit)"); }},
   };
   return kSettings;
 }

@@ -35,6 +35,14 @@ struct Config {
   std::string tt_emu_level = "exact";  ///< tt-emu backend level: exact | fast
   /// Largest gRPC message in either direction (conv inputs/outputs, inline compile bytes).
   uint64_t max_message_bytes = 256ull << 20;
+  // JobService (api/jobs.h JobLimits).
+  uint64_t job_max_queued = 1024;            ///< queued jobs, all clients
+  uint64_t job_max_queued_per_client = 256;  ///< queued jobs of one client
+  uint64_t job_max_attempts = 3;             ///< interrupted attempts before a job FAILS
+  uint64_t job_max_events = 100000;          ///< stored events per job
+  uint64_t job_max_configurations = 64;      ///< sweep points per job
+  double job_retention_seconds = 7 * 86400;  ///< results of finished jobs are kept this long
+  uint64_t job_results_max_bytes = 8ull << 30;  ///< job inputs + results on disk, oldest removed first
 };
 
 /// Builds the configuration from argv, the environment and the YAML file named by --config or

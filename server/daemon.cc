@@ -69,6 +69,24 @@ Status Daemon::StartServices() {
   compile_service_ = std::make_unique<CompileServiceImpl>(store_.get(), scheduler_.get(), env);
   device_service_ = std::make_unique<DeviceServiceImpl>(store_.get(), scheduler_.get(),
                                                         static_cast<int>(config_.device_queue), env);
+  auto job_store = store::JobStore::Open(config_.data_dir);
+  if (!job_store.ok()) return job_store.status().WithContext("job store " + config_.data_dir + "/jobs");
+  job_store_ = std::move(job_store).value();
+  api::JobLimits limits;
+  limits.max_queued = static_cast<int>(config_.job_max_queued);
+  limits.max_queued_per_client = static_cast<int>(config_.job_max_queued_per_client);
+  limits.max_attempts = static_cast<int>(config_.job_max_attempts);
+  limits.max_events = static_cast<int64_t>(config_.job_max_events);
+  limits.max_configurations = static_cast<int>(config_.job_max_configurations);
+  limits.retention_seconds = config_.job_retention_seconds;
+  limits.results_max_bytes = static_cast<int64_t>(config_.job_results_max_bytes);
+  limits.max_result_bytes = static_cast<int64_t>(config_.max_message_bytes);
+  limits.max_store_bytes = static_cast<int64_t>(config_.max_store_bytes);
+  auto jobs = api::JobManager::Create(
+      {store_.get(), job_store_.get(), scheduler_.get(), device_service_->plans(), metrics_->shared_registry()}, limits);
+  if (!jobs.ok()) return jobs.status().WithContext("jobs");
+  jobs_ = std::move(jobs).value();
+  job_service_ = std::make_unique<JobServiceImpl>(jobs_.get(), env);
 
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!config_.tls_cert.empty()) {
@@ -97,6 +115,7 @@ Status Daemon::StartServices() {
   builder.RegisterService(model_service_.get());
   builder.RegisterService(compile_service_.get());
   builder.RegisterService(device_service_.get());
+  builder.RegisterService(job_service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<AuthInterceptorFactory>(auth_.get()));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
@@ -126,15 +145,20 @@ void Daemon::Shutdown() {
   spdlog::info("shutting down: draining for up to {} s", config_.shutdown_grace_seconds);
   if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
   model_service_->CancelUploads();
+  // Watch streams end now (UNAVAILABLE), no job starts any more; running jobs get the grace below.
+  if (jobs_) jobs_->Shutdown();
   // gRPC's own Shutdown(deadline) waits out the whole deadline while any client keeps a
   // connection open, so wait for our in-flight RPCs ourselves and then shut down at once.
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::milliseconds(static_cast<int64_t>(config_.shutdown_grace_seconds * 1000));
-  while (drain_.inflight() > 0 && std::chrono::steady_clock::now() < deadline) {
+  auto busy = [this] { return drain_.inflight() > 0 || (jobs_ && jobs_->running() > 0); };
+  while (busy() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  if (drain_.inflight() > 0) {
-    spdlog::warn("grace period over: cancelling {} RPCs still in flight", drain_.inflight());
+  if (busy()) {
+    spdlog::warn("grace period over: cancelling {} RPCs and {} jobs still in flight (the jobs run again after the "
+                 "restart)",
+                 drain_.inflight(), jobs_ ? jobs_->running() : 0);
   }
   // Cancels whatever work is left (its RPCs then finish with CANCELLED or UNAVAILABLE).
   if (scheduler_) scheduler_->Shutdown(/*drain=*/false);

@@ -14,9 +14,11 @@
 #include "server/compile_service.h"
 #include "server/config.h"
 #include "server/device_service.h"
+#include "server/job_service.h"
 #include "server/metrics.h"
 #include "server/model_service.h"
 #include "server/rpc_context.h"
+#include "store/job_store.h"
 #include "store/model_store.h"
 
 namespace kiln::server {
@@ -49,6 +51,10 @@ class Daemon {
   std::unique_ptr<sched::Scheduler> scheduler_;
   std::unique_ptr<CompileServiceImpl> compile_service_;
   std::unique_ptr<DeviceServiceImpl> device_service_;
+  // After the scheduler: destroyed before it (its completions run on the scheduler's threads).
+  std::unique_ptr<store::JobStore> job_store_;
+  std::unique_ptr<api::JobManager> jobs_;
+  std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<grpc::Server> server_;
   std::string grpc_address_;
   std::string metrics_address_;

@@ -24,8 +24,9 @@ class DeviceServiceImpl final : public kiln::v1::DeviceService::CallbackService 
                                         const kiln::v1::ListDevicesRequest* request,
                                         kiln::v1::ListDevicesResponse* response) override;
 
-  /// Plans kept for recently run models.
+  /// Plans kept for recently run models (shared with JobService's runs).
   static constexpr size_t kPlanCacheEntries = 16;
+  api::PlanCache* plans() { return &plans_; }
 
  private:
   class RunReactor;

@@ -1,0 +1,897 @@
+#include "api/jobs.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <random>
+#include <utility>
+
+#include "api/convert.h"
+#include "device/backends/builtin.h"
+
+namespace kiln::api {
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void SetTime(int64_t ms, google::protobuf::Timestamp* t) {
+  t->set_seconds(ms / 1000);
+  t->set_nanos(static_cast<int32_t>((ms % 1000) * 1000000));
+}
+
+const char* StateName(int state) {
+  switch (state) {
+    case kiln::v1::QUEUED: return "queued";
+    case kiln::v1::RUNNING: return "running";
+    case kiln::v1::SUCCEEDED: return "succeeded";
+    case kiln::v1::FAILED: return "failed";
+    case kiln::v1::CANCELLED: return "cancelled";
+    default: return "unspecified";
+  }
+}
+
+bool IsFinished(int state) { return state >= kiln::v1::SUCCEEDED; }
+
+// Progress and bookkeeping writes whose failure must not stop a running job (the next write, or
+// the final state, carries the same information).
+void LogIfError(const Status& s, const std::string& job_id) {
+  if (!s.ok()) spdlog::warn("job {}: {}", job_id, s.ToString());
+}
+
+kiln::v1::Job ToJob(const store::JobRecord& r) {
+  kiln::v1::Job j;
+  j.set_job_id(r.job_id);
+  j.set_state(static_cast<kiln::v1::JobState>(r.state));
+  if (r.created_ms) SetTime(r.created_ms, j.mutable_created());
+  if (r.started_ms) SetTime(r.started_ms, j.mutable_started());
+  if (r.finished_ms) SetTime(r.finished_ms, j.mutable_finished());
+  j.set_model_id(r.model_id);
+  j.set_backend(r.backend);
+  j.set_device(r.device);
+  auto* p = j.mutable_progress();
+  p->set_configurations_done(r.configurations_done);
+  p->set_configurations_total(r.configurations);
+  p->set_layers_done(r.layers_done);
+  p->set_layers_total(r.layers_total);
+  p->set_current_layer(r.current_layer);
+  j.set_attempt(r.attempt);
+  if (r.error_code != 0 || !r.error_message.empty()) {
+    j.mutable_error()->set_code(r.error_code);
+    j.mutable_error()->set_message(r.error_message);
+  }
+  for (const auto& [k, v] : r.labels) (*j.mutable_labels())[k] = v;
+  j.set_idempotency_key(r.idempotency_key);
+  j.set_configurations(r.configurations);
+  j.set_results_expired(r.results_expired);
+  j.set_layers_below_threshold(r.layers_below_threshold);
+  j.set_client(r.client);
+  return j;
+}
+
+bool ValidUtf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    int n = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : -1;
+    if (n < 0 || i + n >= s.size() + (n == 0 ? 1 : 0)) {
+      if (n != 0) return false;
+    }
+    for (int k = 1; k <= n; ++k) {
+      if (i + k >= s.size() || (static_cast<unsigned char>(s[i + k]) >> 6) != 2) return false;
+    }
+    i += static_cast<size_t>(n) + 1;
+  }
+  return true;
+}
+
+bool ValidLabelKey(const std::string& k) {
+  if (k.empty() || k.size() > 63) return false;
+  return std::all_of(k.begin(), k.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+  });
+}
+
+Status ValidateLabels(const google::protobuf::Map<std::string, std::string>& labels) {
+  if (labels.size() > 16) return InvalidArgument("labels: " + std::to_string(labels.size()) + " given, at most 16");
+  for (const auto& [k, v] : labels) {
+    if (!ValidLabelKey(k)) return InvalidArgument("label key must match [a-z0-9_.-]{1,63}");
+    if (v.size() > 256 || !ValidUtf8(v)) {
+      return InvalidArgument("label '" + k + "': value must be at most 256 bytes of UTF-8");
+    }
+  }
+  return Status::Ok();
+}
+
+std::string RetryHint(double seconds) {
+  const int64_t s = std::max<int64_t>(1, static_cast<int64_t>(seconds + 0.5));
+  return "retry after ~" + std::to_string(s) + " s";
+}
+
+}  // namespace
+
+std::string NewJobId() {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  uint64_t hi, lo;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    hi = rng();
+    lo = rng();
+  }
+  // 128 bits: 48 bits of milliseconds, 80 random bits; 26 base32 digits (the first carries 2 bits).
+  const uint64_t ms = static_cast<uint64_t>(NowMs()) & ((1ull << 48) - 1);
+  unsigned __int128 v = (static_cast<unsigned __int128>(ms) << 80) |
+                        (static_cast<unsigned __int128>(hi & 0xFFFF) << 64) | lo;
+  static const char kDigits[] = "0123456789abcdefghjkmnpqrstvwxyz";
+  std::string out(26, '0');
+  for (int i = 25; i >= 0; --i) {
+    out[static_cast<size_t>(i)] = kDigits[static_cast<int>(v & 31)];
+    v >>= 5;
+  }
+  return "j-" + out;
+}
+
+// A job this process is running: its record (guarded by mu), its request with input bytes, and
+// the configuration in flight.
+class JobManager::LiveJob {
+ public:
+  std::mutex mu;
+  store::JobRecord rec;
+  kiln::v1::SubmitRunRequest request;  // inputs restored
+  store::ModelInfo model;
+  int configuration = 0;
+  kiln::v1::RunConvLayersRequest run;       // the configuration's request
+  kiln::v1::RunConvLayersResponse response;  // its response
+  std::shared_ptr<RunConvJob> job;
+  bool cancel_requested = false;
+  SteadyClock::time_point started;
+};
+
+class PinImpl : public ResultPin {
+ public:
+  PinImpl(std::function<void()> release) : release_(std::move(release)) {}
+  ~PinImpl() override { release_(); }
+
+ private:
+  std::function<void()> release_;
+};
+
+JobManager::JobManager(Env env, JobLimits limits) : env_(std::move(env)), limits_(limits) {}
+
+Result<std::unique_ptr<JobManager>> JobManager::Create(Env env, JobLimits limits) {
+  if (env.models == nullptr || env.jobs == nullptr || env.scheduler == nullptr || env.plans == nullptr) {
+    return InvalidArgument("JobManager: store, job store, scheduler and plan cache are required");
+  }
+  std::unique_ptr<JobManager> m(new JobManager(std::move(env), limits));
+  std::map<std::string, int> slots;
+  for (const auto& d : m->env_.scheduler->Devices()) ++slots[d.backend];
+  for (const auto& [backend, n] : slots) m->lanes_[backend].slots = n;
+  m->InitMetrics();
+  KILN_RETURN_IF_ERROR(m->Recover());
+  m->dispatcher_ = std::thread([p = m.get()] { p->DispatchLoop(); });
+  return m;
+}
+
+JobManager::~JobManager() {
+  Shutdown();
+  if (dispatcher_.joinable()) dispatcher_.join();
+  // Jobs still running (a kilnd whose start failed after recovery started them) are cancelled and
+  // waited for: their completions use this object. They stay RUNNING in the store (EndJob).
+  std::vector<std::shared_ptr<RunConvJob>> running;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, live] : live_) {
+      std::lock_guard<std::mutex> l(live->mu);
+      if (live->job) running.push_back(live->job);
+    }
+  }
+  for (auto& j : running) j->Cancel();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return live_.empty(); });
+}
+
+void JobManager::InitMetrics() {
+  if (!env_.metrics) return;
+  auto& reg = *env_.metrics;
+  jobs_gauge_ = &prometheus::BuildGauge().Name("kiln_jobs").Help("Jobs in the job store by state").Register(reg);
+  queue_wait_ = &prometheus::BuildHistogram()
+                     .Name("kiln_job_queue_wait_seconds")
+                     .Help("Time from a job's submission (or requeue after a restart) to its start")
+                     .Register(reg);
+  run_seconds_ = &prometheus::BuildHistogram()
+                      .Name("kiln_job_run_seconds")
+                      .Help("Time from a job attempt's start to its end")
+                      .Register(reg);
+  attempts_ = &prometheus::BuildCounter()
+                   .Name("kiln_job_attempts_total")
+                   .Help("Job attempts by result (succeeded, failed, cancelled, interrupted)")
+                   .Register(reg);
+  below_threshold_ = &prometheus::BuildCounter()
+                          .Name("kiln_job_layers_below_threshold_total")
+                          .Help("Compared layers of finished job configurations under tt-metal's PCC threshold")
+                          .Register(reg);
+  results_bytes_ = &prometheus::BuildGauge()
+                        .Name("kiln_job_store_bytes")
+                        .Help("Bytes of job inputs and results on disk")
+                        .Register(reg)
+                        .Add({});
+  results_expired_ = &prometheus::BuildCounter()
+                          .Name("kiln_job_results_expired_total")
+                          .Help("Jobs whose results retention removed")
+                          .Register(reg)
+                          .Add({});
+  for (int s = kiln::v1::QUEUED; s <= kiln::v1::CANCELLED; ++s) jobs_gauge_->Add({{"state", StateName(s)}}).Set(0);
+  if (auto counts = env_.jobs->CountByState(); counts.ok()) {
+    for (const auto& [s, n] : *counts) SetStateGauge(s, n);
+  }
+  results_bytes_->Set(static_cast<double>(env_.jobs->total_bytes()));
+}
+
+void JobManager::SetStateGauge(int state, int64_t delta) {
+  if (jobs_gauge_ != nullptr) jobs_gauge_->Add({{"state", StateName(state)}}).Increment(static_cast<double>(delta));
+}
+
+Status JobManager::Transition(store::JobRecord& rec, int new_state) {
+  const int old = rec.state;
+  rec.state = new_state;
+  if (IsFinished(new_state)) rec.finished_ms = NowMs();
+  Status s = env_.jobs->Update(rec);
+  if (!s.ok()) return s;
+  if (old != new_state) {
+    SetStateGauge(old, -1);
+    SetStateGauge(new_state, 1);
+  }
+  kiln::v1::JobEvent ev;
+  ev.set_attempt(rec.attempt);
+  *ev.mutable_state_change() = ToJob(rec);
+  AppendEvent(rec, std::move(ev));
+  return Status::Ok();
+}
+
+void JobManager::AppendEvent(const store::JobRecord& rec, kiln::v1::JobEvent event) {
+  // State changes are always kept (a handful per attempt), so a watcher always sees the end.
+  const bool state_change = event.has_state_change();
+  if (state_change) {
+    auto cur = env_.jobs->Get(rec.job_id);
+    if (cur.ok()) event.set_dropped_events(cur->dropped_events);
+  }
+  event.clear_sequence();
+  event.clear_time();
+  auto seq = env_.jobs->AppendEvent(rec.job_id, NowMs(), event.SerializeAsString(),
+                                    state_change ? 0 : limits_.max_events);
+  if (!seq.ok()) spdlog::warn("job {}: event not stored: {}", rec.job_id, seq.status().ToString());
+  Notify(rec.job_id);
+}
+
+void JobManager::Notify(const std::string& job_id) {
+  std::vector<std::function<void()>> fns;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [token, w] : watchers_) {
+      if (w.first == job_id) fns.push_back(w.second);
+    }
+  }
+  for (auto& f : fns) f();
+}
+
+void JobManager::Enqueue(const store::JobRecord& rec, bool front) {
+  Lane& lane = lanes_[rec.backend];
+  auto& q = lane.queued[rec.client];
+  if (front) {
+    q.push_front(rec.job_id);
+  } else {
+    q.push_back(rec.job_id);
+  }
+  queued_client_[rec.job_id] = rec.client;
+  ++queued_per_client_[rec.client];
+  ++queued_total_;
+}
+
+Status JobManager::Recover() {
+  auto unfinished = env_.jobs->Unfinished();
+  if (!unfinished.ok()) return unfinished.status();
+  int requeued = 0, failed = 0;
+  for (auto& rec : *unfinished) {
+    if (rec.state == kiln::v1::RUNNING) {
+      if (attempts_) attempts_->Add({{"result", "interrupted"}}).Increment();
+      if (rec.attempt >= limits_.max_attempts) {
+        rec.error_code = static_cast<int>(StatusCode::kAborted);
+        rec.error_message = "kilnd stopped during attempt " + std::to_string(rec.attempt) + " of " +
+                            std::to_string(limits_.max_attempts) + " (--job-max-attempts)";
+        KILN_RETURN_IF_ERROR(Transition(rec, kiln::v1::FAILED));
+        ++failed;
+        continue;
+      }
+      rec.layers_done = 0;
+      rec.layers_total = 0;
+      rec.current_layer.clear();
+      KILN_RETURN_IF_ERROR(Transition(rec, kiln::v1::QUEUED));
+      ++requeued;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    Enqueue(rec, /*front=*/false);
+  }
+  if (!unfinished->empty()) {
+    spdlog::info("jobs: {} queued again after restart ({} were running), {} failed after {} interrupted attempts",
+                 unfinished->size() - static_cast<size_t>(failed), requeued, failed, limits_.max_attempts);
+  }
+  return Status::Ok();
+}
+
+Result<kiln::v1::Job> JobManager::Submit(const kiln::v1::SubmitRunRequest& request, const std::string& client,
+                                         bool* existed, int64_t* retry_after_ms) {
+  if (existed) *existed = false;
+  if (retry_after_ms) *retry_after_ms = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Unavailable("kilnd is shutting down; submit again to another replica or later");
+  }
+  if (request.idempotency_key().size() > 128) return InvalidArgument("idempotency_key: at most 128 bytes");
+  if (!ValidUtf8(request.idempotency_key())) return InvalidArgument("idempotency_key: not UTF-8");
+  KILN_RETURN_IF_ERROR(ValidateLabels(request.labels()));
+  if (request.sweep_size() > limits_.max_configurations) {
+    return InvalidArgument("sweep: " + std::to_string(request.sweep_size()) + " configurations, at most " +
+                           std::to_string(limits_.max_configurations) + " (--job-max-configurations)");
+  }
+  const auto& run = request.run();
+  if (run.model_id().empty()) return InvalidArgument("run.model_id is empty");
+  // Precision values and tensors are checked now, so that a malformed job is refused, not failed.
+  if (request.sweep_size() == 0) {
+    if (auto p = FromProto(run.precision()); !p.ok()) return p.status().WithContext("run.precision");
+  }
+  for (int i = 0; i < request.sweep_size(); ++i) {
+    if (auto p = FromProto(request.sweep(i)); !p.ok()) return p.status().WithContext("sweep[" + std::to_string(i) + "]");
+  }
+  int64_t input_bytes = 0;
+  for (const auto& t : run.inputs()) {
+    if (auto v = FromProto(t); !v.ok()) return v.status().WithContext("run.inputs");
+    input_bytes += static_cast<int64_t>(t.raw_data().size());
+  }
+  auto model = env_.models->Get(run.model_id());
+  const std::string backend = run.backend().empty() ? device::DefaultBackendName() : run.backend();
+  store::JobRecord rec;
+  rec.job_id = NewJobId();
+  rec.state = kiln::v1::QUEUED;
+  rec.created_ms = NowMs();
+  rec.backend = backend;
+  rec.client = client;
+  rec.idempotency_key = request.idempotency_key();
+  for (const auto& [k, v] : request.labels()) rec.labels[k] = v;
+  rec.configurations = std::max(1, request.sweep_size());
+  kiln::v1::SubmitRunRequest stored = request;
+  std::vector<std::string_view> inputs;
+  for (int k = 0; k < run.inputs_size(); ++k) inputs.push_back(run.inputs(k).raw_data());
+  for (auto& t : *stored.mutable_run()->mutable_inputs()) t.clear_raw_data();
+
+  std::unique_lock<std::mutex> lock(mu_);
+  // The checks that depend on the queue and the store hold mu_ so that two submissions cannot
+  // both take the last place (the store write keeps it: one insert, a few ms).
+  // Idempotency first: a retried submission of a job that exists is answered even when the model
+  // was deleted since or the queue is full now.
+  if (!rec.idempotency_key.empty()) {
+    auto found = env_.jobs->FindByIdempotencyKey(rec.idempotency_key);
+    if (!found.ok()) return found.status();
+    if (found->has_value()) {
+      if (existed) *existed = true;
+      return ToJob(**found);
+    }
+  }
+  if (!model.ok()) return model.status();
+  rec.model_id = model->model_id;
+  stored.mutable_run()->set_model_id(model->model_id);
+  KILN_RETURN_IF_ERROR(env_.scheduler->CheckBackend(backend));
+  if (lanes_.find(backend) == lanes_.end() || lanes_[backend].slots <= 0) {
+    return NotFound("backend '" + backend + "' has no devices in this kilnd");
+  }
+  // A queued job waits for about the mean run time per device; without run times, 1 s per job.
+  const double hint = 1.0 + static_cast<double>(queued_total_) / std::max(1, static_cast<int>(lanes_.size()));
+  if (retry_after_ms) *retry_after_ms = static_cast<int64_t>(std::max<int64_t>(1, static_cast<int64_t>(hint + 0.5)) * 1000);
+  if (queued_total_ >= limits_.max_queued) {
+    return ResourceExhausted("job queue full: " + std::to_string(queued_total_) + " queued jobs (--job-max-queued " +
+                             std::to_string(limits_.max_queued) + "); " + RetryHint(hint));
+  }
+  if (queued_per_client_[client] >= limits_.max_queued_per_client) {
+    return ResourceExhausted("client '" + client.substr(0, 64) + "' has " + std::to_string(queued_per_client_[client]) +
+                             " queued jobs (--job-max-queued-per-client " +
+                             std::to_string(limits_.max_queued_per_client) + "); " + RetryHint(hint));
+  }
+  if (limits_.max_store_bytes > 0) {
+    const int64_t used = static_cast<int64_t>(env_.models->total_bytes()) + env_.jobs->total_bytes();
+    if (used + input_bytes > limits_.max_store_bytes) {
+      return ResourceExhausted("store full: models and jobs hold " + std::to_string(used) + " bytes, this job's inputs " +
+                               std::to_string(input_bytes) + " more, --max-store-bytes is " +
+                               std::to_string(limits_.max_store_bytes));
+    }
+  }
+  rec.request = stored.SerializeAsString();
+  bool was = false;
+  auto created = env_.jobs->Create(rec, inputs, &was);
+  if (!created.ok()) return created.status();
+  if (was) {
+    if (existed) *existed = true;
+    return ToJob(*created);
+  }
+  Enqueue(*created, /*front=*/false);
+  SetStateGauge(kiln::v1::QUEUED, 1);
+  wake_ = true;
+  lock.unlock();
+  cv_.notify_all();
+  kiln::v1::JobEvent ev;
+  *ev.mutable_state_change() = ToJob(*created);
+  AppendEvent(*created, std::move(ev));
+  if (results_bytes_) results_bytes_->Set(static_cast<double>(env_.jobs->total_bytes()));
+  return ToJob(*created);
+}
+
+Result<kiln::v1::Job> JobManager::Get(const std::string& job_id) const {
+  auto rec = env_.jobs->Get(job_id);
+  if (!rec.ok()) return rec.status();
+  return ToJob(*rec);
+}
+
+Result<kiln::v1::ListJobsResponse> JobManager::List(const kiln::v1::ListJobsRequest& request) const {
+  store::JobFilter f;
+  if (request.state() < 0 || request.state() > kiln::v1::CANCELLED) return InvalidArgument("state: unknown value");
+  f.state = request.state();
+  f.model_id = request.model_id();
+  for (const auto& [k, v] : request.labels()) f.labels[k] = v;
+  if (request.page_size() < 0) return InvalidArgument("page_size must not be negative");
+  const int size = request.page_size() == 0 ? 50 : std::min(request.page_size(), 500);
+  f.limit = size + 1;
+  if (!request.page_token().empty()) {
+    if (request.page_token().rfind("j-", 0) != 0 || request.page_token().size() != 28) {
+      return InvalidArgument("page_token: not a token this server returned");
+    }
+    f.before_job_id = request.page_token();
+  }
+  auto rows = env_.jobs->List(f);
+  if (!rows.ok()) return rows.status();
+  kiln::v1::ListJobsResponse out;
+  for (size_t i = 0; i < rows->size() && static_cast<int>(i) < size; ++i) *out.add_jobs() = ToJob((*rows)[i]);
+  if (static_cast<int>(rows->size()) > size) out.set_next_page_token((*rows)[static_cast<size_t>(size) - 1].job_id);
+  return out;
+}
+
+Result<kiln::v1::Job> JobManager::Cancel(const std::string& job_id) {
+  std::shared_ptr<LiveJob> live;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto q = queued_client_.find(job_id);
+    if (q != queued_client_.end()) {
+      auto rec = env_.jobs->Get(job_id);
+      if (!rec.ok()) return rec.status();
+      for (auto& [backend, lane] : lanes_) {
+        auto c = lane.queued.find(q->second);
+        if (c == lane.queued.end()) continue;
+        auto it = std::find(c->second.begin(), c->second.end(), job_id);
+        if (it != c->second.end()) c->second.erase(it);
+      }
+      --queued_per_client_[q->second];
+      --queued_total_;
+      queued_client_.erase(q);
+      for (auto it = retry_at_.begin(); it != retry_at_.end();) {
+        it = it->second == job_id ? retry_at_.erase(it) : std::next(it);
+      }
+      rec->error_code = static_cast<int>(StatusCode::kCancelled);
+      rec->error_message = "cancelled while queued";
+      KILN_RETURN_IF_ERROR(Transition(*rec, kiln::v1::CANCELLED));
+      if (attempts_) attempts_->Add({{"result", "cancelled"}}).Increment();
+      return ToJob(*rec);
+    }
+    auto l = live_.find(job_id);
+    if (l != live_.end()) live = l->second;
+  }
+  if (live) {
+    std::shared_ptr<RunConvJob> job;
+    {
+      std::lock_guard<std::mutex> lock(live->mu);
+      live->cancel_requested = true;
+      job = live->job;
+    }
+    if (job) job->Cancel();
+  }
+  return Get(job_id);
+}
+
+Result<std::vector<kiln::v1::JobEvent>> JobManager::Events(const std::string& job_id, int64_t after, int limit) const {
+  auto rows = env_.jobs->Events(job_id, after, limit);
+  if (!rows.ok()) return rows.status();
+  std::vector<kiln::v1::JobEvent> out;
+  for (const auto& r : *rows) {
+    kiln::v1::JobEvent e;
+    if (!e.ParseFromString(r.blob)) return DataLoss("job " + job_id + ": event " + std::to_string(r.sequence) + " unreadable");
+    e.set_sequence(r.sequence);
+    SetTime(r.time_ms, e.mutable_time());
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+uint64_t JobManager::Subscribe(const std::string& job_id, std::function<void()> notify) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t token = next_watcher_++;
+  watchers_[token] = {job_id, std::move(notify)};
+  return token;
+}
+
+void JobManager::Unsubscribe(uint64_t token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  watchers_.erase(token);
+}
+
+Result<std::pair<std::vector<store::JobResultRecord>, std::shared_ptr<ResultPin>>> JobManager::OpenResults(
+    const std::string& job_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++pins_[job_id];  // before reading, so retention cannot remove what is being read
+  }
+  auto pin = std::make_shared<PinImpl>([this, job_id] {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--pins_[job_id] <= 0) pins_.erase(job_id);
+  });
+  auto rec = env_.jobs->Get(job_id);
+  if (!rec.ok()) return rec.status();
+  if (rec->results_expired) return NotFound("job " + job_id + ": results expired (--job-retention-seconds)");
+  if (!IsFinished(rec->state)) {
+    return FailedPrecondition("job " + job_id + " is " + StateName(rec->state) + "; results come when it has finished");
+  }
+  auto results = env_.jobs->Results(job_id);
+  if (!results.ok()) return results.status();
+  if (rec->state != kiln::v1::SUCCEEDED && results->empty()) {
+    return FailedPrecondition("job " + job_id + " is " + StateName(rec->state) + " without results: " + rec->error_message);
+  }
+  return std::make_pair(std::move(results).value(), std::shared_ptr<ResultPin>(pin));
+}
+
+void JobManager::Shutdown() {
+  std::vector<std::function<void()>> fns;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    for (const auto& [t, w] : watchers_) fns.push_back(w.second);
+  }
+  cv_.notify_all();
+  for (auto& f : fns) f();
+}
+
+bool JobManager::stopping() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stopping_;
+}
+
+int JobManager::running() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(live_.size());
+}
+
+void JobManager::DispatchLoop() {
+  auto next_retention = SteadyClock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    const auto now = SteadyClock::now();
+    // Jobs whose start was refused by a full device queue come back after the scheduler's hint.
+    while (!retry_at_.empty() && retry_at_.begin()->first <= now) {
+      auto rec = env_.jobs->Get(retry_at_.begin()->second);
+      retry_at_.erase(retry_at_.begin());
+      if (rec.ok() && rec->state == kiln::v1::QUEUED) Enqueue(*rec, /*front=*/true);
+    }
+    std::vector<std::string> start;
+    for (auto& [backend, lane] : lanes_) {
+      while (lane.running < lane.slots) {
+        // Round-robin: the first client after the last one served that has a queued job.
+        std::string pick;
+        auto it = lane.queued.upper_bound(lane.last_client);
+        for (size_t n = 0; n < lane.queued.size() && pick.empty(); ++n, ++it) {
+          if (it == lane.queued.end()) it = lane.queued.begin();
+          if (!it->second.empty()) {
+            pick = it->second.front();
+            it->second.pop_front();
+            lane.last_client = it->first;
+            --queued_per_client_[it->first];
+          }
+        }
+        if (pick.empty()) break;
+        --queued_total_;
+        queued_client_.erase(pick);
+        ++lane.running;
+        start.push_back(pick);
+      }
+    }
+    if (!start.empty()) {
+      lock.unlock();
+      for (const auto& id : start) StartJob(id);
+      lock.lock();
+      continue;
+    }
+    if (now >= next_retention) {
+      lock.unlock();
+      RunRetention();
+      lock.lock();
+      next_retention = SteadyClock::now() + limits_.retention_interval;
+      continue;
+    }
+    auto until = next_retention;
+    if (!retry_at_.empty()) until = std::min(until, retry_at_.begin()->first);
+    cv_.wait_until(lock, until, [this] { return stopping_ || wake_; });
+    wake_ = false;
+  }
+}
+
+void JobManager::StartJob(const std::string& job_id) {
+  auto live = std::make_shared<LiveJob>();
+  auto fail_start = [&](const std::string& backend, Status error) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --lanes_[backend].running;
+      wake_ = true;
+    }
+    cv_.notify_all();
+    auto rec = env_.jobs->Get(job_id);
+    if (!rec.ok()) return;
+    rec->error_code = static_cast<int>(error.code());
+    rec->error_message = error.message();
+    LogIfError(Transition(*rec, kiln::v1::FAILED), job_id);
+    if (attempts_) attempts_->Add({{"result", "failed"}}).Increment();
+  };
+  auto rec = env_.jobs->Get(job_id);
+  if (!rec.ok()) {
+    spdlog::error("job {}: cannot start: {}", job_id, rec.status().ToString());
+    return;
+  }
+  const std::string backend = rec->backend;
+  if (!live->request.ParseFromString(rec->request)) return fail_start(backend, DataLoss("stored request unreadable"));
+  for (int k = 0; k < live->request.run().inputs_size(); ++k) {
+    auto bytes = env_.jobs->ReadInput(job_id, k);
+    if (!bytes.ok()) return fail_start(backend, bytes.status());
+    live->request.mutable_run()->mutable_inputs(k)->set_raw_data(std::move(bytes).value());
+  }
+  auto model = env_.models->Get(rec->model_id);
+  if (!model.ok()) return fail_start(backend, model.status().WithContext("model " + rec->model_id.substr(0, 12)));
+  live->model = std::move(model).value();
+  if (queue_wait_) {
+    const double waited = static_cast<double>(NowMs() - (rec->started_ms ? rec->started_ms : rec->created_ms)) / 1e3;
+    queue_wait_->Add({{"backend", backend}}, prometheus::Histogram::BucketBoundaries{0.01, 0.1, 1, 10, 60, 600, 3600})
+        .Observe(std::max(0.0, waited));
+  }
+  rec->attempt += 1;
+  rec->started_ms = NowMs();
+  rec->layers_done = 0;
+  rec->layers_total = 0;
+  rec->current_layer.clear();
+  rec->error_code = 0;
+  rec->error_message.clear();
+  live->rec = *rec;
+  live->configuration = rec->configurations_done;
+  live->started = SteadyClock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_[job_id] = live;
+  }
+  Status s = Transition(live->rec, kiln::v1::RUNNING);
+  if (!s.ok()) spdlog::warn("job {}: {}", job_id, s.ToString());
+  StartConfiguration(live);
+}
+
+void JobManager::StartConfiguration(std::shared_ptr<LiveJob> live) {
+  bool cancelled, stop;
+  {
+    std::lock_guard<std::mutex> lock(live->mu);
+    cancelled = live->cancel_requested;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop = stopping_;
+  }
+  if (cancelled) return EndJob(live, kiln::v1::CANCELLED, Cancelled("cancelled between configurations"));
+  if (stop) return EndJob(live, kiln::v1::RUNNING, Unavailable("kilnd is shutting down"));
+  if (live->configuration >= live->rec.configurations) return EndJob(live, kiln::v1::SUCCEEDED, Status::Ok());
+  live->run = live->request.run();
+  if (live->request.sweep_size() > 0) *live->run.mutable_precision() = live->request.sweep(live->configuration);
+  live->response.Clear();
+  {
+    std::lock_guard<std::mutex> lock(live->mu);
+    live->rec.layers_done = 0;
+    live->rec.layers_total = 0;
+    live->rec.current_layer.clear();
+  }
+  RunConvJob::Env env{env_.models, env_.scheduler, env_.plans};
+  RunConvJob::Hooks hooks;
+  hooks.on_device_start = [this, live](const std::string& device) {
+    store::JobRecord rec;
+    {
+      std::lock_guard<std::mutex> lock(live->mu);
+      live->rec.device = device;
+      rec = live->rec;
+    }
+    LogIfError(env_.jobs->Update(rec), rec.job_id);
+  };
+  const int config = live->configuration;
+  hooks.on_layer = [this, live, config](size_t index, size_t total, const kiln::v1::LayerReport& row) {
+    store::JobRecord rec;
+    {
+      std::lock_guard<std::mutex> lock(live->mu);
+      live->rec.layers_done = static_cast<int64_t>(index);
+      live->rec.layers_total = static_cast<int64_t>(total);
+      live->rec.current_layer = row.name();
+      rec = live->rec;
+    }
+    LogIfError(env_.jobs->Update(rec), rec.job_id);
+    kiln::v1::JobEvent ev;
+    ev.set_attempt(rec.attempt);
+    auto* l = ev.mutable_layer();
+    l->set_configuration(config);
+    l->set_index(static_cast<int64_t>(index));
+    l->set_total(static_cast<int64_t>(total));
+    *l->mutable_report() = row;
+    AppendEvent(rec, std::move(ev));
+  };
+  auto job = RunConvJob::Start(
+      env, live->model, &live->run, &live->response, live->rec.client, std::nullopt,
+      [this, live](const Status& status, int64_t retry_after_ms) { ConfigurationDone(live, status, retry_after_ms); },
+      std::move(hooks));
+  bool cancelled_now;
+  {
+    std::lock_guard<std::mutex> lock(live->mu);
+    live->job = job;
+    cancelled_now = live->cancel_requested;
+  }
+  if (cancelled_now) job->Cancel();
+}
+
+void JobManager::ConfigurationDone(std::shared_ptr<LiveJob> live, const Status& status, int64_t retry_after_ms) {
+  bool cancel_requested, stop;
+  {
+    std::lock_guard<std::mutex> lock(live->mu);
+    cancel_requested = live->cancel_requested;
+    live->job.reset();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop = stopping_;
+  }
+  if (!status.ok()) {
+    if (cancel_requested) return EndJob(live, kiln::v1::CANCELLED, Cancelled("cancelled by a client"));
+    if (stop) return EndJob(live, kiln::v1::RUNNING, status);  // re-run after the restart
+    if (status.code() == StatusCode::kResourceExhausted && retry_after_ms > 0) {
+      // The device queue was full (RunConvLayers calls share it): back to the front of the queue.
+      store::JobRecord rec;
+      {
+        std::lock_guard<std::mutex> lock(live->mu);
+        rec = live->rec;
+      }
+      rec.attempt -= 1;  // not an attempt: it never started
+      LogIfError(Transition(rec, kiln::v1::QUEUED), rec.job_id);
+      std::lock_guard<std::mutex> lock(mu_);
+      live_.erase(rec.job_id);
+      --lanes_[rec.backend].running;
+      retry_at_.emplace(SteadyClock::now() + std::chrono::milliseconds(retry_after_ms), rec.job_id);
+      wake_ = true;
+      cv_.notify_all();
+      return;
+    }
+    return EndJob(live, kiln::v1::FAILED, status);
+  }
+  // Store the configuration's result: the report as a blob, each output's bytes as a file.
+  kiln::v1::RunConvLayersResponse report = live->response;
+  std::vector<std::string> outputs;
+  int64_t bytes = 0;
+  for (auto& t : *report.mutable_outputs()) {
+    bytes += static_cast<int64_t>(t.raw_data().size());
+    outputs.push_back(std::move(*t.mutable_raw_data()));
+    t.clear_raw_data();
+  }
+  if (bytes > limits_.max_result_bytes) {
+    return EndJob(live, kiln::v1::FAILED,
+                  ResourceExhausted("configuration " + std::to_string(live->configuration) + " produced " +
+                                    std::to_string(bytes) + " bytes of outputs, over the result limit of " +
+                                    std::to_string(limits_.max_result_bytes) + " (--max-message-bytes); run with omit_outputs"));
+  }
+  kiln::v1::ConfigurationResult cr;
+  if (live->request.sweep_size() > 0) {
+    *cr.mutable_precision() = live->request.sweep(live->configuration);
+  } else {
+    *cr.mutable_precision() = live->request.run().precision();
+  }
+  *cr.mutable_response() = std::move(report);
+  std::vector<std::string_view> views(outputs.begin(), outputs.end());
+  Status put = env_.jobs->PutResult(live->rec.job_id, live->configuration, cr.SerializeAsString(), views);
+  if (!put.ok()) return EndJob(live, kiln::v1::FAILED, put.WithContext("storing the result"));
+  int64_t below = 0;
+  for (const auto& l : cr.response().layers()) {
+    if (l.compared() && !l.pass() && l.pcc_threshold() > 0) ++below;
+  }
+  if (below_threshold_ && below > 0) {
+    below_threshold_->Add({{"backend", live->rec.backend}}).Increment(static_cast<double>(below));
+  }
+  if (results_bytes_) results_bytes_->Set(static_cast<double>(env_.jobs->total_bytes()));
+  store::JobRecord rec;
+  {
+    std::lock_guard<std::mutex> lock(live->mu);
+    live->rec.layers_below_threshold += below;
+    live->rec.configurations_done = live->configuration + 1;
+    rec = live->rec;
+  }
+  Status u = env_.jobs->Update(rec);
+  if (!u.ok()) spdlog::warn("job {}: {}", rec.job_id, u.ToString());
+  live->configuration += 1;
+  StartConfiguration(live);
+}
+
+void JobManager::EndJob(std::shared_ptr<LiveJob> live, int state, const Status& error) {
+  store::JobRecord rec;
+  {
+    std::lock_guard<std::mutex> lock(live->mu);
+    rec = live->rec;
+  }
+  const double ran = std::chrono::duration<double>(SteadyClock::now() - live->started).count();
+  if (state == kiln::v1::RUNNING) {
+    // Interrupted by the server's own shutdown: left RUNNING for the next start to re-run.
+    Status u = env_.jobs->Update(rec);
+    if (!u.ok()) spdlog::warn("job {}: {}", rec.job_id, u.ToString());
+    spdlog::info("job {}: interrupted by shutdown in attempt {}; it runs again after the restart", rec.job_id,
+                 rec.attempt);
+  } else {
+    if (!error.ok()) {
+      rec.error_code = static_cast<int>(error.code());
+      rec.error_message = error.message().substr(0, 4096);
+    }
+    Status s = Transition(rec, state);
+    if (!s.ok()) spdlog::warn("job {}: {}", rec.job_id, s.ToString());
+    if (attempts_) attempts_->Add({{"result", StateName(state)}}).Increment();
+    if (run_seconds_) {
+      run_seconds_->Add({{"backend", rec.backend}}, prometheus::Histogram::BucketBoundaries{0.1, 1, 10, 60, 600, 3600})
+          .Observe(ran);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.erase(rec.job_id);
+    --lanes_[rec.backend].running;
+    wake_ = true;
+  }
+  cv_.notify_all();
+}
+
+void JobManager::RunRetention() {
+  auto finished = env_.jobs->FinishedWithResults();
+  if (!finished.ok()) {
+    spdlog::warn("job retention: {}", finished.status().ToString());
+    return;
+  }
+  const int64_t cutoff = NowMs() - static_cast<int64_t>(limits_.retention_seconds * 1000);
+  int64_t total = env_.jobs->total_bytes();
+  for (const auto& rec : *finished) {
+    const bool too_old = rec.finished_ms < cutoff;
+    const bool too_big = limits_.results_max_bytes > 0 && total > limits_.results_max_bytes;
+    if (!too_old && !too_big) continue;  // oldest first: later ones are newer, but may be big
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (pins_.count(rec.job_id)) continue;  // a client streams them now
+    }
+    auto freed = env_.jobs->ExpireResults(rec.job_id);
+    if (!freed.ok()) {
+      spdlog::warn("job retention: {}: {}", rec.job_id, freed.status().ToString());
+      continue;
+    }
+    total -= *freed;
+    if (results_expired_) results_expired_->Increment();
+  }
+  if (results_bytes_) results_bytes_->Set(static_cast<double>(env_.jobs->total_bytes()));
+}
+
+void JobManager::RunRetentionForTesting() { RunRetention(); }
+
+}  // namespace kiln::api

@@ -1,0 +1,185 @@
+// kiln::api::JobManager — device-farm jobs (proto/kiln/v1/job.proto): durable in store/job_store.h,
+// run through the same path as RunConvLayers (RunConvJob: plan stage, then the backend's device
+// lane of the scheduler), one configuration after another.
+//
+// Queue and fairness
+// * Jobs wait in the manager's own queue, not the scheduler's: per backend, per client (the job's
+//   `client`), FIFO within a client, started round-robin across clients. At most as many jobs of
+//   a backend run at once as it has devices, so the scheduler's queues only ever hold what can
+//   start now, and a job's place is decided here, where it is durable. (RunConvLayers calls share
+//   the devices through the scheduler's own fair queue.)
+// * Limits (JobLimits): queued jobs in total and per client, configurations per job, events per
+//   job, labels; RESOURCE_EXHAUSTED names the limit and carries a retry hint.
+//
+// Lifecycle: QUEUED → RUNNING (attempt + 1; a configuration at a time, results written as each
+// ends) → SUCCEEDED | FAILED | CANCELLED. A run's own error fails the job (it would fail again);
+// an interruption — kilnd stopped or killed while it ran — does not: on the next start
+// (Create), RUNNING jobs are queued again with the configurations already finished kept, or FAILED
+// (ABORTED) once `max_attempts` attempts were interrupted. Shutdown() stops starting jobs; a job
+// cancelled by the server's own shutdown stays RUNNING in the store (so it is re-run), one that
+// finishes during the grace period is recorded normally.
+//
+// Events: every state change and every finished layer is appended to the store before watchers
+// are told (Subscribe), so a watcher reading from sequence 0 sees all of them in order.
+//
+// Retention: results of finished jobs are removed (results_expired) when older than
+// `retention_seconds` or, oldest first, while the results total more than `results_max_bytes`;
+// never while a GetJobResult stream holds them (PinResults).
+//
+// Threads: one dispatch thread (start jobs, retry timers, retention); completions run on the
+// scheduler's threads. Every public call is thread-safe and blocks only on the job store (SQLite,
+// fsync on writes): servers call them off their reactors (server/job_service.cc uses the store
+// lane).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/run_conv.h"
+#include "common/status.h"
+#include "kiln/v1/job.pb.h"
+#include "sched/scheduler.h"
+#include "store/job_store.h"
+#include "store/model_store.h"
+
+namespace prometheus {
+class Registry;
+template <typename T>
+class Family;
+class Gauge;
+class Counter;
+class Histogram;
+}  // namespace prometheus
+
+namespace kiln::api {
+
+struct JobLimits {
+  int max_queued = 1024;             ///< --job-max-queued: queued jobs, all clients
+  int max_queued_per_client = 256;   ///< --job-max-queued-per-client
+  int max_attempts = 3;              ///< --job-max-attempts: interrupted attempts before FAILED
+  int64_t max_events = 100000;       ///< --job-max-events: stored events per job
+  int max_configurations = 64;       ///< --job-max-configurations: sweep points per job
+  double retention_seconds = 7 * 86400.0;  ///< --job-retention-seconds (results of finished jobs)
+  int64_t results_max_bytes = 8ll << 30;   ///< --job-results-max-bytes (inputs + results on disk)
+  int64_t max_result_bytes = 256ll << 20;  ///< one configuration's outputs (the message limit)
+  int64_t max_store_bytes = 0;       ///< --max-store-bytes shared with the model store; 0 = none
+  std::chrono::milliseconds retention_interval{60000};  ///< how often retention runs
+};
+
+/// A pinned set of results (GetJobResult): retention skips the job while a pin lives.
+class ResultPin {
+ public:
+  virtual ~ResultPin() = default;
+};
+
+class JobManager {
+ public:
+  struct Env {
+    store::ModelStore* models = nullptr;
+    store::JobStore* jobs = nullptr;
+    sched::Scheduler* scheduler = nullptr;
+    PlanCache* plans = nullptr;
+    std::shared_ptr<prometheus::Registry> metrics;  ///< optional
+  };
+
+  /// Recovers the store's unfinished jobs (see the header comment) and starts the dispatch thread.
+  static Result<std::unique_ptr<JobManager>> Create(Env env, JobLimits limits);
+  ~JobManager();
+
+  /// Validates, stores and queues a job; `client` is its fairness key. `*existed` is set when the
+  /// idempotency key named an existing job (returned as it is).
+  /// RESOURCE_EXHAUSTED refusals set `*retry_after_ms` (when given) to the hint in the message.
+  Result<kiln::v1::Job> Submit(const kiln::v1::SubmitRunRequest& request, const std::string& client,
+                               bool* existed = nullptr, int64_t* retry_after_ms = nullptr);
+  Result<kiln::v1::Job> Get(const std::string& job_id) const;
+  Result<kiln::v1::ListJobsResponse> List(const kiln::v1::ListJobsRequest& request) const;
+  Result<kiln::v1::Job> Cancel(const std::string& job_id);
+
+  /// Events with sequence > `after`, at most `limit`.
+  Result<std::vector<kiln::v1::JobEvent>> Events(const std::string& job_id, int64_t after, int limit) const;
+  /// Calls `notify` (on any thread, without locks held) after each new event of `job_id` and once
+  /// at Shutdown. Returns a token for Unsubscribe.
+  uint64_t Subscribe(const std::string& job_id, std::function<void()> notify);
+  void Unsubscribe(uint64_t token);
+
+  /// The stored results of a job, pinned against retention while the pin lives. NOT_FOUND
+  /// "results expired"; FAILED_PRECONDITION while the job has not finished.
+  Result<std::pair<std::vector<store::JobResultRecord>, std::shared_ptr<ResultPin>>> OpenResults(
+      const std::string& job_id);
+
+  /// Stops starting jobs and wakes every watcher; running jobs are left to the scheduler's
+  /// shutdown (see the header comment). Idempotent.
+  void Shutdown();
+  bool stopping() const;
+  /// Jobs running now.
+  int running() const;
+  /// Runs retention now (tests; the dispatch thread runs it every retention_interval).
+  void RunRetentionForTesting();
+
+  class LiveJob;
+
+ private:
+  JobManager(Env env, JobLimits limits);
+  Status Recover();
+  void DispatchLoop();
+  void StartJob(const std::string& job_id);
+  void StartConfiguration(std::shared_ptr<LiveJob> live);
+  void ConfigurationDone(std::shared_ptr<LiveJob> live, const Status& status, int64_t retry_after_ms);
+  void EndJob(std::shared_ptr<LiveJob> live, int state, const Status& error);
+  Status Transition(store::JobRecord& rec, int new_state);
+  void AppendEvent(const store::JobRecord& rec, kiln::v1::JobEvent event);
+  void Notify(const std::string& job_id);
+  void RunRetention();
+  void Enqueue(const store::JobRecord& rec, bool front);
+  void InitMetrics();
+  void SetStateGauge(int state, int64_t delta);
+
+  Env env_;
+  JobLimits limits_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  struct Lane {
+    std::map<std::string, std::deque<std::string>> queued;  // client → job ids
+    std::string last_client;
+    int running = 0;
+    int slots = 1;
+  };
+  std::map<std::string, Lane> lanes_;           // by backend
+  std::map<std::string, std::string> queued_client_;  // queued job → client
+  std::map<std::string, int> queued_per_client_;
+  int queued_total_ = 0;
+  std::map<std::string, std::shared_ptr<LiveJob>> live_;
+  std::multimap<std::chrono::steady_clock::time_point, std::string> retry_at_;  // job → backend lane retry
+  std::map<std::string, int> pins_;
+  std::map<uint64_t, std::pair<std::string, std::function<void()>>> watchers_;
+  uint64_t next_watcher_ = 1;
+  bool stopping_ = false;
+  bool wake_ = false;
+  std::thread dispatcher_;
+
+  // Metrics (null without a registry).
+  prometheus::Family<prometheus::Gauge>* jobs_gauge_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* queue_wait_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* run_seconds_ = nullptr;
+  prometheus::Family<prometheus::Counter>* attempts_ = nullptr;
+  prometheus::Family<prometheus::Counter>* below_threshold_ = nullptr;
+  prometheus::Gauge* results_bytes_ = nullptr;
+  prometheus::Counter* results_expired_ = nullptr;
+};
+
+/// A new job id: "j-" + 26 lowercase Crockford base32 characters (48 bits of Unix milliseconds,
+/// then 80 random bits), so ids sort by creation time.
+std::string NewJobId();
+
+}  // namespace kiln::api

@@ -1,0 +1,476 @@
+#include "cli/job_commands.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "api/convert.h"
+#include "kiln/v1/job.grpc.pb.h"
+
+namespace kiln::cli {
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void OnSigint(int) { g_interrupted.store(true); }
+
+const char* StateName(kiln::v1::JobState s) {
+  switch (s) {
+    case kiln::v1::QUEUED: return "QUEUED";
+    case kiln::v1::RUNNING: return "RUNNING";
+    case kiln::v1::SUCCEEDED: return "SUCCEEDED";
+    case kiln::v1::FAILED: return "FAILED";
+    case kiln::v1::CANCELLED: return "CANCELLED";
+    default: return "?";
+  }
+}
+
+Result<kiln::v1::JobState> ParseState(const std::string& s) {
+  std::string u;
+  for (char c : s) u += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (int v = kiln::v1::QUEUED; v <= kiln::v1::CANCELLED; ++v) {
+    if (u == StateName(static_cast<kiln::v1::JobState>(v))) return static_cast<kiln::v1::JobState>(v);
+  }
+  return InvalidArgument("--state: expected queued, running, succeeded, failed or cancelled, got '" + s + "'");
+}
+
+std::string Time(const google::protobuf::Timestamp& t) {
+  if (t.seconds() == 0) return "-";
+  std::time_t s = static_cast<std::time_t>(t.seconds());
+  std::tm tm{};
+  gmtime_r(&s, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string RandomKey() {
+  std::random_device rd;
+  static const char kHex[] = "0123456789abcdef";
+  std::string out = "kiln-cli-";
+  for (int i = 0; i < 32; ++i) out += kHex[rd() % 16];
+  return out;
+}
+
+Result<std::pair<std::string, std::string>> ParseLabel(const std::string& spec) {
+  auto eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0) return InvalidArgument("--label expects KEY=VALUE, got '" + spec + "'");
+  return std::make_pair(spec.substr(0, eq), spec.substr(eq + 1));
+}
+
+void PrintJob(const kiln::v1::Job& j) {
+  std::printf("job        %s\n", j.job_id().c_str());
+  std::printf("state      %s%s\n", StateName(j.state()), j.results_expired() ? " (results expired)" : "");
+  std::printf("model      %s\n", j.model_id().c_str());
+  std::printf("backend    %s%s%s\n", j.backend().c_str(), j.device().empty() ? "" : " on ", j.device().c_str());
+  const auto& p = j.progress();
+  std::printf("progress   configuration %lld/%lld, layer %lld/%lld%s%s\n",
+              static_cast<long long>(p.configurations_done()), static_cast<long long>(p.configurations_total()),
+              static_cast<long long>(p.layers_done()), static_cast<long long>(p.layers_total()),
+              p.current_layer().empty() ? "" : " ", p.current_layer().c_str());
+  std::printf("attempt    %d\n", j.attempt());
+  std::printf("created    %s\nstarted    %s\nfinished   %s\n", Time(j.created()).c_str(), Time(j.started()).c_str(),
+              Time(j.finished()).c_str());
+  std::printf("client     %s\n", j.client().c_str());
+  if (j.layers_below_threshold() > 0) {
+    std::printf("below PCC  %lld layer(s)\n", static_cast<long long>(j.layers_below_threshold()));
+  }
+  for (const auto& [k, v] : j.labels()) std::printf("label      %s=%s\n", k.c_str(), v.c_str());
+  if (j.has_error()) {
+    std::printf("error      %s: %s\n", StatusCodeName(static_cast<StatusCode>(j.error().code())),
+                j.error().message().c_str());
+  }
+}
+
+// Calls TryCancel on `ctx` once Ctrl-C was pressed, until `done`.
+class InterruptWatch {
+ public:
+  explicit InterruptWatch(grpc::ClientContext* ctx) {
+    g_interrupted = false;
+    previous_ = std::signal(SIGINT, OnSigint);
+    thread_ = std::thread([this, ctx] {
+      while (!done_.load()) {
+        if (g_interrupted.load()) {
+          ctx->TryCancel();
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+  }
+  ~InterruptWatch() {
+    done_ = true;
+    thread_.join();
+    std::signal(SIGINT, previous_);
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+  void (*previous_)(int) = nullptr;
+};
+
+struct WatchOutcome {
+  grpc::Status status;
+  kiln::v1::Job job;   // the last state seen
+  bool interrupted = false;
+};
+
+// Streams the job's events; progress on stderr when `progress`.
+WatchOutcome Watch(const ClientOptions& options, const std::string& job_id, bool progress) {
+  WatchOutcome out;
+  auto channel = Connect(options);
+  if (!channel.ok()) {
+    out.status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, channel.status().message());
+    return out;
+  }
+  auto stub = kiln::v1::JobService::NewStub(*channel);
+  grpc::ClientContext ctx;
+  ClientOptions no_deadline = options;
+  no_deadline.timeout_seconds = 0;  // a watch lasts as long as the job
+  Prepare(no_deadline, &ctx);
+  kiln::v1::WatchJobRequest req;
+  req.set_job_id(job_id);
+  InterruptWatch interrupt(&ctx);
+  auto reader = stub->WatchJob(&ctx, req);
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  kiln::v1::JobEvent ev;
+  bool bar = false;
+  while (reader->Read(&ev)) {
+    if (ev.has_state_change()) {
+      out.job = ev.state_change();
+      if (progress) {
+        if (bar) std::fputs("\n", stderr);
+        bar = false;
+        std::fprintf(stderr, "job %s %s (attempt %d)%s%s\n", job_id.c_str(), StateName(out.job.state()),
+                     out.job.attempt(), out.job.device().empty() ? "" : " on ", out.job.device().c_str());
+      }
+    } else if (ev.has_layer() && progress) {
+      const auto& l = ev.layer();
+      const int width = 30;
+      const int filled = l.total() > 0 ? static_cast<int>(width * l.index() / l.total()) : 0;
+      char pcc[32] = "";
+      if (l.report().compared()) std::snprintf(pcc, sizeof pcc, " pcc=%.6f", l.report().pcc());
+      const std::string conf =
+          out.job.configurations() > 1 ? "config " + std::to_string(l.configuration()) + " " : std::string();
+      if (tty) {
+        std::fprintf(stderr, "\r%s[%s%s] %lld/%lld %-28.28s%s\033[K", conf.c_str(), std::string(filled, '#').c_str(),
+                     std::string(width - filled, '.').c_str(), static_cast<long long>(l.index()),
+                     static_cast<long long>(l.total()), l.report().name().c_str(), pcc);
+        bar = true;
+      } else {
+        std::fprintf(stderr, "%s[%lld/%lld] %s %s %.3f ms%s\n", conf.c_str(), static_cast<long long>(l.index()),
+                     static_cast<long long>(l.total()), l.report().name().c_str(), l.report().op().c_str(),
+                     l.report().device_seconds() * 1e3, pcc);
+      }
+    }
+  }
+  if (bar) std::fputs("\n", stderr);
+  out.status = reader->Finish();
+  out.interrupted = g_interrupted.load();
+  return out;
+}
+
+struct ConfigurationOutput {
+  kiln::v1::Precision precision;
+  kiln::v1::RunConvLayersResponse response;
+};
+
+Result<std::vector<ConfigurationOutput>> FetchResult(const ClientOptions& options, const std::string& job_id,
+                                                      bool omit_outputs) {
+  auto channel = Connect(options);
+  if (!channel.ok()) return channel.status();
+  auto stub = kiln::v1::JobService::NewStub(*channel);
+  grpc::ClientContext ctx;
+  Prepare(options, &ctx);
+  kiln::v1::GetJobResultRequest req;
+  req.set_job_id(job_id);
+  req.set_omit_outputs(omit_outputs);
+  auto reader = stub->GetJobResult(&ctx, req);
+  std::vector<ConfigurationOutput> out;
+  kiln::v1::JobResultChunk chunk;
+  while (reader->Read(&chunk)) {
+    if (chunk.has_result()) {
+      out.push_back({chunk.result().precision(), chunk.result().response()});
+    } else if (chunk.has_output()) {
+      if (out.empty()) return DataLoss("result stream: output before its configuration");
+      auto& resp = out.back().response;
+      const auto& o = chunk.output();
+      if (o.output() < 0 || o.output() >= resp.outputs_size()) return DataLoss("result stream: bad output index");
+      std::string* data = resp.mutable_outputs(o.output())->mutable_raw_data();
+      if (static_cast<int64_t>(data->size()) != o.offset()) return DataLoss("result stream: chunk out of order");
+      data->append(o.data());
+    }
+  }
+  grpc::Status st = reader->Finish();
+  if (!st.ok()) return Status(static_cast<StatusCode>(st.error_code()), st.error_message());
+  return out;
+}
+
+std::string PrecisionLine(const kiln::v1::Precision& p) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(p, &json, opts);
+  return json;
+}
+
+int PrintResult(const std::vector<ConfigurationOutput>& configs, const ReportOptions& report) {
+  int worst = 0;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    ReportOptions r = report;
+    if (configs.size() > 1) {
+      if (!r.out_dir.empty()) r.out_dir = (std::filesystem::path(r.out_dir) / ("c" + std::to_string(i))).string();
+      if (r.report == "table") std::printf("== configuration %zu: %s\n", i, PrecisionLine(configs[i].precision).c_str());
+    }
+    const int rc = PrintRunReport(configs[i].response, r);
+    if (rc == 1 || (rc == 3 && worst == 0)) worst = rc;
+  }
+  return worst;
+}
+
+int ResultCommand(const ClientOptions& options, const std::string& job_id, const ReportOptions& report) {
+  auto configs = FetchResult(options, job_id, false);
+  if (!configs.ok()) {
+    std::cerr << "kiln: result " << job_id << ": " << configs.status().ToString() << "\n";
+    return 1;
+  }
+  return PrintResult(*configs, report);
+}
+
+// After Ctrl-C: cancel or detach (see the header comment).
+int Interrupted(const ClientOptions& options, const std::string& job_id) {
+  bool cancel = true;
+  if (isatty(STDIN_FILENO) && isatty(STDERR_FILENO)) {
+    std::fprintf(stderr, "\njob %s is still running: [c]ancel it or [d]etach? ", job_id.c_str());
+    std::string answer;
+    std::getline(std::cin, answer);
+    cancel = !(answer.rfind("d", 0) == 0 || answer.rfind("D", 0) == 0);
+  }
+  if (!cancel) {
+    std::fprintf(stderr, "detached; follow it with: kiln watch %s\n", job_id.c_str());
+    std::printf("%s\n", job_id.c_str());
+    return 130;
+  }
+  kiln::v1::CancelJobRequest req;
+  req.set_job_id(job_id);
+  kiln::v1::Job job;
+  grpc::Status st = CallUnary(options, &kiln::v1::JobService::Stub::CancelJob, req, &job);
+  if (!st.ok()) {
+    std::cerr << "kiln: cancel " << job_id << ": " << Describe(st) << "\n";
+    return 1;
+  }
+  std::fprintf(stderr, "job %s cancel requested (now %s)\n", job_id.c_str(), StateName(job.state()));
+  return 130;
+}
+
+int WatchAndReport(const ClientOptions& options, const std::string& job_id, const ReportOptions& report) {
+  WatchOutcome w = Watch(options, job_id, true);
+  if (w.interrupted) return Interrupted(options, job_id);
+  if (!w.status.ok()) {
+    std::cerr << "kiln: watch " << job_id << ": " << Describe(w.status) << "\n";
+    return 1;
+  }
+  if (w.job.state() != kiln::v1::SUCCEEDED) {
+    std::cerr << "kiln: job " << job_id << " " << StateName(w.job.state());
+    if (w.job.has_error()) {
+      std::cerr << ": " << StatusCodeName(static_cast<StatusCode>(w.job.error().code())) << ": "
+                << w.job.error().message();
+    }
+    std::cerr << "\n";
+    return 1;
+  }
+  return ResultCommand(options, job_id, report);
+}
+
+int JobsCommand(const ClientOptions& options, const std::string& state, const std::string& model,
+                const std::vector<std::string>& labels, int limit) {
+  kiln::v1::ListJobsRequest req;
+  if (!state.empty()) {
+    auto s = ParseState(state);
+    if (!s.ok()) {
+      std::cerr << "kiln: jobs: " << s.status().message() << "\n";
+      return 2;
+    }
+    req.set_state(*s);
+  }
+  req.set_model_id(model);
+  for (const auto& l : labels) {
+    auto kv = ParseLabel(l);
+    if (!kv.ok()) {
+      std::cerr << "kiln: jobs: " << kv.status().message() << "\n";
+      return 2;
+    }
+    (*req.mutable_labels())[kv->first] = kv->second;
+  }
+  std::printf("%-28s %-10s %-12s %-10s %-14s %-7s %s\n", "JOB_ID", "STATE", "MODEL", "BACKEND", "PROGRESS", "ATTEMPT",
+              "CREATED");
+  int shown = 0;
+  do {
+    req.set_page_size(std::min(500, limit - shown));
+    kiln::v1::ListJobsResponse resp;
+    grpc::Status st = CallUnary(options, &kiln::v1::JobService::Stub::ListJobs, req, &resp);
+    if (!st.ok()) {
+      std::cerr << "kiln: jobs: " << Describe(st) << "\n";
+      return 1;
+    }
+    for (const auto& j : resp.jobs()) {
+      const auto& p = j.progress();
+      std::string prog = std::to_string(p.configurations_done()) + "/" + std::to_string(p.configurations_total());
+      if (j.state() == kiln::v1::RUNNING) prog += " L" + std::to_string(p.layers_done()) + "/" + std::to_string(p.layers_total());
+      std::printf("%-28s %-10s %-12.12s %-10s %-14s %-7d %s\n", j.job_id().c_str(), StateName(j.state()),
+                  j.model_id().c_str(), j.backend().c_str(), prog.c_str(), j.attempt(), Time(j.created()).c_str());
+      ++shown;
+    }
+    req.set_page_token(resp.next_page_token());
+  } while (!req.page_token().empty() && shown < limit);
+  return 0;
+}
+
+}  // namespace
+
+Result<std::vector<kiln::v1::Precision>> ParseSweep(const std::vector<std::string>& specs,
+                                                    const api::PrecisionFlags& base) {
+  std::vector<api::PrecisionFlags> points{base};
+  for (const auto& spec : specs) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+      return InvalidArgument("--sweep expects FIELD=V1,V2,..., got '" + spec + "'");
+    }
+    const std::string field = spec.substr(0, eq);
+    std::vector<std::string> values;
+    std::string rest = spec.substr(eq + 1);
+    for (size_t pos = 0; pos <= rest.size();) {
+      size_t comma = rest.find(',', pos);
+      if (comma == std::string::npos) comma = rest.size();
+      if (comma > pos) values.push_back(rest.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+    std::string api::PrecisionFlags::*member = nullptr;
+    static const std::map<std::string, std::string api::PrecisionFlags::*> kFields = {
+        {"math_fidelity", &api::PrecisionFlags::math_fidelity},
+        {"weights_dtype", &api::PrecisionFlags::weights_dtype},
+        {"input_dtype", &api::PrecisionFlags::input_dtype},
+        {"output_dtype", &api::PrecisionFlags::output_dtype},
+        {"fp32_dest_acc_en", &api::PrecisionFlags::fp32_dest_acc_en},
+        {"packer_l1_acc", &api::PrecisionFlags::packer_l1_acc},
+        {"math_approx_mode", &api::PrecisionFlags::math_approx_mode},
+        {"arch", &api::PrecisionFlags::arch},
+    };
+    auto it = kFields.find(field);
+    if (it == kFields.end()) {
+      std::string names;
+      for (const auto& [n, m] : kFields) names += (names.empty() ? "" : ", ") + n;
+      return InvalidArgument("--sweep: unknown field '" + field + "' (one of " + names + ")");
+    }
+    member = it->second;
+    std::vector<api::PrecisionFlags> next;
+    for (const auto& p : points) {
+      for (const auto& v : values) {
+        api::PrecisionFlags q = p;
+        q.*member = v;
+        next.push_back(q);
+      }
+    }
+    points = std::move(next);
+  }
+  std::vector<kiln::v1::Precision> out;
+  if (specs.empty()) return out;
+  for (const auto& p : points) {
+    auto m = api::ParsePrecisionFlags(p);
+    if (!m.ok()) return m.status().WithContext("--sweep");
+    out.push_back(std::move(m).value());
+  }
+  return out;
+}
+
+int SubmitAndWatch(const ClientOptions& options, kiln::v1::SubmitRunRequest request, bool detach,
+                   const ReportOptions& report) {
+  if (request.idempotency_key().empty()) request.set_idempotency_key(RandomKey());
+  kiln::v1::Job job;
+  grpc::Status st = CallUnary(options, &kiln::v1::JobService::Stub::SubmitRun, request, &job);
+  if (!st.ok()) {
+    std::cerr << "kiln: run " << request.run().model_id() << ": " << Describe(st) << "\n";
+    return 1;
+  }
+  if (detach) {
+    std::printf("%s\n", job.job_id().c_str());
+    return 0;
+  }
+  std::fprintf(stderr, "job %s submitted (%d configuration%s)\n", job.job_id().c_str(), job.configurations(),
+               job.configurations() == 1 ? "" : "s");
+  return WatchAndReport(options, job.job_id(), report);
+}
+
+void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
+  static std::string state, model, job_id;
+  static std::vector<std::string> labels;
+  static int limit = 50;
+  static ReportOptions report;
+
+  auto* jobs = app.add_subcommand("jobs", "list jobs, newest first");
+  jobs->add_option("--state", state, "queued, running, succeeded, failed or cancelled");
+  jobs->add_option("--model", model, "a model id");
+  jobs->add_option("--label", labels, "KEY=VALUE (repeatable; all must match)");
+  jobs->add_option("--limit", limit, "at most this many")->capture_default_str()->check(CLI::PositiveNumber);
+  jobs->callback([&options, exit_code] { *exit_code = JobsCommand(options, state, model, labels, limit); });
+
+  auto* one = app.add_subcommand("job", "one job: state, progress, error");
+  one->add_option("JOB_ID", job_id, "job id")->required();
+  one->callback([&options, exit_code] {
+    kiln::v1::GetJobRequest req;
+    req.set_job_id(job_id);
+    kiln::v1::Job job;
+    grpc::Status st = CallUnary(options, &kiln::v1::JobService::Stub::GetJob, req, &job);
+    if (!st.ok()) {
+      std::cerr << "kiln: job " << job_id << ": " << Describe(st) << "\n";
+      *exit_code = 1;
+      return;
+    }
+    PrintJob(job);
+    *exit_code = 0;
+  });
+
+  auto* watch = app.add_subcommand("watch", "follow a job's progress, then print its report");
+  watch->add_option("JOB_ID", job_id, "job id")->required();
+  watch->add_option("--out", report.out_dir, "write outputs as DIR/<graph output>.npy (DIR/cK/ for sweeps)");
+  watch->add_option("--report", report.report, "table, json or html")
+      ->check(CLI::IsMember({"table", "json", "html"}))
+      ->capture_default_str();
+  watch->callback([&options, exit_code] { *exit_code = WatchAndReport(options, job_id, report); });
+
+  auto* cancel = app.add_subcommand("cancel", "cancel a queued or running job");
+  cancel->add_option("JOB_ID", job_id, "job id")->required();
+  cancel->callback([&options, exit_code] {
+    kiln::v1::CancelJobRequest req;
+    req.set_job_id(job_id);
+    kiln::v1::Job job;
+    grpc::Status st = CallUnary(options, &kiln::v1::JobService::Stub::CancelJob, req, &job);
+    if (!st.ok()) {
+      std::cerr << "kiln: cancel " << job_id << ": " << Describe(st) << "\n";
+      *exit_code = 1;
+      return;
+    }
+    std::printf("%s %s\n", job.job_id().c_str(), StateName(job.state()));
+    *exit_code = 0;
+  });
+
+  auto* result = app.add_subcommand("result", "a finished job's report and outputs");
+  result->add_option("JOB_ID", job_id, "job id")->required();
+  result->add_option("--out", report.out_dir, "write outputs as DIR/<graph output>.npy (DIR/cK/ for sweeps)");
+  result->add_option("--report", report.report, "table, json or html")
+      ->check(CLI::IsMember({"table", "json", "html"}))
+      ->capture_default_str();
+  result->callback([&options, exit_code] { *exit_code = ResultCommand(options, job_id, report); });
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,39 @@
+// `kiln jobs | job | watch | cancel | result`: kiln.v1.JobService from the command line, and the
+// submit-and-watch path of `kiln run` (cli/run_command.cc).
+//
+// `kiln run` (remote) submits a job — with a fresh idempotency key, so that gRPC's retry policy
+// (client.cc: SubmitRun is retried on RESOURCE_EXHAUSTED after the server's pushback) can never
+// submit it twice — then, unless --detach, watches it: progress on stderr (a redrawn bar on a
+// terminal, a line per layer otherwise), then the report of every configuration. Ctrl-C while
+// watching asks whether to cancel the job or detach from it when stdin and stderr are a
+// terminal, and cancels it otherwise.
+// Exit status: 0 done and every compared layer passed, 1 error / FAILED / CANCELLED, 2 bad
+// command line, 3 a layer is below its threshold, 130 interrupted (the job cancelled or detached).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "api/convert.h"
+#include "cli/client.h"
+#include "cli/run_report.h"
+#include "kiln/v1/job.pb.h"
+
+namespace kiln::cli {
+
+void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code);
+
+/// Submits `request`; with `detach` prints the job id and returns 0, else watches it and prints
+/// its result (see the header comment).
+int SubmitAndWatch(const ClientOptions& options, kiln::v1::SubmitRunRequest request, bool detach,
+                   const ReportOptions& report);
+
+/// The sweep of `--sweep FIELD=V1,V2,...` (repeatable): the cross product of the given fields'
+/// values, in the order given, each point on top of `base` (the run's precision flags). Fields:
+/// math_fidelity, weights_dtype, input_dtype, output_dtype, fp32_dest_acc_en, packer_l1_acc,
+/// math_approx_mode, arch. INVALID_ARGUMENT naming the bad spec.
+Result<std::vector<kiln::v1::Precision>> ParseSweep(const std::vector<std::string>& specs,
+                                                    const api::PrecisionFlags& base);
+
+}  // namespace kiln::cli

@@ -1,0 +1,336 @@
+#include "server/job_service.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
+#include "api/lanes.h"
+#include "common/reactor.h"
+#include "server/model_service.h"
+
+namespace kiln::server {
+
+namespace {
+constexpr int kEventsPerRead = 64;
+}  // namespace
+
+void JobServiceImpl::OnStoreLane(grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor,
+                                 std::shared_ptr<RpcScope> scope, std::function<Status(int64_t*)> work) {
+  sched::JobRequest job;
+  job.lane = api::kStoreLane;
+  job.client_id = ClientId(context);
+  auto retry = std::make_shared<int64_t>(0);
+  job.task = [work = std::move(work), retry](sched::JobContext&) { return work(retry.get()); };
+  auto handle = env_.scheduler->Submit(std::move(job));
+  if (!handle.ok()) {
+    AddRetryPushback(context, handle.status(), *env_.scheduler, api::kStoreLane);
+    reactor->Finish(scope->Done(ToGrpc(handle.status())));
+    return;
+  }
+  (*handle)->OnDone([reactor, scope, retry, ctx = &context](const Status& status) {
+    if (status.code() == StatusCode::kResourceExhausted && *retry > 0) {
+      ctx->AddTrailingMetadata("grpc-retry-pushback-ms", std::to_string(*retry));
+    }
+    reactor->Finish(scope->Done(ToGrpc(status)));
+  });
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::SubmitRun(grpc::CallbackServerContext* context,
+                                                    const kiln::v1::SubmitRunRequest* request,
+                                                    kiln::v1::Job* response) {
+  ReactorScope on_reactor;
+  auto* reactor = context->DefaultReactor();
+  auto scope = std::make_shared<RpcScope>(env_, *context, "/kiln.v1.JobService/SubmitRun");
+  grpc::Status st = scope->Begin(*context);
+  if (!st.ok()) {
+    reactor->Finish(scope->Done(st));
+    return reactor;
+  }
+  OnStoreLane(*context, reactor, scope, [this, request, response, client = ClientId(*context)](int64_t* retry) {
+    auto job = jobs_->Submit(*request, client, nullptr, retry);
+    if (!job.ok()) return job.status();
+    *response = std::move(job).value();
+    return Status::Ok();
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
+                                                 const kiln::v1::GetJobRequest* request, kiln::v1::Job* response) {
+  ReactorScope on_reactor;
+  auto* reactor = context->DefaultReactor();
+  auto scope = std::make_shared<RpcScope>(env_, *context, "/kiln.v1.JobService/GetJob");
+  grpc::Status st = scope->Begin(*context);
+  if (!st.ok()) {
+    reactor->Finish(scope->Done(st));
+    return reactor;
+  }
+  OnStoreLane(*context, reactor, scope, [this, request, response](int64_t*) {
+    auto job = jobs_->Get(request->job_id());
+    if (!job.ok()) return job.status();
+    *response = std::move(job).value();
+    return Status::Ok();
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
+                                                   const kiln::v1::ListJobsRequest* request,
+                                                   kiln::v1::ListJobsResponse* response) {
+  ReactorScope on_reactor;
+  auto* reactor = context->DefaultReactor();
+  auto scope = std::make_shared<RpcScope>(env_, *context, "/kiln.v1.JobService/ListJobs");
+  grpc::Status st = scope->Begin(*context);
+  if (!st.ok()) {
+    reactor->Finish(scope->Done(st));
+    return reactor;
+  }
+  OnStoreLane(*context, reactor, scope, [this, request, response](int64_t*) {
+    auto page = jobs_->List(*request);
+    if (!page.ok()) return page.status();
+    *response = std::move(page).value();
+    return Status::Ok();
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
+                                                    const kiln::v1::CancelJobRequest* request,
+                                                    kiln::v1::Job* response) {
+  ReactorScope on_reactor;
+  auto* reactor = context->DefaultReactor();
+  auto scope = std::make_shared<RpcScope>(env_, *context, "/kiln.v1.JobService/CancelJob");
+  grpc::Status st = scope->Begin(*context);
+  if (!st.ok()) {
+    reactor->Finish(scope->Done(st));
+    return reactor;
+  }
+  OnStoreLane(*context, reactor, scope, [this, request, response](int64_t*) {
+    auto job = jobs_->Cancel(request->job_id());
+    if (!job.ok()) return job.status();
+    *response = std::move(job).value();
+    return Status::Ok();
+  });
+  return reactor;
+}
+
+// The events so far, then live ones, one write at a time. The manager's notifications and the
+// reactor's OnWriteDone both call Pump(); `state_` outlives the reactor so that a notification
+// racing with the end of the stream finds it gone instead of a freed reactor.
+class JobServiceImpl::WatchReactor final : public grpc::ServerWriteReactor<kiln::v1::JobEvent> {
+ public:
+  WatchReactor(JobServiceImpl* service, grpc::CallbackServerContext* context, const kiln::v1::WatchJobRequest* request)
+      : service_(service), job_id_(request->job_id()),
+        scope_(service->env_, *context, "/kiln.v1.JobService/WatchJob") {
+    state_ = std::make_shared<State>();
+    state_->reactor = this;
+  }
+
+  void Start(grpc::CallbackServerContext* context) {
+    grpc::Status st = scope_.Begin(*context);
+    if (!st.ok()) return FinishLocked(st);
+    if (job_id_.empty()) return FinishLocked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id is empty"));
+    auto job = service_->jobs_->Get(job_id_);
+    if (!job.ok()) return FinishLocked(ToGrpc(job.status()));
+    token_ = service_->jobs_->Subscribe(job_id_, [state = state_] {
+      std::lock_guard<std::mutex> lock(state->mu);
+      if (state->reactor) state->reactor->PumpLocked();
+    });
+    subscribed_ = true;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    PumpLocked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    ReactorScope on_reactor;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    writing_ = false;
+    if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream broken"));
+    PumpLocked();
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (!writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+  }
+
+  void OnDone() override {
+    if (subscribed_) service_->jobs_->Unsubscribe(token_);
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->reactor = nullptr;
+    }
+    delete this;
+  }
+
+ private:
+  struct State {
+    std::mutex mu;
+    WatchReactor* reactor = nullptr;
+  };
+
+  // With state_->mu held.
+  void PumpLocked() {
+    if (finished_ || writing_) return;
+    if (pending_.empty()) {
+      auto events = service_->jobs_->Events(job_id_, last_sequence_, kEventsPerRead);
+      if (!events.ok()) return FinishLocked(ToGrpc(events.status()));
+      for (auto& e : *events) pending_.push_back(std::move(e));
+    }
+    if (pending_.empty()) {
+      if (ended_) return FinishLocked(grpc::Status::OK);
+      if (service_->jobs_->stopping()) {
+        return FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                         "kilnd is shutting down; the job continues after the restart, watch again"));
+      }
+      return;  // wait for the next notification
+    }
+    current_ = std::move(pending_.front());
+    pending_.erase(pending_.begin());
+    last_sequence_ = current_.sequence();
+    if (current_.has_state_change() && current_.state_change().state() >= kiln::v1::SUCCEEDED) ended_ = true;
+    writing_ = true;
+    StartWrite(&current_);
+  }
+
+  void FinishLocked(const grpc::Status& status) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(scope_.Done(status));
+  }
+
+  JobServiceImpl* service_;
+  std::string job_id_;
+  RpcScope scope_;
+  std::shared_ptr<State> state_;
+  uint64_t token_ = 0;
+  bool subscribed_ = false;
+  std::vector<kiln::v1::JobEvent> pending_;
+  kiln::v1::JobEvent current_;
+  int64_t last_sequence_ = 0;
+  bool writing_ = false;
+  bool ended_ = false;
+  bool finished_ = false;
+};
+
+grpc::ServerWriteReactor<kiln::v1::JobEvent>* JobServiceImpl::WatchJob(grpc::CallbackServerContext* context,
+                                                                       const kiln::v1::WatchJobRequest* request) {
+  ReactorScope on_reactor;
+  auto* reactor = new WatchReactor(this, context, request);
+  reactor->Start(context);
+  return reactor;
+}
+
+// Per configuration: its result message, then its outputs in chunks of at most 1 MiB.
+class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln::v1::JobResultChunk> {
+ public:
+  ResultReactor(JobServiceImpl* service, grpc::CallbackServerContext* context,
+                const kiln::v1::GetJobResultRequest* request)
+      : scope_(service->env_, *context, "/kiln.v1.JobService/GetJobResult"), omit_outputs_(request->omit_outputs()) {
+    grpc::Status st = scope_.Begin(*context);
+    if (!st.ok()) {
+      Finish(scope_.Done(st));
+      return;
+    }
+    auto opened = service->jobs_->OpenResults(request->job_id());
+    if (!opened.ok()) {
+      Finish(scope_.Done(ToGrpc(opened.status())));
+      return;
+    }
+    results_ = std::move(opened->first);
+    pin_ = std::move(opened->second);
+    Next();
+  }
+  ~ResultReactor() override {
+    if (fd_ >= 0) close(fd_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    ReactorScope on_reactor;
+    if (!ok) {
+      Finish(scope_.Done(grpc::Status(grpc::StatusCode::CANCELLED, "stream broken")));
+      return;
+    }
+    Next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    chunk_.Clear();
+    while (config_ < results_.size()) {
+      const auto& r = results_[config_];
+      if (!header_sent_) {
+        header_sent_ = true;
+        chunk_.set_configuration(r.configuration);
+        if (!chunk_.mutable_result()->ParseFromString(r.report)) {
+          Finish(scope_.Done(grpc::Status(grpc::StatusCode::DATA_LOSS, "stored result unreadable")));
+          return;
+        }
+        StartWrite(&chunk_);
+        return;
+      }
+      if (!omit_outputs_ && output_ < r.output_paths.size()) {
+        if (fd_ < 0) {
+          fd_ = open(r.output_paths[output_].c_str(), O_RDONLY | O_CLOEXEC);
+          offset_ = 0;
+          if (fd_ < 0) {
+            Finish(scope_.Done(grpc::Status(grpc::StatusCode::DATA_LOSS,
+                                            "result file missing: " + std::string(std::strerror(errno)))));
+            return;
+          }
+        }
+        const int64_t size = r.output_sizes[output_];
+        const int64_t n = std::min<int64_t>(static_cast<int64_t>(kMaxUploadChunkBytes), std::max<int64_t>(0, size - offset_));
+        auto* out = chunk_.mutable_output();
+        std::string* data = out->mutable_data();
+        data->resize(static_cast<size_t>(n));
+        ssize_t got = n > 0 ? pread(fd_, data->data(), static_cast<size_t>(n), offset_) : 0;
+        if (got != n) {
+          Finish(scope_.Done(grpc::Status(grpc::StatusCode::DATA_LOSS, "result file shorter than recorded")));
+          return;
+        }
+        chunk_.set_configuration(r.configuration);
+        out->set_output(static_cast<int32_t>(output_));
+        out->set_offset(offset_);
+        offset_ += n;
+        const bool last = offset_ >= size;
+        out->set_last(last);
+        if (last) {
+          close(fd_);
+          fd_ = -1;
+          ++output_;
+        }
+        scope_.AddBytes(static_cast<uint64_t>(n));
+        StartWrite(&chunk_);
+        return;
+      }
+      ++config_;
+      output_ = 0;
+      header_sent_ = false;
+    }
+    Finish(scope_.Done(grpc::Status::OK));
+  }
+
+  RpcScope scope_;
+  bool omit_outputs_;
+  std::vector<store::JobResultRecord> results_;
+  std::shared_ptr<api::ResultPin> pin_;
+  kiln::v1::JobResultChunk chunk_;
+  size_t config_ = 0;
+  size_t output_ = 0;
+  bool header_sent_ = false;
+  int fd_ = -1;
+  int64_t offset_ = 0;
+};
+
+grpc::ServerWriteReactor<kiln::v1::JobResultChunk>* JobServiceImpl::GetJobResult(
+    grpc::CallbackServerContext* context, const kiln::v1::GetJobResultRequest* request) {
+  ReactorScope on_reactor;
+  return new ResultReactor(this, context, request);
+}
+
+}  // namespace kiln::server
