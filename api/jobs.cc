@@ -466,12 +466,11 @@ Result<kiln::v1::ListJobsResponse> JobManager::List(const kiln::v1::ListJobsRequ
 
 Result<kiln::v1::Job> JobManager::Cancel(const std::string& job_id) {
   std::shared_ptr<LiveJob> live;
+  bool was_queued = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto q = queued_client_.find(job_id);
     if (q != queued_client_.end()) {
-      auto rec = env_.jobs->Get(job_id);
-      if (!rec.ok()) return rec.status();
       for (auto& [backend, lane] : lanes_) {
         auto c = lane.queued.find(q->second);
         if (c == lane.queued.end()) continue;
@@ -481,17 +480,25 @@ Result<kiln::v1::Job> JobManager::Cancel(const std::string& job_id) {
       --queued_per_client_[q->second];
       --queued_total_;
       queued_client_.erase(q);
+      was_queued = true;
+    } else {
       for (auto it = retry_at_.begin(); it != retry_at_.end();) {
+        if (it->second == job_id) was_queued = true;
         it = it->second == job_id ? retry_at_.erase(it) : std::next(it);
       }
-      rec->error_code = static_cast<int>(StatusCode::kCancelled);
-      rec->error_message = "cancelled while queued";
-      KILN_RETURN_IF_ERROR(Transition(*rec, kiln::v1::CANCELLED));
-      if (attempts_) attempts_->Add({{"result", "cancelled"}}).Increment();
-      return ToJob(*rec);
+      auto l = live_.find(job_id);
+      if (l != live_.end()) live = l->second;
     }
-    auto l = live_.find(job_id);
-    if (l != live_.end()) live = l->second;
+  }
+  if (was_queued) {
+    // Out of the queue under mu_; the store write and the event (which notifies under mu_) after.
+    auto rec = env_.jobs->Get(job_id);
+    if (!rec.ok()) return rec.status();
+    rec->error_code = static_cast<int>(StatusCode::kCancelled);
+    rec->error_message = "cancelled while queued";
+    KILN_RETURN_IF_ERROR(Transition(*rec, kiln::v1::CANCELLED));
+    if (attempts_) attempts_->Add({{"result", "cancelled"}}).Increment();
+    return ToJob(*rec);
   }
   if (live) {
     std::shared_ptr<RunConvJob> job;
@@ -616,7 +623,8 @@ void JobManager::DispatchLoop() {
       lock.lock();
       continue;
     }
-    if (now >= next_retention) {
+    if (now >= next_retention || retention_due_) {
+      retention_due_ = false;
       lock.unlock();
       RunRetention();
       lock.lock();
@@ -625,7 +633,7 @@ void JobManager::DispatchLoop() {
     }
     auto until = next_retention;
     if (!retry_at_.empty()) until = std::min(until, retry_at_.begin()->first);
-    cv_.wait_until(lock, until, [this] { return stopping_ || wake_; });
+    cv_.wait_until(lock, until, [this] { return stopping_ || wake_ || retention_due_; });
     wake_ = false;
   }
 }
@@ -861,6 +869,7 @@ void JobManager::EndJob(std::shared_ptr<LiveJob> live, int state, const Status& 
     live_.erase(rec.job_id);
     --lanes_[rec.backend].running;
     wake_ = true;
+    retention_due_ = true;
   }
   cv_.notify_all();
 }
