@@ -3,7 +3,10 @@
 // RunConvLayers' answer); sweeps; cancel of queued and running jobs; idempotency; fairness of
 // 100 jobs from 8 clients on one device; kill -9 of kilnd at random points (the seed is printed)
 // with nothing answered lost and nothing finished re-run; retention and its pin; limits; metrics.
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -534,6 +537,140 @@ TEST_F(JobE2E, SigtermWithAJobRunningResumesAfterRestart) {
   EXPECT_EQ(end.state(), kiln::v1::SUCCEEDED);
   EXPECT_EQ(end.attempt(), 2);
   EXPECT_EQ(Result(j.job_id()).size(), 8u);
+}
+
+// Runs the kiln CLI; stdout (and stderr when `with_stderr`) into the result, exit status in *rc.
+std::string Kiln(const std::string& server, const std::string& args, int* rc, bool with_stderr = true) {
+  std::string cmd = std::string(KILN_BINARY) + " --server " + server + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  *rc = WEXITSTATUS(pclose(p));
+  return out;
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+TEST_F(JobE2E, CliDetachWatchJobsResultCancel) {
+  Start({"--devices", "tt-emu:1,reference:1"});
+  const std::string server = kilnd_->grpc_address();
+  int rc = -1;
+  std::string out = Kiln(server, "upload " + kCases + "residual_add_relu.onnx", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const std::string id = Trim(Kiln(server, "run residual_add_relu --backend reference --detach --label suite=cli", &rc, false));
+  ASSERT_EQ(rc, 0) << id;
+  ASSERT_EQ(id.rfind("j-", 0), 0u) << id;
+  out = Kiln(server, "watch " + id, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("[4/4] add0"), std::string::npos) << out;  // progress lines (stderr is no terminal)
+  EXPECT_NE(out.find("all layers pass"), std::string::npos) << out;
+  out = Kiln(server, "jobs --state succeeded --label suite=cli", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find(id), std::string::npos) << out;
+  out = Kiln(server, "jobs --state failed", &rc);
+  EXPECT_EQ(out.find(id), std::string::npos) << out;
+  out = Kiln(server, "job " + id, &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("state      SUCCEEDED"), std::string::npos) << out;
+  const std::string dir = (dir_ / "result").string();
+  out = Kiln(server, "result " + id + " --out " + dir + " --report json", &rc, false);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"layers\""), std::string::npos) << out;
+  auto y = device::ReadNpy(dir + "/Y.npy");
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  EXPECT_EQ(y->shape(), (std::vector<int64_t>{1, 4, 8, 8}));
+  out = Kiln(server, "result " + id + " --report html", &rc, false);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("<table>"), std::string::npos);
+  EXPECT_NE(out.find("<td class=l>conv_a</td>"), std::string::npos) << out;
+
+  // A sweep from the command line: one job, a table per configuration.
+  out = Kiln(server, "run residual_add_relu --sweep math_fidelity=LoFi,HiFi4 --sweep weights_dtype=bfloat16,bfloat8_b", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("== configuration 3:"), std::string::npos) << out;
+  EXPECT_EQ(out.find("== configuration 4:"), std::string::npos) << out;
+
+  // Cancel a running job; watching it then ends with status 1 and says so.
+  out = Kiln(server, "upload " + kCases + "unet_small.onnx", &rc);
+  const std::string slow = Trim(Kiln(server, "run unet_small --sweep math_fidelity=LoFi,HiFi2,HiFi3,HiFi4 --detach", &rc, false));
+  ASSERT_EQ(rc, 0) << slow;
+  out = Kiln(server, "cancel " + slow, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  out = Kiln(server, "watch " + slow, &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("CANCELLED"), std::string::npos) << out;
+  out = Kiln(server, "job j-0000000000000000000000000", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("NOT_FOUND"), std::string::npos) << out;
+}
+
+// Ctrl-C on `kiln run` without a terminal cancels the job; exit status 130.
+TEST_F(JobE2E, CliInterruptCancelsTheJob) {
+  Start({"--devices", "tt-emu:1"});
+  const std::string server = kilnd_->grpc_address();
+  int rc = -1;
+  Kiln(server, "upload " + kCases + "unet_small.onnx", &rc);
+  ASSERT_EQ(rc, 0);
+  const std::string log = (dir_ / "cli.txt").string();
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    int null = open("/dev/null", O_RDONLY);
+    dup2(null, STDIN_FILENO);
+    execl(KILN_BINARY, KILN_BINARY, "--server", server.c_str(), "run", "unet_small", "--sweep",
+          "math_fidelity=LoFi,HiFi2,HiFi3,HiFi4", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait for the first progress line, then interrupt.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (ReadFileBytes(log).find("[1/") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const std::string out = ReadFileBytes(log);
+  EXPECT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << out;
+  EXPECT_NE(out.find("cancel requested"), std::string::npos) << out;
+  grpc::ClientContext ctx;
+  kiln::v1::ListJobsResponse list;
+  ASSERT_TRUE(jobs_->ListJobs(&ctx, kiln::v1::ListJobsRequest(), &list).ok());
+  ASSERT_EQ(list.jobs_size(), 1);
+  EXPECT_EQ(WaitDone(list.jobs(0).job_id()).state(), kiln::v1::CANCELLED);
+}
+
+// A full job queue: `kiln run` is retried by gRPC's retry policy after the server's pushback.
+TEST_F(JobE2E, CliRetriesAFullQueue) {
+  Start({"--devices", "tt-emu:1", "--job-max-queued", "1"});
+  const std::string server = kilnd_->grpc_address();
+  int rc = -1;
+  Kiln(server, "upload " + kCases + "unet_small.onnx", &rc);
+  Kiln(server, "upload " + kCases + "residual_add_relu.onnx", &rc);
+  const std::string a = Trim(Kiln(server, "run unet_small --detach", &rc, false));
+  ASSERT_EQ(rc, 0);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (Get(a).state() == kiln::v1::QUEUED && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const std::string b = Trim(Kiln(server, "run unet_small --detach", &rc, false));  // fills the queue
+  ASSERT_EQ(rc, 0);
+  const std::string c = Trim(Kiln(server, "run residual_add_relu --detach", &rc));
+  EXPECT_EQ(rc, 0) << c;
+  EXPECT_EQ(c.rfind("j-", 0), 0u) << c;
+  auto m = Scrape();
+  EXPECT_GE((m["kiln_grpc_requests_total{code=\"RESOURCE_EXHAUSTED\",method=\"/kiln.v1.JobService/SubmitRun\"}"]), 1);
+  grpc::ClientContext ctx;
+  kiln::v1::ListJobsResponse list;
+  ASSERT_TRUE(jobs_->ListJobs(&ctx, kiln::v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), 3);  // the retries made no second job
 }
 
 }  // namespace
