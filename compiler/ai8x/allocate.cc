@@ -202,7 +202,22 @@ uint64_t PlaceGroup(const Network& net, const std::vector<int>& members, int cnt
   return MakeMap(cnt, std::get<4>(best), chw, fifo);
 }
 
-// Output maps: the readers' map; concatenation parts get consecutive partial maps.
+// The map a concatenation part must be written to: the reader's own map when it is read in
+// passes (interleaved parts, concat_copy.cc), else consecutive partial maps, each part's offset
+// being the channels of the earlier parts rounded up to a multiple of 4.
+uint64_t ConcatPartMap(const Network& net, const Layer& reader, int part_id) {
+  if (ComputePasses(reader.in_shape.c).passes > 1) return reader.placed.processors;
+  int shift = FirstProcessor(reader.placed.processors);
+  for (int part : reader.inputs) {
+    int ch = net.OutputShapeOf(part).c;
+    if (part == part_id) return ProcessorRun(ch, shift);
+    shift += (ch + 3) / 4 * 4;
+  }
+  return 0;
+}
+
+// Output maps: the readers' map; concatenation parts their part map (which the part's other
+// readers were pinned to, PinConcatParts).
 void AssignOutputMaps(Network& net, const std::unordered_map<int, std::vector<int>>& readers) {
   const size_t n = net.layers.size();
   for (size_t i = 0; i < n; ++i) {
@@ -210,27 +225,22 @@ void AssignOutputMaps(Network& net, const std::unordered_map<int, std::vector<in
     auto it = readers.find(l.id);
     uint64_t out = 0;
     if (it != readers.end()) {
-      bool concat_reader = false, other_reader = false;
-      for (int r : it->second) (IsConcat(net.layers[r]) ? concat_reader : other_reader) = true;
-      if (concat_reader && (other_reader || it->second.size() > 1)) rules::ReportConcatAlsoReadElsewhere(net, l);
+      int concat_readers = 0;
+      for (int r : it->second) concat_readers += IsConcat(net.layers[r]) ? 1 : 0;
       for (int r : it->second) {
         const Layer& reader = net.layers[r];
-        if (!IsConcat(reader)) {
-          out = reader.placed.processors;
+        if (concat_readers == 0 || IsConcat(reader)) {
+          out = IsConcat(reader) ? ConcatPartMap(net, reader, l.id) : reader.placed.processors;
           break;
         }
-        // concat part: offset = channels of earlier parts, each rounded up to a multiple of 4
-        int shift = FirstProcessor(reader.placed.processors);
-        for (int part : reader.inputs) {
-          int ch = net.OutputShapeOf(part).c;
-          if (part == l.id) {
-            out = ProcessorRun(ch, shift);
-            break;
-          }
-          shift += (ch + 3) / 4 * 4;
-        }
-        break;
       }
+      bool consistent = concat_readers <= 1;
+      if (concat_readers > 0) {
+        for (int r : it->second) {
+          if (!IsConcat(net.layers[r]) && net.layers[r].placed.processors != out) consistent = false;
+        }
+      }
+      if (!consistent) rules::ReportConcatAlsoReadElsewhere(net, l);
     }
     if (out == 0) {
       // no reader: final/output-only layer. Passthrough keeps its map; others use the izer
@@ -247,6 +257,48 @@ void AssignOutputMaps(Network& net, const std::unordered_map<int, std::vector<in
   }
 }
 
+// A concatenation part is written to its part map (ConcatPartMap), so the group that must read
+// the same map is pinned to it: the part's other readers, or, for a part whose output map is its
+// input map (passthrough copies, depthwise), the part's own group. Root -> (concat position, part
+// id); a group claimed by two different parts is reported (AI8X_CONCAT) and left unpinned.
+std::unordered_map<int, std::pair<int, int>> PinConcatParts(Network& net, const Groups& g,
+                                                            const std::unordered_map<int, std::vector<int>>& readers) {
+  std::unordered_map<int, int> root_of;
+  for (const auto& [root, members] : g.members) {
+    for (int m : members) root_of[m] = root;
+  }
+  std::unordered_map<int, std::pair<int, int>> pins;
+  std::vector<int> conflicted;
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    const Layer& c = net.layers[i];
+    if (!IsConcat(c)) continue;
+    for (int part : c.inputs) {
+      int pi = part == kNetworkInput ? -1 : net.IndexOf(part);
+      if (pi < 0) continue;
+      const Layer& pl = net.layers[pi];
+      int root = -1;
+      if (pl.op == OpKind::kNone || pl.groups > 1) {
+        root = root_of[pi];
+      } else if (auto it = readers.find(part); it != readers.end()) {
+        for (int r : it->second) {
+          if (!IsConcat(net.layers[r])) {
+            root = root_of[r];
+            break;
+          }
+        }
+      }
+      if (root < 0) continue;
+      auto [it, fresh] = pins.emplace(root, std::make_pair(static_cast<int>(i), part));
+      if (!fresh && it->second != std::make_pair(static_cast<int>(i), part)) {
+        rules::ReportConcatAlsoReadElsewhere(net, pl);
+        conflicted.push_back(root);
+      }
+    }
+  }
+  for (int r : conflicted) pins.erase(r);
+  return pins;
+}
+
 }  // namespace
 
 void AllocateProcessors(Network& net, const Ai8xOptions& options) {
@@ -258,8 +310,48 @@ void AllocateProcessors(Network& net, const Ai8xOptions& options) {
     for (int in : net.layers[i].inputs) readers[in].push_back(static_cast<int>(i));
   }
   Groups groups = GroupSharedMaps(net, readers);
+  auto pins = PinConcatParts(net, groups, readers);
   KernelMemoryMap fill;
+  std::vector<int> deferred;
   for (int r : AllocationOrder(net, groups)) {
+    const std::vector<int>& members = groups.members[r];
+    if (pins.count(r)) {
+      deferred.push_back(r);
+      continue;
+    }
+    uint64_t map = PlaceGroup(net, members, groups.count[r], r == groups.input_root, options, fill);
+    PlaceKernels(net, members, map, fill);
+    for (int m : members) net.layers[m].placed.processors = map;
+  }
+  // Pinned groups once their concatenating reader has its map (a pinned reader first).
+  std::unordered_map<int, bool> placed_root;
+  for (const auto& [root, members] : groups.members) placed_root[root] = pins.count(root) == 0;
+  std::unordered_map<int, int> root_of;
+  for (const auto& [root, members] : groups.members) {
+    for (int m : members) root_of[m] = root;
+  }
+  for (bool progress = true; progress && !deferred.empty();) {
+    progress = false;
+    for (auto it = deferred.begin(); it != deferred.end();) {
+      auto [concat_pos, part] = pins[*it];
+      if (!placed_root[root_of[concat_pos]]) {
+        ++it;
+        continue;
+      }
+      uint64_t map = ConcatPartMap(net, net.layers[concat_pos], part);
+      const std::vector<int>& members = groups.members[*it];
+      if (std::popcount(map) != groups.count[*it]) {
+        rules::ReportConcatAlsoReadElsewhere(net, net.layers[net.IndexOf(part)]);
+        map = PlaceGroup(net, members, groups.count[*it], *it == groups.input_root, options, fill);
+      }
+      PlaceKernels(net, members, map, fill);
+      for (int m : members) net.layers[m].placed.processors = map;
+      placed_root[*it] = true;
+      it = deferred.erase(it);
+      progress = true;
+    }
+  }
+  for (int r : deferred) {  // a cycle of pins (cannot happen in a DAG); place them freely
     const std::vector<int>& members = groups.members[r];
     uint64_t map = PlaceGroup(net, members, groups.count[r], r == groups.input_root, options, fill);
     PlaceKernels(net, members, map, fill);

@@ -84,6 +84,15 @@ void FuseEltwise(Network& net);
 /// MobileNetV2 files).
 void InsertWriteGaps(Network& net);
 
+/// InsertConcatCopies (concat_copy.cc) — concatenation layouts (docs/specs/ai8x-izer-rules.md
+/// §1.6): a concatenation of more than 64 channels (read in passes) needs parts of one pass each
+/// (else AI8X_CONCAT), written interleaved: a part read only by the concatenation gets
+/// `write_gap: parts-1`; a part also read elsewhere, or the network input, gets a `copy_<name>`
+/// passthrough layer with the write gap, placed right before the concatenating layer (as the
+/// hand-written camvid-unet-large.yaml's `pt`). Single-pass concatenation copies only the network
+/// input; its other shared parts are placed by AllocateProcessors.
+void InsertConcatCopies(Network& net);
+
 /// ChooseInputFormatAndStreaming (input_format.cc) — input format and streaming. Picks
 /// `data_format` for the first layer (options.input_format; auto = the seed's rule: CHW for <= 16
 /// channels) and marks the leading layers `streaming: true` when their input or output does not fit
