@@ -107,7 +107,10 @@ class Planner {
  public:
   Planner(Network& net, bool overlap) : net_(net), n_(net.layers.size()), inst_(net.spec().data_instance_bytes) {
     for (size_t i = 0; i < n_; ++i) {
-      for (int in : net.layers[i].inputs) last_use_[in] = std::max(last_use_[in], static_cast<int>(i));
+      for (int in : net.layers[i].inputs) {
+        last_use_[in] = std::max(last_use_[in], static_cast<int>(i));
+        if (net.layers[i].inputs.size() > 1) multi_reader_.emplace(in, static_cast<int>(i));  // first one
+      }
       if (net.layers[i].placed.streaming) last_stream_ = static_cast<int>(i);
     }
     BuildRegions(overlap);
@@ -118,9 +121,17 @@ class Planner {
     for (Region& r : regions_) r.start = -1;
     int failed = 0;
     peak = 0;
+    // Regions dead before every region still to place starts are dropped from `placed` (keeps the
+    // time-ordered sweep linear in the layer count).
+    std::vector<int> later_t0(order.size() + 1, kForever);
+    for (size_t j = order.size(); j-- > 0;) later_t0[j] = std::min(later_t0[j + 1], FirstT(regions_[order[j]]));
     std::vector<int> placed;
-    for (int k : order) {
+    for (size_t j = 0; j < order.size(); ++j) {
+      int k = order[j];
       Region& r = regions_[k];
+      placed.erase(std::remove_if(placed.begin(), placed.end(),
+                                  [&](int o) { return LastT(regions_[o]) < later_t0[j]; }),
+                   placed.end());
       if (!BestFit(k, placed)) {
         ++failed;
         continue;
@@ -256,10 +267,18 @@ class Planner {
   // The element-wise or concatenating reader of `l`'s output, if any (AllocateProcessors already
   // reported a part read by two of them; the first one is taken then).
   const Layer* SoleMultiInputReader(const Layer& l) const {
-    for (const Layer& m : net_.layers) {
-      if (m.inputs.size() > 1 && std::find(m.inputs.begin(), m.inputs.end(), l.id) != m.inputs.end()) return &m;
-    }
-    return nullptr;
+    auto it = multi_reader_.find(l.id);
+    return it == multi_reader_.end() ? nullptr : &net_.layers[it->second];
+  }
+  static int FirstT(const Region& r) {
+    int t = kForever;
+    for (const Piece& p : r.pieces) t = std::min(t, p.t0);
+    return t;
+  }
+  static int LastT(const Region& r) {
+    int t = -1;
+    for (const Piece& p : r.pieces) t = std::max(t, p.t1);
+    return t;
   }
 
   // An element-wise operand or a multi-pass concatenation part (interleaved: base, base+4, ...)
@@ -399,6 +418,7 @@ class Planner {
   const size_t n_;
   const int64_t inst_;
   std::unordered_map<int, int> last_use_;  // producer id -> last reader position
+  std::unordered_map<int, int> multi_reader_;  // producer id -> its first multi-input reader position
   int last_stream_ = -1;
   std::vector<Region> regions_;
   int input_region_ = -1;
