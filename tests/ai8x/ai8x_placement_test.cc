@@ -329,6 +329,65 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Models, Ai8xPlacement, ::testing::ValuesIn(Cases()), CaseName);
 
+Ai8xCompileResult CompileUnet(const std::string& factory, const std::string& dataset) {
+  auto model = onnx_fe::LoadModel(ReadFile(kData + "/models/camvid-" + factory + ".qat.onnx"));
+  EXPECT_TRUE(model.ok());
+  Ai8xOptions o;
+  o.arch = factory;
+  o.dataset = dataset;
+  auto r = CompileAi8x(**model, o);
+  EXPECT_TRUE(r.ok());
+  return *r;
+}
+
+bool HasFlag(const Ai8xCompileResult& r, const std::string& flag) {
+  for (const IzerFlag& f : r.izer_flag_reasons) {
+    if (f.flag == flag) return !f.reason.empty();
+  }
+  return false;
+}
+
+// The small UNet fits without overlap (the izer's overwrite check stays on); the medium and large
+// ones only with in-place layers, so the plan asks for --overlap-data, with its reason.
+TEST(Ai8xUnet, OverlapDataOnlyWhereThePlanNeedsIt) {
+  Ai8xCompileResult small = CompileUnet("ai85unetsmall", "CamVid_s80_c3");
+  EXPECT_TRUE(small.ok);
+  EXPECT_FALSE(HasFlag(small, "--overlap-data"));
+  EXPECT_EQ(small.izer_flags, (std::vector<std::string>{"--device", "MAX78000"}));
+  for (const char* f : {"ai85unetmedium", "ai85unetlarge"}) {
+    Ai8xCompileResult r = CompileUnet(f, f == std::string("ai85unetlarge") ? "CamVid_s352_c3" : "CamVid_s80_c3");
+    EXPECT_TRUE(r.ok) << f;
+    EXPECT_TRUE(HasFlag(r, "--overlap-data")) << f;
+    EXPECT_NE(std::find(r.izer_flags.begin(), r.izer_flags.end(), "--overlap-data"), r.izer_flags.end()) << f;
+  }
+}
+
+// camvid-ai85unetlarge: dec3 concatenates upconv3 (56) and enc3 (56) = two passes; enc3 is also
+// read by bneck, so a passthrough copy writes it interleaved (write_gap 1, base + 4), as the
+// hand-written camvid-unet-large.yaml's `pt`; enc1 and enc2 need no copy (single-pass).
+TEST(Ai8xUnet, LargeCopiesOnlyTheMultipassSkip) {
+  Ai8xCompileResult r = CompileUnet("ai85unetlarge", "CamVid_s352_c3");
+  ASSERT_TRUE(r.ok);
+  std::map<std::string, const Ai8xLayerSummary*> by;
+  for (const Ai8xLayerSummary& l : r.layers) by[l.name] = &l;
+  ASSERT_EQ(r.layers.size(), 19u);  // 18 weight layers + the copy, as the hand-written file
+  ASSERT_TRUE(by.count("copy_enc3"));
+  EXPECT_EQ(by.count("copy_enc1") + by.count("copy_enc2"), 0u);
+  YAML::Node y = YAML::Load(r.yaml)["layers"];
+  for (size_t i = 0; i < r.layers.size(); ++i) {
+    const std::string& n = r.layers[i].name;
+    int gap = y[i]["write_gap"] ? y[i]["write_gap"].as<int>() : 0;
+    EXPECT_EQ(gap, n == "copy_enc3" || n == "upconv3" ? 1 : 0) << n;
+  }
+  EXPECT_EQ(by["copy_enc3"]->out_offset, by["upconv3"]->out_offset + 4);
+  EXPECT_EQ(by["dec3"]->in_offset, by["upconv3"]->out_offset);
+  EXPECT_EQ(by["copy_enc3"]->processors, by["enc3"]->output_processors);
+  EXPECT_EQ(by["copy_enc3"]->output_processors, by["dec3"]->processors);
+  // enc2 is read from its part map of dec2's concatenation
+  EXPECT_EQ(by["enc2"]->output_processors, by["enc3"]->processors);
+  EXPECT_EQ(by["enc2"]->output_processors & by["dec2"]->processors, by["enc2"]->output_processors);
+}
+
 // The replay itself catches a wrong offset: the same model with one layer's output moved onto data
 // that is still read fails.
 TEST(Ai8xPlacementReplay, AWrongOffsetFails) {
