@@ -157,10 +157,135 @@ uint32_t ProducerInstances(const Network& net, const std::vector<int>& members) 
   return m;
 }
 
+// The map a concatenation part must be written to when the reader reads `reader_map`: that map
+// when it is read in passes (interleaved parts, concat_copy.cc), else consecutive partial maps,
+// each part's offset being the channels of the earlier parts rounded up to a multiple of 4.
+uint64_t ConcatPartMapFor(const Network& net, const Layer& reader, int part_id, uint64_t reader_map) {
+  if (ComputePasses(reader.in_shape.c).passes > 1) return reader_map;
+  int shift = FirstProcessor(reader_map);
+  for (int part : reader.inputs) {
+    int ch = net.OutputShapeOf(part).c;
+    if (part == part_id) return ProcessorRun(ch, shift);
+    shift += (ch + 3) / 4 * 4;
+  }
+  return 0;
+}
+uint64_t ConcatPartMap(const Network& net, const Layer& reader, int part_id) {
+  return ConcatPartMapFor(net, reader, part_id, reader.placed.processors);
+}
+
+// Data a group's map receives (its members' inputs), for the data-memory pressure estimate: bytes
+// per instance over positions [t0, t1]; a concatenation part lands on its part map.
+struct DataShare {
+  int64_t bytes;
+  int t0, t1;
+  const Layer* concat;  // non-null: a part of this concatenating reader
+  int part;
+};
+
+// Live bytes per (instance, position) of the data already assigned to maps: a map whose data would
+// not fit beside them is avoided when the kernel cost allows (PlaceGroup). A lower bound of what
+// PlanDataMemory needs (no fragmentation); an output that may overwrite the input it is the last
+// reader of (in place) counts from the next position.
+class DataPressure {
+ public:
+  explicit DataPressure(const Network& net) : net_(net), n_(static_cast<int>(net.layers.size())), live_(16 * (n_ + 2), 0) {
+    for (int i = 0; i < n_; ++i) {
+      for (int in : net.layers[i].inputs) last_use_[in] = std::max(last_use_[in], i);
+    }
+  }
+
+  std::vector<DataShare> SharesOf(const std::vector<int>& members) const {
+    std::vector<DataShare> shares;
+    std::vector<int> seen;
+    for (int m : members) {
+      const Layer& l = net_.layers[m];
+      if (l.inputs.size() > 1 && l.operands == 1) {
+        for (int part : l.inputs) {
+          int p = part == kNetworkInput ? -1 : net_.IndexOf(part);
+          int64_t bytes = p < 0 ? 0 : DataOutBytes(net_, net_.layers[p]);
+          shares.push_back({bytes, Start(p), End(part, m), &l, part});
+        }
+        continue;
+      }
+      int64_t bytes = 0;
+      int t0 = m;
+      for (int in : l.inputs) {
+        if (std::find(seen.begin(), seen.end(), in) != seen.end()) continue;
+        seen.push_back(in);
+        int p = in == kNetworkInput ? -1 : net_.IndexOf(in);
+        bytes += p < 0 ? DataInBytes(net_, l) / std::max(1, l.operands) : DataOutBytes(net_, net_.layers[p]);
+        t0 = std::min(t0, Start(p));
+      }
+      if (bytes > 0) shares.push_back({bytes, t0, l.inputs.empty() ? m : End(l.inputs[0], m), nullptr, 0});
+    }
+    return shares;
+  }
+
+  // Bytes beyond the instance size if `shares` went onto `map`.
+  int64_t Overflow(const std::vector<DataShare>& shares, uint64_t map) const {
+    const int64_t inst = net_.spec().data_instance_bytes;
+    int64_t over = 0;
+    for (const DataShare& d : shares) {
+      uint32_t im = InstanceMask(d.concat ? ConcatPartMapFor(net_, *d.concat, d.part, map) : map);
+      for (int k = 0; k < 16; ++k) {
+        if (!(im >> k & 1)) continue;
+        for (int t = d.t0; t <= d.t1; ++t) over += std::max<int64_t>(0, live_[Idx(k, t)] + d.bytes - inst);
+      }
+    }
+    return over;
+  }
+
+  void Add(const std::vector<DataShare>& shares, uint64_t map, int64_t sign = 1) {
+    for (const DataShare& d : shares) {
+      uint32_t im = InstanceMask(d.concat ? ConcatPartMapFor(net_, *d.concat, d.part, map) : map);
+      for (int k = 0; k < 16; ++k) {
+        if (!(im >> k & 1)) continue;
+        for (int t = d.t0; t <= d.t1; ++t) live_[Idx(k, t)] += sign * d.bytes;
+      }
+    }
+  }
+  void Remove(const std::vector<DataShare>& shares, uint64_t map) { Add(shares, map, -1); }
+
+  // Bytes beyond the instance size, summed over instances and positions.
+  int64_t TotalOverflow() const {
+    const int64_t inst = net_.spec().data_instance_bytes;
+    int64_t over = 0;
+    for (int64_t v : live_) over += std::max<int64_t>(0, v - inst);
+    return over;
+  }
+
+ private:
+  size_t Idx(int k, int t) const { return static_cast<size_t>(k) * (n_ + 2) + static_cast<size_t>(t + 1); }
+  // The producer at position p writes its output; in place when it is the last reader of its input.
+  int Start(int p) const {
+    if (p < 0) return -1;
+    const Layer& l = net_.layers[p];
+    bool in_place = l.inputs.size() == 1 && InPlaceLag(l) >= 0 && LastUse(l.inputs[0]) == p;
+    return in_place ? std::min(p + 1, n_) : p;
+  }
+  int End(int id, int reader) const {
+    int p = id == kNetworkInput ? -1 : net_.IndexOf(id);
+    if (p >= 0 && (net_.layers[p].output || p + 1 == n_)) return n_;
+    return std::max(reader, LastUse(id));
+  }
+  int LastUse(int id) const {
+    auto it = last_use_.find(id);
+    return it == last_use_.end() ? -1 : it->second;
+  }
+
+  const Network& net_;
+  const int n_;
+  std::vector<int64_t> live_;
+  std::unordered_map<int, int> last_use_;
+};
+
 // The map of one group: every start at a multiple of 4, cheapest by (kernel memory of the whole
-// chip, depthwise bias waste, kernel memory of the map, instances shared with the producer, start).
+// chip, depthwise bias waste, kernel memory of the map, instances shared with the producer, start),
+// maps whose data would overflow a data-memory instance (DataPressure) last.
 uint64_t PlaceGroup(const Network& net, const std::vector<int>& members, int cnt, bool is_input,
-                    const Ai8xOptions& options, const KernelMemoryMap& fill) {
+                    const Ai8xOptions& options, const KernelMemoryMap& fill, DataPressure& pressure) {
+  std::vector<DataShare> shares = pressure.SharesOf(members);
   bool chw = false;
   for (int m : members) chw |= net.layers[m].placed.chw_input;
   bool fifo = is_input && net.use_fifo;
@@ -185,7 +310,7 @@ uint64_t PlaceGroup(const Network& net, const std::vector<int>& members, int cnt
     dw_biased |= ml.groups > 1 && ml.has_bias;
   }
   const int64_t global_before = fill.MaxFill();
-  std::tuple<int64_t, int64_t, int64_t, int, int> best{INT64_MAX, INT64_MAX, INT64_MAX, INT_MAX, 0};
+  std::tuple<int64_t, int64_t, int64_t, int64_t, int, int> best{INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT_MAX, 0};
   for (int shift = 0; shift <= std::max(0, max_shift); shift += 4) {
     uint64_t map = MakeMap(cnt, shift, chw, fifo);
     int64_t local = fill.EndIfStacked(map, words);
@@ -195,14 +320,20 @@ uint64_t PlaceGroup(const Network& net, const std::vector<int>& members, int cnt
     // touch, rearranged per quadrant (kbias.py L90-180); maps that start at processor 0, as in the
     // hand-written MobileNetV2 file, waste the least (padding at the end is trimmed).
     int64_t dw_bias = dw_biased ? shift : 0;
-    std::tuple<int64_t, int64_t, int64_t, int, int> cost{global, dw_bias, local, overlap, shift};
+    // the kernel cost decides first only while it is within the chip: a map that overflows data
+    // memory loses to any that does not
+    int64_t over = pressure.Overflow(shares, map);
+    std::tuple<int64_t, int64_t, int64_t, int64_t, int, int> cost{over > 0 ? 1 : 0, global, dw_bias, local, overlap, shift};
     if (cost < best) best = cost;
     if (pinned || fifo) break;
   }
-  return MakeMap(cnt, std::get<4>(best), chw, fifo);
+  uint64_t chosen = MakeMap(cnt, std::get<5>(best), chw, fifo);
+  pressure.Add(shares, chosen);
+  return chosen;
 }
 
-// Output maps: the readers' map; concatenation parts get consecutive partial maps.
+// Output maps: the readers' map; concatenation parts their part map (which the part's other
+// readers were pinned to, PinConcatParts).
 void AssignOutputMaps(Network& net, const std::unordered_map<int, std::vector<int>>& readers) {
   const size_t n = net.layers.size();
   for (size_t i = 0; i < n; ++i) {
@@ -210,27 +341,22 @@ void AssignOutputMaps(Network& net, const std::unordered_map<int, std::vector<in
     auto it = readers.find(l.id);
     uint64_t out = 0;
     if (it != readers.end()) {
-      bool concat_reader = false, other_reader = false;
-      for (int r : it->second) (IsConcat(net.layers[r]) ? concat_reader : other_reader) = true;
-      if (concat_reader && (other_reader || it->second.size() > 1)) rules::ReportConcatAlsoReadElsewhere(net, l);
+      int concat_readers = 0;
+      for (int r : it->second) concat_readers += IsConcat(net.layers[r]) ? 1 : 0;
       for (int r : it->second) {
         const Layer& reader = net.layers[r];
-        if (!IsConcat(reader)) {
-          out = reader.placed.processors;
+        if (concat_readers == 0 || IsConcat(reader)) {
+          out = IsConcat(reader) ? ConcatPartMap(net, reader, l.id) : reader.placed.processors;
           break;
         }
-        // concat part: offset = channels of earlier parts, each rounded up to a multiple of 4
-        int shift = FirstProcessor(reader.placed.processors);
-        for (int part : reader.inputs) {
-          int ch = net.OutputShapeOf(part).c;
-          if (part == l.id) {
-            out = ProcessorRun(ch, shift);
-            break;
-          }
-          shift += (ch + 3) / 4 * 4;
-        }
-        break;
       }
+      bool consistent = concat_readers <= 1;
+      if (concat_readers > 0) {
+        for (int r : it->second) {
+          if (!IsConcat(net.layers[r]) && net.layers[r].placed.processors != out) consistent = false;
+        }
+      }
+      if (!consistent) rules::ReportConcatAlsoReadElsewhere(net, l);
     }
     if (out == 0) {
       // no reader: final/output-only layer. Passthrough keeps its map; others use the izer
@@ -247,6 +373,48 @@ void AssignOutputMaps(Network& net, const std::unordered_map<int, std::vector<in
   }
 }
 
+// A concatenation part is written to its part map (ConcatPartMap), so the group that must read
+// the same map is pinned to it: the part's other readers, or, for a part whose output map is its
+// input map (passthrough copies, depthwise), the part's own group. Root -> (concat position, part
+// id); a group claimed by two different parts is reported (AI8X_CONCAT) and left unpinned.
+std::unordered_map<int, std::pair<int, int>> PinConcatParts(Network& net, const Groups& g,
+                                                            const std::unordered_map<int, std::vector<int>>& readers) {
+  std::unordered_map<int, int> root_of;
+  for (const auto& [root, members] : g.members) {
+    for (int m : members) root_of[m] = root;
+  }
+  std::unordered_map<int, std::pair<int, int>> pins;
+  std::vector<int> conflicted;
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    const Layer& c = net.layers[i];
+    if (!IsConcat(c)) continue;
+    for (int part : c.inputs) {
+      int pi = part == kNetworkInput ? -1 : net.IndexOf(part);
+      if (pi < 0) continue;
+      const Layer& pl = net.layers[pi];
+      int root = -1;
+      if (pl.op == OpKind::kNone || pl.groups > 1) {
+        root = root_of[pi];
+      } else if (auto it = readers.find(part); it != readers.end()) {
+        for (int r : it->second) {
+          if (!IsConcat(net.layers[r])) {
+            root = root_of[r];
+            break;
+          }
+        }
+      }
+      if (root < 0) continue;
+      auto [it, fresh] = pins.emplace(root, std::make_pair(static_cast<int>(i), part));
+      if (!fresh && it->second != std::make_pair(static_cast<int>(i), part)) {
+        rules::ReportConcatAlsoReadElsewhere(net, pl);
+        conflicted.push_back(root);
+      }
+    }
+  }
+  for (int r : conflicted) pins.erase(r);
+  return pins;
+}
+
 }  // namespace
 
 void AllocateProcessors(Network& net, const Ai8xOptions& options) {
@@ -258,12 +426,82 @@ void AllocateProcessors(Network& net, const Ai8xOptions& options) {
     for (int in : net.layers[i].inputs) readers[in].push_back(static_cast<int>(i));
   }
   Groups groups = GroupSharedMaps(net, readers);
-  KernelMemoryMap fill;
-  for (int r : AllocationOrder(net, groups)) {
-    const std::vector<int>& members = groups.members[r];
-    uint64_t map = PlaceGroup(net, members, groups.count[r], r == groups.input_root, options, fill);
-    PlaceKernels(net, members, map, fill);
-    for (int m : members) net.layers[m].placed.processors = map;
+  auto pins = PinConcatParts(net, groups, readers);
+  std::unordered_map<int, int> root_of;
+  for (const auto& [root, members] : groups.members) {
+    for (int m : members) root_of[m] = root;
+  }
+  const std::vector<int> order = AllocationOrder(net, groups);
+  // One allocation; with `prior` (the maps of an earlier one) the data-memory pressure starts from
+  // all of them, each group's own share taken out while it is placed again. Returns the estimated
+  // overflow (DataPressure::TotalOverflow).
+  auto run = [&](const std::unordered_map<int, uint64_t>* prior, std::unordered_map<int, uint64_t>& chosen) {
+    KernelMemoryMap fill;
+    DataPressure pressure(net);
+    if (prior != nullptr) {
+      for (const auto& [r, map] : *prior) {
+        if (!pins.count(r)) pressure.Add(pressure.SharesOf(groups.members[r]), map);
+      }
+    }
+    auto place = [&](int r) {
+      const std::vector<int>& members = groups.members[r];
+      if (prior != nullptr && prior->count(r)) pressure.Remove(pressure.SharesOf(members), prior->at(r));
+      uint64_t map = PlaceGroup(net, members, groups.count[r], r == groups.input_root, options, fill, pressure);
+      PlaceKernels(net, members, map, fill);
+      for (int m : members) net.layers[m].placed.processors = map;
+      chosen[r] = map;
+    };
+    std::vector<int> deferred;
+    for (int r : order) {
+      if (pins.count(r)) {
+        deferred.push_back(r);
+      } else {
+        place(r);
+      }
+    }
+    // Pinned groups once their concatenating reader has its map (a pinned reader first).
+    std::unordered_map<int, bool> placed_root;
+    for (const auto& [root, members] : groups.members) placed_root[root] = pins.count(root) == 0;
+    for (bool progress = true; progress && !deferred.empty();) {
+      progress = false;
+      for (auto it = deferred.begin(); it != deferred.end();) {
+        auto [concat_pos, part] = pins[*it];
+        if (!placed_root[root_of[concat_pos]]) {
+          ++it;
+          continue;
+        }
+        uint64_t map = ConcatPartMap(net, net.layers[concat_pos], part);
+        const std::vector<int>& members = groups.members[*it];
+        if (std::popcount(map) != groups.count[*it]) {
+          rules::ReportConcatAlsoReadElsewhere(net, net.layers[net.IndexOf(part)]);
+          map = PlaceGroup(net, members, groups.count[*it], *it == groups.input_root, options, fill, pressure);
+        }
+        PlaceKernels(net, members, map, fill);
+        for (int m : members) net.layers[m].placed.processors = map;
+        chosen[*it] = map;
+        placed_root[*it] = true;
+        it = deferred.erase(it);
+        progress = true;
+      }
+    }
+    for (int r : deferred) place(r);  // a cycle of pins (cannot happen in a DAG)
+    return pressure.TotalOverflow();
+  };
+  std::unordered_map<int, uint64_t> maps;
+  int64_t over = run(nullptr, maps);
+  // While the estimate overflows, place every group again knowing where all the others' data is
+  // (a few rounds; the plan with the least overflow is kept).
+  for (int round = 0; round < 3 && over > 0; ++round) {
+    std::unordered_map<int, uint64_t> again;
+    int64_t over2 = run(&maps, again);
+    if (over2 >= over) {
+      for (const auto& [r, map] : maps) {
+        for (int m : groups.members[r]) net.layers[m].placed.processors = map;
+      }
+      break;
+    }
+    over = over2;
+    maps = std::move(again);
   }
   AssignOutputMaps(net, readers);
 }

@@ -86,7 +86,8 @@ void FillReport(Network& net, const Ai8xOptions& resolved_options, Ai8xCompileRe
   }
   r.resources.max_kernel_words_used = kernel_memory.MaxFill();
   r.izer_flags = {"--device", spec.name};
-  if (net.use_fifo) r.izer_flags.push_back("--fifo");
+  for (const IzerFlag& f : net.izer_flags) r.izer_flags.push_back(f.flag);
+  r.izer_flag_reasons = net.izer_flags;
   r.diagnostics = std::move(net.diagnostics);
 }
 

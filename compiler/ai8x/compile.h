@@ -118,8 +118,12 @@ struct Ai8xCompileResult {
   std::vector<Ai8xLayerSummary> layers;
   std::vector<Diagnostic> diagnostics;
   Ai8xResourceSummary resources;
-  /// Command-line flags ai8xize.py needs for this YAML, e.g. {"--device", "MAX78000", "--fifo"}.
+  /// Command-line flags ai8xize.py needs for this YAML, e.g. {"--device", "MAX78000", "--fifo"}:
+  /// `--device CHIP`, then every flag of izer_flag_reasons in order.
   std::vector<std::string> izer_flags;
+  /// The flags the plan relies on, each with one line saying why (Network::izer_flags, filled by
+  /// the passes that decide them; network.h IzerFlag). `--device` is not among them.
+  std::vector<IzerFlag> izer_flag_reasons;
   /// Options after defaulting (arch, dataset, input format actually used, fifo).
   Ai8xOptions resolved;
 };

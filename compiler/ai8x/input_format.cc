@@ -52,6 +52,7 @@ void ChooseInputFormatAndStreaming(Network& net, const Ai8xOptions& options) {
     if (DataInBytes(net, l) > inst || DataOutBytes(net, l) > inst) last_big = static_cast<int>(i);
   }
   net.use_fifo = options.use_fifos;
+  if (net.use_fifo) net.RequireIzerFlag("--fifo", "requested (use_fifos): layer 0 reads its input through the FIFOs");
   if (last_big < 0) return;
   const Layer& big = net.layers[last_big];
   auto fail = [&](const std::string& why) { rules::ReportStreamingCannotHelp(net, big, why); };
@@ -100,6 +101,8 @@ void ChooseInputFormatAndStreaming(Network& net, const Ai8xOptions& options) {
   }
   for (int i = 0; i <= k; ++i) net.layers[i].placed.streaming = true;
   net.use_fifo = true;
+  net.RequireIzerFlag("--fifo", "layers 0-" + std::to_string(k) +
+                                    " stream: the input does not fit one data-memory instance and comes through the FIFOs");
   rules::ReportStreamingPrefix(net, net.layers[k], k);
 }
 

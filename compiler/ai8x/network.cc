@@ -146,6 +146,13 @@ size_t Network::FindingOf(Severity s, const std::string& code, const std::string
   return it == finding_index_.end() ? diagnostics.size() : it->second;
 }
 
+void Network::RequireIzerFlag(const std::string& flag, std::string reason) {
+  for (const IzerFlag& f : izer_flags) {
+    if (f.flag == flag) return;
+  }
+  izer_flags.push_back({flag, std::move(reason)});
+}
+
 void Network::Report(Severity s, std::string code, const Layer* layer, std::string message) {
   if (layer != nullptr && !layer->name.empty()) {
     size_t at = FindingOf(s, code, layer->name);

@@ -163,6 +163,15 @@ struct Diagnostic {
   std::string message;
 };
 
+/// One ai8xize.py command-line flag the plan relies on, with one line saying why (printed next to
+/// the command line). Filled by the pass that makes the decision (Network::RequireIzerFlag):
+/// `--fifo` by ChooseInputFormatAndStreaming / ApplyPlacementOverrides, `--overlap-data` by
+/// PlanDataMemory. `--device` is not a plan flag (it is the chip option).
+struct IzerFlag {
+  std::string flag;    ///< "--fifo", "--overlap-data", ...
+  std::string reason;  ///< "layer 0 streams its input through the FIFOs"
+};
+
 /// The layer list plus what the passes need to know about the network as a whole.
 struct Network {
   Chip chip = Chip::kMAX78000;
@@ -172,11 +181,15 @@ struct Network {
   std::string input_name;  ///< ONNX graph input
   bool chw_input = false;  ///< input layer reads CHW data (`data_format: CHW`)
   bool use_fifo = false;   ///< the first layer streams: the izer needs `--fifo`
+  /// ai8xize.py flags this plan needs, in the order they were required (no duplicates).
+  std::vector<IzerFlag> izer_flags;
   int next_id = 0;         ///< next unused Layer::id
   bool lift_limits = false;  ///< bench only: skip layer-count, kernel- and bias-memory limits
   std::vector<Diagnostic> diagnostics;
 
   const ChipSpec& spec() const { return GetChipSpec(chip); }
+  /// Adds `flag` to izer_flags (once; a second reason for the same flag is ignored).
+  void RequireIzerFlag(const std::string& flag, std::string reason);
   /// Position of the layer with `id`, or -1. O(1) after Reindex(); falls back to a scan.
   int IndexOf(int id) const;
   Layer* Find(int id);

@@ -145,7 +145,10 @@ Status ApplyPlacementOverrides(Network& net, const std::vector<LayerOverride>& o
       auto v = ParseBool(o.value);
       if (!v.ok()) return BadOverride(o, v.status().message());
       l->placed.streaming = *v;
-      if (*v) net.use_fifo = true;
+      if (*v) {
+        net.use_fifo = true;
+        net.RequireIzerFlag("--fifo", "--set " + o.layer + ".streaming=true: streamed input comes through the FIFOs");
+      }
     } else if (o.key == "out_offset") {
       auto v = ParseInt(o.value, 0, std::numeric_limits<int>::max());
       if (!v.ok()) return BadOverride(o, v.status().message());

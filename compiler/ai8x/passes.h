@@ -84,6 +84,15 @@ void FuseEltwise(Network& net);
 /// MobileNetV2 files).
 void InsertWriteGaps(Network& net);
 
+/// InsertConcatCopies (concat_copy.cc) — concatenation layouts (docs/specs/ai8x-izer-rules.md
+/// §1.6): a concatenation of more than 64 channels (read in passes) needs parts of one pass each
+/// (else AI8X_CONCAT), written interleaved: a part read only by the concatenation gets
+/// `write_gap: parts-1`; a part also read elsewhere, or the network input, gets a `copy_<name>`
+/// passthrough layer with the write gap, placed right before the concatenating layer (as the
+/// hand-written camvid-unet-large.yaml's `pt`). Single-pass concatenation copies only the network
+/// input; its other shared parts are placed by AllocateProcessors.
+void InsertConcatCopies(Network& net);
+
 /// ChooseInputFormatAndStreaming (input_format.cc) — input format and streaming. Picks
 /// `data_format` for the first layer (options.input_format; auto = the seed's rule: CHW for <= 16
 /// channels) and marks the leading layers `streaming: true` when their input or output does not fit
@@ -108,8 +117,20 @@ void AllocateProcessors(Network& net, const Ai8xOptions& options);
 /// (network input and outputs included), interleaves element-wise operands (base, base+4, ...;
 /// consumer in_offset = base), places concatenation parts at one offset, reserves streaming rolling
 /// buffers, and keeps every region inside the instance (izer size formulas). A region that fits
-/// nowhere is an AI8X_DATA_MEMORY error naming the layer.
+/// nowhere is an AI8X_DATA_MEMORY error naming the layer. Offsets come from best fit over the live
+/// intervals (exact search when that fails, for up to 128 layers); a layer's output overlaps its
+/// input (InPlaceLag) only when the plan does not fit otherwise, and then `--overlap-data` is
+/// required (Network::izer_flags).
 void PlanDataMemory(Network& net);
+
+/// The in-place rule of PlanDataMemory (data_memory.cc): the input pixel (row-major index in the
+/// layer's input, before pooling) that output pixel (r, c) of `l` and every later one read first;
+/// the hardware reads no earlier pixel once it writes (r, c) (HWC, one pass, stride/pad/pooling).
+int64_t InPlaceFirstPixelRead(const Layer& l, int r, int c);
+/// Bytes by which `l`'s output must start below its input when the two overlap in place
+/// (exact rule above plus a 64-byte slack); -1 when Kiln never overlaps this layer's data
+/// (multi-pass, transposed, linear, flattening, gapped, element-wise, CHW or streaming layers).
+int64_t InPlaceLag(const Layer& l);
 
 /// CheckRules (rules/registry.cc) — runs the rule registry (compiler/ai8x/rules/rules.h): every
 /// izer rule of docs/specs/ai8x-izer-rules.md §1.3-§1.8 Kiln can decide statically; each violation

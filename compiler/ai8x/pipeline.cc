@@ -36,6 +36,10 @@ Status RunInsertWriteGaps(PassContext& c) {
   InsertWriteGaps(c.net);
   return Status::Ok();
 }
+Status RunInsertConcatCopies(PassContext& c) {
+  InsertConcatCopies(c.net);
+  return Status::Ok();
+}
 Status RunStructureOverrides(PassContext& c) { return ApplyStructureOverrides(c.net, c.options.overrides); }
 Status RunInputFormatAndStreaming(PassContext& c) {
   ChooseInputFormatAndStreaming(c.net, c.options);
@@ -76,6 +80,9 @@ constexpr Pass kPipeline[] = {
      RunFuseEltwise},
     {"InsertWriteGaps", "fuse.cc", "`write_gap` on sole producers, `gap_*` passthrough copies otherwise", true,
      RunInsertWriteGaps},
+    {"InsertConcatCopies", "concat_copy.cc",
+     "`write_gap` on multi-pass concatenation parts, `copy_*` passthrough copies of parts also read elsewhere", true,
+     RunInsertConcatCopies},
     {"ApplyStructureOverrides", "overrides.cc", "`--set LAYER.output_width/quantization/activate`", true,
      RunStructureOverrides},
     {"ChooseInputFormatAndStreaming", "input_format.cc", "`data_format`, streaming prefix, `--fifo`", true,

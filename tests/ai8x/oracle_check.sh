@@ -42,8 +42,8 @@ while read -r name file dev fac ds extra; do
   y=$OUT/$FORM/$name.yaml
   # shellcheck disable=SC2086
   "$TOOL" "$DATA/models/$file" "$dev" "$fac" "$ds" $extra > "$y" 2> "$OUT/$FORM/$name.log"
-  flags=""
-  grep -q -- "--fifo" "$OUT/$FORM/$name.log" && flags="--fifo"
+  # the plan's flags (ai8x_compile_tool prints "flags: --device CHIP ..."), without --device CHIP
+  flags=$(sed -n 's/^flags: --device [A-Z0-9]*//p' "$OUT/$FORM/$name.log" | xargs)
   verdict=$(/usr/bin/python3 "$SHARED/tools/ai8x-oracle/izer_check.py" --yaml "$y" --model "$name" \
             --extra="$flags" 2>&1 | tail -1)
   echo "$name ($FORM): $verdict"

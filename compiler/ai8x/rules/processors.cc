@@ -41,6 +41,14 @@ void ReportConcatAlsoReadElsewhere(Network& net, const Layer& l) {
       "the concatenation cannot take it (copy it with a separate layer first)");
 }
 
+void ReportUnevenMultipassConcat(Network& net, const Layer& concat, int passes, int processors) {
+  Err(net, code::kConcat, concat,
+      "a concatenation of " + std::to_string(concat.in_shape.c) + " channels is read in " + std::to_string(passes) +
+          " passes of " + std::to_string(processors) + " channels, so it needs " + std::to_string(passes) +
+          " parts of " + std::to_string(processors) +
+          " channels each (pass k is the k-th interleaved word, max7800x.py L451-468)");
+}
+
 // Processor counts (max7800x.py L915-941) and CHW input maps (L442-450, izer.py L449-451).
 void CheckProcessorMaps(RuleContext& c, const Layer& l, size_t i) {
   Network& net = c.net;

@@ -131,6 +131,8 @@ void ReportChwNotPossible(Network& net, const Layer& first);
 void CheckSharedMapCount(Network& net, const Layer& l, int need, int group_count);
 /// AI8X_CONCAT: `l`'s output is concatenated and also read elsewhere.
 void ReportConcatAlsoReadElsewhere(Network& net, const Layer& l);
+/// AI8X_CONCAT: a concatenation of more than 64 channels whose parts are not one pass each.
+void ReportUnevenMultipassConcat(Network& net, const Layer& concat, int passes, int processors);
 
 // ---- rules/data_memory.cc -------------------------------------------------------------------
 
