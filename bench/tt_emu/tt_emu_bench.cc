@@ -6,6 +6,7 @@
 //             exact), max ulp difference in the output dtype (all outputs, and outputs with
 //             |y| >= max|y|/64), share of bit-identical outputs, PCC of each against fp32.
 // Usage: kiln_tt_emu_bench [--speed] [--table] [--reps N]   (default: both)
+//        kiln_tt_emu_bench --exact c64|first [--lofi] [--threads T] [--reps N]   (see ExactOnly)
 #include <algorithm>
 #include <chrono>
 #include <cmath>

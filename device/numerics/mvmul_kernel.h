@@ -25,7 +25,7 @@
 // §5.4's maximum. So a conv whose K holds padding (a Cin = 3 conv pads each tap's channels to 8) or
 // post-ReLU zeros costs in proportion to its non-zero lanes, bit for bit the same.
 //
-// Use (the tt-emu exact level, device/backends/tt_emu/tt_conv.cc):
+// Use (the tt-emu exact level, device/backends/tt_emu/conv_engine.cc):
 //   once per conv : a = PrepareSrcA(w, O_pad, K, fid, a_fmt), w[o * K + k] the device weights in
 //                   the conv's K order (already or not yet masked), O_pad columns (zero weights in
 //                   padded columns give Dst 0 from 0);
