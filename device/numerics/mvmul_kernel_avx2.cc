@@ -51,12 +51,22 @@ KILN_AVX2 void PrepGroup(const int16_t* ablk, const PreparedSrcB& b, int64_t q, 
   __m256i raw[8];
   __m256i mr = _mm256_set1_epi16(INT16_MIN);
   int n = 0;
-  for (; live != 0; live &= live - 1, ++n) {
-    const int l = __builtin_ctz(live);
-    g->lane[n] = l;
-    for (int v = 0; v < b.variants; ++v) g->b2[v][n] = b.slice2[static_cast<size_t>(v * b.K + kq + l)];
-    raw[n] = _mm256_add_epi16(Load(ag + l * W * 16), _mm256_set1_epi16(b.exp[static_cast<size_t>(kq + l)]));
-    mr = _mm256_max_epi16(mr, raw[n]);
+  if (live == 0xFFu) {  // dense: lane j at offset j, unrolled
+    for (int j = 0; j < 8; ++j) {
+      g->lane[j] = j;
+      for (int v = 0; v < b.variants; ++v) g->b2[v][j] = b.slice2[static_cast<size_t>(v * b.K + kq + j)];
+      raw[j] = _mm256_add_epi16(Load(ag + j * W * 16), _mm256_set1_epi16(b.exp[static_cast<size_t>(kq + j)]));
+      mr = _mm256_max_epi16(mr, raw[j]);
+    }
+    n = 8;
+  } else {
+    for (; live != 0; live &= live - 1, ++n) {
+      const int l = __builtin_ctz(live);
+      g->lane[n] = l;
+      for (int v = 0; v < b.variants; ++v) g->b2[v][n] = b.slice2[static_cast<size_t>(v * b.K + kq + l)];
+      raw[n] = _mm256_add_epi16(Load(ag + l * W * 16), _mm256_set1_epi16(b.exp[static_cast<size_t>(kq + l)]));
+      mr = _mm256_max_epi16(mr, raw[n]);
+    }
   }
   g->n = n;
   g->maxraw = mr;

@@ -234,7 +234,7 @@ class Engine {
 
   // Exact rows [m_begin, m_end) for prepared columns [c0, c1) (`pa` column 0 = output column c0; c0
   // a multiple of 16, so bfp groups of 16 columns are those of the whole row). Cache blocking: tiles
-  // of kRowTile rows share each (K block, 16-column block) slice of the weights while it is hot.
+  // of kRowTile rows share each (K block, column span) slice of the weights while it is hot.
   Status RunRowsExact(const nx::PreparedSrcA& pa, int64_t c0, int64_t c1, int64_t m_begin, int64_t m_end,
                       const CancelToken* cancel, std::vector<uint32_t>* out) const {
     constexpr int64_t kRowTile = 8;
@@ -254,10 +254,14 @@ class Engine {
       for (int64_t b = 0; b < nb; ++b) {
         const int64_t kb0 = k_.block_begin[b], kb1 = k_.block_begin[b + 1];
         for (int64_t r = 0; r < T; ++r) BlockStart(b, nc, &dst[r * nc], &part[r * nc], &l1[r * nc]);
-        // Every MVMUL of the block, in the card's order (K tiles, phases, two 16-lane halves).
-        for (int64_t cb = 0; cb < live; cb += 16)
+        // Every MVMUL of the block, in the card's order (K tiles, phases, two 16-lane halves), over
+        // column spans whose weight slice (kb1 − kb0 deep) stays within kSliceBytes, each span
+        // for all rows of the tile.
+        constexpr int64_t kSliceBytes = 256 << 10;
+        const int64_t span = std::max<int64_t>(16, kSliceBytes / nx::PreparedSrcABytes(16, kb1 - kb0, fid_) * 16);
+        for (int64_t cb = 0; cb < live; cb += span)
           for (int64_t r = 0; r < T; ++r)
-            KILN_RETURN_IF_ERROR(nx::RunKBlock(pa, pb[static_cast<size_t>(r)], kb0, kb1, cb, std::min(cb + 16, live),
+            KILN_RETURN_IF_ERROR(nx::RunKBlock(pa, pb[static_cast<size_t>(r)], kb0, kb1, cb, std::min(cb + span, live),
                                                fid_, fp32_dst_, arch_, &dst[r * nc + cb]));
         for (int64_t r = 0; r < T; ++r) {
           std::fill(&dst[r * nc + live], &dst[r * nc + nc], 0u);  // padded output channels have zero weights
