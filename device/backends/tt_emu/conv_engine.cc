@@ -56,6 +56,29 @@ Status MatmulF32(const dnnl::engine& eng, dnnl::stream& strm, const float* src, 
   return Status::Ok();
 }
 
+// dst[b][m][n] = Σ_k src[m·lda + b·kb + k] · wei[n·ldw_k + b·kb + k] for the nb K blocks b of width
+// kb: one oneDNN batched matmul.
+Status MatmulF32Blocks(const dnnl::engine& eng, dnnl::stream& strm, const float* src, int64_t nb, int64_t M, int64_t kb,
+                       int64_t lda, const float* wei, int64_t N, int64_t ldw_k, float* dst) {
+  try {
+    using md = dnnl::memory::desc;
+    using dt = dnnl::memory::data_type;
+    md src_md({nb, M, kb}, dt::f32, dnnl::memory::dims{kb, lda, 1});
+    md wei_md({nb, kb, N}, dt::f32, dnnl::memory::dims{kb, 1, ldw_k});
+    md dst_md({nb, M, N}, dt::f32, dnnl::memory::dims{M * N, N, 1});
+    dnnl::matmul::desc d(src_md, wei_md, dst_md);
+    dnnl::matmul::primitive_desc pd(d, eng);
+    dnnl::memory sm(src_md, eng, const_cast<float*>(src));
+    dnnl::memory wm(wei_md, eng, const_cast<float*>(wei));
+    dnnl::memory dm(dst_md, eng, dst);
+    dnnl::matmul(pd).execute(strm, {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, dm}});
+    strm.wait();
+  } catch (const dnnl::error& e) {
+    return Internal(std::string("oneDNN batched matmul failed: ") + e.what());
+  }
+  return Status::Ok();
+}
+
 // Splits rows [m0, m1) over up to `threads` OpenMP threads when the work is worth it (OpenMP, the
 // runtime oneDNN uses here: its idle workers spin after each matmul and would compete with
 // separate std::threads for the same cores).
@@ -394,6 +417,9 @@ class Engine {
     if (need_b0) c0.resize(static_cast<size_t>(R * K_));
     if (need_b1) c1.resize(static_cast<size_t>(R * K_));
     if (hifi3) tmp.resize(static_cast<size_t>(R * g.O_pad));
+    const int64_t kb_w = k_.block_begin[1] - k_.block_begin[0];
+    bool equal_blocks = true;
+    for (int64_t b = 0; b < nb; ++b) equal_blocks &= k_.block_begin[b + 1] - k_.block_begin[b] == kb_w;
     try {
       dnnl::engine eng(dnnl::engine::kind::cpu, 0);
       dnnl::stream strm(eng);
@@ -412,14 +438,22 @@ class Engine {
           }
           return Status::Ok();
         }));
-        for (int64_t b = 0; b < nb; ++b) {
-          const int64_t kb0 = k_.block_begin[b], kb = k_.block_begin[b + 1] - kb0;
-          float* o = sums.data() + b * rows * g.O_pad;
+        if (equal_blocks && nb > 1 && !hifi3) {
+          // Equal-width K blocks: one batched matmul (batch = K block) instead of nb small ones
+          // (block-sharded programs have many 32- or 64-deep blocks; each separate matmul is a
+          // parallel region of its own).
           const float* src = hifi4 ? c1.data() : c0.data();
-          KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, src + kb0, rows, kb, K_, w_primary + kb0, g.O_pad, K_, o));
-          if (hifi3) {
-            KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, c1.data() + kb0, rows, kb, K_, w_a0 + kb0, g.O_pad, K_, tmp.data()));
-            for (int64_t i = 0; i < rows * g.O_pad; ++i) o[i] += tmp[static_cast<size_t>(i)];
+          KILN_RETURN_IF_ERROR(MatmulF32Blocks(eng, strm, src, nb, rows, kb_w, K_, w_primary, g.O_pad, K_, sums.data()));
+        } else {
+          for (int64_t b = 0; b < nb; ++b) {
+            const int64_t kb0 = k_.block_begin[b], kb = k_.block_begin[b + 1] - kb0;
+            float* o = sums.data() + b * rows * g.O_pad;
+            const float* src = hifi4 ? c1.data() : c0.data();
+            KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, src + kb0, rows, kb, K_, w_primary + kb0, g.O_pad, K_, o));
+            if (hifi3) {
+              KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, c1.data() + kb0, rows, kb, K_, w_a0 + kb0, g.O_pad, K_, tmp.data()));
+              for (int64_t i = 0; i < rows * g.O_pad; ++i) o[i] += tmp[static_cast<size_t>(i)];
+            }
           }
         }
         fast_sums_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
