@@ -127,6 +127,18 @@ class Engine {
       kj_[k] = t < 0 ? -1 : t % static_cast<int32_t>(g.kw);
       kc_[k] = t < 0 ? 0 : k_.chan[static_cast<size_t>(k)];
     }
+    // Runs of K entries that read consecutive channels of one tap (one copy each in Im2colRow).
+    for (int64_t k = 0; k < K_; ++k) {
+      if (ki_[k] < 0) continue;
+      if (!runs_.empty()) {
+        KRun& r = runs_.back();
+        if (r.k0 + r.len == k && ki_[k] == r.i && kj_[k] == r.j && kc_[k] == r.c0 + r.len) {
+          ++r.len;
+          continue;
+        }
+      }
+      runs_.push_back(KRun{k, 1, ki_[k], kj_[k], kc_[k]});
+    }
   }
 
   // Element tilize of one input-dtype value into the act dtype and its SrcB operand (§3, §4).
@@ -204,14 +216,12 @@ class Engine {
   void Im2colRow(int64_t m, uint32_t* out) const {
     const EmuGeometry& g = g_;
     const int64_t n = m / (g.OH * g.OW), r = m % (g.OH * g.OW), oy = r / g.OW, ox = r % g.OW;
-    for (int64_t k = 0; k < K_; ++k) {
-      const int32_t i = ki_[k];
-      uint32_t v = 0;
-      if (i >= 0) {
-        const int64_t y = oy * g.sh - g.pt + i * g.dh, xx = ox * g.sw - g.pl + kj_[k] * g.dw;
-        if (y >= 0 && y < g.H && xx >= 0 && xx < g.W) v = xdev_[static_cast<size_t>(((n * g.H + y) * g.W + xx) * g.C + kc_[k])];
-      }
-      out[k] = v;
+    std::fill(out, out + K_, 0u);
+    for (const KRun& run : runs_) {
+      const int64_t y = oy * g.sh - g.pt + run.i * g.dh, xx = ox * g.sw - g.pl + run.j * g.dw;
+      if (y < 0 || y >= g.H || xx < 0 || xx >= g.W) continue;
+      const uint32_t* src = &xdev_[static_cast<size_t>(((n * g.H + y) * g.W + xx) * g.C + run.c0)];
+      std::copy(src, src + run.len, out + run.k0);
     }
     if (!per_row_tilize_) return;
     // Tilize into a bfp act dtype: the packer over each face row of 16 K entries (§3.4), from a
@@ -592,6 +602,11 @@ class Engine {
   EmuLevel level_;
   int64_t K_ = 0;
   std::vector<int32_t> ki_, kj_, kc_;  // per K index: kernel row, column (−1 = padding), channel
+  struct KRun {
+    int64_t k0, len;  // K entries [k0, k0 + len)
+    int32_t i, j, c0;  // read tap (i, j), channels c0 .. c0 + len − 1
+  };
+  std::vector<KRun> runs_;
   bool fp32_dst_ = false, l1acc_ = false, tf32_reload_ = true, precise_ = false, per_row_tilize_ = false;
   bool has_bias_ = false;
   double fast_sums_s_ = 0;
