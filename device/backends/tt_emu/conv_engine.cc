@@ -1,4 +1,6 @@
 // Section numbers (§) cite docs/specs/tt-numerics.md, as in conv_engine.h.
+// Over 600 lines: one Engine class holds the operands, the dataflow between K blocks and the
+// epilogue that both levels share; the fast level's oneDNN sums (~150 lines) use that state directly.
 #include "device/backends/tt_emu/conv_engine.h"
 
 #include <algorithm>
