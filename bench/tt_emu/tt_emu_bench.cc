@@ -6,12 +6,14 @@
 //             exact), max ulp difference in the output dtype (all outputs, and outputs with
 //             |y| >= max|y|/64), share of bit-identical outputs, PCC of each against fp32.
 // Usage: kiln_tt_emu_bench [--speed] [--table] [--reps N]   (default: both)
+//        kiln_tt_emu_bench --exact c64|first [--lofi] [--fast] [--threads T] [--reps N]   (see ExactOnly)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <random>
 #include <string>
@@ -108,6 +110,60 @@ void Speed(int reps) {
               load[1], load[2]);
 }
 
+// --exact NAME: one exact run of a named conv (for profiling), with its program and timing.
+//   c64   : N=1 64->64 3x3 pad 1 56x56 bias (the ratio conv of Speed)
+//   first : ResNet-18's first conv, N=1 3->64 7x7 s2 pad 3 224x224, bias, ReLU
+bool ExactOnly(const std::string& name, MathFidelity f, int reps, int threads, tt_emu::EmuLevel level) {
+  std::mt19937 rng(11);
+  Conv2dParams p;
+  Tensor x, w, b;
+  if (name == "c64") {
+    x = RandBf16({1, 64, 56, 56}, rng), w = RandBf16({64, 64, 3, 3}, rng), b = RandBf16({64}, rng, 10.f);
+    p.pads = {1, 1, 1, 1};
+  } else if (name == "first") {
+    x = RandBf16({1, 3, 224, 224}, rng), w = RandBf16({64, 3, 7, 7}, rng), b = RandBf16({64}, rng, 10.f);
+    p.pads = {3, 3, 3, 3};
+    p.strides = {2, 2};
+    p.activation = Activation::kRelu;
+  } else {
+    std::fprintf(stderr, "unknown conv '%s' (c64, first)\n", name.c_str());
+    return false;
+  }
+  PrecisionConfig pc;
+  pc.math_fidelity = f;
+  auto ref = MakeReferenceBackend();
+  OpReport rep;
+  (void)(*ref)->Conv2d(x, w, &b, p, {});
+  const double tr = Best(reps, [&] { return (*ref)->Conv2d(x, w, &b, p, {}).ok(); });
+  // Wall time, and (one thread: the run stays on this thread) this thread's CPU time, which the
+  // other jobs on a shared machine disturb much less.
+  double cpu = 1e30;
+  const double te = Best(reps, [&] {
+    timespec c0, c1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+    const bool ok = tt_emu::Conv2d(x, w, &b, p, pc, level, nullptr, &rep, threads).ok();
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    cpu = std::min(cpu, (c1.tv_sec - c0.tv_sec) + 1e-9 * (c1.tv_nsec - c0.tv_nsec));
+    return ok;
+  });
+  double load[3] = {0, 0, 0};
+  (void)getloadavg(load, 3);
+  // FNV-1a of the output bits: equal across builds and thread counts when no bit changed.
+  auto y = tt_emu::Conv2d(x, w, &b, p, pc, level, nullptr, nullptr, threads);
+  uint64_t h = 1469598103934665603ull;
+  if (y.ok())
+    for (float v : y->span<float>()) h = (h ^ nx::FloatBits(v)) * 1099511628211ull;
+  const char* lv = tt_emu::EmuLevelName(level);
+  std::printf("%s %s %s output hash %016llx\n", name.c_str(), lv, MathFidelityName(f), static_cast<unsigned long long>(h));
+  if (threads == 1) std::printf("%s %s %s 1 thread: CPU %.1f ms (%.3f GMAC/s per core)\n", name.c_str(), lv,
+                                MathFidelityName(f), cpu * 1e3, rep.macs / cpu / 1e9);
+  std::printf("%s %s %s %d thread(s): %.1f ms (%.3f GMAC/s), reference %.2f ms (%.2f GMAC/s), ratio %.4f, "
+              "load %.2f\n  program: %s\n",
+              name.c_str(), lv, MathFidelityName(f), threads, te * 1e3, rep.macs / te / 1e9, tr * 1e3,
+              rep.macs / tr / 1e9, tr / te, load[0], rep.blocking.c_str());
+  return true;
+}
+
 struct Row {
   const char* name;
   int64_t N, C, O, H, W, k, s, pad, dil, g;
@@ -191,16 +247,25 @@ void Table() {
 
 int main(int argc, char** argv) {
   bool speed = false, table = false;
-  int reps = 5;
+  int reps = 5, threads = 0;
+  std::string exact;
+  MathFidelity fid = MathFidelity::kHiFi4;
+  tt_emu::EmuLevel level = tt_emu::EmuLevel::kExact;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--speed")) speed = true;
     else if (!std::strcmp(argv[i], "--table")) table = true;
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--exact") && i + 1 < argc) exact = argv[++i];
+    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--lofi")) fid = MathFidelity::kLoFi;
+    else if (!std::strcmp(argv[i], "--fast")) level = tt_emu::EmuLevel::kFast;
     else {
-      std::fprintf(stderr, "usage: %s [--speed] [--table] [--reps N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--speed] [--table] [--reps N] [--exact c64|first [--lofi] [--fast] [--threads T]]\n",
+                   argv[0]);
       return 2;
     }
   }
+  if (!exact.empty()) return ExactOnly(exact, fid, reps, threads, level) ? 0 : 1;
   if (!speed && !table) speed = table = true;
   if (speed) Speed(reps);
   if (table) Table();

@@ -82,8 +82,9 @@ void RunScalar(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t
       for (int p = p0; p < p1; ++p) {
         for (int64_t h = t0; h < t0 + 32; h += 16) {
           const int64_t q0 = h / 8, q1 = q0 + 1;
-          const bool z0 = b.nz_count[static_cast<size_t>(q0)] == 0 || wnz[q0] == 0;
-          const bool z1 = b.nz_count[static_cast<size_t>(q1)] == 0 || wnz[q1] == 0;
+          // A group is zero in every column of the block when no lane is non-zero on both sides.
+          const bool z0 = (b.nz_mask[static_cast<size_t>(q0)] & wnz[q0]) == 0;
+          const bool z1 = (b.nz_mask[static_cast<size_t>(q1)] & wnz[q1]) == 0;
           if (z0 && z1) {
             if (!fixed) d = CombineWithDst(FpuTerm{}, FpuTerm{}, d, fp32_dst, arch);
             fixed = true;
@@ -124,7 +125,7 @@ Result<PreparedSrcA> PrepareSrcA(const uint32_t* a, int64_t cols, int64_t K, Mat
         if (o >= cols) continue;
         const uint32_t x = MaskSrcOperand(a[o * K + k], fmt);
         if (((x >> 23) & 0xFFu) == 0) continue;  // §5.3: a zero lane
-        p.group_nz[static_cast<size_t>(cb * K8 + k / 8)] = 1;
+        p.group_nz[static_cast<size_t>(cb * K8 + k / 8)] |= static_cast<uint8_t>(1u << (k % 8));
         const FpuSlice s0 = SliceA(x, 0);
         w[0] = static_cast<int16_t>(s0.exp);
         w[16] = static_cast<int16_t>(s0.sign ? 0x8001 - 0x10000 : 1);
@@ -144,8 +145,10 @@ Status PrepareSrcBRow(const uint32_t* b, int64_t K, MathFidelity fid, SrcFormat 
   p.slice2.resize(static_cast<size_t>(p.variants * K));
   p.nz_count.resize(static_cast<size_t>(K / 8));
   p.nz_lane.resize(static_cast<size_t>(K));
+  p.nz_mask.resize(static_cast<size_t>(K / 8));
   for (int64_t q = 0; q < K / 8; ++q) {
     int n = 0;
+    unsigned mask = 0;
     for (int l = 0; l < 8; ++l) {
       const int64_t k = q * 8 + l;
       const uint32_t x = MaskSrcOperand(b[k], fmt);
@@ -155,7 +158,9 @@ Status PrepareSrcBRow(const uint32_t* b, int64_t K, MathFidelity fid, SrcFormat 
       for (int v = 0; v < p.variants; ++v)
         p.slice2[static_cast<size_t>(v * K + k)] = static_cast<int16_t>(e != 0 ? 2 * SliceB(x, 2 * v).slice : 0);
       if (e != 0) p.nz_lane[static_cast<size_t>(q * 8 + n++)] = static_cast<uint8_t>(l);
+      if (e != 0) mask |= 1u << l;
     }
+    p.nz_mask[static_cast<size_t>(q)] = static_cast<uint8_t>(mask);
     p.nz_count[static_cast<size_t>(q)] = static_cast<uint8_t>(n);
   }
   return Status::Ok();

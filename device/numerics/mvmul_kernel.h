@@ -18,9 +18,14 @@
 // Dst, and only once. Results therefore equal the unskipped MvmulPhase chain for every Dst
 // pattern. A 16-lane MVMUL is skipped when both of its 8-lane groups are zero: all SrcB operands of
 // the group zero (shared by all columns), or all SrcA operands of the group zero in every column
-// of a 16-column block. Within a computed MVMUL, a group that is zero in that sense is not summed.
+// of a 16-column block. Within a computed MVMUL, a group that is zero in that sense is not summed,
+// and in a summed group only the lanes non-zero on both sides (SrcB non-zero, and SrcA non-zero in
+// some column of the block) are visited: a zero lane contributes R = 0 and, its raw exponent being
+// below every possible group maximum (kZeroExp, kZeroExpB in mvmul_kernel_impl.h), never raises
+// §5.4's maximum. So a conv whose K holds padding (a Cin = 3 conv pads each tap's channels to 8) or
+// post-ReLU zeros costs in proportion to its non-zero lanes, bit for bit the same.
 //
-// Use (the tt-emu exact level, device/backends/tt_emu/tt_conv.cc):
+// Use (the tt-emu exact level, device/backends/tt_emu/conv_engine.cc):
 //   once per conv : a = PrepareSrcA(w, O_pad, K, fid, a_fmt), w[o * K + k] the device weights in
 //                   the conv's K order (already or not yet masked), O_pad columns (zero weights in
 //                   padded columns give Dst 0 from 0);
@@ -62,8 +67,8 @@ struct PreparedSrcA {
   int words = 0;          ///< 2 + variants
   int phases = 0;         ///< NumPhases of the fidelity prepared for
   std::vector<int16_t> lanes;     ///< [cols/16][K][words][16], see above
-  std::vector<uint8_t> group_nz;  ///< [cols/16][K/8]: 1 if any of the block's 16 columns has a non-zero
-                                  ///< operand in the 8-lane group (lanes 8q .. 8q+7)
+  std::vector<uint8_t> group_nz;  ///< [cols/16][K/8]: bit l set if any of the block's 16 columns has a
+                                  ///< non-zero operand in lane l of the 8-lane group (K index 8q + l)
   /// Bytes held by the prepared operands.
   size_t bytes() const { return lanes.size() * sizeof(int16_t) + group_nz.size(); }
 };
@@ -79,7 +84,15 @@ struct PreparedSrcB {
   std::vector<int16_t> slice2;   ///< [variants][K]: twice the §5.2 slice magnitude
   std::vector<uint8_t> nz_count; ///< [K/8]: non-zero operands in the 8-lane group
   std::vector<uint8_t> nz_lane;  ///< [K/8][8]: their offsets in the group, ascending
+  std::vector<uint8_t> nz_mask;  ///< [K/8]: bit l set where lane l of the group is non-zero
 };
+
+/// Bytes PrepareSrcA(·, cols, K, fid, ·) holds (PreparedSrcA::bytes() of the result): 2 · (2 + variants)
+/// · K · RoundUp(cols, 16) + RoundUp(cols, 16) · K / 128, variants = 1 for LoFi, else 2.
+inline int64_t PreparedSrcABytes(int64_t cols, int64_t K, MathFidelity fid) {
+  const int64_t c16 = (cols + 15) / 16 * 16, words = 2 + (NumPhases(fid) >= 2 ? 2 : 1);
+  return 2 * words * K * c16 + c16 * K / 128;
+}
 
 /// Prepares the SrcA operands of `cols` columns, `a[o * K + k]` = column o's weight for k (fp32
 /// patterns; masked to `fmt` here, §4), for fidelity `fid` (also usable for any lower fidelity).

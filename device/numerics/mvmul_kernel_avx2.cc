@@ -29,63 +29,95 @@ namespace {
 
 KILN_AVX2 __m256i Load(const int16_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
-// Per K tile and 8-lane group q of one 16-column block `ablk` ([K][W][16]): the maximum raw
-// exponent, and per lane j the doubled SrcB slices, the rounding multiplier 2^(14−d) (0 for
-// d >= 15) and the product sign word (negative where the product is). All 8 lanes are computed,
-// branch-free: a zero SrcB lane has exponent kZeroExpB (never the maximum; its d gives multiplier
-// 0) and slices 0, a zero SrcA lane kZeroExp, so both contribute R = 0 as §5.3's zero lanes do.
+// Per K tile and 8-lane group q of one 16-column block `ablk` ([K][W][16]), over the group's
+// `n` live lanes (non-zero SrcB and SrcA non-zero in some column of the block; the others give
+// R = 0 and never win the maximum, mvmul_kernel.h): the maximum raw exponent, and per live lane j
+// its offset, the doubled SrcB slices, the rounding multiplier 2^(14−d) (0 for d >= 15) and the
+// product sign word (negative where the product is). Branch-free per lane: a column whose SrcA lane
+// is zero has exponent kZeroExp there, so its d gives multiplier 0 and it never wins the maximum.
 struct GroupPrep {
-  bool active = false;
+  int n = 0;  // live lanes; 0 = the group term is zero in every column
   __m256i maxraw;
   __m256i mult[8];
   __m256i sign[8];
+  int lane[8];
   int16_t b2[2][8];
 };
 
 template <int W>
-KILN_AVX2 void PrepGroup(const int16_t* ablk, const PreparedSrcB& b, int64_t q, GroupPrep* g) {
+KILN_AVX2 void PrepGroup(const int16_t* ablk, const PreparedSrcB& b, int64_t q, unsigned live, GroupPrep* g) {
   const int64_t kq = q * 8;
   const int16_t* ag = ablk + kq * W * 16;
   __m256i raw[8];
   __m256i mr = _mm256_set1_epi16(INT16_MIN);
-  for (int j = 0; j < 8; ++j) {
-    for (int v = 0; v < b.variants; ++v) g->b2[v][j] = b.slice2[static_cast<size_t>(v * b.K + kq + j)];
-    raw[j] = _mm256_add_epi16(Load(ag + j * W * 16), _mm256_set1_epi16(b.exp[static_cast<size_t>(kq + j)]));
-    mr = _mm256_max_epi16(mr, raw[j]);
+  int n = 0;
+  if (live == 0xFFu) {  // dense: lane j at offset j, unrolled
+    for (int j = 0; j < 8; ++j) {
+      g->lane[j] = j;
+      for (int v = 0; v < b.variants; ++v) g->b2[v][j] = b.slice2[static_cast<size_t>(v * b.K + kq + j)];
+      raw[j] = _mm256_add_epi16(Load(ag + j * W * 16), _mm256_set1_epi16(b.exp[static_cast<size_t>(kq + j)]));
+      mr = _mm256_max_epi16(mr, raw[j]);
+    }
+    n = 8;
+  } else {
+    for (; live != 0; live &= live - 1, ++n) {
+      const int l = __builtin_ctz(live);
+      g->lane[n] = l;
+      for (int v = 0; v < b.variants; ++v) g->b2[v][n] = b.slice2[static_cast<size_t>(v * b.K + kq + l)];
+      raw[n] = _mm256_add_epi16(Load(ag + l * W * 16), _mm256_set1_epi16(b.exp[static_cast<size_t>(kq + l)]));
+      mr = _mm256_max_epi16(mr, raw[n]);
+    }
   }
+  g->n = n;
   g->maxraw = mr;
   const __m256i lo_word = _mm256_set1_epi32(0xFFFF), hi_mask = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
   const __m256i c_lo = _mm256_set1_epi32(0x4000), c_hi = _mm256_set1_epi32(0x40000000);
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < n; ++j) {
     // 0 <= d < 2^14 per int16 lane; 0x4000 >> d in each word via two 32-bit variable shifts
     // (counts of 32 or more give 0; the odd word's spill into the even word is masked off).
     const __m256i d = _mm256_sub_epi16(mr, raw[j]);
     const __m256i even = _mm256_srlv_epi32(c_lo, _mm256_and_si256(d, lo_word));
     const __m256i odd = _mm256_and_si256(_mm256_srlv_epi32(c_hi, _mm256_srli_epi32(d, 16)), hi_mask);
     g->mult[j] = _mm256_or_si256(even, odd);
-    g->sign[j] = _mm256_xor_si256(Load(ag + j * W * 16 + 16), _mm256_set1_epi16(b.sign[static_cast<size_t>(kq + j)]));
+    const int l = g->lane[j];
+    g->sign[j] = _mm256_xor_si256(Load(ag + l * W * 16 + 16), _mm256_set1_epi16(b.sign[static_cast<size_t>(kq + l)]));
   }
 }
 
-// One lane's signed R for a phase: SrcA slice word a_word (2 + v), SrcB slice variant vb.
+// Live lane j's signed R for a phase: SrcA slice word a_word (2 + v), SrcB slice variant vb.
 template <int W>
 KILN_AVX2 __m256i LaneR(const int16_t* ag, const GroupPrep& g, int j, int a_word, int vb) {
+  const __m256i p2 = _mm256_mullo_epi16(Load(ag + (g.lane[j] * W + a_word) * 16), _mm256_set1_epi16(g.b2[vb][j]));
+  return _mm256_sign_epi16(_mm256_mulhrs_epi16(p2, g.mult[j]), g.sign[j]);
+}
+
+// As LaneR where every lane is live (lane j at offset j).
+template <int W>
+KILN_AVX2 __m256i DenseR(const int16_t* ag, const GroupPrep& g, int j, int a_word, int vb) {
   const __m256i p2 = _mm256_mullo_epi16(Load(ag + (j * W + a_word) * 16), _mm256_set1_epi16(g.b2[vb][j]));
   return _mm256_sign_epi16(_mm256_mulhrs_epi16(p2, g.mult[j]), g.sign[j]);
 }
 
-// §5.4 step 3 for one phase: S over the 8 lanes of group q, two independent chains.
+// §5.4 step 3 for one phase: S over the live lanes of group q, two independent chains (int16 sums
+// are exact in any order: |S| < 2^15, mvmul_kernel_avx2.cc's header).
 template <int W>
 KILN_AVX2 __m256i GroupSum(const int16_t* ablk, int64_t q, int v, int vb, const GroupPrep& g) {
   const int16_t* ag = ablk + q * 8 * W * 16;
   const int aw = 2 + v;
-  __m256i s0 = LaneR<W>(ag, g, 0, aw, vb), s1 = LaneR<W>(ag, g, 1, aw, vb);
-  s0 = _mm256_add_epi16(s0, LaneR<W>(ag, g, 2, aw, vb));
-  s1 = _mm256_add_epi16(s1, LaneR<W>(ag, g, 3, aw, vb));
-  s0 = _mm256_add_epi16(s0, LaneR<W>(ag, g, 4, aw, vb));
-  s1 = _mm256_add_epi16(s1, LaneR<W>(ag, g, 5, aw, vb));
-  s0 = _mm256_add_epi16(s0, LaneR<W>(ag, g, 6, aw, vb));
-  s1 = _mm256_add_epi16(s1, LaneR<W>(ag, g, 7, aw, vb));
+  if (g.n == 8) {  // every lane live (dense data): lane j is offset j, fully unrolled
+    __m256i s0 = _mm256_add_epi16(DenseR<W>(ag, g, 0, aw, vb), DenseR<W>(ag, g, 2, aw, vb));
+    __m256i s1 = _mm256_add_epi16(DenseR<W>(ag, g, 1, aw, vb), DenseR<W>(ag, g, 3, aw, vb));
+    s0 = _mm256_add_epi16(s0, _mm256_add_epi16(DenseR<W>(ag, g, 4, aw, vb), DenseR<W>(ag, g, 6, aw, vb)));
+    s1 = _mm256_add_epi16(s1, _mm256_add_epi16(DenseR<W>(ag, g, 5, aw, vb), DenseR<W>(ag, g, 7, aw, vb)));
+    return _mm256_add_epi16(s0, s1);
+  }
+  __m256i s0 = LaneR<W>(ag, g, 0, aw, vb), s1 = _mm256_setzero_si256();
+  int j = 1;
+  for (; j + 1 < g.n; j += 2) {
+    s1 = _mm256_add_epi16(s1, LaneR<W>(ag, g, j, aw, vb));
+    s0 = _mm256_add_epi16(s0, LaneR<W>(ag, g, j + 1, aw, vb));
+  }
+  if (j < g.n) s1 = _mm256_add_epi16(s1, LaneR<W>(ag, g, j, aw, vb));
   return _mm256_add_epi16(s0, s1);
 }
 
@@ -182,13 +214,14 @@ __attribute__((target("avx2"))) void RunAvx2W(const PreparedSrcA& a, const Prepa
     for (int64_t t0 = k0; t0 < k1; t0 += 32) {
       for (int i = 0; i < 4; ++i) {
         const int64_t q = t0 / 8 + i;
-        g[i].active = wnz[q] && b.nz_count[static_cast<size_t>(q)] != 0;
-        if (g[i].active) PrepGroup<W>(ablk, b, q, &g[i]);
+        const unsigned live = wnz[q] & b.nz_mask[static_cast<size_t>(q)];
+        g[i].n = 0;
+        if (live != 0) PrepGroup<W>(ablk, b, q, live, &g[i]);
       }
       for (int p = p0; p < p1; ++p) {
         const __m256i adj = _mm256_set1_epi16(static_cast<int16_t>(PhaseAdjust(p)));
         for (int h = 0; h < 4; h += 2) {
-          if (!g[h].active && !g[h + 1].active) {
+          if (g[h].n == 0 && g[h + 1].n == 0) {
             if (!fixed) {
               D0 = CombineVec<kFp32Dst, kWormhole>(zero, zero, zero, zero, D0);
               D1 = CombineVec<kFp32Dst, kWormhole>(zero, zero, zero, zero, D1);
@@ -199,7 +232,7 @@ __attribute__((target("avx2"))) void RunAvx2W(const PreparedSrcA& a, const Prepa
           __m256i E[2] = {zero, zero}, S[2] = {zero, zero};
           for (int i = 0; i < 2; ++i) {
             const GroupPrep& gp = g[h + i];
-            if (!gp.active) continue;
+            if (gp.n == 0) continue;
             // §5.4 step 1: G = max(raw) + adj; the term is zero where G <= 0.
             const __m256i G = _mm256_add_epi16(gp.maxraw, adj);
             const __m256i valid = _mm256_cmpgt_epi16(G, zero);

@@ -1,8 +1,11 @@
 // Section numbers (§) cite docs/specs/tt-numerics.md, as in conv_engine.h.
+// Over 600 lines: one Engine class holds the operands, the dataflow between K blocks and the
+// epilogue that both levels share; the fast level's oneDNN sums (~150 lines) use that state directly.
 #include "device/backends/tt_emu/conv_engine.h"
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <cmath>
@@ -22,6 +25,8 @@ namespace kiln::device::tt_emu {
 namespace nx = kiln::numerics;
 
 namespace {
+
+std::atomic<int64_t> g_max_prepared_bytes{0};  // 0: kMaxPreparedSrcABytes
 
 // Rounds an fp32 value into Dst (fast level): fp32 Dst keeps it (exponent-0 → +0); a bf16 Dst
 // rounds half away from zero to 8 significant bits like §5.5's normaliser.
@@ -49,6 +54,29 @@ Status MatmulF32(const dnnl::engine& eng, dnnl::stream& strm, const float* src, 
     strm.wait();
   } catch (const dnnl::error& e) {
     return Internal(std::string("oneDNN matmul failed: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+// dst[b][m][n] = Σ_k src[m·lda + b·kb + k] · wei[n·ldw_k + b·kb + k] for the nb K blocks b of width
+// kb: one oneDNN batched matmul.
+Status MatmulF32Blocks(const dnnl::engine& eng, dnnl::stream& strm, const float* src, int64_t nb, int64_t M, int64_t kb,
+                       int64_t lda, const float* wei, int64_t N, int64_t ldw_k, float* dst) {
+  try {
+    using md = dnnl::memory::desc;
+    using dt = dnnl::memory::data_type;
+    md src_md({nb, M, kb}, dt::f32, dnnl::memory::dims{kb, lda, 1});
+    md wei_md({nb, kb, N}, dt::f32, dnnl::memory::dims{kb, 1, ldw_k});
+    md dst_md({nb, M, N}, dt::f32, dnnl::memory::dims{M * N, N, 1});
+    dnnl::matmul::desc d(src_md, wei_md, dst_md);
+    dnnl::matmul::primitive_desc pd(d, eng);
+    dnnl::memory sm(src_md, eng, const_cast<float*>(src));
+    dnnl::memory wm(wei_md, eng, const_cast<float*>(wei));
+    dnnl::memory dm(dst_md, eng, dst);
+    dnnl::matmul(pd).execute(strm, {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, dm}});
+    strm.wait();
+  } catch (const dnnl::error& e) {
+    return Internal(std::string("oneDNN batched matmul failed: ") + e.what());
   }
   return Status::Ok();
 }
@@ -100,6 +128,18 @@ class Engine {
       ki_[k] = t < 0 ? -1 : t / static_cast<int32_t>(g.kw);
       kj_[k] = t < 0 ? -1 : t % static_cast<int32_t>(g.kw);
       kc_[k] = t < 0 ? 0 : k_.chan[static_cast<size_t>(k)];
+    }
+    // Runs of K entries that read consecutive channels of one tap (one copy each in Im2colRow).
+    for (int64_t k = 0; k < K_; ++k) {
+      if (ki_[k] < 0) continue;
+      if (!runs_.empty()) {
+        KRun& r = runs_.back();
+        if (r.k0 + r.len == k && ki_[k] == r.i && kj_[k] == r.j && kc_[k] == r.c0 + r.len) {
+          ++r.len;
+          continue;
+        }
+      }
+      runs_.push_back(KRun{k, 1, ki_[k], kj_[k], kc_[k]});
     }
   }
 
@@ -178,14 +218,12 @@ class Engine {
   void Im2colRow(int64_t m, uint32_t* out) const {
     const EmuGeometry& g = g_;
     const int64_t n = m / (g.OH * g.OW), r = m % (g.OH * g.OW), oy = r / g.OW, ox = r % g.OW;
-    for (int64_t k = 0; k < K_; ++k) {
-      const int32_t i = ki_[k];
-      uint32_t v = 0;
-      if (i >= 0) {
-        const int64_t y = oy * g.sh - g.pt + i * g.dh, xx = ox * g.sw - g.pl + kj_[k] * g.dw;
-        if (y >= 0 && y < g.H && xx >= 0 && xx < g.W) v = xdev_[static_cast<size_t>(((n * g.H + y) * g.W + xx) * g.C + kc_[k])];
-      }
-      out[k] = v;
+    std::fill(out, out + K_, 0u);
+    for (const KRun& run : runs_) {
+      const int64_t y = oy * g.sh - g.pt + run.i * g.dh, xx = ox * g.sw - g.pl + run.j * g.dw;
+      if (y < 0 || y >= g.H || xx < 0 || xx >= g.W) continue;
+      const uint32_t* src = &xdev_[static_cast<size_t>(((n * g.H + y) * g.W + xx) * g.C + run.c0)];
+      std::copy(src, src + run.len, out + run.k0);
     }
     if (!per_row_tilize_) return;
     // Tilize into a bfp act dtype: the packer over each face row of 16 K entries (§3.4), from a
@@ -206,14 +244,122 @@ class Engine {
     const EmuGeometry& g = g_;
     out->assign(static_cast<size_t>(g.M * g.O), 0);
     if (level_ == EmuLevel::kFast) return RunFast(cancel, threads, out);
-    // The weights' phase slices, exponents and signs, prepared once (device/numerics/mvmul_kernel.h).
-    auto pa = nx::PrepareSrcA(wdev_.data(), g.O_pad, K_, fid_, a_fmt());
-    KILN_RETURN_IF_ERROR(pa.status());
-    pa_ = std::move(*pa);
-    wdev_.clear();
-    wdev_.shrink_to_fit();
-    const int64_t per_row = g.O * K_ * nx::NumPhases(fid_);
-    return Parallel(0, g.M, per_row, threads, [&](int64_t a, int64_t b) { return RunRows(a, b, cancel, out, nullptr, 0, 0); });
+    return RunExact(cancel, threads, out);
+  }
+
+  // Exact level. The weights' phase slices, exponents and signs (device/numerics/mvmul_kernel.h)
+  // are prepared once per call for column chunks of at most kMaxPreparedSrcABytes (conv_engine.h);
+  // each chunk runs over every row. Columns are independent, so the chunking changes no bit.
+  Status RunExact(const CancelToken* cancel, int threads, std::vector<uint32_t>* out) {
+    const EmuGeometry& g = g_;
+    const int64_t per16 = nx::PreparedSrcABytes(16, K_, fid_);
+    const int64_t limit = g_max_prepared_bytes.load(std::memory_order_relaxed);
+    const int64_t chunk = std::max<int64_t>(16, (limit > 0 ? limit : kMaxPreparedSrcABytes) / per16 * 16);
+    for (int64_t c0 = 0; c0 < g.O; c0 += chunk) {
+      const int64_t c1 = std::min(c0 + chunk, g.O_pad);
+      auto pa = nx::PrepareSrcA(wdev_.data() + c0 * K_, c1 - c0, K_, fid_, a_fmt());
+      KILN_RETURN_IF_ERROR(pa.status());
+      const int64_t per_row = (std::min(c1, g.O) - c0) * K_ * nx::NumPhases(fid_);
+      KILN_RETURN_IF_ERROR(Parallel(0, g.M, per_row, threads, [&](int64_t a, int64_t b) {
+        return RunRowsExact(*pa, c0, c1, a, b, cancel, out);
+      }));
+    }
+    return Status::Ok();
+  }
+
+  // Exact rows [m_begin, m_end) for prepared columns [c0, c1) (`pa` column 0 = output column c0; c0
+  // a multiple of 16, so bfp groups of 16 columns are those of the whole row). Cache blocking: tiles
+  // of kRowTile rows share each (K block, column span) slice of the weights while it is hot.
+  Status RunRowsExact(const nx::PreparedSrcA& pa, int64_t c0, int64_t c1, int64_t m_begin, int64_t m_end,
+                      const CancelToken* cancel, std::vector<uint32_t>* out) const {
+    constexpr int64_t kRowTile = 8;
+    const EmuGeometry& g = g_;
+    const int64_t nb = k_.num_blocks(), nc = c1 - c0, live = std::min(c1, g.O) - c0;
+    std::vector<uint32_t> xrow(static_cast<size_t>(K_));
+    std::vector<nx::PreparedSrcB> pb(kRowTile);  // buffers reused tile to tile
+    std::vector<uint32_t> dst(static_cast<size_t>(kRowTile * nc)), part(dst.size()), l1(dst.size()),
+        fin(static_cast<size_t>(nc));
+    for (int64_t m0 = m_begin; m0 < m_end; m0 += kRowTile) {
+      if (cancel && ((m0 - m_begin) % 64) == 0) KILN_RETURN_IF_ERROR(cancel->Check());
+      const int64_t T = std::min(kRowTile, m_end - m0);
+      for (int64_t r = 0; r < T; ++r) {
+        Im2colRow(m0 + r, xrow.data());
+        KILN_RETURN_IF_ERROR(nx::PrepareSrcBRow(xrow.data(), K_, fid_, b_fmt(), &pb[static_cast<size_t>(r)]));
+      }
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t kb0 = k_.block_begin[b], kb1 = k_.block_begin[b + 1];
+        for (int64_t r = 0; r < T; ++r) BlockStart(b, nc, &dst[r * nc], &part[r * nc], &l1[r * nc]);
+        // Every MVMUL of the block, in the card's order (K tiles, phases, two 16-lane halves), over
+        // column spans whose weight slice (kb1 − kb0 deep) stays within kSliceBytes, each span
+        // for all rows of the tile.
+        constexpr int64_t kSliceBytes = 256 << 10;
+        const int64_t span = std::max<int64_t>(16, kSliceBytes / nx::PreparedSrcABytes(16, kb1 - kb0, fid_) * 16);
+        for (int64_t cb = 0; cb < live; cb += span)
+          for (int64_t r = 0; r < T; ++r)
+            KILN_RETURN_IF_ERROR(nx::RunKBlock(pa, pb[static_cast<size_t>(r)], kb0, kb1, cb, std::min(cb + span, live),
+                                               fid_, fp32_dst_, arch_, &dst[r * nc + cb]));
+        for (int64_t r = 0; r < T; ++r) {
+          std::fill(&dst[r * nc + live], &dst[r * nc + nc], 0u);  // padded output channels have zero weights
+          BlockEnd(b, nc, &dst[r * nc], &part[r * nc], &l1[r * nc]);
+        }
+      }
+      for (int64_t r = 0; r < T; ++r) {
+        FinishRow(c0, nc, &dst[r * nc], &part[r * nc], &l1[r * nc], fin.data());
+        std::copy(fin.begin(), fin.begin() + live, out->begin() + (m0 + r) * g.O + c0);
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Where block b's Dst starts for one row's nc columns: zero, the reloaded partials, or (packer
+  // L1 accumulation without bias, last block) the L1 sum reloaded.
+  void BlockStart(int64_t b, int64_t nc, uint32_t* dst, const uint32_t* part, const uint32_t* l1) const {
+    const bool l1_tail = l1acc_ && !has_bias_ && b == k_.num_blocks() - 1;
+    const bool from_zero = b == 0 || (l1acc_ && !l1_tail);
+    const DeviceDType l1_dt = fp32_dst_ ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
+    for (int64_t o = 0; o < nc; ++o) dst[o] = from_zero ? 0u : l1_tail ? Reload(l1[o], l1_dt) : Reload(part[o], part_dt_);
+  }
+
+  // After block b: Dst into the L1 accumulator or packed to the partials CB (none after the last
+  // block without bias: the epilogue reads Dst).
+  void BlockEnd(int64_t b, int64_t nc, const uint32_t* dst, uint32_t* part, uint32_t* l1) const {
+    const bool last = b == k_.num_blocks() - 1, l1_tail = l1acc_ && !has_bias_ && last;
+    if (l1acc_ && !l1_tail) {
+      for (int64_t o = 0; o < nc; ++o) {
+        if (fp32_dst_) {
+          l1[o] = b == 0 ? dst[o] : nx::PackL1AccFp32(l1[o], dst[o]);
+        } else {
+          uint16_t nv = nx::PackBf16DstToBf16(static_cast<uint16_t>(dst[o] >> 16));
+          l1[o] = b == 0 ? static_cast<uint32_t>(nv) << 16
+                         : static_cast<uint32_t>(nx::PackL1AccBf16(static_cast<uint16_t>(l1[o] >> 16), nv)) << 16;
+        }
+      }
+    } else if (!l1acc_ && (!last || has_bias_)) {
+      PackRow(dst, nc, part_dt_, fp32_dst_, false, false, false, part);
+    }
+  }
+
+  // Epilogue of one row's columns [c0, c0 + nc): bias by ELWADD on the partials (or on the L1 sum),
+  // else Dst as the last block left it; the SFPU activation; the final pack (packer ReLU) into `fin`.
+  void FinishRow(int64_t c0, int64_t nc, uint32_t* dst, const uint32_t* part, const uint32_t* l1, uint32_t* fin) const {
+    const DeviceDType l1_dt = fp32_dst_ ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
+    const DeviceDType epi_dt = l1acc_ ? l1_dt : part_dt_;  // what the bias ELWADD reads
+    if (has_bias_) {
+      const nx::FpuConfig elw_cfg{fp32_dst_, arch_, SrcFmtOf(epi_dt, fp32_dst_), SrcFmtOf(wdt_, fp32_dst_)};
+      const uint32_t* src = l1acc_ ? l1 : part;
+      for (int64_t o = 0; o < nc; ++o)
+        dst[o] = nx::Elwadd(UnpackToSrc(src[o], epi_dt, fp32_dst_), bdev_[c0 + o], 0, false, elw_cfg);
+    }
+    if (sfpu_) {
+      // SFPU activation after the last block (or the bias add), in the form the conv epilogue
+      // compiles (device/numerics/sfpu.h); rounding into a bf16 Dst is RNE (unverified, sfpu.h).
+      const bool approx = nx::SfpuConvEpilogueApprox(*sfpu_);
+      for (int64_t o = 0; o < nc; ++o) {
+        const float f = nx::SfpuEval(*sfpu_, nx::BitsFloat(dst[o]), approx, arch_);
+        dst[o] = fp32_dst_ ? nx::FloatBits(f) : static_cast<uint32_t>(nx::HostFp32ToBf16(nx::FloatBits(f))) << 16;
+      }
+    }
+    PackRow(dst, nc, odt_, fp32_dst_, act_ == Activation::kRelu, /*host_view=*/true, precise_, fin);
   }
 
   // The default height-sharded layout without groups: each K block holds exactly the taps of one
@@ -283,6 +429,9 @@ class Engine {
     if (need_b0) c0.resize(static_cast<size_t>(R * K_));
     if (need_b1) c1.resize(static_cast<size_t>(R * K_));
     if (hifi3) tmp.resize(static_cast<size_t>(R * g.O_pad));
+    const int64_t kb_w = k_.block_begin[1] - k_.block_begin[0];
+    bool equal_blocks = true;
+    for (int64_t b = 0; b < nb; ++b) equal_blocks &= k_.block_begin[b + 1] - k_.block_begin[b] == kb_w;
     try {
       dnnl::engine eng(dnnl::engine::kind::cpu, 0);
       dnnl::stream strm(eng);
@@ -301,14 +450,22 @@ class Engine {
           }
           return Status::Ok();
         }));
-        for (int64_t b = 0; b < nb; ++b) {
-          const int64_t kb0 = k_.block_begin[b], kb = k_.block_begin[b + 1] - kb0;
-          float* o = sums.data() + b * rows * g.O_pad;
+        if (equal_blocks && nb > 1 && !hifi3) {
+          // Equal-width K blocks: one batched matmul (batch = K block) instead of nb small ones
+          // (block-sharded programs have many 32- or 64-deep blocks; each separate matmul is a
+          // parallel region of its own).
           const float* src = hifi4 ? c1.data() : c0.data();
-          KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, src + kb0, rows, kb, K_, w_primary + kb0, g.O_pad, K_, o));
-          if (hifi3) {
-            KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, c1.data() + kb0, rows, kb, K_, w_a0 + kb0, g.O_pad, K_, tmp.data()));
-            for (int64_t i = 0; i < rows * g.O_pad; ++i) o[i] += tmp[static_cast<size_t>(i)];
+          KILN_RETURN_IF_ERROR(MatmulF32Blocks(eng, strm, src, nb, rows, kb_w, K_, w_primary, g.O_pad, K_, sums.data()));
+        } else {
+          for (int64_t b = 0; b < nb; ++b) {
+            const int64_t kb0 = k_.block_begin[b], kb = k_.block_begin[b + 1] - kb0;
+            float* o = sums.data() + b * rows * g.O_pad;
+            const float* src = hifi4 ? c1.data() : c0.data();
+            KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, src + kb0, rows, kb, K_, w_primary + kb0, g.O_pad, K_, o));
+            if (hifi3) {
+              KILN_RETURN_IF_ERROR(MatmulF32(eng, strm, c1.data() + kb0, rows, kb, K_, w_a0 + kb0, g.O_pad, K_, tmp.data()));
+              for (int64_t i = 0; i < rows * g.O_pad; ++i) o[i] += tmp[static_cast<size_t>(i)];
+            }
           }
         }
         fast_sums_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -411,78 +568,29 @@ class Engine {
     return ((v >> 23) & 0xFFu) == 0 ? 0u : v;
   }
 
-  // Rows [m_begin, m_end): the MVMUL chain per K block (exact) or the block sums `sums`
-  // ([nb][sums_rows][O_pad] for rows from sums_m0, fast), then spills, bias, activation, pack.
+  // Fast level, rows [m_begin, m_end): per K block the block sums `sums` ([nb][sums_rows][O_pad]
+  // for rows from sums_m0) rounded into Dst (on top of the reloaded partials), then the exact
+  // spills, bias, activation and pack.
   Status RunRows(int64_t m_begin, int64_t m_end, const CancelToken* cancel, std::vector<uint32_t>* out,
                  const float* sums, int64_t sums_m0, int64_t sums_rows) const {
     const EmuGeometry& g = g_;
-    const int64_t nb = k_.num_blocks();
-    std::vector<uint32_t> xrow(static_cast<size_t>(K_));
-    nx::PreparedSrcB pb;  // one activation row's operands, buffers reused row to row
-    std::vector<uint32_t> dst(static_cast<size_t>(g.O_pad)), part(static_cast<size_t>(g.O_pad)),
-        l1(static_cast<size_t>(g.O_pad)), fin(static_cast<size_t>(g.O_pad));
-    const DeviceDType l1_dt = fp32_dst_ ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
-    const DeviceDType epi_dt = l1acc_ ? l1_dt : part_dt_;  // what the bias ELWADD reads
-    const nx::FpuConfig elw_cfg{fp32_dst_, arch_, SrcFmtOf(epi_dt, fp32_dst_), SrcFmtOf(wdt_, fp32_dst_)};
-    const bool relu = act_ == Activation::kRelu;
+    const int64_t nb = k_.num_blocks(), nc = g.O_pad;
+    std::vector<uint32_t> dst(static_cast<size_t>(nc)), part(dst.size()), l1(dst.size()), fin(dst.size());
     for (int64_t m = m_begin; m < m_end; ++m) {
       if (cancel && ((m - m_begin) % 64) == 0) KILN_RETURN_IF_ERROR(cancel->Check());
-      if (level_ == EmuLevel::kExact) {
-        Im2colRow(m, xrow.data());
-        KILN_RETURN_IF_ERROR(nx::PrepareSrcBRow(xrow.data(), K_, fid_, b_fmt(), &pb));
-      }
       for (int64_t b = 0; b < nb; ++b) {
-        const int64_t kb0 = k_.block_begin[b], kb1 = k_.block_begin[b + 1];
-        const bool last = b == nb - 1;
-        // Where this block's Dst starts: zero, the reloaded partials, or (packer L1 accumulation
-        // without bias, last block) the L1 sum reloaded.
-        const bool l1_tail = l1acc_ && !has_bias_ && last;
+        const bool l1_tail = l1acc_ && !has_bias_ && b == nb - 1;
         const bool from_zero = b == 0 || (l1acc_ && !l1_tail);
-        for (int64_t o = 0; o < g.O_pad; ++o) {
-          uint32_t d = 0;
-          if (!from_zero) d = l1_tail ? Reload(l1[o], l1_dt) : Reload(part[o], part_dt_);
-          if (level_ == EmuLevel::kFast) {
-            const float s = sums[(b * sums_rows + (m - sums_m0)) * g.O_pad + o];
-            dst[o] = from_zero ? RoundIntoDst(s, fp32_dst_) : RoundIntoDst(nx::BitsFloat(d) + s, fp32_dst_);
-            continue;
-          }
-          dst[o] = d;
+        BlockStart(b, nc, dst.data(), part.data(), l1.data());
+        const float* s = &sums[(b * sums_rows + (m - sums_m0)) * nc];
+        if (from_zero) {
+          for (int64_t o = 0; o < nc; ++o) dst[o] = RoundIntoDst(s[o], fp32_dst_);
+        } else {
+          for (int64_t o = 0; o < nc; ++o) dst[o] = RoundIntoDst(nx::BitsFloat(dst[o]) + s[o], fp32_dst_);
         }
-        if (level_ == EmuLevel::kExact) {
-          // Every MVMUL of the block, in the card's order (K tiles, phases, two 16-lane halves).
-          KILN_RETURN_IF_ERROR(nx::RunKBlock(pa_, pb, kb0, kb1, 0, g.O, fid_, fp32_dst_, arch_, dst.data()));
-          std::fill(dst.begin() + g.O, dst.end(), 0u);  // padded output channels have zero weights
-        }
-        if (l1acc_ && !l1_tail) {
-          for (int64_t o = 0; o < g.O_pad; ++o) {
-            if (fp32_dst_) {
-              l1[o] = b == 0 ? dst[o] : nx::PackL1AccFp32(l1[o], dst[o]);
-            } else {
-              uint16_t nv = nx::PackBf16DstToBf16(static_cast<uint16_t>(dst[o] >> 16));
-              l1[o] = b == 0 ? static_cast<uint32_t>(nv) << 16
-                             : static_cast<uint32_t>(nx::PackL1AccBf16(static_cast<uint16_t>(l1[o] >> 16), nv)) << 16;
-            }
-          }
-        } else if (!l1acc_ && (!last || has_bias_)) {
-          PackRow(dst.data(), g.O_pad, part_dt_, fp32_dst_, false, false, false, part.data());
-        }
+        BlockEnd(b, nc, dst.data(), part.data(), l1.data());
       }
-      // Epilogue: bias by ELWADD on the partials (or on the L1 sum), else Dst as the last block left it.
-      if (has_bias_) {
-        const std::vector<uint32_t>& src = l1acc_ ? l1 : part;
-        for (int64_t o = 0; o < g.O_pad; ++o)
-          dst[o] = nx::Elwadd(UnpackToSrc(src[o], epi_dt, fp32_dst_), bdev_[o], 0, false, elw_cfg);
-      }
-      if (sfpu_) {
-        // SFPU activation after the last block (or the bias add), in the form the conv epilogue
-        // compiles (device/numerics/sfpu.h); rounding into a bf16 Dst is RNE (unverified, sfpu.h).
-        const bool approx = nx::SfpuConvEpilogueApprox(*sfpu_);
-        for (int64_t o = 0; o < g.O_pad; ++o) {
-          const float f = nx::SfpuEval(*sfpu_, nx::BitsFloat(dst[o]), approx, arch_);
-          dst[o] = fp32_dst_ ? nx::FloatBits(f) : static_cast<uint32_t>(nx::HostFp32ToBf16(nx::FloatBits(f))) << 16;
-        }
-      }
-      PackRow(dst.data(), g.O_pad, odt_, fp32_dst_, relu, /*host_view=*/true, precise_, fin.data());
+      FinishRow(0, nc, dst.data(), part.data(), l1.data(), fin.data());
       std::copy(fin.begin(), fin.begin() + g.O, out->begin() + m * g.O);
     }
     return Status::Ok();
@@ -496,6 +604,11 @@ class Engine {
   EmuLevel level_;
   int64_t K_ = 0;
   std::vector<int32_t> ki_, kj_, kc_;  // per K index: kernel row, column (−1 = padding), channel
+  struct KRun {
+    int64_t k0, len;  // K entries [k0, k0 + len)
+    int32_t i, j, c0;  // read tap (i, j), channels c0 .. c0 + len − 1
+  };
+  std::vector<KRun> runs_;
   bool fp32_dst_ = false, l1acc_ = false, tf32_reload_ = true, precise_ = false, per_row_tilize_ = false;
   bool has_bias_ = false;
   double fast_sums_s_ = 0;
@@ -506,10 +619,11 @@ class Engine {
   DeviceDType wdt_ = DeviceDType::kFloat32, act_dt_ = DeviceDType::kBFloat16, odt_ = DeviceDType::kBFloat16,
               part_dt_ = DeviceDType::kBFloat16;
   std::vector<uint32_t> xdev_, wdev_, bdev_;
-  nx::PreparedSrcA pa_;  // exact: the weights as prepared SrcA operands
 };
 
 }  // namespace
+
+void SetMaxPreparedSrcABytesForTesting(int64_t bytes) { g_max_prepared_bytes.store(bytes, std::memory_order_relaxed); }
 
 Status RunConvProgram(const EmuGeometry& g, const ConvProgram& program, const PrecisionConfig& precision,
                       Activation activation, EmuLevel level, const float* x, const float* w, const float* bias,

@@ -393,6 +393,51 @@ TEST(MvmulKernelSkip, EveryDstClassMatchesModel) {
   EXPECT_GT(skip_checks, 0u);
 }
 
+// Live-lane visiting (mvmul_kernel.h): lanes zero in every column of a block (a Cin = 3 conv pads
+// each tap's 8 channels with 5 zero lanes) or zero in SrcB (post-ReLU zeros), in every combination
+// within a group, including groups whose live SrcA and SrcB lanes do not meet, against the model
+// over every fidelity, both Dst formats, both archs and random Dst classes.
+TEST(MvmulKernelDifferential, ZeroLanePatternsMatchModel) {
+  std::mt19937 rng(77);
+  size_t compared = 0;
+  for (int it = 0; it < 400; ++it) {
+    Problem pr;
+    pr.cols = 1 + static_cast<int64_t>(rng() % 40);
+    pr.K = 32 * (1 + static_cast<int64_t>(rng() % 4));
+    pr.a.resize(static_cast<size_t>(pr.cols * pr.K));
+    pr.b.resize(static_cast<size_t>(pr.K));
+    for (auto& v : pr.a) v = RandOperand(rng, 0.05);
+    for (auto& v : pr.b) v = RandOperand(rng, 0.05);
+    const bool channel_pad = it % 2 == 0;
+    for (int64_t q = 0; q < pr.K / 8; ++q) {
+      // SrcA: lanes >= 3 zero in all columns (channel padding), or a random lane mask per group;
+      // SrcB: a random lane mask per group (with zeros of every encoding).
+      const unsigned amask = channel_pad ? 0x07u : rng() & 0xFFu, bmask = rng() % 3 == 0 ? 0xFFu : rng() & 0xFFu;
+      for (int l = 0; l < 8; ++l) {
+        const int64_t k = q * 8 + l;
+        if (!((amask >> l) & 1u))
+          for (int64_t o = 0; o < pr.cols; ++o) pr.a[static_cast<size_t>(o * pr.K + k)] = (rng() & 1u) ? 0x80000000u : 0u;
+        if (!((bmask >> l) & 1u)) pr.b[static_cast<size_t>(k)] = rng() % 2 ? 0u : 0x00000001u;
+      }
+    }
+    const MathFidelity fid = static_cast<MathFidelity>(1 + rng() % 4);
+    const bool fp32 = rng() % 2;
+    const Arch arch = rng() % 2 ? Arch::kWormholeB0 : Arch::kBlackhole;
+    std::vector<uint32_t> dst(static_cast<size_t>(pr.cols));
+    for (auto& d : dst) d = RandDst(rng, fp32);
+    const auto want = Oracle(pr, 0, pr.K, 0, pr.cols, 0, NumPhases(fid), fp32, arch, dst);
+    for (MvmulKernelPath path : Paths()) {
+      UsePath use(path);
+      const auto got = Kernel(pr, fid, 0, pr.K, 0, pr.cols, 0, NumPhases(fid), fp32, arch, dst);
+      for (size_t i = 0; i < want.size(); ++i, ++compared)
+        ASSERT_EQ(Hex(got[i]), Hex(want[i])) << MvmulKernelPathName(path) << " case " << it << " column " << i
+                                             << " fp32_dst=" << fp32 << " arch=" << ArchName(arch)
+                                             << " dst_in=" << Hex(dst[i]);
+    }
+  }
+  EXPECT_GT(compared, 5000u);
+}
+
 // Results do not depend on how columns and rows are split between calls and threads.
 TEST(MvmulKernelThreads, SplitOverThreadsIsBitIdentical) {
   std::mt19937 rng(3);

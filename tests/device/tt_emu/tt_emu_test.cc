@@ -532,6 +532,49 @@ TEST(TtEmuExact, VectorKernelAndThreadCountDoNotChangeABit) {
   }
 }
 
+// The exact level's bound on prepared weights (conv_engine.h kMaxPreparedSrcABytes): weights
+// prepared and run in chunks of 16 or 32 output columns give what one whole preparation gives, bit
+// for bit — bfp8 outputs (groups of 16 columns), bias, L1 accumulation, padded output channels,
+// both Dst formats, one and two threads.
+TEST(TtEmuExact, PreparedWeightChunksDoNotChangeABit) {
+  std::mt19937 rng(5);
+  Tensor x = MakeTensor({1, 40, 9, 9}, RandBf16(40 * 81, rng));
+  Tensor w = MakeTensor({72, 40, 3, 3}, RandBf16(72 * 40 * 9, rng));
+  Tensor b = MakeTensor({72}, RandBf16(72, rng, 4.0f));
+  Conv2dParams cp;
+  cp.pads = {1, 1, 1, 1};
+  cp.activation = Activation::kRelu;
+  int compared = 0;
+  for (bool fp32 : {false, true}) {
+    for (bool l1 : {false, true}) {
+      PrecisionConfig p;
+      p.math_fidelity = MF::kHiFi2;
+      p.fp32_dest_acc_en = fp32;
+      p.packer_l1_acc = l1;
+      p.output_dtype = DeviceDType::kBFloat8B;
+      p.weights_dtype = DeviceDType::kBFloat8B;
+      auto whole = tt_emu::Conv2d(x, w, &b, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 1);
+      ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+      for (int64_t cols : {16, 32}) {
+        // Bytes of `cols` prepared columns at this K (K <= 9 · 64 here; the bound rounds down to 16s).
+        tt_emu::SetMaxPreparedSrcABytesForTesting(nx::PreparedSrcABytes(cols, 640, MF::kHiFi2));
+        auto one = tt_emu::Conv2d(x, w, &b, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 1);
+        auto two = tt_emu::Conv2d(x, w, &b, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 2);
+        tt_emu::SetMaxPreparedSrcABytesForTesting(0);
+        ASSERT_TRUE(one.ok() && two.ok());
+        for (int64_t i = 0; i < whole->num_elements(); ++i) {
+          ASSERT_EQ(nx::FloatBits(whole->data<float>()[i]), nx::FloatBits(one->data<float>()[i]))
+              << "fp32=" << fp32 << " l1=" << l1 << " cols=" << cols << " i=" << i;
+          ASSERT_EQ(nx::FloatBits(whole->data<float>()[i]), nx::FloatBits(two->data<float>()[i]))
+              << "fp32=" << fp32 << " l1=" << l1 << " cols=" << cols << " i=" << i;
+        }
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 8);
+}
+
 TEST(TtEmuFast, AgreesWithExact) {
   std::mt19937 rng(11);
   Tensor x = MakeTensor({1, 64, 8, 8}, RandBf16(64 * 64, rng));
