@@ -585,7 +585,7 @@ int JobManager::running() const {
 }
 
 void JobManager::DispatchLoop() {
-  auto next_retention = SteadyClock::now();
+  auto next_retention = SteadyClock::now() + limits_.retention_interval;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     const auto now = SteadyClock::now();

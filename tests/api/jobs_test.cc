@@ -1,0 +1,277 @@
+// api::JobManager in process (api/jobs.h) over a real model store, job store (SQLite) and
+// scheduler: retention skips pinned results; recovery of interrupted jobs (queued again, or FAILED
+// ABORTED after --job-max-attempts); the per-job event limit; NewJobId's format and order. And
+// store::JobStore (store/job_store.h): idempotency keys, schema version refusal, orphan files.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "api/jobs.h"
+#include "api/lanes.h"
+#include "common/sha256.h"
+
+namespace kiln::api {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadCase(const std::string& name) {
+  std::ifstream in(std::string(KILN_TEST_DATA) + "/conv-cases/" + name, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class JobsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("kiln-jobs-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    store::ModelStoreOptions so;
+    so.dir = dir_.string();
+    auto st = store::ModelStore::Open(so);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    models_ = std::move(st).value();
+    const std::string bytes = ReadCase("residual_add_relu.onnx");
+    auto up = models_->BeginUpload("res", bytes.size(), Sha256Hex(bytes));
+    ASSERT_TRUE(up.ok());
+    ASSERT_TRUE((*up)->Append(bytes.data(), bytes.size()).ok());
+    auto info = (*up)->Commit();
+    ASSERT_TRUE(info.ok());
+    model_id_ = info->model_id;
+    sched::SchedulerOptions o;
+    o.devices = {{"reference", 1}};
+    o.cpu_lanes = KilndCpuLanes({});
+    o.reference_threads = 1;
+    auto scheduler = sched::Scheduler::Create(o);
+    ASSERT_TRUE(scheduler.ok());
+    scheduler_ = std::move(scheduler).value();
+    OpenJobStore();
+  }
+  void TearDown() override {
+    manager_.reset();
+    scheduler_.reset();
+    jobs_.reset();
+    fs::remove_all(dir_);
+  }
+  void OpenJobStore() {
+    auto js = store::JobStore::Open(dir_.string());
+    ASSERT_TRUE(js.ok()) << js.status().ToString();
+    jobs_ = std::move(js).value();
+  }
+  void StartManager(JobLimits limits = {}) {
+    auto m = JobManager::Create({models_.get(), jobs_.get(), scheduler_.get(), &plans_, nullptr}, limits);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    manager_ = std::move(m).value();
+  }
+  kiln::v1::Job WaitDone(const std::string& id) {
+    kiln::v1::Job j;
+    for (int i = 0; i < 3000; ++i) {
+      auto g = manager_->Get(id);
+      EXPECT_TRUE(g.ok());
+      j = *g;
+      if (j.state() >= kiln::v1::SUCCEEDED) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return j;
+  }
+  kiln::v1::SubmitRunRequest Run() {
+    kiln::v1::SubmitRunRequest r;
+    r.mutable_run()->set_model_id(model_id_);
+    r.mutable_run()->set_backend("reference");
+    return r;
+  }
+
+  fs::path dir_;
+  std::unique_ptr<store::ModelStore> models_;
+  std::unique_ptr<store::JobStore> jobs_;
+  std::unique_ptr<sched::Scheduler> scheduler_;
+  PlanCache plans_{4};
+  std::unique_ptr<JobManager> manager_;
+  std::string model_id_;
+};
+
+TEST_F(JobsTest, RetentionSkipsPinnedResults) {
+  JobLimits limits;
+  limits.retention_seconds = 0;  // everything finished is old
+  limits.retention_interval = std::chrono::hours(1);
+  StartManager(limits);
+  auto job = manager_->Submit(Run(), "c");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(WaitDone(job->job_id()).state(), kiln::v1::SUCCEEDED);
+  auto second = manager_->Submit(Run(), "c");
+  ASSERT_TRUE(second.ok());
+  // Wait until the second job has ended and retention has removed the first one's results.
+  WaitDone(second->job_id());
+  for (int i = 0; i < 200 && !manager_->Get(job->job_id())->results_expired(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(manager_->Get(job->job_id())->results_expired());
+  auto gone = manager_->OpenResults(job->job_id());
+  EXPECT_EQ(gone.status().code(), StatusCode::kNotFound);
+
+  // A pinned job survives retention; after the pin is released it goes.
+  JobLimits keep = limits;
+  keep.retention_seconds = 3600;
+  manager_.reset();
+  StartManager(keep);
+  auto third = manager_->Submit(Run(), "c");
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(WaitDone(third->job_id()).state(), kiln::v1::SUCCEEDED);
+  auto pinned = manager_->OpenResults(third->job_id());
+  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+  ASSERT_EQ(pinned->first.size(), 1u);
+  manager_.reset();
+  StartManager(limits);  // 0 s retention again, with a pin taken before retention runs
+  auto pin2 = manager_->OpenResults(third->job_id());
+  ASSERT_TRUE(pin2.ok());
+  manager_->RunRetentionForTesting();
+  EXPECT_FALSE(manager_->Get(third->job_id())->results_expired());
+  pin2->second.reset();
+  manager_->RunRetentionForTesting();
+  EXPECT_TRUE(manager_->Get(third->job_id())->results_expired());
+}
+
+TEST_F(JobsTest, RecoveryRequeuesOrFailsInterruptedJobs) {
+  // Two rows left RUNNING by a kill: one with attempts left, one without.
+  for (int attempt : {1, 3}) {
+    store::JobRecord rec;
+    rec.job_id = NewJobId();
+    rec.state = kiln::v1::RUNNING;
+    rec.created_ms = 1;
+    rec.started_ms = 2;
+    rec.model_id = model_id_;
+    rec.backend = "reference";
+    rec.client = "c";
+    rec.attempt = attempt;
+    rec.idempotency_key = "k" + std::to_string(attempt);
+    rec.request = Run().SerializeAsString();
+    bool existed = false;
+    ASSERT_TRUE(jobs_->Create(rec, {}, &existed).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  JobLimits limits;
+  limits.max_attempts = 3;
+  StartManager(limits);
+  auto list = manager_->List(kiln::v1::ListJobsRequest());
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->jobs_size(), 2);
+  for (const auto& j : list->jobs()) {
+    kiln::v1::Job end = WaitDone(j.job_id());
+    if (j.idempotency_key() == "k1") {
+      EXPECT_EQ(end.state(), kiln::v1::SUCCEEDED);
+      EXPECT_EQ(end.attempt(), 2);
+    } else {
+      EXPECT_EQ(end.state(), kiln::v1::FAILED);
+      EXPECT_EQ(end.error().code(), static_cast<int>(StatusCode::kAborted));
+      EXPECT_NE(end.error().message().find("attempt 3 of 3"), std::string::npos) << end.error().message();
+    }
+  }
+}
+
+TEST_F(JobsTest, EventLimitKeepsStateChanges) {
+  JobLimits limits;
+  limits.max_events = 2;  // QUEUED + one more; the layers beyond are dropped
+  StartManager(limits);
+  auto job = manager_->Submit(Run(), "c");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(WaitDone(job->job_id()).state(), kiln::v1::SUCCEEDED);
+  // The final event is appended right after the row changes state.
+  Result<std::vector<kiln::v1::JobEvent>> events = std::vector<kiln::v1::JobEvent>();
+  for (int i = 0; i < 200; ++i) {
+    events = manager_->Events(job->job_id(), 0, 100);
+    ASSERT_TRUE(events.ok());
+    if (!events->empty() && events->back().state_change().state() == kiln::v1::SUCCEEDED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GE(events->size(), 3u);
+  EXPECT_EQ(events->front().state_change().state(), kiln::v1::QUEUED);
+  EXPECT_EQ(events->back().state_change().state(), kiln::v1::SUCCEEDED);
+  EXPECT_GT(events->back().dropped_events(), 0);  // 4 layers, at most 1 kept
+  int layers = 0;
+  for (const auto& e : *events) layers += e.has_layer();
+  EXPECT_LE(layers, 1);
+}
+
+TEST(JobIds, SortByTimeAndHaveTheDocumentedForm) {
+  std::string prev;
+  for (int i = 0; i < 5; ++i) {
+    std::string id = NewJobId();
+    ASSERT_EQ(id.size(), 28u);
+    EXPECT_EQ(id.substr(0, 2), "j-");
+    EXPECT_EQ(id.find_first_not_of("0123456789abcdefghjkmnpqrstvwxyz", 2), std::string::npos) << id;
+    if (!prev.empty()) {
+      EXPECT_LT(prev, id);
+    }
+    prev = id;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+TEST(JobStoreTest, IdempotencyOrphansAndSchemaVersion) {
+  const fs::path dir = fs::temp_directory_path() / ("kiln-jobstore-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  {
+    auto js = store::JobStore::Open(dir.string());
+    ASSERT_TRUE(js.ok()) << js.status().ToString();
+    store::JobRecord rec;
+    rec.job_id = "j-a";
+    rec.model_id = "m";
+    rec.backend = "reference";
+    rec.client = "c";
+    rec.idempotency_key = "same";
+    rec.request = "req";
+    bool existed = true;
+    const std::string input = "0123456789";
+    auto a = (*js)->Create(rec, {input}, &existed);
+    ASSERT_TRUE(a.ok());
+    EXPECT_FALSE(existed);
+    EXPECT_EQ(a->bytes, 10);
+    EXPECT_EQ((*js)->ReadInput("j-a", 0).value(), input);
+    rec.job_id = "j-b";
+    auto b = (*js)->Create(rec, {input}, &existed);
+    ASSERT_TRUE(b.ok());
+    EXPECT_TRUE(existed);
+    EXPECT_EQ(b->job_id, "j-a");
+    EXPECT_FALSE(fs::exists(dir / "jobs" / "j-b"));
+    EXPECT_EQ((*js)->total_bytes(), 10);
+    ASSERT_TRUE((*js)->PutResult("j-a", 0, "report", {"out0", "out-1"}).ok());
+    EXPECT_EQ((*js)->total_bytes(), 19);
+    auto results = (*js)->Results("j-a");
+    ASSERT_TRUE(results.ok());
+    ASSERT_EQ(results->size(), 1u);
+    EXPECT_EQ((*results)[0].output_sizes, (std::vector<int64_t>{4, 5}));
+  }
+  // Files no row names (a crash between the files and the commit) are removed on open.
+  fs::create_directories(dir / "jobs" / "j-orphan" / "inputs");
+  std::ofstream(dir / "jobs" / "j-orphan" / "inputs" / "0.bin") << "x";
+  fs::create_directories(dir / "jobs" / "j-a" / "results" / "7");
+  std::ofstream(dir / "jobs" / "j-a" / "results" / "7" / "0.bin") << "x";
+  {
+    auto js = store::JobStore::Open(dir.string());
+    ASSERT_TRUE(js.ok());
+    EXPECT_FALSE(fs::exists(dir / "jobs" / "j-orphan"));
+    EXPECT_FALSE(fs::exists(dir / "jobs" / "j-a" / "results" / "7"));
+    EXPECT_TRUE(fs::exists(dir / "jobs" / "j-a" / "results" / "0" / "1.bin"));
+    EXPECT_EQ((*js)->total_bytes(), 19);
+  }
+  // A database from a newer kilnd is refused, not rewritten.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir / "jobs" / "jobs.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "INSERT INTO schema_version(version) VALUES (99)", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto newer = store::JobStore::Open(dir.string());
+  EXPECT_EQ(newer.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(newer.status().message().find("schema version 99"), std::string::npos) << newer.status().message();
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kiln::api
