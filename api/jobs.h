@@ -166,6 +166,7 @@ class JobManager {
   uint64_t next_watcher_ = 1;
   bool stopping_ = false;
   bool wake_ = false;
+  bool retention_due_ = false;  // a job ended: its results may push the total over the limit
   std::thread dispatcher_;
 
   // Metrics (null without a registry).
