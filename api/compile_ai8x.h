@@ -22,6 +22,27 @@ namespace kiln::api {
 Result<kiln::v1::CompileAi8xResponse> CompileAi8x(std::string_view bytes, const std::string& model_name,
                                                   const kiln::v1::CompileAi8xOptions& options);
 
+/// The files of an ai8xize.py command line. Empty fields get IzerCommand's defaults.
+struct IzerPaths {
+  std::string config_file;      ///< the YAML; default "<arch>.yaml"
+  std::string checkpoint_file;  ///< default "<model name>.onnx" (izer/onnxcp.py reads ONNX weights)
+  std::string prefix;           ///< the generated project's name; default "<arch>"
+  std::string test_dir;         ///< where the project goes; default "sdk/Examples/<device>/CNN"
+  std::string sample_input;     ///< a .npy sample; default "sample.npy" (only when no dataset)
+};
+
+/// The complete ai8xize.py command line for a successful compile: argv (program first) plus one
+/// {flag, reason} per flag saying why it is there, in argv order. The plan's flags come from
+/// `r.plan_flags` (compiler/ai8x Ai8xCompileResult::izer_flags); `--sample-input` is added when
+/// the YAML names no dataset (the izer would look for tests/sample_unknown.npy). `model_name`
+/// names the default checkpoint. Empty when !r.ok().
+struct IzerCommandLine {
+  std::vector<std::string> argv;
+  std::vector<kiln::v1::IzerFlag> why;
+};
+IzerCommandLine IzerCommand(const kiln::v1::CompileAi8xResponse& r, const std::string& model_name,
+                            const IzerPaths& paths = {});
+
 /// The name a stored model is compiled under (its default arch): `requested` when the request
 /// named the model by one of its names, else its first name, else the id's first 12 digits.
 std::string CompileModelName(const store::ModelInfo& info, const std::string& requested);

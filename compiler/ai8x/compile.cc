@@ -85,8 +85,14 @@ void FillReport(Network& net, const Ai8xOptions& resolved_options, Ai8xCompileRe
     r.layers.push_back(std::move(s));
   }
   r.resources.max_kernel_words_used = kernel_memory.MaxFill();
-  r.izer_flags = {"--device", spec.name};
-  if (net.use_fifo) r.izer_flags.push_back("--fifo");
+  if (net.use_fifo) {
+    r.izer_flags.push_back(
+        {"--fifo", r.resources.streaming_layers > 0
+                       ? "the first " + std::to_string(r.resources.streaming_layers) +
+                             " layer(s) stream (their data exceeds one data-memory instance): the input comes "
+                             "through the FIFOs"
+                       : std::string("requested (use_fifos): the first layer's input comes through the FIFOs")});
+  }
   r.diagnostics = std::move(net.diagnostics);
 }
 

@@ -108,6 +108,15 @@ struct Ai8xResourceSummary {
   int streaming_layers = 0;
 };
 
+/// One ai8xize.py flag the plan relies on, and why (printed with the izer command line).
+/// `flag` is one argv token without a value ("--fifo"); `--device`, `--config-file`,
+/// `--checkpoint-file`, `--prefix` and `--test-dir` are not listed here: api/compile_ai8x.h
+/// IzerCommand adds them.
+struct IzerFlag {
+  std::string flag;
+  std::string reason;
+};
+
 /// The compile outcome (= CompileAi8xResponse).
 struct Ai8xCompileResult {
   /// True when no error diagnostic was reported; `yaml` is then ready for ai8xize.py.
@@ -118,8 +127,9 @@ struct Ai8xCompileResult {
   std::vector<Ai8xLayerSummary> layers;
   std::vector<Diagnostic> diagnostics;
   Ai8xResourceSummary resources;
-  /// Command-line flags ai8xize.py needs for this YAML, e.g. {"--device", "MAX78000", "--fifo"}.
-  std::vector<std::string> izer_flags;
+  /// ai8xize.py flags this YAML needs beyond the device and the files, e.g. {"--fifo", "layers 0-1
+  /// stream ..."}; in the order they go on the command line.
+  std::vector<IzerFlag> izer_flags;
   /// Options after defaulting (arch, dataset, input format actually used, fifo).
   Ai8xOptions resolved;
 };

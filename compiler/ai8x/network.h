@@ -103,6 +103,11 @@ struct LayerDef {
   bool output = false;        ///< its data leaves the accelerator (`output: true`)
   bool gap_layer = false;     ///< inserted write_gap passthrough
   bool in_dim = false;        ///< the data is reshaped between producer and layer: emit `in_dim`
+  /// BuildLayers: a conv reads its producer's (C, H, W) viewed across channels as (C*H*W, 1, 1)
+  /// (`x.view(N, -1, 1, 1)`); in_shape is then the view and `viewed_from` the producer's shape.
+  /// FlattenViews (flatten.cc) turns it into `flatten: true` or reports AI8X_RESHAPE.
+  bool channel_view = false;
+  Shape3 viewed_from;
 
   bool is_conv() const { return op == OpKind::kConv1d || op == OpKind::kConv2d || op == OpKind::kConvTranspose2d; }
   bool has_weights() const { return op != OpKind::kNone; }

@@ -562,7 +562,9 @@ TEST(Ai8xPatterns, StreamingNeedsFifoFlag) {
   EXPECT_TRUE(l[0]["streaming"].as<bool>());
   EXPECT_TRUE(l[1]["streaming"].as<bool>());
   EXPECT_FALSE(l[2]["streaming"]);
-  EXPECT_EQ(r->izer_flags, (std::vector<std::string>{"--device", "MAX78000", "--fifo"}));
+  ASSERT_EQ(r->izer_flags.size(), 1u);
+  EXPECT_EQ(r->izer_flags[0].flag, "--fifo");
+  EXPECT_NE(r->izer_flags[0].reason.find("stream"), std::string::npos) << r->izer_flags[0].reason;
   EXPECT_NE(Find(*r, "AI8X_STREAMING"), nullptr);
 }
 
