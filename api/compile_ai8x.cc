@@ -56,7 +56,8 @@ void ToProto(const ai8x::Ai8xOptions& o, kiln::v1::CompileAi8xOptions* out) {
 
 Result<kiln::v1::CompileAi8xResponse> CompileAi8x(std::string_view bytes,
                                                        const std::string& model_name,
-                                                       const kiln::v1::CompileAi8xOptions& options) {
+                                                       const kiln::v1::CompileAi8xOptions& options,
+                                                       const std::string& model_sha256) {
   auto start = std::chrono::steady_clock::now();
   onnx_fe::LoadOptions load;
   load.model_name = model_name;
@@ -132,7 +133,7 @@ Result<kiln::v1::CompileAi8xResponse> CompileAi8x(std::string_view bytes,
   }
   resp.set_kiln_version(KilnVersion());
   ToProto(result->resolved, resp.mutable_resolved_options());
-  resp.set_model_id(Sha256Hex(bytes));
+  resp.set_model_id(model_sha256.empty() ? Sha256Hex(bytes) : model_sha256);
   for (auto& a : IzerCommand(resp, model_name).argv) resp.add_izer_command(std::move(a));
   resp.set_compile_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

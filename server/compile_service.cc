@@ -112,7 +112,7 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
     cache_misses_.Increment();
     Result<kiln::v1::CompileAi8xResponse> result = Internal("compile did not run");
     try {
-      result = api::CompileAi8x(bytes, name, request->options());
+      result = api::CompileAi8x(bytes, name, request->options(), sha);
     } catch (const std::exception& e) {
       // A compiler bug must fail this request only, never the server.
       spdlog::error("compile of model '{}' threw: {}", name, e.what());
