@@ -131,6 +131,7 @@ Result<kiln::v1::CompileAi8xResponse> CompileAi8x(std::string_view bytes,
     p->set_flag(f.flag);
     p->set_reason(f.reason);
   }
+  resp.set_needs_quantized_checkpoint(result->needs_quantized_checkpoint);
   resp.set_kiln_version(KilnVersion());
   ToProto(result->resolved, resp.mutable_resolved_options());
   resp.set_model_id(model_sha256.empty() ? Sha256Hex(bytes) : model_sha256);
@@ -158,9 +159,16 @@ IzerCommandLine IzerCommand(const kiln::v1::CompileAi8xResponse& r, const std::s
   c.argv.push_back("ai8xize.py");
   add("--device", device, "the chip the YAML was planned for (processors, memories, limits)");
   add("--config-file", paths.config_file.empty() ? arch + ".yaml" : paths.config_file, "the network YAML Kiln wrote");
-  add("--checkpoint-file", paths.checkpoint_file.empty() ? model_name + ".onnx" : paths.checkpoint_file,
-      "the weights: the ONNX model itself (izer/onnxcp.py reads it) or the quantized checkpoint; its layers must "
-      "be those of arch '" + arch + "' in the YAML's order");
+  if (r.needs_quantized_checkpoint()) {
+    add("--checkpoint-file", paths.checkpoint_file.empty() ? arch + "-q.pth.tar" : paths.checkpoint_file,
+        "the weights: this export's sit behind QAT quantize chains, which the izer's ONNX reader (izer/onnxcp.py) "
+        "does not follow, so give the quantized checkpoint (ai8x-synthesis quantize.py of the training "
+        "checkpoint) of arch '" + arch + "'");
+  } else {
+    add("--checkpoint-file", paths.checkpoint_file.empty() ? model_name + ".onnx" : paths.checkpoint_file,
+        "the weights: the ONNX model itself (izer/onnxcp.py reads its Conv/Gemm initializers), or the quantized "
+        "checkpoint of arch '" + arch + "'");
+  }
   add("--prefix", paths.prefix.empty() ? arch : paths.prefix, "the name of the generated C project");
   add("--test-dir", paths.test_dir.empty() ? "sdk/Examples/" + device + "/CNN" : paths.test_dir,
       "where the generated project is written");

@@ -28,7 +28,9 @@ Result<kiln::v1::CompileAi8xResponse> CompileAi8x(std::string_view bytes, const 
 /// The files of an ai8xize.py command line. Empty fields get IzerCommand's defaults.
 struct IzerPaths {
   std::string config_file;      ///< the YAML; default "<arch>.yaml"
-  std::string checkpoint_file;  ///< default "<model name>.onnx" (izer/onnxcp.py reads ONNX weights)
+  /// default "<model name>.onnx" (izer/onnxcp.py reads ONNX weights), or "<arch>-q.pth.tar" when the
+  /// response says needs_quantized_checkpoint
+  std::string checkpoint_file;
   std::string prefix;           ///< the generated project's name; default "<arch>"
   std::string test_dir;         ///< where the project goes; default "sdk/Examples/<device>/CNN"
   std::string sample_input;     ///< a .npy sample; default "sample.npy" (only when no dataset)

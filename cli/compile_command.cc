@@ -68,7 +68,8 @@ std::string ShellWord(const std::string& s) {
 void PrintIzerCommand(const kiln::v1::CompileAi8xResponse& r, const CompileArgs& a) {
   api::IzerPaths paths;
   paths.config_file = a.output;  // empty: <arch>.yaml
-  if (std::filesystem::is_regular_file(a.model)) paths.checkpoint_file = a.model;
+  // The FILE is the checkpoint unless its weights sit behind QAT chains the izer does not read.
+  if (std::filesystem::is_regular_file(a.model) && !r.needs_quantized_checkpoint()) paths.checkpoint_file = a.model;
   std::string name = std::filesystem::is_regular_file(a.model) ? StoredName(a.model, a.name) : a.model;
   api::IzerCommandLine cmd = api::IzerCommand(r, name, paths);
   std::string line;

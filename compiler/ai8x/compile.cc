@@ -93,6 +93,7 @@ void FillReport(Network& net, const Ai8xOptions& resolved_options, Ai8xCompileRe
                              "through the FIFOs"
                        : std::string("requested (use_fifos): the first layer's input comes through the FIFOs")});
   }
+  r.needs_quantized_checkpoint = net.qat_weight_chains;
   r.diagnostics = std::move(net.diagnostics);
 }
 

@@ -132,6 +132,10 @@ struct Ai8xCompileResult {
   std::vector<IzerFlag> izer_flags;
   /// Options after defaulting (arch, dataset, input format actually used, fifo).
   Ai8xOptions resolved;
+  /// The ONNX weights sit behind QAT quantize chains (qat export), which ai8x-synthesis'
+  /// izer/onnxcp.py cannot read (it takes Conv/Gemm initializers): `--checkpoint-file` must then be
+  /// the quantized checkpoint (ai8x-synthesis quantize.py of the training checkpoint).
+  bool needs_quantized_checkpoint = false;
 };
 
 /// Compiles the ONNX model to an izer network YAML.

@@ -27,9 +27,9 @@ std::string Describe(const Network& net, const Layer& fc) {
     s = net.OutputShapeOf(in);
     one_d = p != nullptr ? p->one_d : net.input_one_d;
   }
-  std::string node = fc.onnx_nodes.empty() ? "" : " (ONNX node '" + fc.onnx_nodes.front() + "')";
-  return "'" + fc.name + "'" + node + " is an ai8x.SoftwareLinear (its weights carry no QAT bit widths while the " +
-         "other layers' do) and is left off the YAML: the host computes it from the accelerator output of " + src +
+  // The diagnostic names the layer and its ONNX node; the message says what the host does.
+  return std::string("an ai8x.SoftwareLinear (its weights carry no QAT bit widths while the other layers' do), ") +
+         "left off the YAML: the host computes it from the accelerator output of " + src +
          " (" + std::to_string(s.elements()) + " int8 values " + ShapeString(s, one_d) +
          ", flattened in C, H, W order): y = W x" + (fc.has_bias ? " + b" : "") + " with the checkpoint's '" +
          (fc.weight_initializer.empty() ? fc.name + ".weight" : fc.weight_initializer) + "' (" +

@@ -177,6 +177,9 @@ struct Network {
   std::string input_name;  ///< ONNX graph input
   bool chw_input = false;  ///< input layer reads CHW data (`data_format: CHW`)
   bool use_fifo = false;   ///< the first layer streams: the izer needs `--fifo`
+  /// BuildLayers: some weights reach their conv/linear through a QAT quantize chain (qat form).
+  /// izer/onnxcp.py reads only weights that are initializers of the Conv/Gemm itself.
+  bool qat_weight_chains = false;
   int next_id = 0;         ///< next unused Layer::id
   bool lift_limits = false;  ///< bench only: skip layer-count, kernel- and bias-memory limits
   std::vector<Diagnostic> diagnostics;

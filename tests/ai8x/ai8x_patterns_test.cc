@@ -139,6 +139,7 @@ TEST(Ai8xPatterns, QatWeightBitsFromQuantizeChain) {
   EXPECT_EQ(l[0]["quantization"].as<int>(), 4);
   EXPECT_FALSE(l[1]["quantization"]);  // 8-bit is the default: not written
   EXPECT_EQ(Find(*r, "AI8X_BITS_NOT_DERIVED"), nullptr);
+  EXPECT_TRUE(r->needs_quantized_checkpoint);  // izer/onnxcp.py does not follow QAT chains
 }
 
 TEST(Ai8xPatterns, PlainWeightsWarnBitsNotDerived) {
@@ -150,6 +151,7 @@ TEST(Ai8xPatterns, PlainWeightsWarnBitsNotDerived) {
   const Diagnostic* d = Find(*r, "AI8X_BITS_NOT_DERIVED");
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(d->severity, Severity::kWarning);
+  EXPECT_FALSE(r->needs_quantized_checkpoint);  // plain initializers: the .onnx is the checkpoint
 }
 
 TEST(Ai8xPatterns, WideClampMarksOutputWidth32) {
