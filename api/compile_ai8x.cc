@@ -56,7 +56,8 @@ void ToProto(const ai8x::Ai8xOptions& o, kiln::v1::CompileAi8xOptions* out) {
 
 Result<kiln::v1::CompileAi8xResponse> CompileAi8x(std::string_view bytes,
                                                        const std::string& model_name,
-                                                       const kiln::v1::CompileAi8xOptions& options) {
+                                                       const kiln::v1::CompileAi8xOptions& options,
+                                                       const std::string& model_sha256) {
   auto start = std::chrono::steady_clock::now();
   onnx_fe::LoadOptions load;
   load.model_name = model_name;
@@ -122,13 +123,62 @@ Result<kiln::v1::CompileAi8xResponse> CompileAi8x(std::string_view bytes,
   res->set_data_bytes_peak(r.data_bytes_peak);
   res->set_data_instance_bytes(r.data_instance_bytes);
   res->set_streaming_layers(r.streaming_layers);
-  for (const auto& f : result->izer_flags) resp.add_izer_flags(f);
+  resp.add_izer_flags("--device");
+  resp.add_izer_flags(options.device() == kiln::v1::MAX78002 ? "MAX78002" : "MAX78000");
+  for (const auto& f : result->izer_flags) {
+    resp.add_izer_flags(f.flag);
+    auto* p = resp.add_plan_flags();
+    p->set_flag(f.flag);
+    p->set_reason(f.reason);
+  }
+  resp.set_needs_quantized_checkpoint(result->needs_quantized_checkpoint);
   resp.set_kiln_version(KilnVersion());
   ToProto(result->resolved, resp.mutable_resolved_options());
-  resp.set_model_id(Sha256Hex(bytes));
+  resp.set_model_id(model_sha256.empty() ? Sha256Hex(bytes) : model_sha256);
+  for (auto& a : IzerCommand(resp, model_name).argv) resp.add_izer_command(std::move(a));
   resp.set_compile_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return resp;
+}
+
+IzerCommandLine IzerCommand(const kiln::v1::CompileAi8xResponse& r, const std::string& model_name,
+                            const IzerPaths& paths) {
+  IzerCommandLine c;
+  if (!r.ok()) return c;
+  const auto& ro = r.resolved_options();
+  std::string device = ro.device() == kiln::v1::MAX78002 ? "MAX78002" : "MAX78000";
+  std::string arch = ro.arch().empty() ? model_name : ro.arch();
+  auto add = [&c](std::string flag, std::string value, std::string reason) {
+    c.argv.push_back(flag);
+    if (!value.empty()) c.argv.push_back(std::move(value));
+    kiln::v1::IzerFlag f;
+    f.set_flag(std::move(flag));
+    f.set_reason(std::move(reason));
+    c.why.push_back(std::move(f));
+  };
+  c.argv.push_back("ai8xize.py");
+  add("--device", device, "the chip the YAML was planned for (processors, memories, limits)");
+  add("--config-file", paths.config_file.empty() ? arch + ".yaml" : paths.config_file, "the network YAML Kiln wrote");
+  if (r.needs_quantized_checkpoint()) {
+    add("--checkpoint-file", paths.checkpoint_file.empty() ? arch + "-q.pth.tar" : paths.checkpoint_file,
+        "the weights: this export's sit behind QAT quantize chains, which the izer's ONNX reader (izer/onnxcp.py) "
+        "does not follow, so give the quantized checkpoint (ai8x-synthesis quantize.py of the training "
+        "checkpoint) of arch '" + arch + "'");
+  } else {
+    add("--checkpoint-file", paths.checkpoint_file.empty() ? model_name + ".onnx" : paths.checkpoint_file,
+        "the weights: the ONNX model itself (izer/onnxcp.py reads its Conv/Gemm initializers), or the quantized "
+        "checkpoint of arch '" + arch + "'");
+  }
+  add("--prefix", paths.prefix.empty() ? arch : paths.prefix, "the name of the generated C project");
+  add("--test-dir", paths.test_dir.empty() ? "sdk/Examples/" + device + "/CNN" : paths.test_dir,
+      "where the generated project is written");
+  for (const auto& f : r.plan_flags()) add(f.flag(), "", f.reason());
+  if (ro.dataset().empty() || ro.dataset() == "unknown") {
+    add("--sample-input", paths.sample_input.empty() ? "sample.npy" : paths.sample_input,
+        "the YAML names no dataset (--dataset), so the izer has no tests/sample_<dataset>.npy: an int8 .npy of "
+        "the input shape");
+  }
+  return c;
 }
 
 std::string CompileModelName(const store::ModelInfo& info, const std::string& requested) {

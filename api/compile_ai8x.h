@@ -19,8 +19,34 @@ namespace kiln::api {
 /// `arch`. Errors: those of onnx_fe::LoadModel (INVALID_ARGUMENT, FAILED_PRECONDITION,
 /// RESOURCE_EXHAUSTED) and INVALID_ARGUMENT for malformed options. Hardware-rule violations are
 /// not errors: the response has ok = false and diagnostics. Thread-safe; blocking (CPU lane).
+/// `model_sha256`: the bytes' SHA-256 when the caller knows it (a stored model's id), else "" and
+/// it is computed (the response's model_id; ~0.6 ms per MiB).
 Result<kiln::v1::CompileAi8xResponse> CompileAi8x(std::string_view bytes, const std::string& model_name,
-                                                  const kiln::v1::CompileAi8xOptions& options);
+                                                  const kiln::v1::CompileAi8xOptions& options,
+                                                  const std::string& model_sha256 = "");
+
+/// The files of an ai8xize.py command line. Empty fields get IzerCommand's defaults.
+struct IzerPaths {
+  std::string config_file;      ///< the YAML; default "<arch>.yaml"
+  /// default "<model name>.onnx" (izer/onnxcp.py reads ONNX weights), or "<arch>-q.pth.tar" when the
+  /// response says needs_quantized_checkpoint
+  std::string checkpoint_file;
+  std::string prefix;           ///< the generated project's name; default "<arch>"
+  std::string test_dir;         ///< where the project goes; default "sdk/Examples/<device>/CNN"
+  std::string sample_input;     ///< a .npy sample; default "sample.npy" (only when no dataset)
+};
+
+/// The complete ai8xize.py command line for a successful compile: argv (program first) plus one
+/// {flag, reason} per flag saying why it is there, in argv order. The plan's flags come from
+/// `r.plan_flags` (compiler/ai8x Ai8xCompileResult::izer_flags); `--sample-input` is added when
+/// the YAML names no dataset (the izer would look for tests/sample_unknown.npy). `model_name`
+/// names the default checkpoint. Empty when !r.ok().
+struct IzerCommandLine {
+  std::vector<std::string> argv;
+  std::vector<kiln::v1::IzerFlag> why;
+};
+IzerCommandLine IzerCommand(const kiln::v1::CompileAi8xResponse& r, const std::string& model_name,
+                            const IzerPaths& paths = {});
 
 /// The name a stored model is compiled under (its default arch): `requested` when the request
 /// named the model by one of its names, else its first name, else the id's first 12 digits.

@@ -52,6 +52,32 @@ void PrintTable(const kiln::v1::CompileAi8xResponse& r, std::FILE* to) {
   }
 }
 
+// A shell word: quoted when it holds anything but [A-Za-z0-9_./=:+-].
+std::string ShellWord(const std::string& s) {
+  bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) {
+    return std::isalnum(c) || std::strchr("_./=:+-", c) != nullptr;
+  });
+  if (plain) return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The next step: the ai8xize.py command line (api IzerCommand) with this invocation's files, and
+// one line per flag saying why it is there. On stderr, so that stdout stays the YAML.
+void PrintIzerCommand(const kiln::v1::CompileAi8xResponse& r, const CompileArgs& a) {
+  api::IzerPaths paths;
+  paths.config_file = a.output;  // empty: <arch>.yaml
+  // The FILE is the checkpoint unless its weights sit behind QAT chains the izer does not read.
+  if (std::filesystem::is_regular_file(a.model) && !r.needs_quantized_checkpoint()) paths.checkpoint_file = a.model;
+  std::string name = std::filesystem::is_regular_file(a.model) ? StoredName(a.model, a.name) : a.model;
+  api::IzerCommandLine cmd = api::IzerCommand(r, name, paths);
+  std::string line;
+  for (const auto& w : cmd.argv) line += (line.empty() ? "" : " ") + ShellWord(w);
+  std::cerr << "next: turn the YAML into C code with ai8x-synthesis (from its checkout):\n  " << line << "\n";
+  for (const auto& f : cmd.why) std::cerr << "    " << f.flag() << ": " << f.reason() << "\n";
+}
+
 int Report(const kiln::v1::CompileAi8xResponse& r, const CompileArgs& a) {
   // stdout carries the YAML unless -o is given; the table then goes to stderr so that
   // `kiln compile ... --table > net.yaml` still captures a clean YAML.
@@ -89,6 +115,7 @@ int Report(const kiln::v1::CompileAi8xResponse& r, const CompileArgs& a) {
   if (wrote) std::cerr << "; wrote " << a.output;
   if (!a.output.empty() && !r.ok()) std::cerr << "; " << a.output << " not written";
   std::cerr << "\n";
+  if (r.ok()) PrintIzerCommand(r, a);
   if (a.flags.arch.empty() || a.flags.dataset.empty()) {
     const auto& ro = r.resolved_options();
     std::cerr << "note: no --arch/--dataset given: the YAML says arch: " << ro.arch() << ", dataset: "

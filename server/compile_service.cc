@@ -7,10 +7,12 @@
 #include "api/compile_ai8x.h"
 #include "api/lanes.h"
 #include "common/reactor.h"
+#include "common/sha256.h"
 
 namespace kiln::server {
 
-CompileServiceImpl::CompileServiceImpl(store::ModelStore* store, sched::Scheduler* scheduler, ServiceEnv env)
+CompileServiceImpl::CompileServiceImpl(store::ModelStore* store, sched::Scheduler* scheduler, ServiceEnv env,
+                                       uint64_t cache_bytes)
     : store_(store),
       scheduler_(scheduler),
       env_(env),
@@ -22,7 +24,18 @@ CompileServiceImpl::CompileServiceImpl(store::ModelStore* store, sched::Schedule
                   .Name("kiln_compile_total")
                   .Help("Compiles finished, by target and result (ok, rule_errors, invalid, "
                         "rejected)")
-                  .Register(env.metrics->registry())) {}
+                  .Register(env.metrics->registry())),
+      cache_(cache_bytes),
+      cache_hits_(prometheus::BuildCounter()
+                      .Name("kiln_compile_cache_hits_total")
+                      .Help("CompileAi8x answers served from the compile cache (--compile-cache-bytes)")
+                      .Register(env.metrics->registry())
+                      .Add({})),
+      cache_misses_(prometheus::BuildCounter()
+                        .Name("kiln_compile_cache_misses_total")
+                        .Help("CompileAi8x calls the compile cache could not answer (compiled, then kept)")
+                        .Register(env.metrics->registry())
+                        .Add({})) {}
 
 grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerContext* context,
                                                           const kiln::v1::CompileAi8xRequest* request,
@@ -36,6 +49,25 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
     return reactor;
   }
   auto count = [this](const char* result) { totals_.Add({{"target", "ai8x"}, {"result", result}}).Increment(); };
+  // A stored model's id is its sha256 (store/model_store.h), so a repeated compile is answered
+  // here, from the cache, without a job: no read, no hash, no load, no compile.
+  if (request->model_case() == kiln::v1::CompileAi8xRequest::kModelId) {
+    auto start = std::chrono::steady_clock::now();
+    if (auto info = store_->Get(request->model_id()); info.ok()) {
+      auto hit = cache_.Get(api::CompileCacheKey(
+          info->model_id, api::CompileModelName(*info, request->model_id()), request->options()));
+      if (hit != nullptr) {
+        cache_hits_.Increment();
+        *response = *hit;
+        response->set_cache_hit(true);
+        response->set_compile_seconds(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        count(response->ok() ? "ok" : "rule_errors");
+        reactor->Finish(scope->Done(grpc::Status::OK));
+        return reactor;
+      }
+    }
+  }
   sched::JobRequest job;
   job.lane = api::kCompileLane;
   job.client_id = ClientId(*context);
@@ -47,9 +79,11 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
     auto start = std::chrono::steady_clock::now();
     std::string bytes;
     std::string name;
+    std::string sha;  // the cache key's model hash
     if (request->model_case() == kiln::v1::CompileAi8xRequest::kModelBytes) {
       bytes = request->model_bytes();
       name = "inline";
+      sha = Sha256Hex(bytes);
     } else {
       auto reader = store_->OpenReader(request->model_id());
       auto info = store_->Get(request->model_id());
@@ -61,12 +95,24 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
       if (!all.ok()) return all.status();
       bytes = std::move(all).value();
       name = api::CompileModelName(*info, request->model_id());
+      sha = info->model_id;  // the reader verified the bytes against it
     }
     if (bytes.empty()) return InvalidArgument("request names no model: set model_id or model_bytes");
     scope->AddBytes(bytes.size());
+    std::string key = api::CompileCacheKey(sha, name, request->options());
+    if (auto hit = cache_.Get(key)) {  // inline bytes seen before
+      cache_hits_.Increment();
+      *response = *hit;
+      response->set_cache_hit(true);
+      response->set_compile_seconds(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      count(response->ok() ? "ok" : "rule_errors");
+      return Status::Ok();
+    }
+    cache_misses_.Increment();
     Result<kiln::v1::CompileAi8xResponse> result = Internal("compile did not run");
     try {
-      result = api::CompileAi8x(bytes, name, request->options());
+      result = api::CompileAi8x(bytes, name, request->options(), sha);
     } catch (const std::exception& e) {
       // A compiler bug must fail this request only, never the server.
       spdlog::error("compile of model '{}' threw: {}", name, e.what());
@@ -82,6 +128,7 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
       return result.status();
     }
     *response = std::move(result).value();
+    cache_.Put(key, *response);
     count(response->ok() ? "ok" : "rule_errors");
     return Status::Ok();
   };

@@ -5,6 +5,7 @@
 #include <prometheus/counter.h>
 #include <prometheus/histogram.h>
 
+#include "api/compile_cache.h"
 #include "kiln/v1/compile.grpc.pb.h"
 #include "sched/scheduler.h"
 #include "server/rpc_context.h"
@@ -14,8 +15,10 @@ namespace kiln::server {
 
 class CompileServiceImpl final : public kiln::v1::CompileService::CallbackService {
  public:
-  /// `store` and `scheduler` must outlive the service.
-  CompileServiceImpl(store::ModelStore* store, sched::Scheduler* scheduler, ServiceEnv env);
+  /// `store` and `scheduler` must outlive the service. `cache_bytes`: the compile cache's budget
+  /// (api/compile_cache.h; 0 = none).
+  CompileServiceImpl(store::ModelStore* store, sched::Scheduler* scheduler, ServiceEnv env,
+                     uint64_t cache_bytes = 0);
 
   grpc::ServerUnaryReactor* CompileAi8x(grpc::CallbackServerContext* context,
                                         const kiln::v1::CompileAi8xRequest* request,
@@ -27,6 +30,9 @@ class CompileServiceImpl final : public kiln::v1::CompileService::CallbackServic
   ServiceEnv env_;
   prometheus::Family<prometheus::Histogram>& durations_;
   prometheus::Family<prometheus::Counter>& totals_;
+  api::CompileCache cache_;
+  prometheus::Counter& cache_hits_;
+  prometheus::Counter& cache_misses_;
 };
 
 }  // namespace kiln::server

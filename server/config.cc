@@ -130,6 +130,10 @@ const std::vector<Setting>& Settings() {
          return err.empty() && c.compile_queue > 1000000 ? std::string("must be 0..1000000") : err;
        },
        [](const Config& c) { return std::string(std::to_string(c.compile_queue)); }},
+      {"--compile-cache-bytes", "KILN_COMPILE_CACHE_BYTES", "compile_cache_bytes",
+       "bytes of compile answers kept, by model sha256 + options + version, for repeated compiles (0 = none)",
+       [](Config& c, const std::string& v) { return ParseU64(v, &c.compile_cache_bytes); },
+       [](const Config& c) { return std::string(std::to_string(c.compile_cache_bytes)); }},
       {"--devices", "KILN_DEVICES", "devices", "device workers, e.g. tt-emu:2,reference:1",
        [](Config& c, const std::string& v) {
          c.devices = v;

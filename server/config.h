@@ -27,6 +27,8 @@ struct Config {
   std::string log_level = "info";
   uint64_t compile_workers = 2;  ///< compiles running at once
   uint64_t compile_queue = 16;   ///< compiles waiting; more -> RESOURCE_EXHAUSTED
+  /// Bytes of compile answers kept for repeated compiles (api/compile_cache.h); 0 = no cache.
+  uint64_t compile_cache_bytes = 64ull << 20;
   /// Device workers per backend, "tt-emu:2,reference:1" (sched/scheduler.h ParseDeviceList).
   std::string devices = "tt-emu:1,reference:1";
   uint64_t device_queue = 64;    ///< queued conv runs per backend; more -> RESOURCE_EXHAUSTED

@@ -66,7 +66,8 @@ Status Daemon::StartServices() {
 
   ServiceEnv env{metrics_.get(), auth_.get(), &drain_, scheduler_.get()};
   model_service_ = std::make_unique<ModelServiceImpl>(store_.get(), env);
-  compile_service_ = std::make_unique<CompileServiceImpl>(store_.get(), scheduler_.get(), env);
+  compile_service_ =
+      std::make_unique<CompileServiceImpl>(store_.get(), scheduler_.get(), env, config_.compile_cache_bytes);
   device_service_ = std::make_unique<DeviceServiceImpl>(store_.get(), scheduler_.get(),
                                                         static_cast<int>(config_.device_queue), env);
   auto job_store = store::JobStore::Open(config_.data_dir);

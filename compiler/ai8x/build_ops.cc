@@ -37,8 +37,9 @@ Layer& Builder::NewLayer(const Node& n, const std::vector<int>& refs, const std:
 
 // A Reshape/Flatten/Squeeze between the producer and a conv or pooling layer (e.g. Conv1d data
 // viewed as 2-D): the layer reads the data with the new dimensions (izer `in_dim`, izer.py
-// L491-504; the element count must match).
-void Builder::Reshaped(Layer& l, const Node& n) {
+// L491-504; the element count must match). A conv (`may_flatten`) may also read it as
+// (C*H*W, 1, 1): recorded as a channel view for FlattenViews (compiler/ai8x/flatten.cc).
+void Builder::Reshaped(Layer& l, const Node& n, bool may_flatten) {
   if (l.inputs.size() != 1 || !n.has_input(0)) return;
   bool od = l.one_d;
   std::string bad;
@@ -48,6 +49,12 @@ void Builder::Reshaped(Layer& l, const Node& n) {
     return;
   }
   if (!s || *s == l.in_shape) return;
+  if (may_flatten && s->c != l.in_shape.c && s->pixels() == 1 && s->elements() == l.in_shape.elements()) {
+    l.channel_view = true;
+    l.viewed_from = l.in_shape;
+    l.in_shape = *s;
+    return;
+  }
   if (!rules::CheckReshape(net_, l, *s)) return;
   l.in_shape = *s;
   l.in_dim = true;
@@ -105,7 +112,7 @@ void Builder::HandleConv(const Node& n) {
     return;
   }
   Layer& l = NewLayer(n, in->refs, LayerName(n, "conv"));
-  Reshaped(l, n);
+  Reshaped(l, n, /*may_flatten=*/true);
   bool one_d = kernel.size() == 1;
   l.op = transpose ? OpKind::kConvTranspose2d : (one_d ? OpKind::kConv1d : OpKind::kConv2d);
   l.one_d = one_d;

@@ -212,6 +212,7 @@ void Builder::FinishWeightLayer(Layer& l, const Node& n) {
   if (auto bits = WeightBits(n)) {
     l.quantization = *bits;
     l.quantization_known = true;
+    net_.qat_weight_chains = true;
   }
   Set(n.outputs[0], Value{Value::kData, {l.id}, false});
 }

@@ -90,7 +90,7 @@ class Builder {
 
   // build_ops.cc: one handler per accelerator operation.
   Layer& NewLayer(const Node& n, const std::vector<int>& refs, const std::string& name);
-  void Reshaped(Layer& l, const Node& n);
+  void Reshaped(Layer& l, const Node& n, bool may_flatten = false);
   void MakeHost(const Node& n, const std::string& why);
   void MarkOutput(const std::vector<int>& refs);
 

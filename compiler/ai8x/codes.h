@@ -47,6 +47,7 @@ namespace kiln::ai8x {
   X(kBiasMemory, "AI8X_BIAS_MEMORY", "rules/bias_memory.cc")           \
   X(kShape, "AI8X_SHAPE", "rules/model.cc")                            \
   X(kReshape, "AI8X_RESHAPE", "rules/model.cc")                        \
+  X(kHostTail, "AI8X_HOST_TAIL", "rules/model.cc")                     \
   X(kLayerCount, "AI8X_LAYER_COUNT", "rules/operators.cc")
 
 /// The code constants: code::kPad == "AI8X_PAD", ...

@@ -85,9 +85,8 @@ void FillReport(Network& net, const Ai8xOptions& resolved_options, Ai8xCompileRe
     r.layers.push_back(std::move(s));
   }
   r.resources.max_kernel_words_used = kernel_memory.MaxFill();
-  r.izer_flags = {"--device", spec.name};
-  for (const IzerFlag& f : net.izer_flags) r.izer_flags.push_back(f.flag);
-  r.izer_flag_reasons = net.izer_flags;
+  r.izer_flags = net.izer_flags;  // filled by the passes that need a flag (Network::RequireIzerFlag)
+  r.needs_quantized_checkpoint = net.qat_weight_chains;
   r.diagnostics = std::move(net.diagnostics);
 }
 

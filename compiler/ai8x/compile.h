@@ -108,6 +108,10 @@ struct Ai8xResourceSummary {
   int streaming_layers = 0;
 };
 
+// IzerFlag (one ai8xize.py flag the plan relies on, and why) is declared in network.h; the
+// command line's --device, --config-file, --checkpoint-file, --prefix and --test-dir are not
+// among them: api/compile_ai8x.h IzerCommand adds those.
+
 /// The compile outcome (= CompileAi8xResponse).
 struct Ai8xCompileResult {
   /// True when no error diagnostic was reported; `yaml` is then ready for ai8xize.py.
@@ -118,14 +122,15 @@ struct Ai8xCompileResult {
   std::vector<Ai8xLayerSummary> layers;
   std::vector<Diagnostic> diagnostics;
   Ai8xResourceSummary resources;
-  /// Command-line flags ai8xize.py needs for this YAML, e.g. {"--device", "MAX78000", "--fifo"}:
-  /// `--device CHIP`, then every flag of izer_flag_reasons in order.
-  std::vector<std::string> izer_flags;
-  /// The flags the plan relies on, each with one line saying why (Network::izer_flags, filled by
-  /// the passes that decide them; network.h IzerFlag). `--device` is not among them.
-  std::vector<IzerFlag> izer_flag_reasons;
+  /// ai8xize.py flags this YAML needs beyond the device and the files, e.g. {"--fifo", "layers 0-1
+  /// stream ..."}; in the order they go on the command line.
+  std::vector<IzerFlag> izer_flags;
   /// Options after defaulting (arch, dataset, input format actually used, fifo).
   Ai8xOptions resolved;
+  /// The ONNX weights sit behind QAT quantize chains (qat export), which ai8x-synthesis'
+  /// izer/onnxcp.py cannot read (it takes Conv/Gemm initializers): `--checkpoint-file` must then be
+  /// the quantized checkpoint (ai8x-synthesis quantize.py of the training checkpoint).
+  bool needs_quantized_checkpoint = false;
 };
 
 /// Compiles the ONNX model to an izer network YAML.

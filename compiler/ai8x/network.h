@@ -103,6 +103,11 @@ struct LayerDef {
   bool output = false;        ///< its data leaves the accelerator (`output: true`)
   bool gap_layer = false;     ///< inserted write_gap passthrough
   bool in_dim = false;        ///< the data is reshaped between producer and layer: emit `in_dim`
+  /// BuildLayers: a conv reads its producer's (C, H, W) viewed across channels as (C*H*W, 1, 1)
+  /// (`x.view(N, -1, 1, 1)`); in_shape is then the view and `viewed_from` the producer's shape.
+  /// FlattenViews (flatten.cc) turns it into `flatten: true` or reports AI8X_RESHAPE.
+  bool channel_view = false;
+  Shape3 viewed_from;
 
   bool is_conv() const { return op == OpKind::kConv1d || op == OpKind::kConv2d || op == OpKind::kConvTranspose2d; }
   bool has_weights() const { return op != OpKind::kNone; }
@@ -183,6 +188,9 @@ struct Network {
   bool use_fifo = false;   ///< the first layer streams: the izer needs `--fifo`
   /// ai8xize.py flags this plan needs, in the order they were required (no duplicates).
   std::vector<IzerFlag> izer_flags;
+  /// BuildLayers: some weights reach their conv/linear through a QAT quantize chain (qat form).
+  /// izer/onnxcp.py reads only weights that are initializers of the Conv/Gemm itself.
+  bool qat_weight_chains = false;
   int next_id = 0;         ///< next unused Layer::id
   bool lift_limits = false;  ///< bench only: skip layer-count, kernel- and bias-memory limits
   std::vector<Diagnostic> diagnostics;

@@ -36,6 +36,22 @@ namespace kiln::ai8x {
 /// features) AI8X_SHAPE, each naming the ONNX node.
 void BuildLayers(const onnx_fe::Graph& graph, Network& net);
 
+/// FlattenViews (compiler/ai8x/flatten.cc) — a conv whose input is its producer's (C, H, W) viewed as
+/// (C*H*W, 1, 1) (Layer::channel_view, `x.view(N, -1, 1, 1)` before a 1x1 conv, e.g. ai85net6's
+/// conv5) gets `flatten: true` and reads the producer's shape (izer.py L547-555) when it is an
+/// unpadded, unstrided, ungrouped 1x1 Conv2d; otherwise AI8X_RESHAPE names what prevents it. The
+/// flatten limits (pixels, pooling, streaming) are the flatten rule's (rules/operators.cc).
+void FlattenViews(Network& net);
+
+/// CutHostTail (compiler/ai8x/host_tail.cc; after fusion) — trailing ai8x.SoftwareLinear layers (a
+/// Linear without a QAT weight chain, its ReLU fused, whose readers are all host tail, in an export
+/// whose other weight layers carry bit widths) are removed from the network: ai8x-training
+/// computes them on the host with a 16-bit clamped output (ai8x.py FusedSoftwareLinearReLU), which
+/// the accelerator cannot reproduce. Their producers become outputs (`output: true`), and one info
+/// AI8X_HOST_TAIL per cut layer says what the host must compute (weights, shapes, the rounding and
+/// clamp of the quantized simulation). A float export (no bit widths anywhere) is left alone.
+void CutHostTail(Network& net);
+
 /// CheckWeightOrder (compiler/ai8x/rules/model.cc; docs/specs/ai8x-izer-rules.md §1.3 "Order
 /// mapping to weights"). The izer assigns the checkpoint's `*.weight` tensors to the YAML's
 /// conv/linear layers by position, and the YAML's layer order is the execution order, so the two

@@ -16,6 +16,14 @@ Status RunBuildLayers(PassContext& c) {
   if (c.graph != nullptr) BuildLayers(*c.graph, c.net);
   return Status::Ok();
 }
+Status RunFlattenViews(PassContext& c) {
+  FlattenViews(c.net);
+  return Status::Ok();
+}
+Status RunCutHostTail(PassContext& c) {
+  CutHostTail(c.net);
+  return Status::Ok();
+}
 Status RunCheckWeightOrder(PassContext& c) {
   CheckWeightOrder(c.net);  // an error here still lets CheckRules report the rest
   return Status::Ok();
@@ -72,12 +80,16 @@ constexpr Pass kPipeline[] = {
     {"BuildLayers", "build_layers.cc",
      "data path of the IR → primitive layers; QAT chains, clamps, reshapes transparent; host tail cut", false,
      RunBuildLayers},
+    {"FlattenViews", "flatten.cc", "`flatten: true` for a 1x1 conv reading its input viewed as (C*H*W, 1, 1)", true,
+     RunFlattenViews},
     {"CheckWeightOrder", "rules/model.cc",
      "conv/linear layers in weight-initializer (state_dict) order, else AI8X_WEIGHT_ORDER", true, RunCheckWeightOrder},
     {"FuseActivation", "fuse.cc", "Relu/Abs into the conv/linear that produces their input", true, RunFuseActivation},
     {"FusePooling", "fuse.cc", "a pooling layer into the conv that is its only reader", true, RunFusePooling},
     {"FuseEltwise", "fuse.cc", "an element-wise layer into the conv that is its only reader, as the chip allows", true,
      RunFuseEltwise},
+    {"CutHostTail", "host_tail.cc", "trailing ai8x.SoftwareLinear layers left to the host (AI8X_HOST_TAIL)", true,
+     RunCutHostTail},
     {"InsertWriteGaps", "fuse.cc", "`write_gap` on sole producers, `gap_*` passthrough copies otherwise", true,
      RunInsertWriteGaps},
     {"InsertConcatCopies", "concat_copy.cc",

@@ -68,8 +68,8 @@ int main(int argc, char** argv) {
                    (long long)l.data_in_bytes, (long long)l.data_out_bytes, (long long)l.kernel_words, (long long)l.bias_bytes);
     }
   }
-  std::cerr << "flags:";
-  for (const auto& fl : r->izer_flags) std::cerr << " " << fl;
+  std::cerr << "flags: --device " << kiln::ai8x::GetChipSpec(r->resolved.chip).name;
+  for (const auto& fl : r->izer_flags) std::cerr << " " << fl.flag;
   std::cerr << "\n" << (r->ok ? "OK" : "FAILED") << "\n";
   return r->ok ? 0 : 1;
 }

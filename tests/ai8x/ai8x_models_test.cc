@@ -327,5 +327,84 @@ INSTANTIATE_TEST_SUITE_P(Reference, Ai8xModels, ::testing::ValuesIn(Cases()),
                            return s;
                          });
 
+// ai8x-training factories without a hand-written YAML (tests/data/ai8x/models/factories.json):
+// models/ai85net-test.py's ai85netwide and ai85net80expansion end in an ai8x.SoftwareLinear (left
+// to the host), ai85net6 reads a (12, 4, 4) map as (192, 1, 1) in conv5 (`flatten: true`), and on
+// CIFAR-10 its conv3 (696 output channels) exceeds kernel memory, which the izer confirms
+// (kernels.py: "Kernel memory exhausted at processor 0"). scripts/ai8x-functional-check.py runs
+// the izer and ai8x-training on them.
+Result<Ai8xCompileResult> CompileFactory(const std::string& name) {
+  for (const auto& e : YAML::LoadFile(kData + "/models/factories.json")) {
+    if (e["name"].as<std::string>() != name) continue;
+    auto model = onnx_fe::LoadModel(ReadFile(kData + "/models/" + e["file"].as<std::string>()));
+    if (!model.ok()) return model.status();
+    Ai8xOptions o;
+    o.chip = *ParseChip(e["device"].as<std::string>());
+    o.arch = e["factory"].as<std::string>();
+    o.dataset = e["dataset"].as<std::string>();
+    return CompileAi8x(**model, o);
+  }
+  return NotFound(name);
+}
+
+std::vector<std::string> Codes(const Ai8xCompileResult& r, Severity s) {
+  std::vector<std::string> out;
+  for (const Diagnostic& d : r.diagnostics) {
+    if (d.severity == s) out.push_back(d.code);
+  }
+  return out;
+}
+
+TEST(Ai8xFactories, SoftwareLinearTailsAreLeftToTheHost) {
+  for (const std::string name : {"mnist-ai85netwide", "mnist-ai85net80expansion"}) {
+    SCOPED_TRACE(name);
+    auto r = CompileFactory(name);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r->ok) << r->yaml;
+    YAML::Node layers = YAML::Load(r->yaml)["layers"];
+    ASSERT_EQ(layers.size(), 4u) << r->yaml;  // conv1..conv4; fc is the host's
+    EXPECT_EQ(layers[3]["name"].as<std::string>(), "conv4");
+    EXPECT_EQ(Codes(*r, Severity::kWarning), std::vector<std::string>{});  // no bits warning for fc
+    const Diagnostic* tail = nullptr;
+    for (const Diagnostic& d : r->diagnostics) tail = d.code == "AI8X_HOST_TAIL" ? &d : tail;
+    ASSERT_NE(tail, nullptr);
+    EXPECT_EQ(tail->layer_name, "fc.op");
+    EXPECT_NE(tail->message.find("output of 'conv4' (192 int8 values (12, 4, 4)"), std::string::npos)
+        << tail->message;
+    ReplayDataMemory(layers, *r, GetChipSpec(Chip::kMAX78000).data_instance_bytes);
+  }
+}
+
+TEST(Ai8xFactories, Ai85Net6FlattensIntoConv5) {
+  auto r = CompileFactory("mnist-ai85net6");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->ok) << r->yaml;
+  YAML::Node layers = YAML::Load(r->yaml)["layers"];
+  ASSERT_EQ(layers.size(), 5u) << r->yaml;
+  EXPECT_EQ(layers[4]["name"].as<std::string>(), "conv5");
+  EXPECT_TRUE(layers[4]["flatten"].as<bool>());
+  EXPECT_EQ(layers[4]["kernel_size"].as<std::string>(), "1x1");
+  EXPECT_EQ(std::popcount(Map(layers[4]["processors"])), 12);
+  ReplayDataMemory(layers, *r, GetChipSpec(Chip::kMAX78000).data_instance_bytes);
+}
+
+TEST(Ai8xFactories, Ai85Net6OnCifar10ExceedsKernelMemoryAndSaysSo) {
+  auto r = CompileFactory("cifar10-ai85net6");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->ok);
+  // Only the kernel-memory limit: the reshape is flattened, not refused, and the export carries
+  // bit widths, so no note about missing ones.
+  std::vector<std::string> errors = Codes(*r, Severity::kError);
+  ASSERT_FALSE(errors.empty());
+  for (const std::string& c : errors) EXPECT_EQ(c, "AI8X_KERNEL_MEMORY");
+  for (const Diagnostic& d : r->diagnostics) {
+    if (d.code != "AI8X_KERNEL_MEMORY") continue;
+    EXPECT_EQ(d.message.find("does not carry"), std::string::npos) << d.message;
+  }
+  EXPECT_EQ(r->diagnostics.front().layer_name, "conv3");
+  EXPECT_NE(r->diagnostics.front().message.find("needs words 120..824 of 768"), std::string::npos)
+      << r->diagnostics.front().message;
+}
+
 }  // namespace
 }  // namespace kiln::ai8x

@@ -97,7 +97,7 @@ class Replay {
  public:
   Replay(const Ai8xCompileResult& r, int64_t instance_bytes)
       : r_(r), words_(instance_bytes / 4), layers_(YAML::Load(r.yaml)["layers"]) {
-    for (const IzerFlag& f : r.izer_flag_reasons) overlap_ok_ |= f.flag == "--overlap-data";
+    for (const IzerFlag& f : r.izer_flags) overlap_ok_ |= f.flag == "--overlap-data";
     mem_.assign(16 * words_, Word{});
     n_ = layers_.size();
     for (size_t i = 0; i < n_; ++i) {
@@ -341,7 +341,7 @@ Ai8xCompileResult CompileUnet(const std::string& factory, const std::string& dat
 }
 
 bool HasFlag(const Ai8xCompileResult& r, const std::string& flag) {
-  for (const IzerFlag& f : r.izer_flag_reasons) {
+  for (const IzerFlag& f : r.izer_flags) {
     if (f.flag == flag) return !f.reason.empty();
   }
   return false;
@@ -353,7 +353,7 @@ TEST(Ai8xUnet, OverlapDataOnlyWhereThePlanNeedsIt) {
   Ai8xCompileResult small = CompileUnet("ai85unetsmall", "CamVid_s80_c3");
   EXPECT_TRUE(small.ok);
   EXPECT_FALSE(HasFlag(small, "--overlap-data"));
-  EXPECT_TRUE(small.izer_flag_reasons.empty());
+  EXPECT_TRUE(small.izer_flags.empty());
   for (const char* f : {"ai85unetmedium", "ai85unetlarge"}) {
     Ai8xCompileResult r = CompileUnet(f, f == std::string("ai85unetlarge") ? "CamVid_s352_c3" : "CamVid_s80_c3");
     EXPECT_TRUE(r.ok) << f;

@@ -2,6 +2,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -450,7 +451,8 @@ TEST_F(KilndE2E, ConfigPrecedenceFlagsOverEnvOverFile) {
 }
 
 TEST_F(KilndE2E, CompileAi8xByIdAndInline) {
-  auto k = Start({"--compile-workers", "1", "--compile-queue", "0"});
+  // No compile cache: the concurrent compiles below must reach the one-worker compile lane.
+  auto k = Start({"--compile-workers", "1", "--compile-queue", "0", "--compile-cache-bytes", "0"});
   auto channel = Channel(*k);
   auto models = ModelService::NewStub(channel);
   auto compiler = kiln::v1::CompileService::NewStub(channel);
@@ -479,6 +481,22 @@ TEST_F(KilndE2E, CompileAi8xByIdAndInline) {
   ASSERT_GE(r1.izer_flags_size(), 2);
   EXPECT_EQ(r1.izer_flags(0), "--device");
   EXPECT_EQ(r1.izer_flags(1), "MAX78000");
+  // The next step: the complete ai8xize.py command line.
+  ASSERT_GE(r1.izer_command_size(), 11);
+  EXPECT_EQ(r1.izer_command(0), "ai8xize.py");
+  std::vector<std::string> cmd(r1.izer_command().begin(), r1.izer_command().end());
+  auto value_of = [&cmd](const std::string& flag) {
+    auto it = std::find(cmd.begin(), cmd.end(), flag);
+    return it == cmd.end() || it + 1 == cmd.end() ? std::string("(absent)") : *(it + 1);
+  };
+  EXPECT_EQ(value_of("--device"), "MAX78000");
+  EXPECT_EQ(value_of("--config-file"), "ai85net5.yaml");
+  // a qat export: the izer's ONNX reader cannot follow its QAT chains
+  EXPECT_TRUE(r1.needs_quantized_checkpoint());
+  EXPECT_EQ(value_of("--checkpoint-file"), "ai85net5-q.pth.tar");
+  EXPECT_EQ(value_of("--prefix"), "ai85net5");
+  EXPECT_EQ(value_of("--test-dir"), "sdk/Examples/MAX78000/CNN");
+  EXPECT_FALSE(r1.cache_hit());
 
   kiln::v1::CompileAi8xRequest inline_req;
   inline_req.set_model_bytes(bytes);
@@ -522,6 +540,50 @@ TEST_F(KilndE2E, CompileAi8xByIdAndInline) {
   EXPECT_EQ(m["kiln_compile_total{result=\"rejected\",target=\"ai8x\"}"], exhausted.load());
   // Timed: every request that reached the compiler (not the missing id, not the refused ones).
   EXPECT_EQ(m["kiln_compile_duration_seconds_count{target=\"ai8x\"}"], 4 + ok.load());
+  EXPECT_EQ(k->Stop(), 0);
+}
+
+TEST_F(KilndE2E, RepeatedCompileIsAnsweredFromTheCompileCache) {
+  auto k = Start({"--compile-cache-bytes", "1000000"});
+  auto channel = Channel(*k);
+  auto models = ModelService::NewStub(channel);
+  auto compiler = kiln::v1::CompileService::NewStub(channel);
+  std::string bytes = ReadFileBytes(std::string(KILN_TEST_DATA) + "/server/mnist-ai85net5.qat.onnx");
+  kiln::v1::UploadModelResponse up;
+  ASSERT_TRUE(Upload(*models, "mnist", bytes, &up).ok());
+  auto compile = [&](const std::string& arch, kiln::v1::CompileAi8xResponse* resp) {
+    grpc::ClientContext ctx;
+    kiln::v1::CompileAi8xRequest req;
+    req.set_model_id("mnist");
+    req.mutable_options()->set_arch(arch);
+    return compiler->CompileAi8x(&ctx, req, resp);
+  };
+  kiln::v1::CompileAi8xResponse first, again, other;
+  ASSERT_TRUE(compile("ai85net5", &first).ok());
+  ASSERT_TRUE(compile("ai85net5", &again).ok());
+  ASSERT_TRUE(compile("other", &other).ok());  // other options: compiled
+  EXPECT_FALSE(first.cache_hit());
+  EXPECT_TRUE(again.cache_hit());
+  EXPECT_FALSE(other.cache_hit());
+  EXPECT_EQ(again.yaml(), first.yaml());
+  EXPECT_EQ(again.layers_size(), first.layers_size());
+  EXPECT_EQ(again.model_id(), first.model_id());
+  EXPECT_NE(other.yaml(), first.yaml());
+  // The same bytes inline: compiled under the name "inline" (its default arch and checkpoint name
+  // in the izer command), so another key.
+  kiln::v1::CompileAi8xResponse inline_resp;
+  {
+    grpc::ClientContext ctx;
+    kiln::v1::CompileAi8xRequest req;
+    req.set_model_bytes(bytes);
+    req.mutable_options()->set_arch("ai85net5");
+    ASSERT_TRUE(compiler->CompileAi8x(&ctx, req, &inline_resp).ok());
+  }
+  EXPECT_FALSE(inline_resp.cache_hit());  // stored under another name ("inline"): another key
+  auto m = Scrape(*k);
+  EXPECT_EQ(m["kiln_compile_cache_hits_total"], 1);
+  EXPECT_EQ(m["kiln_compile_cache_misses_total"], 3);
+  EXPECT_EQ(m["kiln_compile_total{result=\"ok\",target=\"ai8x\"}"], 4);
   EXPECT_EQ(k->Stop(), 0);
 }
 

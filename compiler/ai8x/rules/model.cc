@@ -1,7 +1,7 @@
 // Rule family "model": what the ONNX export is and what it carries (AI8X_INPUT, AI8X_NO_LAYERS,
 // AI8X_HOST_OPS, AI8X_HOST_AFTER_HOST, AI8X_WIDTH_NOT_DERIVED, AI8X_BITS_NOT_DERIVED,
-// AI8X_WEIGHT_ORDER, AI8X_SHAPE, AI8X_RESHAPE). Decided while the layers are built
-// (compiler/ai8x/build_layers.cc) and by the CheckWeightOrder pass.
+// AI8X_WEIGHT_ORDER, AI8X_SHAPE, AI8X_RESHAPE, AI8X_HOST_TAIL). Decided while the layers are built
+// (compiler/ai8x/build_layers.cc) and by the FlattenViews, CutHostTail and CheckWeightOrder passes.
 #include <algorithm>
 
 #include "compiler/ai8x/passes.h"
@@ -141,6 +141,32 @@ bool CheckReshape(Network& net, const Layer& l, const Shape3& to) {
     return false;
   }
   return true;
+}
+
+void ReportChannelView(Network& net, const Layer& l, const std::string& why) {
+  net.Report(Severity::kError, code::kReshape, &l,
+             "the input is reshaped across channels (" + ShapeString(l.viewed_from, false) + " -> " +
+                 ShapeString(l.in_shape, false) + "); the izer can only change the height/width view (`in_dim`) or "
+                 "flatten into a 1x1 convolution (`flatten: true`), and " + why);
+}
+
+void ReportHostTail(Network& net, const Layer& cut, const std::string& host_must) {
+  net.Report(Severity::kInfo, code::kHostTail, &cut, host_must);
+}
+
+void RestateBitsNotDerived(Network& net) {
+  size_t weight_layers = 0;
+  std::vector<std::string> no_bits = LayersWithoutBits(net, &weight_layers);
+  auto& d = net.diagnostics;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (d[i].code != code::kBitsNotDerived) continue;
+    if (no_bits.empty()) {
+      d.erase(d.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      d[i].message = BitsNotDerivedMessage(no_bits, weight_layers);
+    }
+    break;
+  }
 }
 
 }  // namespace rules

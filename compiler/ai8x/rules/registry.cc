@@ -71,7 +71,6 @@ void CheckRules(Network& net) {
   net.Reindex();
   if (net.layers.empty()) return;
   rules::RuleContext c(net);
-  for (const Layer& l : net.layers) c.bits_unknown |= l.has_weights() && !l.quantization_known;
   const ByScope& by = RulesByScope();
   for (auto* check : by.first) check(c);
   for (size_t i = 0; i < c.n; ++i) {

@@ -39,7 +39,6 @@ struct RuleContext {
   Network& net;
   const ChipSpec& spec;
   size_t n = 0;                   ///< layer count
-  bool bits_unknown = false;      ///< a weight layer without a derived bit width (8 assumed)
   KernelMemoryMap kernel_memory;  ///< filled layer by layer by the kernel-memory check
 };
 
@@ -86,6 +85,15 @@ void CheckLinearWeightShape(Network& net, const Layer& l, const std::vector<int6
 /// AI8X_RESHAPE: `l`'s input is viewed as `to` (a Reshape/Flatten before it). Returns true when
 /// the izer can express it (`in_dim`: same element count and channels).
 bool CheckReshape(Network& net, const Layer& l, const Shape3& to);
+/// AI8X_RESHAPE for a conv that reads its input viewed across channels (Layer::channel_view) when
+/// `flatten: true` cannot express it; `why` names the izer condition that fails.
+void ReportChannelView(Network& net, const Layer& l, const std::string& why);
+/// AI8X_HOST_TAIL (info): `cut` is left off the YAML as host work; `host_must` says what the host
+/// computes.
+void ReportHostTail(Network& net, const Layer& cut, const std::string& host_must);
+/// Restates AI8X_BITS_NOT_DERIVED for the layers that remain after layers were removed (dropped
+/// when every remaining weight layer has its bit width).
+void RestateBitsNotDerived(Network& net);
 
 // ---- rules/operators.cc ---------------------------------------------------------------------
 
