@@ -233,6 +233,9 @@ void JobManager::InitMetrics() {
                           .Register(reg)
                           .Add({});
   for (int s = kiln::v1::QUEUED; s <= kiln::v1::CANCELLED; ++s) jobs_gauge_->Add({{"state", StateName(s)}}).Set(0);
+  // Every series exists from the start, so that rates and alerts see a 0, not an absent series.
+  for (const char* r : {"succeeded", "failed", "cancelled", "interrupted"}) attempts_->Add({{"result", r}});
+  for (const auto& [backend, lane] : lanes_) below_threshold_->Add({{"backend", backend}});
   if (auto counts = env_.jobs->CountByState(); counts.ok()) {
     for (const auto& [s, n] : *counts) SetStateGauge(s, n);
   }
@@ -496,8 +499,8 @@ Result<kiln::v1::Job> JobManager::Cancel(const std::string& job_id) {
     if (!rec.ok()) return rec.status();
     rec->error_code = static_cast<int>(StatusCode::kCancelled);
     rec->error_message = "cancelled while queued";
-    KILN_RETURN_IF_ERROR(Transition(*rec, kiln::v1::CANCELLED));
     if (attempts_) attempts_->Add({{"result", "cancelled"}}).Increment();
+    KILN_RETURN_IF_ERROR(Transition(*rec, kiln::v1::CANCELLED));
     return ToJob(*rec);
   }
   if (live) {
@@ -856,13 +859,14 @@ void JobManager::EndJob(std::shared_ptr<LiveJob> live, int state, const Status& 
       rec.error_code = static_cast<int>(error.code());
       rec.error_message = error.message().substr(0, 4096);
     }
-    Status s = Transition(rec, state);
-    if (!s.ok()) spdlog::warn("job {}: {}", rec.job_id, s.ToString());
+    // Metrics first: a watcher that sees the final event may scrape at once.
     if (attempts_) attempts_->Add({{"result", StateName(state)}}).Increment();
     if (run_seconds_) {
       run_seconds_->Add({{"backend", rec.backend}}, prometheus::Histogram::BucketBoundaries{0.1, 1, 10, 60, 600, 3600})
           .Observe(ran);
     }
+    Status s = Transition(rec, state);
+    if (!s.ok()) spdlog::warn("job {}: {}", rec.job_id, s.ToString());
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -73,6 +73,7 @@ Status Daemon::StartServices() {
   auto job_store = store::JobStore::Open(config_.data_dir);
   if (!job_store.ok()) return job_store.status().WithContext("job store " + config_.data_dir + "/jobs");
   job_store_ = std::move(job_store).value();
+  store_->SetOtherBytes([js = job_store_.get()] { return static_cast<uint64_t>(js->total_bytes()); });
   api::JobLimits limits;
   limits.max_queued = static_cast<int>(config_.job_max_queued);
   limits.max_queued_per_client = static_cast<int>(config_.job_max_queued_per_client);

@@ -429,12 +429,14 @@ Result<std::unique_ptr<Upload>> ModelStore::BeginUpload(const std::string& name,
     bool stored = std::any_of(models_.begin(), models_.end(), [&](const ModelInfo& m) {
       return m.model_id == sha256_hex && m.size_bytes == size_bytes;
     });
+    const uint64_t other = other_bytes_ ? other_bytes_() : 0;
     if (!stored && options_.max_store_bytes > 0 &&
-        total_bytes_ + reserved_bytes_ + size_bytes > options_.max_store_bytes) {
+        total_bytes_ + reserved_bytes_ + other + size_bytes > options_.max_store_bytes) {
       return ResourceExhausted("storing model '" + name + "' (" + std::to_string(size_bytes) +
                                " bytes) would exceed the store limit (max_store_bytes) of " +
                                std::to_string(options_.max_store_bytes) + " bytes; " +
-                               std::to_string(total_bytes_) + " bytes are stored");
+                               std::to_string(total_bytes_) + " bytes of models and " + std::to_string(other) +
+                               " bytes of job inputs and results are stored");
     }
     reserved_bytes_ += size_bytes;
   }

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -151,6 +152,10 @@ class ModelStore {
   size_t model_count() const;
   uint64_t total_bytes() const;
   const ModelStoreOptions& options() const { return options_; }
+  /// Bytes other stores of the data dir hold (the job store's inputs and results,
+  /// store/job_store.h), counted against max_store_bytes with the models. Called under the
+  /// store's lock: it must not call back into this store. Set once, before uploads start.
+  void SetOtherBytes(std::function<uint64_t()> fn) { other_bytes_ = std::move(fn); }
 
   /// Index file format written by this version.
   static constexpr int kIndexFormatVersion = 1;
@@ -179,6 +184,7 @@ class ModelStore {
   std::vector<ModelInfo> models_;  // sorted by id
   uint64_t total_bytes_ = 0;
   uint64_t reserved_bytes_ = 0;    // declared sizes of uploads in flight
+  std::function<uint64_t()> other_bytes_;  // SetOtherBytes
   int lock_fd_ = -1;
   mutable std::mutex verified_mu_;
   mutable std::unordered_set<std::string> verified_;  // ids whose bytes this process has checked

@@ -250,7 +250,8 @@ scrape_configs:
             kiln("model", MODELS[0])
             kiln("model", "no-such-model", ok=False)  # NOT_FOUND
             out = os.path.join(work, f"mnist-{rnd}.yaml")
-            kiln("compile", MODELS[0], "--device", "MAX78000", "--arch", "ai85net5",
+            # Two devices: two compiles (the compile cache keys on the options).
+            kiln("compile", MODELS[0], "--device", "MAX78000" if rnd == 1 else "MAX78002", "--arch", "ai85net5",
                  "--dataset", "MNIST", "-o", out)
             if not os.path.getsize(out):
                 raise Fail("kiln compile wrote an empty YAML")
@@ -262,6 +263,11 @@ scrape_configs:
                 kiln("run", DEVICE_MODEL, "--backend", "reference")
             log(f"round {rnd}: RPCs done")
             next_scrapes(2)
+
+        # round 1's compile again: answered from the compile cache
+        kiln("compile", MODELS[0], "--device", "MAX78000", "--arch", "ai85net5", "--dataset", "MNIST",
+             "-o", os.path.join(work, "mnist-cached.yaml"))
+        next_scrapes(2)
 
         # ---- Prometheus's data agrees with kilnd's /metrics
         _, text = http_get(f"http://{metrics_addr}/metrics")
@@ -297,10 +303,12 @@ scrape_configs:
         check('kiln_model_store_bytes{job="kiln"}', sum(sizes))
         check('kiln_upload_bytes_total{job="kiln"}', sum(sizes))
         check('sum(kiln_build_info{job="kiln"})', 1)
-        check('kiln_compile_total{job="kiln", target="ai8x", result="ok"}', 2)
-        check('kiln_compile_duration_seconds_count{job="kiln", target="ai8x"}', 2)
+        check('kiln_compile_total{job="kiln", target="ai8x", result="ok"}', 3)
+        check('kiln_compile_duration_seconds_count{job="kiln", target="ai8x"}', 2)  # cache hits are not compiles
+        check('kiln_compile_cache_hits_total{job="kiln"}', 1)
+        check('kiln_compile_cache_misses_total{job="kiln"}', 2)
         check('kiln_grpc_requests_total{job="kiln", method="/kiln.v1.ModelService/UploadModel", code="OK"}', len(sizes))
-        check('kiln_grpc_requests_total{job="kiln", method="/kiln.v1.CompileService/CompileAi8x", code="OK"}', 2)
+        check('kiln_grpc_requests_total{job="kiln", method="/kiln.v1.CompileService/CompileAi8x", code="OK"}', 3)
         check('sum(kiln_grpc_requests_total{job="kiln", method="/kiln.v1.ModelService/GetModel", code="NOT_FOUND"})', 2)
         check('kiln_grpc_request_duration_seconds_count{job="kiln", method="/kiln.v1.ModelService/ListModels"}', 2)
         check('increase(kiln_compile_total{job="kiln", result="ok"}[1m]) > 0', 1, tol=1.5)
@@ -312,7 +320,10 @@ scrape_configs:
             check('sum(kiln_device_queue_depth{job="kiln"})', 0)
             check('kiln:devices:count{backend="tt-emu"}', 2)
             check('kiln:devices:count{backend="reference"}', 1)
-            check('kiln_grpc_requests_total{job="kiln", method="/kiln.v1.DeviceService/RunConvLayers", code="OK"}', 6)
+            # `kiln run` submits and watches a job (JobService)
+            check('kiln_grpc_requests_total{job="kiln", method="/kiln.v1.JobService/SubmitRun", code="OK"}', 6)
+            check('kiln_jobs{job="kiln", state="succeeded"}', 6)
+            check('sum(kiln_job_attempts_total{job="kiln", result="succeeded"})', 6)
         # the values Prometheus holds are the ones kilnd serves
         for (n, labels), v in direct.items():
             if n in ("kiln_model_store_models", "kiln_upload_bytes_total", "kiln_compile_total"):
@@ -324,7 +335,7 @@ scrape_configs:
             dash = json.load(f)
         checked = skipped = 0
         for title, ref, expr in dashboard_check.panel_queries(dash):
-            if not args.devices and "kiln_device_" in expr:
+            if not args.devices and ("kiln_device_" in expr or "kiln_job_" in expr):
                 skipped += 1
                 continue
             res = prom.query(expr)
