@@ -45,6 +45,15 @@ struct Config {
   uint64_t job_max_configurations = 64;      ///< sweep points per job
   double job_retention_seconds = 7 * 86400;  ///< results of finished jobs are kept this long
   uint64_t job_results_max_bytes = 8ull << 30;  ///< job inputs + results on disk, oldest removed first
+
+  // Transport limits (docs/security.md; server/listener.h, server/metrics_endpoint.h).
+  uint64_t fd_reserve = 64;                      ///< descriptors kept free below RLIMIT_NOFILE
+  double handshake_timeout_seconds = 10;         ///< GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS
+  double connection_idle_seconds = 300;          ///< GRPC_ARG_MAX_CONNECTION_IDLE_MS
+  uint64_t max_concurrent_streams = 128;         ///< GRPC_ARG_MAX_CONCURRENT_STREAMS per connection
+  uint64_t grpc_memory_bytes = 1ull << 30;       ///< gRPC ResourceQuota (in-flight request bytes)
+  double metrics_client_timeout_seconds = 5;     ///< one /metrics client, accept to last byte
+  uint64_t metrics_max_clients = 32;             ///< open /metrics clients; more close the oldest
 };
 
 /// Builds the configuration from argv, the environment and the YAML file named by --config or
