@@ -32,6 +32,9 @@ struct Config {
   /// Device workers per backend, "tt-emu:2,reference:1" (sched/scheduler.h ParseDeviceList).
   std::string devices = "tt-emu:1,reference:1";
   uint64_t device_queue = 64;    ///< queued conv runs per backend; more -> RESOURCE_EXHAUSTED
+  /// Queued conv runs per backend one principal may hold (server/rpc_context.h Principal);
+  /// 0 = half of device_queue.
+  uint64_t device_queue_per_client = 0;
   /// OpenMP threads per fp32 reference worker; 0 = hardware threads / reference workers.
   uint64_t reference_threads = 0;
   std::string tt_emu_level = "exact";  ///< tt-emu backend level: exact | fast

@@ -92,6 +92,7 @@ Status Daemon::StartServices() {
        static_cast<int>(config_.reference_threads), config_.tt_emu_level});
   if (!sched_options.ok()) return sched_options.status();
   sched_options->metrics = metrics_->shared_registry();
+  sched_options->max_queued_per_client = static_cast<int>(config_.device_queue_per_client);
   auto scheduler = sched::Scheduler::Create(*std::move(sched_options));
   if (!scheduler.ok()) return scheduler.status().WithContext("scheduler");
   scheduler_ = std::move(scheduler).value();
