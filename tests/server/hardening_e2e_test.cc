@@ -316,6 +316,44 @@ TEST_F(Hardening, UnauthenticatedBigBodyOverTlsIsNotBuffered) {
   EXPECT_EQ(k->Stop(), 0);
 }
 
+// On plaintext gRPC reads a unary body before any Kiln code runs (see server/auth_interceptor.h);
+// the server ResourceQuota (--grpc-memory-bytes) is what bounds it. Eight concurrent unauthenticated
+// 100 MiB bodies against a 128 MiB quota: none is served (gRPC cancels most with
+// RESOURCE_EXHAUSTED under memory pressure), and kilnd's peak RSS grew by ~360-400 MiB instead of
+// the ~960 MiB it grows without the quota (the quota is soft: slices being read are not refused).
+TEST_F(Hardening, PlaintextUnauthenticatedBodiesAreBoundedByTheQuota) {
+  auto k = Start({"--token", "s3cret", "--grpc-memory-bytes", std::to_string(128u << 20)});
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(-1);
+  const uint64_t before = PeakRss(k->pid());
+  std::vector<std::thread> senders;
+  std::vector<grpc::Status> results(8);
+  const std::string body(100u << 20, 'x');
+  for (int i = 0; i < 8; ++i) {
+    senders.emplace_back([&, i] {
+      args.SetInt("kiln.sender", i);
+      auto compile = kiln::v1::CompileService::NewStub(
+          grpc::CreateCustomChannel(k->grpc_address(), grpc::InsecureChannelCredentials(), args));
+      kiln::v1::CompileAi8xRequest req;
+      req.set_model_bytes(body);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+      kiln::v1::CompileAi8xResponse resp;
+      results[i] = compile->CompileAi8x(&ctx, req, &resp);
+    });
+  }
+  for (auto& t : senders) t.join();
+  const uint64_t after = PeakRss(k->pid());
+  std::map<int, int> codes;
+  for (const auto& st : results) ++codes[static_cast<int>(st.error_code())];
+  for (const auto& [c, n] : codes) std::cout << "code " << c << ": " << n << "\n";
+  std::cout << "kilnd peak RSS " << (before >> 20) << " MiB before, " << (after >> 20) << " MiB after\n";
+  for (const auto& st : results) EXPECT_FALSE(st.ok());
+  EXPECT_LT(after, before + (600u << 20));
+  EXPECT_TRUE(HealthOk(k->grpc_address()));
+  EXPECT_EQ(k->Stop(), 0);
+}
+
 // Client strings come back capped and escaped: a 16 MiB model id gets NOT_FOUND with a short
 // grpc-message and the longer form in google.rpc.Status details (a 16 MiB trailer used to reach
 // the client as "received ... metadata size exceeds limit"), the log line stays short, and a
