@@ -9,8 +9,10 @@ std::string EscapeForEcho(std::string_view text, size_t max_bytes) {
   const std::string tail = "...[" + std::to_string(text.size()) + " bytes]";
   const size_t budget = std::max(max_bytes, tail.size() + 4);
   std::string out;
-  out.reserve(std::min(text.size(), budget));
-  for (size_t i = 0; i < text.size(); ++i) {
+  size_t cut = 0;  // longest piece-aligned prefix that leaves room for the tail
+  size_t i = 0;
+  for (; i < text.size() && out.size() <= budget; ++i) {
+    if (out.size() + tail.size() <= budget) cut = out.size();
     const unsigned char c = static_cast<unsigned char>(text[i]);
     char esc[8];
     if (c == '\n') {
@@ -27,19 +29,12 @@ std::string EscapeForEcho(std::string_view text, size_t max_bytes) {
       esc[0] = static_cast<char>(c);
       esc[1] = '\0';
     }
-    const std::string_view piece(esc);
-    // Room for this piece, and for the tail if anything is still to come after it.
-    const bool last = i + 1 == text.size();
-    if (out.size() + piece.size() + (last ? 0 : tail.size()) > budget) {
-      if (last && out.size() + piece.size() <= budget) {
-        out += piece;
-        return out;
-      }
-      return out + tail;
-    }
-    out += piece;
+    out += esc;
   }
-  return out;
+  if (i == text.size() && out.size() <= budget) return out;  // all of it fits
+  if (out.size() + tail.size() <= budget) cut = out.size();
+  out.resize(cut);
+  return out + tail;
 }
 
 }  // namespace kiln

@@ -12,7 +12,7 @@ namespace kiln {
 
 /// `text` with \n \r \t \\ written as C escapes and every other byte outside 0x20..0x7e as \xNN,
 /// cut to at most `max_bytes` bytes of output (never inside an escape); a cut result ends with
-/// "...[N bytes]" naming the input's full size. Output length <= max(max_bytes, 32).
+/// "...[N bytes]" naming the input's full size. Output length <= max(max_bytes, 40).
 std::string EscapeForEcho(std::string_view text, size_t max_bytes = 256);
 
 }  // namespace kiln
