@@ -162,7 +162,7 @@ const std::vector<Setting>& Settings() {
       {"--device-queue-per-client", "KILN_DEVICE_QUEUE_PER_CLIENT", "device_queue_per_client",
        "queued conv runs per backend one principal (TLS client certificate, else peer address) may hold; "
        "x-kiln-client only splits it",
-       [](Config& c, const std::string& v) { return ParseRange(v, &c.device_queue_per_client, 0, 1000000); },
+       [](Config& c, const std::string& v) { return ParseRange(v, 0, 1000000, &c.device_queue_per_client); },
        [](const Config& c) { return std::to_string(c.device_queue_per_client) + " (0 = half of --device-queue)"; }},
       {"--reference-threads", "KILN_REFERENCE_THREADS", "reference_threads",
        "OpenMP threads of each fp32 reference worker (the reference devices, or the one kept for "
