@@ -1,5 +1,5 @@
 // Bounded load test of a real kilnd: KILN_LOAD_CLIENTS clients (default 64), each on its own
-// channel, mix every RPC of kiln.v1 plus grpc.health.v1 for KILN_LOAD_SECONDS (default 20; CI
+// channel, mix every RPC of kiln.v1 (models, compile, devices, jobs) plus grpc.health.v1 for KILN_LOAD_SECONDS (default 20; CI
 // runs the default, scripts/load-test.sh runs longer). Prints p50/p99 latency per RPC, errors by
 // code and kilnd's peak RSS (VmHWM).
 //
@@ -23,6 +23,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "kiln/v1/compile.grpc.pb.h"
 #include "kiln/v1/device.grpc.pb.h"
+#include "kiln/v1/job.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
 #include "tests/server/kilnd_test_util.h"
 #include "tests/server/onnx_bytes.h"
@@ -111,11 +112,13 @@ TEST_F(LoadTest, SixtyFourClientsMixingEveryRpc) {
       auto compile = kiln::v1::CompileService::NewStub(channel);
       auto devices = kiln::v1::DeviceService::NewStub(channel);
       auto health = grpc::health::v1::Health::NewStub(channel);
+      auto jobs = kiln::v1::JobService::NewStub(channel);
+      std::vector<std::string> my_jobs;  // job ids this client submitted
       std::mt19937 rng(static_cast<unsigned>(c) * 7919u + 1);
       std::vector<std::string> mine;  // ids this client uploaded and may delete
       int n = 0;
       while (!stop.load()) {
-        const int pick = static_cast<int>(rng() % 100);
+        const int pick = static_cast<int>(rng() % 120);
         grpc::ClientContext ctx;
         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
         ctx.AddMetadata("x-kiln-client", "load-" + std::to_string(c));
@@ -185,10 +188,57 @@ TEST_F(LoadTest, SixtyFourClientsMixingEveryRpc) {
           q.set_omit_outputs(true);
           kiln::v1::RunConvLayersResponse r;
           st = devices->RunConvLayers(&ctx, q, &r);
-        } else {
+        } else if (pick < 100) {
           rpc = "ListDevices";
           kiln::v1::ListDevicesResponse r;
           st = devices->ListDevices(&ctx, {}, &r);
+        } else if (pick < 106) {
+          rpc = "SubmitRun";
+          kiln::v1::SubmitRunRequest q;
+          q.mutable_run()->set_model_id(conv_id);
+          q.mutable_run()->set_backend("reference");
+          q.mutable_run()->set_omit_outputs(true);
+          kiln::v1::Job r;
+          st = jobs->SubmitRun(&ctx, q, &r);
+          if (st.ok()) my_jobs.push_back(r.job_id());
+        } else if (pick < 109) {
+          rpc = "GetJob";
+          kiln::v1::GetJobRequest q;
+          q.set_job_id(my_jobs.empty() ? "no-such-job" : my_jobs[rng() % my_jobs.size()]);
+          kiln::v1::Job r;
+          st = jobs->GetJob(&ctx, q, &r);
+        } else if (pick < 112) {
+          rpc = "ListJobs";
+          kiln::v1::ListJobsRequest q;
+          q.set_page_size(20);
+          kiln::v1::ListJobsResponse r;
+          st = jobs->ListJobs(&ctx, q, &r);
+        } else if (pick < 114) {
+          rpc = "CancelJob";
+          kiln::v1::CancelJobRequest q;
+          q.set_job_id(my_jobs.empty() ? "no-such-job" : my_jobs.back());
+          kiln::v1::Job r;
+          st = jobs->CancelJob(&ctx, q, &r);
+        } else if (pick < 117) {
+          rpc = "WatchJob";
+          kiln::v1::WatchJobRequest q;
+          q.set_job_id(my_jobs.empty() ? "no-such-job" : my_jobs.back());
+          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+          auto reader = jobs->WatchJob(&ctx, q);
+          kiln::v1::JobEvent e;
+          while (reader->Read(&e)) {
+          }
+          st = reader->Finish();
+        } else {
+          rpc = "GetJobResult";
+          kiln::v1::GetJobResultRequest q;
+          q.set_job_id(my_jobs.empty() ? "no-such-job" : my_jobs.front());
+          q.set_omit_outputs(true);
+          auto reader = jobs->GetJobResult(&ctx, q);
+          kiln::v1::JobResultChunk chunk;
+          while (reader->Read(&chunk)) {
+          }
+          st = reader->Finish();
         }
         stats.Add(rpc, std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), st);
       }
@@ -228,7 +278,7 @@ TEST_F(LoadTest, SixtyFourClientsMixingEveryRpc) {
   for (const auto& b : stats.bad) ADD_FAILURE() << "unexpected answer: " << b;
   EXPECT_TRUE(healthy) << "no health answer within 5 s of the load ending";
   EXPECT_LT(peak, kPeakRssLimit);
-  EXPECT_EQ(stats.ms.size(), 9u) << "every RPC was exercised";
+  EXPECT_EQ(stats.ms.size(), 15u) << "every RPC was exercised";
   EXPECT_EQ(k->Stop(), 0);
 }
 
