@@ -143,9 +143,10 @@ const std::vector<Setting>& Settings() {
        },
        [](const Config& c) { return std::string(std::to_string(c.compile_queue)); }},
       {"--compile-cache-bytes", "KILN_COMPILE_CACHE_BYTES", "compile_cache_bytes",
-       "bytes of compile answers kept, by model sha256 + options + version, for repeated compiles (0 = none)",
+       "bytes of CompileAi8x answers kept, least recently used out, keyed by (model sha256, normalized options, "
+       "Kiln version): a repeated compile answers without reading or compiling the model",
        [](Config& c, const std::string& v) { return ParseU64(v, &c.compile_cache_bytes); },
-       [](const Config& c) { return std::string(std::to_string(c.compile_cache_bytes)); }},
+       [](const Config& c) { return std::string(std::to_string(c.compile_cache_bytes) + " (0 = no cache)"); }},
       {"--devices", "KILN_DEVICES", "devices", "device workers, e.g. tt-emu:2,reference:1",
        [](Config& c, const std::string& v) {
          c.devices = v;
