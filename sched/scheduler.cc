@@ -90,6 +90,7 @@ class Scheduler::Impl : public std::enable_shared_from_this<Scheduler::Impl> {
     int capacity = 0, per_client_limit = 1;
     int64_t max_bytes = 0;
     std::map<std::string, std::deque<std::shared_ptr<Job>>> per_client;
+    std::map<std::string, int> per_principal;  // queued jobs per principal (the quota's key)
     std::deque<std::string> rotation;         // clients with queued jobs, in round-robin order
     std::deque<std::shared_ptr<Job>> stages;  // internal stage jobs (Reference()), served first
     int size = 0;                             // queued client jobs (stages not counted)
@@ -136,9 +137,17 @@ class Scheduler::Impl : public std::enable_shared_from_this<Scheduler::Impl> {
   std::chrono::milliseconds RetryAfterLocked(const Lane& q) const {
     if (q.mean_seconds < 0) return std::chrono::milliseconds(100);
     const double ms = (q.size + 1) * q.mean_seconds * 1000.0 / std::max<std::size_t>(1, q.workers.size());
-    return std::chrono::milliseconds(std::max<int64_t>(10, static_cast<int64_t>(ms)));
+    return std::chrono::milliseconds(
+        std::clamp<int64_t>(static_cast<int64_t>(std::min(ms, 1e12)), 10, kMaxRetryAfter.count()));
   }
 
+  static std::string PrincipalOf(const std::string& client_id) {
+    return client_id.substr(0, client_id.find(kSubKeySeparator));
+  }
+  static void ForgetPrincipalLocked(Lane& q, const std::string& client_id) {
+    auto it = q.per_principal.find(PrincipalOf(client_id));
+    if (it != q.per_principal.end() && --it->second <= 0) q.per_principal.erase(it);
+  }
   std::shared_ptr<Job> PopFairLocked(Lane& q);
   void DispatchLocked(Lane& q);
   void RunOnWorker(Worker* w, std::shared_ptr<Job> job);
@@ -325,6 +334,7 @@ std::shared_ptr<Job> Scheduler::Impl::PopFairLocked(Lane& q) {
     }
     auto job = it->second.front();
     it->second.pop_front();
+    ForgetPrincipalLocked(q, client);
     if (it->second.empty()) {
       q.per_client.erase(it);
     } else {
@@ -418,6 +428,7 @@ bool Scheduler::Impl::RemoveQueued(const std::shared_ptr<Job>& job) {
       auto it = std::find(dq.begin(), dq.end(), job);
       if (it == dq.end()) return false;
       dq.erase(it);
+      ForgetPrincipalLocked(q, job->client_);
       if (dq.empty()) {
         q.per_client.erase(cit);
         q.rotation.erase(std::remove(q.rotation.begin(), q.rotation.end(), job->client_), q.rotation.end());
@@ -483,7 +494,8 @@ Result<std::shared_ptr<Job>> Scheduler::Impl::Enqueue(JobRequest request, bool s
       auto refuse = [&](const std::string& why) -> Status {
         const auto ms = RetryAfterLocked(q).count();
         CountJob(q, StatusCode::kResourceExhausted);
-        return ResourceExhausted(why + "; retry after ~" + std::to_string(ms) + " ms");
+        return ResourceExhausted(why + "; retry after ~" +
+                                 (ms < 1000 ? std::to_string(ms) + " ms" : std::to_string((ms + 500) / 1000) + " s"));
       };
       if (will_queue && q.size >= q.capacity) {
         return refuse(std::string("queue for ") + what + " '" + q.name + "' is full (" + std::to_string(q.size) +
@@ -494,9 +506,10 @@ Result<std::shared_ptr<Job>> Scheduler::Impl::Enqueue(JobRequest request, bool s
                       " bytes; this job's " + std::to_string(request.cost_bytes) + " would pass its " +
                       std::to_string(q.max_bytes) + "-byte budget");
       }
-      auto cit = q.per_client.find(request.client_id);
-      if (will_queue && cit != q.per_client.end() && static_cast<int>(cit->second.size()) >= q.per_client_limit) {
-        return refuse("client '" + request.client_id + "' already has " + std::to_string(cit->second.size()) +
+      const std::string principal = PrincipalOf(request.client_id);
+      auto cit = q.per_principal.find(principal);
+      if (will_queue && cit != q.per_principal.end() && cit->second >= q.per_client_limit) {
+        return refuse("client '" + principal + "' already has " + std::to_string(cit->second) +
                       " jobs queued for " + what + " '" + q.name + "' (limit " + std::to_string(q.per_client_limit) +
                       ")");
       }
@@ -508,6 +521,7 @@ Result<std::shared_ptr<Job>> Scheduler::Impl::Enqueue(JobRequest request, bool s
       auto& dq = q.per_client[job->client_];
       if (dq.empty()) q.rotation.push_back(job->client_);
       dq.push_back(job);
+      ++q.per_principal[PrincipalOf(job->client_)];
       ++q.size;
       q.bytes += job->cost_bytes_;
       UpdateDepthLocked(q);

@@ -19,9 +19,11 @@
 //   for at most one at a time, so there are at most as many as there are workers) and go first.
 // * Admission: a job costs one queue slot and JobRequest::cost_bytes bytes. A lane refuses a job
 //   when its queue (not counting running jobs) holds `queue_capacity` jobs, when it would hold more
-//   than `max_queued_bytes` bytes (0 = no byte limit), or when the client already has
+//   than `max_queued_bytes` bytes (0 = no byte limit), or when the client's principal already has
 //   `max_queued_per_client` jobs queued there: RESOURCE_EXHAUSTED whose message carries a retry
-//   hint ("retry after ~N ms", also SuggestedRetryAfter()).
+//   hint ("retry after ~N ms" or "~N s", at most kMaxRetryAfter; also SuggestedRetryAfter()).
+//   A client id is "principal" or "principal" kSubKeySeparator "sub-key" (server/rpc_context.h
+//   ClientId): the quota counts per principal, round-robin goes per whole id.
 // * Fairness: queued jobs are kept per client and dispatched round-robin across clients (each
 //   client's own jobs stay FIFO). A client with 1000 queued jobs delays another client's job by at
 //   most one job per worker.
@@ -97,6 +99,12 @@ struct JobContext {
 using JobFn = std::function<Status(Backend& backend, JobContext& ctx)>;
 /// CPU-lane work (no backend).
 using TaskFn = std::function<Status(JobContext& ctx)>;
+
+/// Separates a client id's principal from its optional sub-key (see Admission above).
+inline constexpr char kSubKeySeparator = '\x1f';
+/// Longest retry hint: past it, a queue's estimate says more about one slow job than about when
+/// to come back.
+inline constexpr std::chrono::milliseconds kMaxRetryAfter{30000};
 
 struct JobRequest {
   std::string lane;       ///< a device backend ("reference", "tt-emu", ...) or a CPU lane name

@@ -50,6 +50,18 @@ std::string ParseRange(const std::string& v, uint64_t lo, uint64_t hi, uint64_t*
   return "";
 }
 
+std::string ParseSeconds(const std::string& v, double* out, double min, double max) {
+  try {
+    size_t pos = 0;
+    double x = std::stod(v, &pos);
+    if (pos != v.size() || !(x >= min && x <= max)) throw std::invalid_argument("range");
+    *out = x;
+    return "";
+  } catch (...) {
+    return "expected seconds in " + Num(min) + ".." + Num(max);
+  }
+}
+
 const std::vector<Setting>& Settings() {
   static const std::vector<Setting> kSettings = {
       {"--listen", "KILN_LISTEN", "listen", "gRPC listen address host:port (port 0 = any free port)",
@@ -131,9 +143,10 @@ const std::vector<Setting>& Settings() {
        },
        [](const Config& c) { return std::string(std::to_string(c.compile_queue)); }},
       {"--compile-cache-bytes", "KILN_COMPILE_CACHE_BYTES", "compile_cache_bytes",
-       "bytes of compile answers kept, by model sha256 + options + version, for repeated compiles (0 = none)",
+       "bytes of CompileAi8x answers kept, least recently used out, keyed by (model sha256, normalized options, "
+       "Kiln version): a repeated compile answers without reading or compiling the model",
        [](Config& c, const std::string& v) { return ParseU64(v, &c.compile_cache_bytes); },
-       [](const Config& c) { return std::string(std::to_string(c.compile_cache_bytes)); }},
+       [](const Config& c) { return std::string(std::to_string(c.compile_cache_bytes) + " (0 = no cache)"); }},
       {"--devices", "KILN_DEVICES", "devices", "device workers, e.g. tt-emu:2,reference:1",
        [](Config& c, const std::string& v) {
          c.devices = v;
@@ -147,6 +160,11 @@ const std::vector<Setting>& Settings() {
                     ? std::string("must be 1..1000000") : err;
        },
        [](const Config& c) { return std::string(std::to_string(c.device_queue) + " (per backend)"); }},
+      {"--device-queue-per-client", "KILN_DEVICE_QUEUE_PER_CLIENT", "device_queue_per_client",
+       "queued conv runs per backend one principal (TLS client certificate, else peer address) may hold; "
+       "x-kiln-client only splits it",
+       [](Config& c, const std::string& v) { return ParseRange(v, 0, 1000000, &c.device_queue_per_client); },
+       [](const Config& c) { return std::to_string(c.device_queue_per_client) + " (0 = half of --device-queue)"; }},
       {"--reference-threads", "KILN_REFERENCE_THREADS", "reference_threads",
        "OpenMP threads of each fp32 reference worker (the reference devices, or the one kept for "
        "PCC when none is configured); 0 = the cores divided among them",
@@ -209,6 +227,37 @@ const std::vector<Setting>& Settings() {
        "(jobs also count against --max-store-bytes)",
        [](Config& c, const std::string& v) { return ParseU64(v, &c.job_results_max_bytes); },
        [](const Config& c) { return std::string(std::to_string(c.job_results_max_bytes) + " (0 = no limit)"); }},
+      // Transport limits: docs/security.md explains each.
+      {"--fd-reserve", "KILN_FD_RESERVE", "fd_reserve",
+       "file descriptors kept free below the soft RLIMIT_NOFILE (raised to the hard limit at start); "
+       "gRPC connections accepted beyond it are closed at once",
+       [](Config& c, const std::string& v) { return ParseRange(v, 16, 1u << 20, &c.fd_reserve); },
+       [](const Config& c) { return std::to_string(c.fd_reserve); }},
+      {"--handshake-timeout", "KILN_HANDSHAKE_TIMEOUT", "handshake_timeout_seconds",
+       "seconds a new connection has to finish its TLS/HTTP2 handshake (a silent connection is closed)",
+       [](Config& c, const std::string& v) { return ParseSeconds(v, &c.handshake_timeout_seconds, 0.1, 3600); },
+       [](const Config& c) { return Num(c.handshake_timeout_seconds) + " (seconds)"; }},
+      {"--connection-idle-timeout", "KILN_CONNECTION_IDLE_TIMEOUT", "connection_idle_seconds",
+       "seconds a connection without calls stays open (then GOAWAY)",
+       [](Config& c, const std::string& v) { return ParseSeconds(v, &c.connection_idle_seconds, 1, 86400); },
+       [](const Config& c) { return Num(c.connection_idle_seconds) + " (seconds)"; }},
+      {"--max-concurrent-streams", "KILN_MAX_CONCURRENT_STREAMS", "max_concurrent_streams",
+       "calls one connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS)",
+       [](Config& c, const std::string& v) { return ParseRange(v, 1, 65536, &c.max_concurrent_streams); },
+       [](const Config& c) { return std::to_string(c.max_concurrent_streams); }},
+      {"--grpc-memory-bytes", "KILN_GRPC_MEMORY_BYTES", "grpc_memory_bytes",
+       "memory gRPC's transport may hold for in-flight requests (server ResourceQuota); under pressure "
+       "it shrinks windows, then closes idle connections and cancels calls",
+       [](Config& c, const std::string& v) { return ParseRange(v, 16ull << 20, 1ull << 40, &c.grpc_memory_bytes); },
+       [](const Config& c) { return std::to_string(c.grpc_memory_bytes); }},
+      {"--metrics-client-timeout", "KILN_METRICS_CLIENT_TIMEOUT", "metrics_client_timeout_seconds",
+       "seconds one /metrics client may take from connect to the end of its answer",
+       [](Config& c, const std::string& v) { return ParseSeconds(v, &c.metrics_client_timeout_seconds, 0.1, 600); },
+       [](const Config& c) { return Num(c.metrics_client_timeout_seconds) + " (seconds)"; }},
+      {"--metrics-max-clients", "KILN_METRICS_MAX_CLIENTS", "metrics_max_clients",
+       "/metrics clients open at once; one more closes the oldest",
+       [](Config& c, const std::string& v) { return ParseRange(v, 1, 4096, &c.metrics_max_clients); },
+       [](const Config& c) { return std::to_string(c.metrics_max_clients); }},
   };
   return kSettings;
 }

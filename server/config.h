@@ -32,6 +32,9 @@ struct Config {
   /// Device workers per backend, "tt-emu:2,reference:1" (sched/scheduler.h ParseDeviceList).
   std::string devices = "tt-emu:1,reference:1";
   uint64_t device_queue = 64;    ///< queued conv runs per backend; more -> RESOURCE_EXHAUSTED
+  /// Queued conv runs per backend one principal may hold (server/rpc_context.h Principal);
+  /// 0 = half of device_queue.
+  uint64_t device_queue_per_client = 0;
   /// OpenMP threads per fp32 reference worker; 0 = hardware threads / reference workers.
   uint64_t reference_threads = 0;
   std::string tt_emu_level = "exact";  ///< tt-emu backend level: exact | fast
@@ -45,6 +48,15 @@ struct Config {
   uint64_t job_max_configurations = 64;      ///< sweep points per job
   double job_retention_seconds = 7 * 86400;  ///< results of finished jobs are kept this long
   uint64_t job_results_max_bytes = 8ull << 30;  ///< job inputs + results on disk, oldest removed first
+
+  // Transport limits (docs/security.md; server/listener.h, server/metrics_endpoint.h).
+  uint64_t fd_reserve = 64;                      ///< descriptors kept free below RLIMIT_NOFILE
+  double handshake_timeout_seconds = 10;         ///< GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS
+  double connection_idle_seconds = 300;          ///< GRPC_ARG_MAX_CONNECTION_IDLE_MS
+  uint64_t max_concurrent_streams = 128;         ///< GRPC_ARG_MAX_CONCURRENT_STREAMS per connection
+  uint64_t grpc_memory_bytes = 1ull << 30;       ///< gRPC ResourceQuota (in-flight request bytes)
+  double metrics_client_timeout_seconds = 5;     ///< one /metrics client, accept to last byte
+  uint64_t metrics_max_clients = 32;             ///< open /metrics clients; more close the oldest
 };
 
 /// Builds the configuration from argv, the environment and the YAML file named by --config or

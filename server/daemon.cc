@@ -2,6 +2,10 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
+#include <openssl/bio.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 
 #include <spdlog/spdlog.h>
 
@@ -24,6 +28,28 @@ Result<std::string> ReadFile(const std::string& path, const char* what) {
   ss << in.rdbuf();
   return ss.str();
 }
+
+// gRPC 1.51 reports an unusable key only as a failed port ("address in use or invalid"), so the
+// pair is checked here first: PEM parse, then X509_check_private_key.
+Status CheckKeyPair(const std::string& cert_pem, const std::string& key_pem, const Config& config) {
+  BIO* cbio = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
+  X509* cert = cbio ? PEM_read_bio_X509(cbio, nullptr, nullptr, nullptr) : nullptr;
+  BIO_free(cbio);
+  BIO* kbio = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
+  EVP_PKEY* key = kbio ? PEM_read_bio_PrivateKey(kbio, nullptr, nullptr, nullptr) : nullptr;
+  BIO_free(kbio);
+  Status st = Status::Ok();
+  if (cert == nullptr) {
+    st = InvalidArgument("TLS certificate file '" + config.tls_cert + "' holds no PEM certificate");
+  } else if (key == nullptr) {
+    st = InvalidArgument("TLS key file '" + config.tls_key + "' holds no PEM private key (or it is encrypted)");
+  } else if (X509_check_private_key(cert, key) != 1) {
+    st = InvalidArgument("TLS key '" + config.tls_key + "' does not match certificate '" + config.tls_cert + "'");
+  }
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  return st;
+}
 }  // namespace
 
 Daemon::Daemon(Config config) : config_(std::move(config)) {}
@@ -44,6 +70,12 @@ Status Daemon::Start() {
 
 Status Daemon::StartServices() {
   metrics_ = std::make_unique<Metrics>(api::KilnVersion());
+  // Bind before touching the store: a second kilnd on the same port stops here ("address in use")
+  // instead of serving a second view of the data directory (server/listener.h).
+  auto listener = ConnectionListener::Bind(
+      {config_.listen, config_.fd_reserve, [m = metrics_.get()] { m->CountRejected("connection_limit"); }});
+  if (!listener.ok()) return listener.status();
+  listener_ = std::move(listener).value();
   store::ModelStoreOptions store_options;
   store_options.dir = config_.data_dir;
   store_options.max_model_bytes = config_.max_model_bytes;
@@ -60,6 +92,7 @@ Status Daemon::StartServices() {
        static_cast<int>(config_.reference_threads), config_.tt_emu_level});
   if (!sched_options.ok()) return sched_options.status();
   sched_options->metrics = metrics_->shared_registry();
+  sched_options->max_queued_per_client = static_cast<int>(config_.device_queue_per_client);
   auto scheduler = sched::Scheduler::Create(*std::move(sched_options));
   if (!scheduler.ok()) return scheduler.status().WithContext("scheduler");
   scheduler_ = std::move(scheduler).value();
@@ -96,9 +129,12 @@ Status Daemon::StartServices() {
     if (!cert.ok()) return cert.status();
     auto key = ReadFile(config_.tls_key, "TLS key");
     if (!key.ok()) return key.status();
+    if (Status st = CheckKeyPair(*cert, *key, config_); !st.ok()) return st;
     grpc::SslServerCredentialsOptions ssl;
     ssl.pem_key_cert_pairs.push_back({*key, *cert});
     creds = grpc::SslServerCredentials(ssl);
+    // With TLS the token is checked in the auth filter, before a request's body is read.
+    if (auth_->enabled()) creds->SetAuthMetadataProcessor(MakeTokenProcessor(auth_.get(), metrics_.get()));
   } else {
     creds = grpc::InsecureServerCredentials();
   }
@@ -108,8 +144,19 @@ Status Daemon::StartServices() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(config_.listen, creds, &port);
+  // Connections come from listener_ only (no gRPC listening port, see server/listener.h).
+  auto acceptor = builder.experimental().AddExternalConnectionAcceptor(
+      grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, creds);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(config_.handshake_timeout_seconds * 1000));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, static_cast<int>(config_.connection_idle_seconds * 1000));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, static_cast<int>(config_.max_concurrent_streams));
+  // One quota for all transport memory (read buffers, received messages): gRPC shrinks flow-control
+  // windows under pressure, then reclaims idle connections and cancels calls, instead of growing.
+  grpc::ResourceQuota quota("kilnd");
+  quota.Resize(static_cast<size_t>(config_.grpc_memory_bytes));
+  builder.SetResourceQuota(quota);
   // One limit for every method: conv tensors and inline models need it large; uploads still
   // enforce their own 1 MiB chunk size.
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
@@ -119,18 +166,21 @@ Status Daemon::StartServices() {
   builder.RegisterService(device_service_.get());
   builder.RegisterService(job_service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(std::make_unique<AuthInterceptorFactory>(auth_.get()));
+  interceptors.push_back(std::make_unique<AuthInterceptorFactory>(auth_.get(), metrics_.get()));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server_ = builder.BuildAndStart();
-  if (!server_ || port == 0) {
-    server_.reset();
-    return Unavailable("cannot listen on " + config_.listen + " (address in use or invalid)");
-  }
+  if (!server_) return Unavailable("gRPC server did not start on " + config_.listen);
+  acceptor_ = std::move(acceptor);
+  listener_->Start(acceptor_.get());
   std::string host = hp->first.find(':') != std::string::npos ? "[" + hp->first + "]" : hp->first;
-  grpc_address_ = host + ":" + std::to_string(port);
+  grpc_address_ = host + ":" + std::to_string(listener_->port());
 
-  auto metrics_addr = metrics_->Serve(config_.metrics_listen);
+  auto metrics_addr = metrics_->Serve(
+      config_.metrics_listen,
+      std::chrono::milliseconds(static_cast<int64_t>(config_.metrics_client_timeout_seconds * 1000)),
+      static_cast<int>(config_.metrics_max_clients));
   if (!metrics_addr.ok()) {
+    listener_->Stop();
     server_->Shutdown();
     server_.reset();
     return metrics_addr.status();
@@ -138,6 +188,8 @@ Status Daemon::StartServices() {
   metrics_address_ = *metrics_addr;
   spdlog::info("model store {}: {} models, {} bytes", config_.data_dir, store_->model_count(),
                store_->total_bytes());
+  spdlog::info("connections: descriptors capped at {} (RLIMIT_NOFILE minus --fd-reserve {})", listener_->fd_cap(),
+               config_.fd_reserve);
   return Status::Ok();
 }
 
@@ -164,6 +216,7 @@ void Daemon::Shutdown() {
   }
   // Cancels whatever work is left (its RPCs then finish with CANCELLED or UNAVAILABLE).
   if (scheduler_) scheduler_->Shutdown(/*drain=*/false);
+  if (listener_) listener_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   server_->Wait();
   server_.reset();

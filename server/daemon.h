@@ -1,6 +1,7 @@
 // kilnd's composition root: opens the model store, creates the scheduler (device lanes from
 // --devices, CPU lanes from api/lanes.h), starts the metrics exposer and the gRPC server
-// (callback services, grpc.health.v1, reflection), and drains them on shutdown.
+// (callback services, grpc.health.v1, reflection) behind kilnd's own listener (server/listener.h),
+// and drains them on shutdown. docs/security.md lists the limits set here.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -15,6 +16,7 @@
 #include "server/config.h"
 #include "server/device_service.h"
 #include "server/job_service.h"
+#include "server/listener.h"
 #include "server/metrics.h"
 #include "server/model_service.h"
 #include "server/rpc_context.h"
@@ -55,6 +57,8 @@ class Daemon {
   std::unique_ptr<store::JobStore> job_store_;
   std::unique_ptr<api::JobManager> jobs_;
   std::unique_ptr<JobServiceImpl> job_service_;
+  std::unique_ptr<ConnectionListener> listener_;
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;
   std::unique_ptr<grpc::Server> server_;
   std::string grpc_address_;
   std::string metrics_address_;

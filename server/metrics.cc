@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 
-#include "server/config.h"
 
 namespace kiln::server {
 
@@ -40,7 +39,11 @@ Metrics::Metrics(const std::string& version)
                        .Name("kiln_model_store_bytes")
                        .Help("Bytes of model data in the model store")
                        .Register(*registry_)
-                       .Add({})) {
+                       .Add({})),
+      rejected_(prometheus::BuildCounter()
+                    .Name("kiln_rejected_requests_total")
+                    .Help("Requests and connections refused by a limit, by the limit (reason)")
+                    .Register(*registry_)) {
   prometheus::BuildGauge()
       .Name("kiln_build_info")
       .Help("Always 1; the labels say which kilnd is running (version) with which malloc (allocator)")
@@ -61,20 +64,16 @@ void Metrics::SetStore(size_t models, uint64_t bytes) {
   store_bytes_.Set(static_cast<double>(bytes));
 }
 
-Result<std::string> Metrics::Serve(const std::string& address) {
-  auto hp = SplitHostPort(address);
-  if (!hp.ok()) return hp.status();
-  try {
-    // A few workers, so that idle or slow scrapers cannot starve the others.
-    exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/4);
-  } catch (const std::exception& e) {
-    return Unavailable("metrics listener " + address + ": " + e.what());
-  }
-  exposer_->RegisterCollectable(registry_);
-  auto ports = exposer_->GetListeningPorts();
-  if (ports.empty()) return Unavailable("metrics listener " + address + " bound no port");
-  std::string host = hp->first.find(':') != std::string::npos ? "[" + hp->first + "]" : hp->first;
-  return host + ":" + std::to_string(ports.front());
+void Metrics::CountRejected(std::string_view reason) {
+  rejected_.Add({{"reason", std::string(reason)}}).Increment();
+}
+
+Result<std::string> Metrics::Serve(const std::string& address, std::chrono::milliseconds client_timeout,
+                                   int max_clients) {
+  auto ep = MetricsEndpoint::Start({address, client_timeout, max_clients}, registry_);
+  if (!ep.ok()) return ep.status();
+  endpoint_ = std::move(ep).value();
+  return endpoint_->address();
 }
 
 }  // namespace kiln::server

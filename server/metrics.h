@@ -1,18 +1,20 @@
-// Prometheus metrics of kilnd (prometheus-cpp), served by an Exposer on its own address.
-// Names follow Prometheus conventions: base units (seconds, bytes), counters end in _total.
+// Prometheus metrics of kilnd (prometheus-cpp), served by server/metrics_endpoint.h on their own
+// address. Names follow Prometheus conventions: base units (seconds, bytes), counters end in _total.
 #pragma once
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
+#include "server/metrics_endpoint.h"
 
 namespace kiln::server {
 
@@ -35,10 +37,19 @@ class Metrics {
   void AddUploadBytes(uint64_t bytes) { upload_bytes_.Increment(static_cast<double>(bytes)); }
   /// kiln_model_store_models and kiln_model_store_bytes.
   void SetStore(size_t models, uint64_t bytes);
+  /// The one place a refused request (or connection) is counted:
+  /// kiln_rejected_requests_total{reason}. `reason` is a short fixed snake_case word naming the
+  /// limit, never client text (labels are not escaped for cardinality): e.g.
+  /// "connection_limit" (server/listener.h), "unauthenticated" (server/auth_interceptor.h),
+  /// "message_too_long", "queue_full", "memory_budget", "store_quota".
+  void CountRejected(std::string_view reason);
 
-  /// Starts serving GET /metrics on `address` ("host:port", port 0 = free port).
+  /// Starts serving GET /metrics on `address` ("host:port", port 0 = free port) with the
+  /// per-client timeout and client cap of server/metrics_endpoint.h.
   /// Returns the bound "host:port". UNAVAILABLE when the address cannot be bound.
-  Result<std::string> Serve(const std::string& address);
+  Result<std::string> Serve(const std::string& address,
+                            std::chrono::milliseconds client_timeout = std::chrono::seconds(5),
+                            int max_clients = 32);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -47,7 +58,8 @@ class Metrics {
   prometheus::Counter& upload_bytes_;
   prometheus::Gauge& store_models_;
   prometheus::Gauge& store_bytes_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  prometheus::Family<prometheus::Counter>& rejected_;
+  std::unique_ptr<MetricsEndpoint> endpoint_;
 };
 
 }  // namespace kiln::server

@@ -17,9 +17,29 @@ namespace kiln::server {
 /// Converts a Kiln Status to a grpc::Status (same numeric codes).
 grpc::Status ToGrpc(const Status& status);
 
-/// The scheduler's fairness key of a call: the x-kiln-client metadata, else the peer's address
-/// without its port.
+/// Who a call comes from, for fairness: "cert:<identity>" for a verified TLS client certificate,
+/// else the peer's transport address without its port ("ipv4:127.0.0.1"). Never client metadata.
+std::string Principal(const grpc::ServerContextBase& context);
+
+/// The scheduler's fairness key of a call: Principal(), then, when the call carries
+/// x-kiln-client, sched::kSubKeySeparator and that header (escaped, at most 64 bytes). The
+/// scheduler's per-client quota counts per principal (sched/scheduler.h), so the header only
+/// splits a principal's own share: it can neither add quota nor claim another principal's.
 std::string ClientId(const grpc::CallbackServerContext& context);
+
+/// Longest grpc-message kilnd sends, and longest long form of a message put into
+/// google.rpc.Status (grpc-status-details-bin). Both stay far below gRPC's default 8 KiB limit on
+/// received metadata: a longer trailer reached clients as RESOURCE_EXHAUSTED ("received trailing
+/// metadata size exceeds limit") instead of the real code.
+inline constexpr size_t kMaxGrpcMessageBytes = 512;
+inline constexpr size_t kMaxErrorDetailBytes = 3072;
+/// Longest error message written into the per-RPC log line (escaped, common/echo.h).
+inline constexpr size_t kMaxLoggedErrorBytes = 2048;
+
+/// `status` fit for the wire: grpc-message escaped and cut to kMaxGrpcMessageBytes; when it had
+/// to change, the message's longer form (kMaxErrorDetailBytes) travels as a serialized
+/// google.rpc.Status in the error details (proto/google/rpc/status.proto). Same code always.
+grpc::Status ForTheWire(const grpc::Status& status);
 
 /// For a RESOURCE_EXHAUSTED refusal by `lane`: the grpc-retry-pushback-ms trailer that gRPC
 /// clients with a retry policy honour (gRFC A6 server pushback). No-op for other codes.
@@ -33,6 +53,8 @@ class Authenticator {
   bool enabled() const { return !token_.empty(); }
   /// OK, or UNAUTHENTICATED naming what is missing or wrong.
   grpc::Status Check(const grpc::ServerContextBase& context) const;
+  /// The same check on the `authorization` value (nullptr = absent).
+  grpc::Status CheckValue(const grpc::string_ref* header) const;
 
  private:
   std::string token_;
@@ -71,7 +93,8 @@ class RpcScope {
   grpc::Status Begin(const grpc::ServerContextBase& context) const;
   void AddBytes(uint64_t n) { bytes_ += n; }
   uint64_t bytes() const { return bytes_; }
-  /// Logs and records `status`, then returns it (so handlers can write `Finish(scope.Done(s))`).
+  /// Logs and records `status`, then returns ForTheWire(status) (so handlers can write
+  /// `Finish(scope.Done(s))`).
   grpc::Status Done(const grpc::Status& status);
   const ServiceEnv& env() const { return env_; }
 

@@ -219,6 +219,56 @@ TEST(SchedulerTest, PerClientQuotaLeavesRoomForOthers) {
   for (auto& h : hs) EXPECT_TRUE(h->Wait().ok());
 }
 
+// A client id's sub-key (x-kiln-client, after kSubKeySeparator) only splits its principal's own
+// quota: new sub-keys add no room, and another principal is not affected.
+TEST(SchedulerTest, SubKeysShareTheirPrincipalsQuota) {
+  auto pool = MakePool({{"null", 1}}, /*capacity=*/8, /*per_client=*/2);
+  Gate gate;
+  const std::string sep(1, kSubKeySeparator);
+  std::vector<std::shared_ptr<JobHandle>> hs;
+  hs.push_back(*pool->Submit(Blocking(gate, "ipv4:10.0.0.1" + sep + "a")));  // runs
+  EXPECT_TRUE(Eventually([&] { return pool->Devices()[0].busy; }));
+  hs.push_back(*pool->Submit(Blocking(gate, "ipv4:10.0.0.1" + sep + "b")));
+  hs.push_back(*pool->Submit(Blocking(gate, "ipv4:10.0.0.1" + sep + "c")));
+  auto more = pool->Submit(Blocking(gate, "ipv4:10.0.0.1" + sep + "d"));
+  EXPECT_EQ(more.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(more.status().message().find("'ipv4:10.0.0.1'"), std::string::npos) << more.status().message();
+  // Claiming the victim's sub-key name changes nothing: the victim's principal still has room.
+  auto victim = pool->Submit(Blocking(gate, "ipv4:10.0.0.2"));
+  ASSERT_TRUE(victim.ok()) << victim.status().ToString();
+  hs.push_back(*victim);
+  auto victim_sub = pool->Submit(Blocking(gate, "ipv4:10.0.0.2" + sep + "x"));
+  ASSERT_TRUE(victim_sub.ok()) << victim_sub.status().ToString();
+  hs.push_back(*victim_sub);
+  gate.Open();
+  for (auto& h : hs) EXPECT_TRUE(h->Wait().ok());
+  // Quota returns as jobs leave the queue.
+  EXPECT_TRUE(pool->Submit(Blocking(gate, "ipv4:10.0.0.1" + sep + "e")).ok());
+}
+
+// The retry hint is capped (kMaxRetryAfter) and written in seconds once it passes one: an estimate
+// from slow jobs used to say "~986850 ms".
+TEST(SchedulerTest, RetryHintIsCappedAndReadable) {
+  auto pool = MakePool({{"null", 1}}, /*capacity=*/40, /*per_client=*/40);
+  JobRequest slow;
+  slow.lane = "null";
+  slow.work = [](Backend&, JobContext&) {
+    std::this_thread::sleep_for(1100ms);  // one job's run time seeds the lane's mean
+    return Status::Ok();
+  };
+  ASSERT_TRUE((*pool->Submit(std::move(slow)))->Wait().ok());
+  Gate gate;
+  std::vector<std::shared_ptr<JobHandle>> hs;
+  for (int i = 0; i < 41; ++i) hs.push_back(*pool->Submit(Blocking(gate)));  // 1 running + 40 queued
+  auto full = pool->Submit(Blocking(gate));
+  ASSERT_EQ(full.status().code(), StatusCode::kResourceExhausted);
+  // 41 jobs x 1.1 s would be ~45 s; the hint stops at 30 s.
+  EXPECT_NE(full.status().message().find("retry after ~30 s"), std::string::npos) << full.status().message();
+  EXPECT_EQ(pool->SuggestedRetryAfter("null"), kMaxRetryAfter);
+  gate.Open();
+  for (auto& h : hs) EXPECT_TRUE(h->Wait().ok());
+}
+
 TEST(SchedulerTest, RoundRobinAcrossClients) {
   auto pool = MakePool({{"null", 1}}, 64, 32);
   Gate gate;

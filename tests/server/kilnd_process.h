@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,9 +19,10 @@ namespace kiln::testing {
 class KilndProcess {
  public:
   /// Starts `binary` with `args`; stderr goes to `log_path`. Throws if it does not print its
-  /// listening line within 20 s.
+  /// listening line within 20 s. `nofile` > 0 sets the child's RLIMIT_NOFILE (soft and hard).
   KilndProcess(const std::string& binary, const std::vector<std::string>& args,
-               const std::string& log_path, const std::vector<std::string>& env = {}) {
+               const std::string& log_path, const std::vector<std::string>& env = {},
+               rlim_t nofile = 0) {
     int out[2];
     if (pipe(out) != 0) throw std::runtime_error("pipe");
     pid_ = fork();
@@ -30,6 +32,10 @@ class KilndProcess {
       if (log >= 0) dup2(log, STDERR_FILENO);
       close(out[0]);
       for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
+      if (nofile > 0) {
+        rlimit lim{nofile, nofile};
+        if (setrlimit(RLIMIT_NOFILE, &lim) != 0) _exit(126);
+      }
       std::vector<char*> argv{const_cast<char*>(binary.c_str())};
       for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);

@@ -41,6 +41,7 @@ TEST(ReactorsNeverBlock, HeldPlanStagesDoNotStopHealthListOrUpload) {
   config.devices = "reference:1";
   config.compile_workers = 2;  // also the plan lane's workers
   config.device_queue = 64;
+  config.device_queue_per_client = 64;  // the 64 runs below come from one principal (loopback)
   config.reference_threads = 1;
   server::Daemon daemon(config);
   ASSERT_TRUE(daemon.Start().ok());

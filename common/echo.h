@@ -1,0 +1,18 @@
+// Client-supplied text (model names, ids, error messages that quote them) on its way into a log
+// line, a grpc-message or a proto3 string: printable ASCII passes, everything else is escaped so
+// that a newline cannot forge a log line and invalid UTF-8 cannot break a proto; the result is
+// capped so that a 16 MiB id cannot make a 16 MiB log line or an unreadable reply.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace kiln {
+
+/// `text` with \n \r \t \\ written as C escapes and every other byte outside 0x20..0x7e as \xNN,
+/// cut to at most `max_bytes` bytes of output (never inside an escape); a cut result ends with
+/// "...[N bytes]" naming the input's full size. Output length <= max(max_bytes, 40).
+std::string EscapeForEcho(std::string_view text, size_t max_bytes = 256);
+
+}  // namespace kiln

@@ -1,0 +1,29 @@
+#include "common/echo.h"
+
+#include <gtest/gtest.h>
+
+namespace kiln {
+namespace {
+
+TEST(EscapeForEcho, PrintableAsciiPasses) { EXPECT_EQ(EscapeForEcho("model-1 v2.onnx"), "model-1 v2.onnx"); }
+
+TEST(EscapeForEcho, ControlBytesAndNonAsciiAreEscaped) {
+  EXPECT_EQ(EscapeForEcho("a\nb\r\tc\\d"), "a\\nb\\r\\tc\\\\d");
+  EXPECT_EQ(EscapeForEcho(std::string("\x1b[2J\xff\x00z", 7)), "\\x1b[2J\\xff\\x00z");
+  EXPECT_EQ(EscapeForEcho("\xc3\xa9"), "\\xc3\\xa9");
+}
+
+TEST(EscapeForEcho, LongTextIsCutAndSaysHowLong) {
+  const std::string out = EscapeForEcho(std::string(16u << 20, 'A'), 256);
+  EXPECT_LE(out.size(), 256u);
+  EXPECT_EQ(out.rfind("...[16777216 bytes]"), out.size() - 19);
+  // Exactly at the cap: nothing is cut.
+  EXPECT_EQ(EscapeForEcho(std::string(256, 'B'), 256), std::string(256, 'B'));
+  // Never inside an escape.
+  const std::string esc = EscapeForEcho(std::string(400, '\n'), 64);
+  EXPECT_LE(esc.size(), 64u);
+  EXPECT_EQ(esc.substr(0, esc.find("...")).size() % 2, 0u);
+}
+
+}  // namespace
+}  // namespace kiln
