@@ -76,7 +76,9 @@ kiln::v1::Job ToJob(const store::JobRecord& r) {
   j.set_configurations(r.configurations);
   j.set_results_expired(r.results_expired);
   j.set_layers_below_threshold(r.layers_below_threshold);
-  j.set_client(r.client);
+  std::string client = r.client;
+  std::replace(client.begin(), client.end(), sched::kSubKeySeparator, '/');
+  j.set_client(client);
   return j;
 }
 
@@ -95,6 +97,10 @@ bool ValidUtf8(const std::string& s) {
   }
   return true;
 }
+
+// The per-client limit is the principal's (the part of a client id before its sub-key,
+// sched/scheduler.h kSubKeySeparator): an x-kiln-client header must not buy more queue.
+std::string PrincipalOf(const std::string& client) { return client.substr(0, client.find(sched::kSubKeySeparator)); }
 
 bool ValidLabelKey(const std::string& k) {
   if (k.empty() || k.size() > 63) return false;
@@ -298,7 +304,7 @@ void JobManager::Enqueue(const store::JobRecord& rec, bool front) {
     q.push_back(rec.job_id);
   }
   queued_client_[rec.job_id] = rec.client;
-  ++queued_per_client_[rec.client];
+  ++queued_per_client_[PrincipalOf(rec.client)];
   ++queued_total_;
 }
 
@@ -405,8 +411,9 @@ Result<kiln::v1::Job> JobManager::Submit(const kiln::v1::SubmitRunRequest& reque
     return ResourceExhausted("job queue full: " + std::to_string(queued_total_) + " queued jobs (--job-max-queued " +
                              std::to_string(limits_.max_queued) + "); " + RetryHint(hint));
   }
-  if (queued_per_client_[client] >= limits_.max_queued_per_client) {
-    return ResourceExhausted("client '" + client.substr(0, 64) + "' has " + std::to_string(queued_per_client_[client]) +
+  const std::string principal = PrincipalOf(client);
+  if (queued_per_client_[principal] >= limits_.max_queued_per_client) {
+    return ResourceExhausted("client '" + principal.substr(0, 64) + "' has " + std::to_string(queued_per_client_[principal]) +
                              " queued jobs (--job-max-queued-per-client " +
                              std::to_string(limits_.max_queued_per_client) + "); " + RetryHint(hint));
   }
@@ -480,7 +487,7 @@ Result<kiln::v1::Job> JobManager::Cancel(const std::string& job_id) {
         auto it = std::find(c->second.begin(), c->second.end(), job_id);
         if (it != c->second.end()) c->second.erase(it);
       }
-      --queued_per_client_[q->second];
+      --queued_per_client_[PrincipalOf(q->second)];
       --queued_total_;
       queued_client_.erase(q);
       was_queued = true;
@@ -610,7 +617,7 @@ void JobManager::DispatchLoop() {
             pick = it->second.front();
             it->second.pop_front();
             lane.last_client = it->first;
-            --queued_per_client_[it->first];
+            --queued_per_client_[PrincipalOf(it->first)];
           }
         }
         if (pick.empty()) break;
