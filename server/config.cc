@@ -75,7 +75,11 @@ const std::vector<Setting>& Settings() {
        "largest accepted model in bytes",
        [](Config& c, const std::string& v) {
          std::string err = ParseU64(v, &c.max_model_bytes);
-         return err.empty() && c.max_model_bytes == 0 ? std::string("must be > 0") : err;
+         if (!err.empty()) return err;
+         // One model-size limit for store, loader and summary (common/limits.h).
+         return c.max_model_bytes == 0 || c.max_model_bytes > kMaxModelBytes
+                    ? "must be 1.." + std::to_string(kMaxModelBytes) + " (protobuf's limit)"
+                    : std::string();
        },
        [](const Config& c) { return std::string(std::to_string(c.max_model_bytes)); }},
       {"--max-store-bytes", "KILN_MAX_STORE_BYTES", "max_store_bytes",
