@@ -14,6 +14,7 @@
 // can be mounted neither as root nor inside `unshare --mount --map-root-user`; with
 // KILN_REQUIRE_TMPFS=1 (set by .ci/run) that is a failure instead.
 #include <grpcpp/grpcpp.h>
+#include <sched.h>
 #include <sys/mount.h>
 #include <sys/statvfs.h>
 
@@ -307,12 +308,17 @@ int Skip(const std::string& why) {
 int DiskFull() {
   fs::path dir = fs::temp_directory_path() / ("kiln-diskfull-" + std::to_string(::getpid()));
   fs::create_directories(dir / "data");
+  // As root: a private mount namespace of this process too, so the tmpfs never outlives it.
+  if (::unshare(CLONE_NEWNS) == 0) ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
   if (::mount("tmpfs", (dir / "data").c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=64m") != 0) {
     return Skip(std::string("mount(tmpfs): ") + std::strerror(errno));
   }
   Ledger L;
   auto k = StartAndWaitHealthy(dir, {"--max-store-bytes", "0"});
-  if (!k) return 1;
+  if (!k) {
+    ::umount2((dir / "data").c_str(), MNT_DETACH);
+    return 1;
+  }
   auto stub = kiln::v1::ModelService::NewStub(Channel(*k));
   // 1. Fill the file system through uploads: the first refusal must be RESOURCE_EXHAUSTED.
   grpc::Status refused;
