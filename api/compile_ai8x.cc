@@ -7,6 +7,7 @@
 #include "common/sha256.h"
 #include "compiler/ai8x/compile.h"
 #include "compiler/onnx/loader.h"
+#include "api/models.h"
 #include "api/version.h"
 
 namespace kiln::api {
@@ -138,6 +139,7 @@ Result<kiln::v1::CompileAi8xResponse> CompileAi8x(std::string_view bytes,
   for (auto& a : IzerCommand(resp, model_name).argv) resp.add_izer_command(std::move(a));
   resp.set_compile_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  EnsureUtf8(&resp);  // layer names and diagnostics come from the model (api/models.h)
   return resp;
 }
 

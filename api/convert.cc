@@ -11,7 +11,13 @@ Result<device::Tensor> FromProto(const kiln::v1::Tensor& t) {
   std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
   auto count = device::ShapeElementCount(shape);
   if (!count.ok()) return count.status().WithContext("input tensor '" + t.name() + "'");
-  uint64_t expected = static_cast<uint64_t>(*count) * device::DataTypeSize(*dtype);
+  // Checked before the multiply: [2^62] FP32 would wrap to 0 bytes and match an empty raw_data.
+  const uint64_t esize = device::DataTypeSize(*dtype);
+  if (static_cast<uint64_t>(*count) > device::kMaxTensorBytes / esize) {
+    return InvalidArgument("input tensor '" + t.name() + "' (" + t.datatype() + " " + device::ShapeToString(shape) +
+                           ") is over the " + std::to_string(device::kMaxTensorBytes) + "-byte tensor limit");
+  }
+  uint64_t expected = static_cast<uint64_t>(*count) * esize;
   if (t.raw_data().size() != expected) {
     return InvalidArgument("input tensor '" + t.name() + "' (" + t.datatype() + " " +
                            device::ShapeToString(shape) + ") needs " + std::to_string(expected) +

@@ -5,6 +5,7 @@
 
 #include "api/convert.h"
 #include "api/lanes.h"
+#include "api/models.h"
 #include "api/version.h"
 #include "common/reactor.h"
 #include "compiler/onnx/loader.h"
@@ -151,6 +152,7 @@ void FillRunResponse(const runtime::RunResult& result, bool omit_outputs,
   response->set_run_seconds(result.total_seconds);
   response->set_folded_nodes(result.folded_nodes);
   response->set_backend_sources(result.backend_sources);
+  EnsureUtf8(response);  // layer names, ops and output names come from the model (api/models.h)
 }
 
 sched::JobFn MakeRunJob(std::shared_ptr<const convplan::ConvPlan> plan, runtime::RunInputs inputs,

@@ -61,18 +61,21 @@ void PrintModel(const kiln::v1::Model& m) {
 }
 
 int ListModels(const ClientOptions& options) {
-  kiln::v1::ListModelsResponse response;
-  grpc::Status st = CallUnary(options, &kiln::v1::ModelService::Stub::ListModels,
-                              kiln::v1::ListModelsRequest(), &response);
-  if (!st.ok()) return Fail("models", Describe(st));
   std::printf("%-64s  %12s  %5s  %5s  %s\n", "MODEL_ID", "SIZE_BYTES", "OPSET", "NODES", "NAMES");
-  for (const auto& m : response.models()) {
-    std::string names;
-    for (int i = 0; i < m.names_size(); ++i) names += (i ? "," : "") + m.names(i);
-    std::printf("%-64s  %12llu  %5lld  %5lld  %s\n", m.model_id().c_str(),
-                static_cast<unsigned long long>(m.size_bytes()), static_cast<long long>(m.opset()),
-                static_cast<long long>(m.node_count()), names.c_str());
-  }
+  kiln::v1::ListModelsRequest request;  // every page (kiln/v1/model.proto, ListModelsRequest)
+  do {
+    kiln::v1::ListModelsResponse response;
+    grpc::Status st = CallUnary(options, &kiln::v1::ModelService::Stub::ListModels, request, &response);
+    if (!st.ok()) return Fail("models", Describe(st));
+    for (const auto& m : response.models()) {
+      std::string names;
+      for (int i = 0; i < m.names_size(); ++i) names += (i ? "," : "") + m.names(i);
+      std::printf("%-64s  %12llu  %5lld  %5lld  %s\n", m.model_id().c_str(),
+                  static_cast<unsigned long long>(m.size_bytes()), static_cast<long long>(m.opset()),
+                  static_cast<long long>(m.node_count()), names.c_str());
+    }
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty());
   return 0;
 }
 

@@ -85,17 +85,17 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
       name = "inline";
       sha = Sha256Hex(bytes);
     } else {
+      // One lookup: the reader carries the metadata of the model whose bytes it reads.
       auto reader = store_->OpenReader(request->model_id());
-      auto info = store_->Get(request->model_id());
-      if (!reader.ok() || !info.ok()) {
+      if (!reader.ok()) {
         count("invalid");
-        return reader.ok() ? info.status() : reader.status();
+        return reader.status();
       }
       auto all = (*reader)->ReadAll();
       if (!all.ok()) return all.status();
       bytes = std::move(all).value();
-      name = api::CompileModelName(*info, request->model_id());
-      sha = info->model_id;  // the reader verified the bytes against it
+      name = api::CompileModelName((*reader)->info(), request->model_id());
+      sha = (*reader)->model_id();  // the reader verified the bytes against it
     }
     if (bytes.empty()) return InvalidArgument("request names no model: set model_id or model_bytes");
     scope->AddBytes(bytes.size());

@@ -87,13 +87,51 @@ const std::vector<Setting>& Settings() {
        "largest accepted model in bytes",
        [](Config& c, const std::string& v) {
          std::string err = ParseU64(v, &c.max_model_bytes);
-         return err.empty() && c.max_model_bytes == 0 ? std::string("must be > 0") : err;
+         if (!err.empty()) return err;
+         // One model-size limit for store, loader and summary (common/limits.h).
+         return c.max_model_bytes == 0 || c.max_model_bytes > kMaxModelBytes
+                    ? "must be 1.." + std::to_string(kMaxModelBytes) + " (protobuf's limit)"
+                    : std::string();
        },
        [](const Config& c) { return std::string(std::to_string(c.max_model_bytes)); }},
       {"--max-store-bytes", "KILN_MAX_STORE_BYTES", "max_store_bytes",
        "total bytes the model store may hold (0 = unlimited)",
        [](Config& c, const std::string& v) { return ParseU64(v, &c.max_store_bytes); },
        [](const Config& c) { return std::string(std::to_string(c.max_store_bytes) + " (0 = no limit)"); }},
+      // Store limits (store/model_store.h ModelStoreOptions, server/model_service.h).
+      {"--max-uploads-in-flight", "KILN_MAX_UPLOADS_IN_FLIGHT", "max_uploads_in_flight",
+       "uploads open at once, each holding a temp file (0 = no limit)",
+       [](Config& c, const std::string& v) { return ParseU64(v, &c.max_uploads_in_flight); },
+       [](const Config& c) { return std::string(std::to_string(c.max_uploads_in_flight)); }},
+      {"--max-upload-bytes-in-flight", "KILN_MAX_UPLOAD_BYTES_IN_FLIGHT", "max_upload_bytes_in_flight",
+       "sum of the declared sizes of open uploads, re-uploads included (0 = no limit)",
+       [](Config& c, const std::string& v) { return ParseU64(v, &c.max_upload_bytes_in_flight); },
+       [](const Config& c) { return std::string(std::to_string(c.max_upload_bytes_in_flight)); }},
+      {"--max-metadata-bytes", "KILN_MAX_METADATA_BYTES", "max_metadata_bytes",
+       "bytes of producer_name plus input/output names kept per model (0 = no limit)",
+       [](Config& c, const std::string& v) { return ParseU64(v, &c.max_metadata_bytes); },
+       [](const Config& c) { return std::string(std::to_string(c.max_metadata_bytes)); }},
+      {"--upload-idle-timeout", "KILN_UPLOAD_IDLE_TIMEOUT", "upload_idle_timeout_seconds",
+       "an upload that sends no bytes for this long is ended and its reservation freed",
+       [](Config& c, const std::string& v) {
+         try {
+           size_t pos = 0;
+           c.upload_idle_timeout_seconds = std::stod(v, &pos);
+           if (pos != v.size() || !(c.upload_idle_timeout_seconds > 0)) return std::string("expected seconds > 0");
+         } catch (const std::exception&) {
+           return std::string("expected seconds > 0");
+         }
+         return std::string();
+       },
+       [](const Config& c) { return std::string(Num(c.upload_idle_timeout_seconds) + " (seconds)"); }},
+      {"--list-page-size", "KILN_LIST_PAGE_SIZE", "list_page_size",
+       "most models in one ListModels answer (pages also stay under 2 MiB)",
+       [](Config& c, const std::string& v) {
+         std::string err = ParseU64(v, &c.list_page_size);
+         return err.empty() && (c.list_page_size == 0 || c.list_page_size > 100000)
+                    ? std::string("must be 1..100000") : err;
+       },
+       [](const Config& c) { return std::string(std::to_string(c.list_page_size)); }},
       {"--tls-cert", "KILN_TLS_CERT", "tls_cert", "PEM certificate chain; enables TLS with --tls-key",
        [](Config& c, const std::string& v) { c.tls_cert = v; return std::string(); },
        [](const Config& c) { return std::string(Or(c.tls_cert, "(none: plaintext)")); }},

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/limits.h"
 #include "common/status.h"
 
 namespace kiln::server {
@@ -18,8 +19,14 @@ struct Config {
   std::string listen = "127.0.0.1:50051";
   std::string metrics_listen = "127.0.0.1:9464";
   std::string data_dir = "./var/kiln";
-  uint64_t max_model_bytes = (2ull << 30) - 1;
+  uint64_t max_model_bytes = kMaxModelBytes;
   uint64_t max_store_bytes = 64ull << 30;
+  // Store limits (store/model_store.h ModelStoreOptions; server/model_service.h).
+  uint64_t max_uploads_in_flight = 16;
+  uint64_t max_upload_bytes_in_flight = 8ull << 30;
+  uint64_t max_metadata_bytes = 64u << 10;
+  double upload_idle_timeout_seconds = 30;
+  uint64_t list_page_size = 1000;
   std::string tls_cert;  ///< PEM file; with tls_key enables TLS
   std::string tls_key;
   std::string token;     ///< bearer token; empty = no authentication

@@ -80,6 +80,9 @@ Status Daemon::StartServices() {
   store_options.dir = config_.data_dir;
   store_options.max_model_bytes = config_.max_model_bytes;
   store_options.max_store_bytes = config_.max_store_bytes;
+  store_options.max_uploads_in_flight = config_.max_uploads_in_flight;
+  store_options.max_upload_bytes_in_flight = config_.max_upload_bytes_in_flight;
+  store_options.max_metadata_bytes = config_.max_metadata_bytes;
   auto store = store::ModelStore::Open(store_options);
   if (!store.ok()) return store.status().WithContext("model store " + config_.data_dir);
   store_ = std::move(store).value();
@@ -98,7 +101,11 @@ Status Daemon::StartServices() {
   scheduler_ = std::move(scheduler).value();
 
   ServiceEnv env{metrics_.get(), auth_.get(), &drain_, scheduler_.get()};
-  model_service_ = std::make_unique<ModelServiceImpl>(store_.get(), env);
+  ModelServiceOptions model_options;
+  model_options.upload_idle_timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(config_.upload_idle_timeout_seconds * 1000));
+  model_options.list_page_size = config_.list_page_size;
+  model_service_ = std::make_unique<ModelServiceImpl>(store_.get(), env, model_options);
   compile_service_ =
       std::make_unique<CompileServiceImpl>(store_.get(), scheduler_.get(), env, config_.compile_cache_bytes);
   device_service_ = std::make_unique<DeviceServiceImpl>(store_.get(), scheduler_.get(),

@@ -11,6 +11,7 @@
 #include "server/config.h"
 #include "api/version.h"
 #include "server/daemon.h"
+#include "store/model_store.h"
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
@@ -23,6 +24,17 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
+  // --repair: rebuild the store's index from its objects (store/model_store.h, ModelStore::Repair;
+  // README "Repairing the store"), then exit. Not a setting: an action, taken out of argv here.
+  bool repair = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--repair") == 0) {
+      repair = true;
+      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+      --argc;
+      break;
+    }
+  }
   // Logs go to stderr: stdout's first line is the machine-readable "listening" line.
   spdlog::set_default_logger(spdlog::stderr_color_mt("kilnd"));
   auto config = kiln::server::LoadConfig(argc, argv);
@@ -32,6 +44,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   spdlog::set_level(spdlog::level::from_str(config->log_level));
+  if (repair) {
+    kiln::store::ModelStoreOptions store_options;
+    store_options.dir = config->data_dir;
+    auto report = kiln::store::ModelStore::Repair(store_options);
+    if (!report.ok()) {
+      std::fprintf(stderr, "kilnd --repair: %s\n", report.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("kilnd --repair: %s: index rebuilt with %zu models (%zu names kept from the old index, "
+                "%zu objects back from orphans/, %zu unverifiable files in orphans/)%s%s\n",
+                config->data_dir.c_str(), report->models, report->names_kept, report->from_orphans,
+                report->rejected, report->damaged_index.empty() ? "" : "; old index kept as ",
+                report->damaged_index.c_str());
+    return 0;
+  }
 
   // Block the shutdown signals in every thread (gRPC's included); main waits for them below.
   sigset_t signals;

@@ -5,6 +5,7 @@
 #include "api/lanes.h"
 #include "api/models.h"
 #include "common/reactor.h"
+#include "kiln/v1/model.pb.h"
 
 namespace kiln::server {
 
@@ -36,6 +37,7 @@ class ModelServiceImpl::UploadReactor final
       service_->uploads_.insert(this);
       registered_ = true;
     }
+    last_progress_ = std::chrono::steady_clock::now();
     StartRead(&request_);
   }
 
@@ -88,6 +90,7 @@ class ModelServiceImpl::UploadReactor final
                                      " bytes exceeds the 1 MiB chunk limit"));
         return;
       }
+      if (!chunk.empty()) last_progress_ = std::chrono::steady_clock::now();
       scope_.AddBytes(chunk.size());
       service_->env_.metrics->AddUploadBytes(chunk.size());
       Status st = upload_->Append(chunk.data(), chunk.size());
@@ -113,6 +116,17 @@ class ModelServiceImpl::UploadReactor final
     if (committing_) return;
     AbortLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                              "kilnd is shutting down; upload discarded, retry later"));
+  }
+
+  /// Ends the upload if no bytes arrived for `timeout` (called with service_->uploads_mu_ held,
+  /// like CancelForShutdown). The header alone does not count as progress past the first period.
+  void AbortIfIdle(std::chrono::steady_clock::time_point now, std::chrono::milliseconds timeout) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (committing_ || finished_ || now - last_progress_ < timeout) return;
+    std::string reserved = upload_ ? std::to_string(upload_->declared_bytes()) + " declared bytes" : "nothing";
+    AbortLocked(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                             "upload sent no bytes for " + std::to_string(timeout.count()) +
+                                 " ms (upload_idle_timeout_seconds); ended, freeing " + reserved));
   }
 
   void OnDone() override {
@@ -187,6 +201,7 @@ class ModelServiceImpl::UploadReactor final
   bool finished_ = false;
   bool registered_ = false;
   bool committing_ = false;
+  std::chrono::steady_clock::time_point last_progress_;  // header or last non-empty chunk
 };
 
 // Server-streaming read of a model's bytes in 1 MiB chunks.
@@ -249,12 +264,35 @@ class ModelServiceImpl::ReadReactor final
   uint64_t offset_ = 0;
 };
 
-ModelServiceImpl::ModelServiceImpl(store::ModelStore* store, ServiceEnv env)
-    : store_(store), env_(env) {
+ModelServiceImpl::ModelServiceImpl(store::ModelStore* store, ServiceEnv env, ModelServiceOptions options)
+    : store_(store), env_(env), options_(options) {
   UpdateStoreMetrics();
+  idle_thread_ = std::thread([this] { SweepIdleUploads(); });
 }
 
-ModelServiceImpl::~ModelServiceImpl() = default;
+ModelServiceImpl::~ModelServiceImpl() {
+  {
+    std::lock_guard<std::mutex> lock(uploads_mu_);
+    uploads_closed_ = true;
+  }
+  idle_cv_.notify_all();
+  if (idle_thread_.joinable()) idle_thread_.join();
+}
+
+void ModelServiceImpl::SweepIdleUploads() {
+  // A tenth of the timeout (at most 1 s) between sweeps: an idle upload ends within 1.1 timeouts.
+  const auto period = std::min<std::chrono::milliseconds>(std::chrono::seconds(1),
+                                                           std::max<std::chrono::milliseconds>(
+                                                               std::chrono::milliseconds(10),
+                                                               options_.upload_idle_timeout / 10));
+  std::unique_lock<std::mutex> lock(uploads_mu_);
+  while (!uploads_closed_) {
+    idle_cv_.wait_for(lock, period);
+    // uploads_mu_ held: no reactor reaches OnDone meanwhile (see CancelUploads).
+    auto now = std::chrono::steady_clock::now();
+    for (UploadReactor* r : uploads_) r->AbortIfIdle(now, options_.upload_idle_timeout);
+  }
+}
 
 void ModelServiceImpl::UpdateStoreMetrics() {
   env_.metrics->SetStore(store_->model_count(), store_->total_bytes());
@@ -266,6 +304,7 @@ void ModelServiceImpl::CancelUploads() {
   std::lock_guard<std::mutex> lock(uploads_mu_);
   uploads_closed_ = true;
   for (UploadReactor* r : uploads_) r->CancelForShutdown();
+  idle_cv_.notify_all();
 }
 
 grpc::ServerReadReactor<UploadModelRequest>* ModelServiceImpl::UploadModel(
@@ -291,29 +330,27 @@ grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext
     reactor->Finish(scope->Done(st));
     return reactor;
   }
-  auto info = store_->Get(request->model_id());
-  if (!info.ok()) {
-    reactor->Finish(scope->Done(ToGrpc(info.status())));
-    return reactor;
-  }
-  api::ToProto(*info, response->mutable_model());
   if (!request->include_bytes()) {
-    reactor->Finish(scope->Done(grpc::Status::OK));
+    auto info = store_->Get(request->model_id());
+    if (info.ok()) api::ToProto(*info, response->mutable_model());
+    reactor->Finish(scope->Done(info.ok() ? grpc::Status::OK : ToGrpc(info.status())));
     return reactor;
   }
-  if (info->size_bytes > kMaxInlineModelBytes) {
-    reactor->Finish(scope->Done(grpc::Status(
-        grpc::StatusCode::RESOURCE_EXHAUSTED, "model " + info->model_id + " is " + std::to_string(info->size_bytes) +
-                                                  " bytes, over the " + std::to_string(kMaxInlineModelBytes) +
-                                                  "-byte inline limit of GetModel; read it with ReadModel")));
-    return reactor;
-  }
-  // Reading (and, once per process, checking) up to 3 MiB blocks: store lane.
-  RunOnStoreLane(*context, reactor, scope, [this, id = info->model_id, response, scope]() -> Status {
+  // One lookup for the metadata and the bytes (the reader carries both): resolving the name
+  // twice could answer one model's bytes under another's id while the name moves. Reading (and,
+  // once per process, checking) up to 3 MiB blocks: store lane.
+  RunOnStoreLane(*context, reactor, scope, [this, id = request->model_id(), response, scope]() -> Status {
     auto reader = store_->OpenReader(id);
     if (!reader.ok()) return reader.status();
+    const store::ModelInfo& info = (*reader)->info();
+    if (info.size_bytes > kMaxInlineModelBytes) {
+      return ResourceExhausted("model " + info.model_id + " is " + std::to_string(info.size_bytes) +
+                               " bytes, over the " + std::to_string(kMaxInlineModelBytes) +
+                               "-byte inline limit of GetModel; read it with ReadModel");
+    }
     auto bytes = (*reader)->ReadAll();  // checked against the id, like every whole read
     if (!bytes.ok()) return bytes.status();
+    api::ToProto(info, response->mutable_model());
     *response->mutable_model_bytes() = std::move(bytes).value();
     scope->AddBytes(response->model_bytes().size());
     return Status::Ok();
@@ -322,17 +359,48 @@ grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext
 }
 
 grpc::ServerUnaryReactor* ModelServiceImpl::ListModels(grpc::CallbackServerContext* context,
-                                                       const kiln::v1::ListModelsRequest*,
+                                                       const kiln::v1::ListModelsRequest* request,
                                                        kiln::v1::ListModelsResponse* response) {
   ReactorScope on_reactor;
   auto* reactor = context->DefaultReactor();
   RpcScope scope(env_, *context, "/kiln.v1.ModelService/ListModels");
   grpc::Status st = scope.Begin(*context);
-  if (st.ok()) {
-    for (const auto& m : store_->List()) api::ToProto(m, response->add_models());
-  }
+  if (st.ok()) st = ListPage(*request, response);
   reactor->Finish(scope.Done(st));
   return reactor;
+}
+
+grpc::Status ModelServiceImpl::ListPage(const kiln::v1::ListModelsRequest& request,
+                                        kiln::v1::ListModelsResponse* response) const {
+  // The token is the last model id of the previous page (ids are ordered); clients treat it as
+  // opaque (kiln/v1/model.proto).
+  const std::string& token = request.page_token();
+  if (!token.empty() && !store::IsModelId(token)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "page_token is not one this server handed out");
+  }
+  if (request.page_size() < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "page_size must be >= 0");
+  }
+  size_t limit = options_.list_page_size;
+  if (request.page_size() > 0) limit = std::min(limit, static_cast<size_t>(request.page_size()));
+  // One more than the page: whether a next page exists.
+  std::vector<store::ModelInfo> models = store_->ListAfter(token, limit + 1);
+  size_t bytes = 0;
+  for (size_t i = 0; i < models.size(); ++i) {
+    if (i == limit) {
+      response->set_next_page_token(models[i - 1].model_id);
+      break;
+    }
+    kiln::v1::Model m;
+    api::ToProto(models[i], &m);
+    bytes += m.ByteSizeLong() + 8;  // + the field's tag and length
+    if (i > 0 && bytes > kMaxListPageBytes) {
+      response->set_next_page_token(models[i - 1].model_id);
+      break;
+    }
+    *response->add_models() = std::move(m);
+  }
+  return grpc::Status::OK;
 }
 
 grpc::ServerUnaryReactor* ModelServiceImpl::DeleteModel(grpc::CallbackServerContext* context,

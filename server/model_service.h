@@ -3,9 +3,12 @@
 // commit, DeleteModel's index rewrite, GetModel's inline bytes) runs on the scheduler's store lane.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <unordered_set>
 
 #include "kiln/v1/model.grpc.pb.h"
@@ -19,9 +22,22 @@ inline constexpr size_t kMaxUploadChunkBytes = 1u << 20;
 /// Largest model GetModel returns inline (include_bytes); larger ones are read with ReadModel.
 inline constexpr size_t kMaxInlineModelBytes = 3u << 20;
 
+/// Limits of the service itself (the store's are store::ModelStoreOptions); kilnd sets them from
+/// server/config.h (upload_idle_timeout_seconds, list_page_size).
+struct ModelServiceOptions {
+  /// An upload that delivers no chunk bytes for this long ends with DEADLINE_EXCEEDED and frees
+  /// its reservation: a declared size is only held while bytes keep arriving.
+  std::chrono::milliseconds upload_idle_timeout{30'000};
+  /// Most models in one ListModels page (kiln/v1/model.proto, ListModelsRequest).
+  size_t list_page_size = 1000;
+};
+
+/// Largest ListModels page in bytes: half of gRPC's default 4 MiB client receive limit.
+inline constexpr size_t kMaxListPageBytes = 2u << 20;
+
 class ModelServiceImpl final : public kiln::v1::ModelService::CallbackService {
  public:
-  ModelServiceImpl(store::ModelStore* store, ServiceEnv env);
+  ModelServiceImpl(store::ModelStore* store, ServiceEnv env, ModelServiceOptions options = {});
   ~ModelServiceImpl() override;
 
   /// Ends every open upload with UNAVAILABLE (nothing of it is stored) and refuses new ones.
@@ -51,11 +67,19 @@ class ModelServiceImpl final : public kiln::v1::ModelService::CallbackService {
   void RunOnStoreLane(grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor,
                       std::shared_ptr<RpcScope> scope, std::function<Status()> work);
 
+  // One page of ListModels (kiln/v1/model.proto, ListModelsRequest).
+  grpc::Status ListPage(const kiln::v1::ListModelsRequest& request, kiln::v1::ListModelsResponse* response) const;
+  // Ends uploads idle for longer than options_.upload_idle_timeout (runs on idle_thread_).
+  void SweepIdleUploads();
+
   store::ModelStore* store_;
   ServiceEnv env_;
+  ModelServiceOptions options_;
   std::mutex uploads_mu_;
   std::unordered_set<UploadReactor*> uploads_;
   bool uploads_closed_ = false;
+  std::condition_variable idle_cv_;  // with uploads_mu_: wakes the sweeper to stop
+  std::thread idle_thread_;
 };
 
 }  // namespace kiln::server

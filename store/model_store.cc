@@ -15,67 +15,23 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <optional>
+#include <unordered_set>
 #include <random>
 #include <sstream>
 
 #include "common/reactor.h"
 #include "compiler/onnx/summary.h"
+#include "store/index_file.h"
+#include "store/store_files.h"
 
 namespace fs = std::filesystem;
 
 namespace kiln::store {
+
+using namespace internal;  // store/store_files.h
+
 namespace {
-
-Status ErrnoStatus(const std::string& what, const fs::path& path) {
-  return Internal(what + " " + path.string() + ": " + std::strerror(errno));
-}
-
-Status FsyncPath(const fs::path& path, int flags) {
-  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("open", path);
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return ErrnoStatus("fsync", path);
-  return Status::Ok();
-}
-
-Status FsyncDir(const fs::path& dir) { return FsyncPath(dir, O_RDONLY | O_DIRECTORY); }
-
-Status WriteAll(int fd, const void* data, size_t size, const fs::path& path) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus("write", path);
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
-
-// Writes `content` to `target` atomically: temp file beside it, fsync, rename, fsync dir.
-Status AtomicWriteFile(const fs::path& target, const fs::path& tmp_dir, const std::string& content) {
-  fs::path tmp = tmp_dir / (target.filename().string() + ".tmp");
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("create", tmp);
-  Status st = WriteAll(fd, content.data(), content.size(), tmp);
-  if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("fsync", tmp);
-  ::close(fd);
-  if (st.ok() && ::rename(tmp.c_str(), target.c_str()) != 0) st = ErrnoStatus("rename", tmp);
-  if (!st.ok()) {
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  return FsyncDir(target.parent_path());
-}
-
-bool IsHexSha256(const std::string& s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
-}
 
 std::string RandomSuffix() {
   static std::atomic<uint64_t> counter{0};
@@ -85,13 +41,9 @@ std::string RandomSuffix() {
   return os.str();
 }
 
-int64_t NowUnixSeconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
+
+bool IsModelId(const std::string& s) { return IsHexSha256(s); }
 
 bool IsValidModelName(const std::string& name) {
   if (name.empty() || name.size() > 128 || name[0] == '.' || IsHexSha256(name)) return false;
@@ -126,9 +78,9 @@ void Upload::Abort() {
 
 Status Upload::Append(const void* data, size_t size) {
   if (finished_) return FailedPrecondition("upload already finished");
-  if (received_ + size > declared_size_) {
-    return ResourceExhausted("upload of '" + name_ + "' sent more than the declared size_bytes " +
-                             std::to_string(declared_size_));
+  if (size > declared_size_ - received_) {  // received_ <= declared_size_: no wrap
+    return InvalidArgument("upload of '" + name_ + "' sent more than the declared size_bytes " +
+                           std::to_string(declared_size_));
   }
   Status st = WriteAll(fd_, data, size, tmp_path_);
   if (!st.ok()) return st;
@@ -177,6 +129,16 @@ Result<ModelInfo> Upload::Commit(bool* already_stored, std::string* replaced_mod
     info.outputs = summary->outputs;
     info.node_count = summary->node_count;
     info.producer_name = summary->producer_name;
+    uint64_t meta = info.producer_name.size();
+    for (const auto& v : info.inputs) meta += v.size();
+    for (const auto& v : info.outputs) meta += v.size();
+    const uint64_t cap = store_->options_.max_metadata_bytes;
+    if (cap > 0 && meta > cap) {
+      Abort();
+      return InvalidArgument("model '" + name_ + "' carries " + std::to_string(meta) +
+                             " bytes of metadata (producer_name and input and output names); the "
+                             "limit (max_metadata_bytes) is " + std::to_string(cap));
+    }
   } else {
     Abort();
     return InvalidArgument("model '" + name_ + "' is empty");
@@ -226,7 +188,7 @@ Result<std::string> ModelReader::ReadAll() const {
   std::string out;
   Status st = ReadAt(0, size_, &out);
   if (!st.ok()) return st;
-  if (store_ != nullptr && !store_->IsVerified(id_)) {
+  if (store_ != nullptr && !store_->IsVerified(model_id())) {
     Sha256 hash;
     hash.Update(out.data(), out.size());
     KILN_RETURN_IF_ERROR(Verify(hash.HexDigest()));
@@ -235,12 +197,12 @@ Result<std::string> ModelReader::ReadAll() const {
 }
 
 Status ModelReader::Verify(const std::string& sha256_hex) const {
-  if (sha256_hex != id_) {
-    spdlog::error("model store: object {} has sha256 {} on disk: corrupted", id_, sha256_hex);
-    return DataLoss("model " + id_ + ": the stored bytes no longer match their sha256 (" + sha256_hex +
+  if (sha256_hex != model_id()) {
+    spdlog::error("model store: object {} has sha256 {} on disk: corrupted", model_id(), sha256_hex);
+    return DataLoss("model " + model_id() + ": the stored bytes no longer match their sha256 (" + sha256_hex +
                     "); the object is corrupted on disk: upload the model again");
   }
-  if (store_ != nullptr) store_->MarkVerified(id_);
+  if (store_ != nullptr) store_->MarkVerified(model_id());
   return Status::Ok();
 }
 
@@ -257,30 +219,22 @@ void ModelStore::MarkVerified(const std::string& id) const {
 // ---------------------------------------------------------------------------------------------
 // ModelStore
 
-fs::path ModelStore::ObjectPath(const std::string& id) const {
-  return options_.dir / "objects" / (id + ".onnx");
-}
+fs::path ModelStore::ObjectPath(const std::string& id) const { return ObjectPathIn(options_.dir, id); }
 
 ModelStore::~ModelStore() {
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
 }
 
 Result<std::unique_ptr<ModelStore>> ModelStore::Open(const ModelStoreOptions& options) {
-  std::error_code ec;
-  for (const char* sub : {"objects", "tmp", "orphans"}) {
-    fs::create_directories(options.dir / sub, ec);
-    if (ec) return Internal("create " + (options.dir / sub).string() + ": " + ec.message());
-  }
-  std::unique_ptr<ModelStore> store(new ModelStore(options));
+  KILN_RETURN_IF_ERROR(MakeDirs(options.dir));
+  ModelStoreOptions opts = options;
+  opts.max_model_bytes = std::min<uint64_t>(opts.max_model_bytes, kMaxModelBytes);
+  std::unique_ptr<ModelStore> store(new ModelStore(opts));
   // One process per store: a second kilnd on the same directory would overwrite the index.
-  fs::path lock_path = options.dir / "LOCK";
-  store->lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (store->lock_fd_ < 0) return ErrnoStatus("open", lock_path);
-  if (::flock(store->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-    return FailedPrecondition("model store " + options.dir.string() +
-                              " is in use by another process (" + lock_path.string() +
-                              " is locked); give each kilnd its own --data-dir");
-  }
+  auto lock = TakeLock(options.dir);
+  if (!lock.ok()) return lock.status();
+  store->lock_fd_ = *lock;
+  std::error_code ec;
   // Leftovers of a crash: uploads and index writes that never reached their rename.
   for (const auto& e : fs::directory_iterator(options.dir / "tmp", ec)) fs::remove(e.path(), ec);
   bool have_index = fs::exists(options.dir / "index.yaml");
@@ -288,134 +242,77 @@ Result<std::unique_ptr<ModelStore>> ModelStore::Open(const ModelStoreOptions& op
   if (!st.ok()) return st;
   // Objects renamed into place whose index write never happened, and stray files, are not part
   // of the store; they move aside instead of being deleted.
+  std::unordered_set<std::string> ids;
+  for (const auto& m : store->models_) ids.insert(m.model_id);
   for (const auto& e : fs::directory_iterator(options.dir / "objects", ec)) {
-    std::string id = e.path().stem().string();
-    bool known = e.path().extension() == ".onnx" &&
-                 std::any_of(store->models_.begin(), store->models_.end(),
-                             [&](const ModelInfo& m) { return m.model_id == id; });
+    bool known = e.path().extension() == ".onnx" && ids.count(e.path().stem().string()) > 0;
     if (known) continue;
     fs::path dest = options.dir / "orphans" / e.path().filename();
     fs::rename(e.path(), dest, ec);
     spdlog::warn("model store: {} is in no index entry; moved to {}", e.path().string(), dest.string());
   }
-  // An indexed model whose object is gone cannot be served.
+  // An entry whose object is gone is a delete that unlinked the object and did not get to
+  // rewrite the index (ModelStore::Delete); an object of another size than its entry means the
+  // index cannot be trusted.
   size_t before = store->models_.size();
-  std::erase_if(store->models_, [&](const ModelInfo& m) {
-    bool missing = !fs::exists(store->ObjectPath(m.model_id));
-    if (missing) {
-      spdlog::error("model store: object of model {} (names: {}) is missing; entry dropped",
-                    m.model_id, fmt::join(m.names, ","));
+  std::vector<ModelInfo> kept;
+  for (auto& m : store->models_) {
+    std::error_code sec;
+    uint64_t size = fs::file_size(store->ObjectPath(m.model_id), sec);
+    if (sec) {
+      spdlog::warn("model store: object of model {} (names: {}) is gone (a delete that did not rewrite "
+                   "the index); entry dropped", m.model_id, fmt::join(m.names, ","));
+      continue;
     }
-    return missing;
-  });
+    if (size != m.size_bytes) {
+      return FailedPrecondition("model store index " + (options.dir / "index.yaml").string() +
+                                " is damaged: model " + m.model_id + " has size_bytes " +
+                                std::to_string(m.size_bytes) + " but its object is " + std::to_string(size) +
+                                " bytes; nothing was changed. Run `kilnd --repair --data-dir " +
+                                options.dir.string() + "` to rebuild the index from the objects");
+    }
+    kept.push_back(std::move(m));
+  }
+  store->models_ = std::move(kept);
   store->total_bytes_ = 0;
   for (const auto& m : store->models_) store->total_bytes_ += m.size_bytes;
-  if (store->models_.size() != before || !have_index) {
-    std::lock_guard<std::mutex> lock(store->mu_);
-    KILN_RETURN_IF_ERROR(store->WriteIndexLocked());
+  if (store->models_.size() != before || !have_index || store->index_legacy_) {
+    std::lock_guard<std::mutex> wlock(store->write_mu_);
+    KILN_RETURN_IF_ERROR(store->WriteIndex(store->models_));
   }
   return store;
 }
 
-Status ModelStore::RebuildIndexFromObjects() {
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(options_.dir / "objects", ec)) {
-    std::string id = e.path().stem().string();
-    if (e.path().extension() != ".onnx" || !IsHexSha256(id)) continue;
-    std::ifstream in(e.path(), std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (Sha256Hex(bytes) != id) continue;  // corrupt: left for the orphan sweep
-    auto summary = onnx_fe::SummarizeOnnx(bytes.data(), bytes.size());
-    if (!summary.ok()) continue;
-    ModelInfo m;
-    m.model_id = id;
-    m.size_bytes = bytes.size();
-    m.opset = summary->opset;
-    m.inputs = summary->inputs;
-    m.outputs = summary->outputs;
-    m.node_count = summary->node_count;
-    m.producer_name = summary->producer_name;
-    auto mtime = fs::last_write_time(e.path(), ec);
-    m.created_unix_seconds = ec ? NowUnixSeconds()
-                                : std::chrono::duration_cast<std::chrono::seconds>(
-                                      std::chrono::file_clock::to_sys(mtime).time_since_epoch())
-                                      .count();
-    models_.push_back(std::move(m));
-  }
-  std::sort(models_.begin(), models_.end(),
-            [](const ModelInfo& a, const ModelInfo& b) { return a.model_id < b.model_id; });
-  if (!models_.empty()) {
-    spdlog::warn("model store {}: index.yaml was missing; rebuilt it from {} objects (names are "
-                 "lost, ids kept)", options_.dir.string(), models_.size());
-  }
-  return Status::Ok();
-}
-
 Status ModelStore::LoadIndex() {
   fs::path path = options_.dir / "index.yaml";
-  try {
-    YAML::Node root = YAML::LoadFile(path.string());
-    int version = root["format_version"].as<int>(0);
-    if (version != kIndexFormatVersion) {
-      return FailedPrecondition("model store index " + path.string() + " has format_version " +
-                                std::to_string(version) + "; this kilnd reads version " +
-                                std::to_string(kIndexFormatVersion));
-    }
-    for (const auto& n : root["models"]) {
-      ModelInfo m;
-      m.model_id = n["id"].as<std::string>();
-      if (!IsHexSha256(m.model_id)) continue;
-      for (const auto& name : n["names"]) m.names.push_back(name.as<std::string>());
-      m.size_bytes = n["size_bytes"].as<uint64_t>();
-      m.opset = n["opset"].as<int64_t>(0);
-      for (const auto& s : n["inputs"]) m.inputs.push_back(s.as<std::string>());
-      for (const auto& s : n["outputs"]) m.outputs.push_back(s.as<std::string>());
-      m.node_count = n["node_count"].as<int64_t>(0);
-      m.producer_name = n["producer_name"].as<std::string>("");
-      m.created_unix_seconds = n["created_unix_seconds"].as<int64_t>(0);
-      models_.push_back(std::move(m));
-    }
-  } catch (const std::exception& e) {
-    return FailedPrecondition("model store index " + path.string() + " is unreadable: " + e.what());
+  std::string text = ReadFile(path);
+  auto models = internal::ParseIndex(text);
+  if (!models.ok()) {
+    return FailedPrecondition("model store index " + path.string() + ": " + models.status().message() +
+                              "; kilnd does not start on it and changed nothing. Run `kilnd --repair "
+                              "--data-dir " + options_.dir.string() +
+                              "` to rebuild the index from the objects (README, \"Repairing the store\")");
   }
-  std::sort(models_.begin(), models_.end(),
-            [](const ModelInfo& a, const ModelInfo& b) { return a.model_id < b.model_id; });
+  index_legacy_ = text.find(internal::kChecksumPrefix) == std::string::npos;
+  models_ = std::move(models).value();
   return Status::Ok();
 }
 
-Status ModelStore::WriteIndexLocked() {
-  AssertNotOnReactor("ModelStore::WriteIndexLocked");
-  YAML::Emitter out;
-  out << YAML::BeginMap << YAML::Key << "format_version" << YAML::Value << kIndexFormatVersion;
-  out << YAML::Key << "models" << YAML::Value << YAML::BeginSeq;
-  for (const auto& m : models_) {
-    out << YAML::BeginMap;
-    out << YAML::Key << "id" << YAML::Value << m.model_id;
-    out << YAML::Key << "names" << YAML::Value << YAML::Flow << m.names;
-    out << YAML::Key << "size_bytes" << YAML::Value << m.size_bytes;
-    out << YAML::Key << "opset" << YAML::Value << m.opset;
-    out << YAML::Key << "inputs" << YAML::Value << YAML::Flow << m.inputs;
-    out << YAML::Key << "outputs" << YAML::Value << YAML::Flow << m.outputs;
-    out << YAML::Key << "node_count" << YAML::Value << m.node_count;
-    out << YAML::Key << "producer_name" << YAML::Value << m.producer_name;
-    out << YAML::Key << "created_unix_seconds" << YAML::Value << m.created_unix_seconds;
-    out << YAML::EndMap;
-  }
-  out << YAML::EndSeq << YAML::EndMap;
-  std::string text = std::string(out.c_str()) + "\n";
-  return AtomicWriteFile(options_.dir / "index.yaml", options_.dir / "tmp", text);
+Status ModelStore::WriteIndex(const std::vector<ModelInfo>& models) {
+  AssertNotOnReactor("ModelStore::WriteIndex");
+  return AtomicWriteFile(options_.dir / "index.yaml", options_.dir / "tmp", internal::SerializeIndex(models));
 }
 
 Result<std::unique_ptr<Upload>> ModelStore::BeginUpload(const std::string& name,
                                                         uint64_t size_bytes,
                                                         const std::string& sha256_hex) {
   if (!IsValidModelName(name)) {
-    return InvalidArgument("model name '" + name +
+    return InvalidArgument("model name '" + name.substr(0, 160) +
                            "' is invalid: use 1-128 characters of [A-Za-z0-9._-], not starting "
                            "with '.'");
   }
   if (!IsHexSha256(sha256_hex)) {
-    return InvalidArgument("sha256 must be 64 lowercase hex characters, got '" + sha256_hex + "'");
+    return InvalidArgument("sha256 must be 64 lowercase hex characters, got '" + sha256_hex.substr(0, 80) + "'");
   }
   if (size_bytes == 0) return InvalidArgument("size_bytes must be > 0");
   if (size_bytes > options_.max_model_bytes) {
@@ -425,20 +322,37 @@ Result<std::unique_ptr<Upload>> ModelStore::BeginUpload(const std::string& name,
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    // Bytes already stored add nothing: a re-upload (new name, same model) is never refused.
-    bool stored = std::any_of(models_.begin(), models_.end(), [&](const ModelInfo& m) {
-      return m.model_id == sha256_hex && m.size_bytes == size_bytes;
-    });
+    auto state = [&] {
+      return std::to_string(total_bytes_) + " bytes are stored and " + std::to_string(reserved_bytes_) +
+             " bytes are reserved by " + std::to_string(uploads_in_flight_) + " uploads in flight";
+    };
+    // Every upload holds a temp file, whatever it uploads: bounded by count and bytes.
+    if (options_.max_uploads_in_flight > 0 && uploads_in_flight_ >= options_.max_uploads_in_flight) {
+      return ResourceExhausted("too many uploads in flight (max_uploads_in_flight is " +
+                               std::to_string(options_.max_uploads_in_flight) + "); " + state() +
+                               "; retry when one finishes");
+    }
+    if (options_.max_upload_bytes_in_flight > 0 &&
+        reserved_bytes_ + size_bytes > options_.max_upload_bytes_in_flight) {
+      return ResourceExhausted("uploading model '" + name + "' (" + std::to_string(size_bytes) +
+                               " bytes) would exceed max_upload_bytes_in_flight (" +
+                               std::to_string(options_.max_upload_bytes_in_flight) + "); " + state());
+    }
+    // Bytes already stored add nothing to the store: a re-upload (new name, same model) is not
+    // refused by the store limit.
+    auto it = std::lower_bound(models_.begin(), models_.end(), sha256_hex,
+                               [](const ModelInfo& m, const std::string& id) { return m.model_id < id; });
+    bool stored = it != models_.end() && it->model_id == sha256_hex && it->size_bytes == size_bytes;
     const uint64_t other = other_bytes_ ? other_bytes_() : 0;
     if (!stored && options_.max_store_bytes > 0 &&
         total_bytes_ + reserved_bytes_ + other + size_bytes > options_.max_store_bytes) {
       return ResourceExhausted("storing model '" + name + "' (" + std::to_string(size_bytes) +
                                " bytes) would exceed the store limit (max_store_bytes) of " +
-                               std::to_string(options_.max_store_bytes) + " bytes; " +
-                               std::to_string(total_bytes_) + " bytes of models and " + std::to_string(other) +
-                               " bytes of job inputs and results are stored");
+                               std::to_string(options_.max_store_bytes) + " bytes; " + state() + "; job inputs and results hold " +
+                               std::to_string(other) + " bytes");
     }
     reserved_bytes_ += size_bytes;
+    ++uploads_in_flight_;
   }
   fs::path tmp = options_.dir / "tmp" / ("upload-" + RandomSuffix());
   int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -453,23 +367,23 @@ Result<std::unique_ptr<Upload>> ModelStore::BeginUpload(const std::string& name,
 void ModelStore::ReleaseReservation(uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   reserved_bytes_ -= std::min(bytes, reserved_bytes_);
+  if (uploads_in_flight_ > 0) --uploads_in_flight_;
 }
 
 Result<ModelInfo> ModelStore::Publish(Upload* upload, ModelInfo info, bool* already_stored,
                                       std::string* replaced_model_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> wlock(write_mu_);
   const std::string& name = upload->name_;
+  // Only holders of write_mu_ change models_, so it is read here without mu_.
+  std::vector<ModelInfo> next = models_;
+  std::string replaced;
   // A name points at one model: re-uploading under a name moves the name.
-  std::vector<ModelInfo> before = models_;
-  for (auto& m : models_) {
-    if (std::erase(m.names, name) > 0 && m.model_id != info.model_id && replaced_model_id) {
-      *replaced_model_id = m.model_id;
-    }
+  for (auto& m : next) {
+    if (std::erase(m.names, name) > 0 && m.model_id != info.model_id) replaced = m.model_id;
   }
-  auto it = std::lower_bound(models_.begin(), models_.end(), info.model_id,
+  auto it = std::lower_bound(next.begin(), next.end(), info.model_id,
                              [](const ModelInfo& m, const std::string& id) { return m.model_id < id; });
-  bool exists = it != models_.end() && it->model_id == info.model_id;
-  if (already_stored) *already_stored = exists;
+  bool exists = it != next.end() && it->model_id == info.model_id;
   fs::path object = ObjectPath(info.model_id);
   if (exists) {
     if (IsVerified(info.model_id)) {
@@ -493,50 +407,63 @@ Result<ModelInfo> ModelStore::Publish(Upload* upload, ModelInfo info, bool* alre
       ::unlink(object.c_str());
       return st;
     }
-    it = models_.insert(it, info);
-    total_bytes_ += info.size_bytes;
+    it = next.insert(it, info);
     MarkVerified(info.model_id);  // the upload hashed exactly the bytes now stored
   }
   ModelInfo result = *it;
-  Status st = WriteIndexLocked();
+  // The index write is the commit; mu_ is not held, so reads go on meanwhile.
+  Status st = WriteIndex(next);
   if (!st.ok()) {
-    // Roll back to the state that is on disk.
-    if (!exists) {
-      total_bytes_ -= info.size_bytes;
-      ::unlink(object.c_str());
-    }
-    models_ = std::move(before);
-    if (replaced_model_id) replaced_model_id->clear();
+    if (!exists) ::unlink(object.c_str());  // back to the state that is on disk
     return st;
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    models_.swap(next);
+    if (!exists) total_bytes_ += info.size_bytes;
+  }
+  if (already_stored) *already_stored = exists;
+  if (replaced_model_id) *replaced_model_id = replaced;
   return result;
 }
 
 const ModelInfo* ModelStore::FindLocked(const std::string& id_or_name) const {
-  for (const auto& m : models_) {
-    if (m.model_id == id_or_name) return &m;
-  }
+  auto it = std::lower_bound(models_.begin(), models_.end(), id_or_name,
+                             [](const ModelInfo& m, const std::string& id) { return m.model_id < id; });
+  if (it != models_.end() && it->model_id == id_or_name) return &*it;
   for (const auto& m : models_) {
     if (std::find(m.names.begin(), m.names.end(), id_or_name) != m.names.end()) return &m;
   }
   return nullptr;
 }
 
+namespace {
+Status NoModel(const std::string& id_or_name) {
+  return NotFound("no model with id or name '" + id_or_name.substr(0, 160) + "'");
+}
+}  // namespace
+
 Result<ModelInfo> ModelStore::Get(const std::string& id_or_name) const {
   std::lock_guard<std::mutex> lock(mu_);
   const ModelInfo* m = FindLocked(id_or_name);
-  if (!m) return NotFound("no model with id or name '" + id_or_name + "'");
+  if (!m) return NoModel(id_or_name);
   return *m;
 }
 
 Result<std::unique_ptr<ModelReader>> ModelStore::OpenReader(const std::string& id_or_name) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  const ModelInfo* m = FindLocked(id_or_name);
-  if (!m) return NotFound("no model with id or name '" + id_or_name + "'");
-  fs::path path = ObjectPath(m->model_id);
+  ModelInfo info;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const ModelInfo* m = FindLocked(id_or_name);
+    if (!m) return NoModel(id_or_name);
+    info = *m;
+  }
+  // Opened outside mu_: a delete may unlink the object in between (it leaves the index first),
+  // which is then the same NOT_FOUND as a lookup after the delete.
+  fs::path path = ObjectPath(info.model_id);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("open", path);
-  return std::unique_ptr<ModelReader>(new ModelReader(fd, m->size_bytes, m->model_id, this));
+  if (fd < 0) return errno == ENOENT ? NoModel(id_or_name) : ErrnoStatus("open", path);
+  return std::unique_ptr<ModelReader>(new ModelReader(fd, std::move(info), this));
 }
 
 std::vector<ModelInfo> ModelStore::List() const {
@@ -544,28 +471,61 @@ std::vector<ModelInfo> ModelStore::List() const {
   return models_;
 }
 
-Status ModelStore::Delete(const std::string& id_or_name) {
+std::vector<ModelInfo> ModelStore::ListAfter(const std::string& after_id, size_t limit) const {
   std::lock_guard<std::mutex> lock(mu_);
+  auto it = std::upper_bound(models_.begin(), models_.end(), after_id,
+                             [](const std::string& id, const ModelInfo& m) { return id < m.model_id; });
+  size_t n = static_cast<size_t>(models_.end() - it);
+  if (limit > 0) n = std::min(n, limit);
+  return std::vector<ModelInfo>(it, it + static_cast<std::ptrdiff_t>(n));
+}
+
+Status ModelStore::Delete(const std::string& id_or_name) {
+  std::lock_guard<std::mutex> wlock(write_mu_);
+  std::vector<ModelInfo> next = models_;  // read without mu_: only write_mu_ holders change it
   const ModelInfo* m = FindLocked(id_or_name);
-  if (!m) return NotFound("no model with id or name '" + id_or_name + "'");
-  auto it = models_.begin() + (m - models_.data());
-  std::vector<ModelInfo> before = models_;
+  if (!m) return NoModel(id_or_name);
+  auto it = next.begin() + (m - models_.data());
   bool by_name = it->model_id != id_or_name;
   if (by_name) std::erase(it->names, id_or_name);
-  bool remove_model = !by_name || it->names.empty();
+  if (by_name && !it->names.empty()) {
+    // Only a name goes: the index write is the commit.
+    KILN_RETURN_IF_ERROR(WriteIndex(next));
+    std::lock_guard<std::mutex> lock(mu_);
+    models_.swap(next);
+    return Status::Ok();
+  }
   ModelInfo removed = *it;
-  if (remove_model) models_.erase(it);
-  // Index first: a crash after it leaves an unindexed object, which start-up moves aside.
-  Status st = WriteIndexLocked();
-  if (!st.ok()) {
-    models_ = std::move(before);
+  next.erase(it);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    models_.swap(next);
+    total_bytes_ -= removed.size_bytes;
+  }
+  // Object first: it frees the space a full disk needs for the index write, and once the unlink
+  // is durable the delete is (start-up drops an entry without object).
+  fs::path object = ObjectPath(removed.model_id);
+  if (::unlink(object.c_str()) != 0 && errno != ENOENT) {
+    Status st = ErrnoStatus("unlink", object);
+    std::lock_guard<std::mutex> lock(mu_);  // still stored: put it back
+    models_.insert(std::lower_bound(models_.begin(), models_.end(), removed.model_id,
+                                    [](const ModelInfo& x, const std::string& id) { return x.model_id < id; }),
+                   removed);
+    total_bytes_ += removed.size_bytes;
     return st;
   }
-  if (remove_model) {
-    total_bytes_ -= removed.size_bytes;
-    ::unlink(ObjectPath(removed.model_id).c_str());
+  KILN_RETURN_IF_ERROR(FsyncDir(object.parent_path()));
+  Status st = WriteIndex(models_);
+  if (!st.ok()) {
+    spdlog::warn("model store: model {} deleted, but the index rewrite failed ({}); the next write "
+                 "or start-up drops its entry", removed.model_id, st.ToString());
   }
   return Status::Ok();
+}
+
+uint64_t ModelStore::reserved_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reserved_bytes_;
 }
 
 size_t ModelStore::model_count() const {

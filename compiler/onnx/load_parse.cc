@@ -5,22 +5,23 @@
 #include <algorithm>
 #include <climits>
 
+#include "common/limits.h"
 #include "compiler/onnx/load_stages.h"
 #include "compiler/onnx/wire_scan.h"
 
 namespace kiln::onnx_fe::internal {
 namespace {
 
-constexpr size_t kProtobufMaxBytes = static_cast<size_t>(INT_MAX);
+constexpr size_t kProtobufMaxBytes = static_cast<size_t>(kMaxModelBytes);
 
 }  // namespace
 
 Status CheckSize(LoadContext& ctx) {
   const std::string_view bytes = ctx.bytes;
   if (bytes.empty()) return ctx.Fail(StatusCode::kInvalidArgument, "the model is empty (0 bytes)");
-  if (bytes.size() >= kProtobufMaxBytes) {
+  if (bytes.size() > kProtobufMaxBytes) {
     return ctx.FailLimit("the model is " + std::to_string(bytes.size()) +
-                         " bytes; ONNX files of 2 GiB or more cannot be parsed (protobuf's limit) and external "
+                         " bytes, over kMaxModelBytes (2 GiB - 1, common/limits.h): protobuf cannot parse more and external "
                          "data is not accepted");
   }
   if (bytes.size() > ctx.options.limits.max_model_bytes) {

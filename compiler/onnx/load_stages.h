@@ -11,7 +11,7 @@
 namespace kiln::onnx_fe::internal {
 
 // compiler/onnx/load_parse.cc
-/// Size caps on the bytes: not empty, under LoaderLimits::max_model_bytes and 2 GiB.
+/// Size caps on the bytes: not empty, under LoaderLimits::max_model_bytes and kMaxModelBytes (common/limits.h).
 Status CheckSize(LoadContext& ctx);
 /// Wire pre-scan (node count, subgraph depth) and the protobuf parse into LoadContext::model.
 Status Parse(LoadContext& ctx);

@@ -3,7 +3,7 @@
 // This is the only module in Kiln that touches onnx::ModelProto. LoadModel() runs these stages,
 // in this order (the kStages table of compiler/onnx/loader.cc; one file each, over one
 // LoadContext, compiler/onnx/load_context.h); the LoadStage a failure reports is given in brackets:
-//   1. limits [kLimits] (load_parse.cc) — size (<= LoaderLimits::max_model_bytes, and < 2 GiB,
+//   1. limits [kLimits] (load_parse.cc) — size (<= LoaderLimits::max_model_bytes and kMaxModelBytes,
 //      protobuf's hard limit);
 //   2. parse [kParse] (load_parse.cc) — an iterative pre-scan of the protobuf wire format that
 //      counts nodes and subgraph nesting depth before anything is allocated for them, then
@@ -59,6 +59,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/limits.h"
 #include "common/status.h"
 #include "compiler/onnx/ir.h"
 
@@ -67,9 +68,10 @@ namespace kiln::onnx_fe {
 /// Resource caps for one load. Exceeding any of them is RESOURCE_EXHAUSTED with a message naming
 /// the cap and its value.
 struct LoaderLimits {
-  /// Largest accepted serialized model (bytes). Independently, anything >= 2 GiB is rejected
+  /// Largest accepted serialized model (bytes). The default is kMaxModelBytes (common/limits.h),
+  /// the one number the store and the upload summary use too; larger values are clamped to it
   /// because protobuf cannot parse a larger message.
-  size_t max_model_bytes = size_t{1} << 30;
+  size_t max_model_bytes = kMaxModelBytes;
   /// Largest number of nodes, counted over the main graph and all subgraphs.
   size_t max_nodes = 1'000'000;
   /// Deepest subgraph nesting (main graph = 0; an If inside the main graph has depth-1 branches).
@@ -106,7 +108,7 @@ const char* LoadStageName(LoadStage stage);
 ///   INVALID_ARGUMENT    — the bytes are not a valid ONNX model, or the graph is malformed;
 ///   FAILED_PRECONDITION — a valid model Kiln cannot represent (unsupported opset or domain,
 ///                         external data, STRING tensors, Dropout in training mode, ...);
-///   RESOURCE_EXHAUSTED  — a LoaderLimits cap or the 2 GiB protobuf limit was exceeded.
+///   RESOURCE_EXHAUSTED  — a LoaderLimits cap or kMaxModelBytes (protobuf's limit) was exceeded.
 /// Fields that do not apply are empty.
 struct LoadError {
   StatusCode code = StatusCode::kOk;

@@ -4,14 +4,16 @@
 #include <onnx/onnx_pb.h>
 
 #include <climits>
+
+#include "common/limits.h"
 #include <unordered_set>
 
 namespace kiln::onnx_fe {
 
 Result<OnnxSummary> SummarizeOnnx(const void* data, size_t size) {
-  if (size >= static_cast<size_t>(INT_MAX)) {
-    return InvalidArgument("model is " + std::to_string(size) +
-                           " bytes; protobuf cannot parse messages of 2 GiB or more");
+  if (size > kMaxModelBytes) {
+    return InvalidArgument("model is " + std::to_string(size) + " bytes, over kMaxModelBytes (" +
+                           std::to_string(kMaxModelBytes) + "): protobuf cannot parse more");
   }
   google::protobuf::io::CodedInputStream in(static_cast<const uint8_t*>(data),
                                             static_cast<int>(size));
