@@ -433,9 +433,8 @@ void RunConvJob::StartDeviceStage(std::shared_ptr<PreparedConvRun> prepared) {
     return inner(backend, ctx);
   };
   for (const auto& t : request_->inputs()) job.cost_bytes += static_cast<int64_t>(t.raw_data().size());
-  // The request's raw inputs plus what the run holds (they are alive from now until it is done).
-  job.memory_bytes = prepared->memory.peak_bytes > INT64_MAX - job.cost_bytes ? INT64_MAX
-                                                                              : prepared->memory.peak_bytes + job.cost_bytes;
+  // What the run holds from now until it is done (CheckRunMemory let it through the plan stage).
+  job.memory_bytes = prepared->memory.peak_bytes;
   auto handle = env_.scheduler->Submit(std::move(job));
   if (!handle.ok()) return Refused(handle.status(), prepared->backend);
   if (!SetStage(*handle)) return;

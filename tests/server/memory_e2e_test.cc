@@ -181,19 +181,28 @@ TEST_F(MemoryE2E, BudgetRefusesBeforeAllocating) {
   EXPECT_NE(st.error_message().find("options.device: 99"), std::string::npos) << st.error_message();
 }
 
-// SIGTERM while a long host MatMul runs (8192² × 8192², minutes on one core): kilnd cancels it
-// once the grace period is over and exits 0 within the grace plus a little.
+// A long host MatMul (8192² × 8192², minutes on one core): a 1 s deadline frees the device within
+// a few seconds, and SIGTERM while it runs makes kilnd cancel it once the grace period is over and
+// exit 0 within the grace plus a little.
 TEST_F(MemoryE2E, SigtermWithHostWorkInFlightEndsAfterTheGrace) {
   Start({"--devices", "reference:1"});
   const std::string id = Upload("matmul", MatMulModel(8192));
   kiln::v1::RunConvLayersRequest req = Req(id, "reference");
   req.set_skip_reference(true);
-  grpc::Status st;
+  auto busy = [&] { return ScrapeMetrics(kilnd_->metrics_address())["kiln_device_busy{device=\"reference:0\"}"]; };
+  // A 1 s deadline ends the host op: the device is free again soon after, not when it is done.
+  const auto d0 = std::chrono::steady_clock::now();
+  grpc::Status st = Run(req, 1000);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  while (busy() != 0.0 && std::chrono::steady_clock::now() - d0 < std::chrono::seconds(30)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - d0, std::chrono::seconds(4)) << "the MatMul ignored its deadline";
+
   std::thread client([&] { st = Run(req, 300000); });
   // Wait until the device runs it.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < until &&
-         ScrapeMetrics(kilnd_->metrics_address())["kiln_device_busy{device=\"reference:0\"}"] != 1.0) {
+  while (std::chrono::steady_clock::now() < until && busy() != 1.0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const auto t0 = std::chrono::steady_clock::now();
