@@ -96,6 +96,8 @@ Status Daemon::StartServices() {
   sched_options->max_queued_per_client = static_cast<int>(config_.device_queue_per_client);
   sched_options->memory_budget_bytes =
       config_.memory_budget_bytes > 0 ? config_.memory_budget_bytes : DefaultMemoryBudgetBytes();
+  spdlog::info("memory budget {} ({})", FormatBytes(sched_options->memory_budget_bytes),
+               config_.memory_budget_bytes > 0 ? "--memory-budget" : "75% of the memory limit");
   auto scheduler = sched::Scheduler::Create(*std::move(sched_options));
   if (!scheduler.ok()) return scheduler.status().WithContext("scheduler");
   scheduler_ = std::move(scheduler).value();
