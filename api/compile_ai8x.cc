@@ -7,6 +7,7 @@
 #include "common/sha256.h"
 #include "compiler/ai8x/compile.h"
 #include "compiler/onnx/loader.h"
+#include "api/convert.h"
 #include "api/models.h"
 #include "api/version.h"
 
@@ -59,6 +60,7 @@ Result<kiln::v1::CompileAi8xResponse> CompileAi8x(std::string_view bytes,
                                                        const std::string& model_name,
                                                        const kiln::v1::CompileAi8xOptions& options,
                                                        const std::string& model_sha256) {
+  KILN_RETURN_IF_ERROR(CheckEnumValues(options, "options"));
   auto start = std::chrono::steady_clock::now();
   onnx_fe::LoadOptions load;
   load.model_name = model_name;

@@ -1,9 +1,47 @@
 #include "api/convert.h"
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+
 #include <algorithm>
 #include <cstring>
 
 namespace kiln::api {
+
+Status CheckEnumValues(const google::protobuf::Message& message, const std::string& prefix) {
+  namespace pb = google::protobuf;
+  const pb::Descriptor* d = message.GetDescriptor();
+  const pb::Reflection* r = message.GetReflection();
+  auto bad = [](const std::string& path, const pb::EnumDescriptor* e, int v) {
+    return InvalidArgument(path + ": " + std::to_string(v) + " is not a " + e->full_name() + " value");
+  };
+  for (int i = 0; i < d->field_count(); ++i) {
+    const pb::FieldDescriptor* f = d->field(i);
+    const std::string path = prefix.empty() ? f->name() : prefix + "." + f->name();
+    if (f->type() == pb::FieldDescriptor::TYPE_ENUM) {
+      const pb::EnumDescriptor* e = f->enum_type();
+      if (f->is_repeated()) {
+        for (int j = 0; j < r->FieldSize(message, f); ++j) {
+          const int v = r->GetRepeatedEnumValue(message, f, j);
+          if (e->FindValueByNumber(v) == nullptr) return bad(path + "[" + std::to_string(j) + "]", e, v);
+        }
+      } else {
+        const int v = r->GetEnumValue(message, f);
+        if (e->FindValueByNumber(v) == nullptr) return bad(path, e, v);
+      }
+    } else if (f->type() == pb::FieldDescriptor::TYPE_MESSAGE) {
+      if (f->is_map()) continue;  // no request has an enum-valued map
+      if (f->is_repeated()) {
+        for (int j = 0; j < r->FieldSize(message, f); ++j) {
+          KILN_RETURN_IF_ERROR(CheckEnumValues(r->GetRepeatedMessage(message, f, j), path + "[" + std::to_string(j) + "]"));
+        }
+      } else if (r->HasField(message, f)) {
+        KILN_RETURN_IF_ERROR(CheckEnumValues(r->GetMessage(message, f), path));
+      }
+    }
+  }
+  return Status::Ok();
+}
 
 Result<device::Tensor> FromProto(const kiln::v1::Tensor& t) {
   auto dtype = device::ParseDataType(t.datatype().empty() ? "FP32" : t.datatype());

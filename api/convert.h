@@ -10,7 +10,18 @@
 #include "device/tensor.h"
 #include "kiln/v1/device.pb.h"
 
+namespace google::protobuf {
+class Message;
+}
+
 namespace kiln::api {
+
+/// Every enum field of `message`, its sub-messages and repeated fields included, holds a value its
+/// enum declares. proto3 enums are open: a peer may send any int32 (RunMode 7, Arch 99), which the
+/// parser keeps and a switch's default would silently map to some other value; every request is
+/// checked here before it is used. INVALID_ARGUMENT naming the field path ("precision.arch: 99 is
+/// not a kiln.v1.Arch value"), `prefix` prepended ("options.device").
+Status CheckEnumValues(const google::protobuf::Message& message, const std::string& prefix = "");
 
 /// kiln.v1.Tensor -> device::Tensor of its KServe-v2 datatype (every one device::ParseDataType
 /// knows; "" = FP32; others INVALID_ARGUMENT), unconverted — the runtime converts it to the model's

@@ -347,6 +347,7 @@ Result<kiln::v1::Job> JobManager::Submit(const kiln::v1::SubmitRunRequest& reque
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Unavailable("kilnd is shutting down; submit again to another replica or later");
   }
+  KILN_RETURN_IF_ERROR(CheckEnumValues(request));  // out-of-range enums (api/convert.h)
   if (request.idempotency_key().size() > 128) return InvalidArgument("idempotency_key: at most 128 bytes");
   if (!ValidUtf8(request.idempotency_key())) return InvalidArgument("idempotency_key: not UTF-8");
   KILN_RETURN_IF_ERROR(ValidateLabels(request.labels()));

@@ -1,12 +1,15 @@
 #include "api/run_conv.h"
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <exception>
 
 #include "api/convert.h"
 #include "api/lanes.h"
 #include "api/models.h"
 #include "api/version.h"
+#include "common/memory.h"
 #include "common/reactor.h"
 #include "compiler/onnx/loader.h"
 #include "device/backends/builtin.h"
@@ -92,6 +95,7 @@ Result<PreparedConvRun> PrepareConvRun(std::string_view bytes, const std::string
 }
 Result<PreparedConvRun> PrepareConvRun(std::shared_ptr<const convplan::ConvPlan> plan,
                                        const kiln::v1::RunConvLayersRequest& request) {
+  KILN_RETURN_IF_ERROR(CheckEnumValues(request));
   PreparedConvRun run;
   run.plan = std::move(plan);
   run.backend = request.backend().empty() ? device::DefaultBackendName() : request.backend();
@@ -110,6 +114,7 @@ Result<PreparedConvRun> PrepareConvRun(std::shared_ptr<const convplan::ConvPlan>
     if (!tensor.ok()) return tensor.status();
     run.inputs.emplace(t.name(), std::move(tensor).value());
   }
+  run.memory = runtime::EstimateRunMemory(*run.plan, run.inputs, run.options);
   return run;
 }
 
@@ -136,6 +141,37 @@ void LayerReportToProto(const runtime::LayerReport& l, kiln::v1::LayerReport* p)
   if (!l.blocking.empty()) detail += " " + l.blocking;
   p->set_detail(detail);
   if (l.program) ToProto(*l.program, p->mutable_program());
+}
+
+Status CheckRunMemory(const PreparedConvRun& run, const std::string& model_name, uint64_t budget_bytes) {
+  if (budget_bytes == 0 || static_cast<uint64_t>(run.memory.peak_bytes) <= budget_bytes) return Status::Ok();
+  return ResourceExhausted("run of model '" + model_name + "' needs ~" +
+                           FormatBytes(static_cast<uint64_t>(run.memory.peak_bytes)) + " at layer '" +
+                           run.memory.peak_op + "' (which allocates ~" +
+                           FormatBytes(static_cast<uint64_t>(run.memory.peak_op_bytes)) +
+                           "), over the memory budget of " + FormatBytes(budget_bytes) + " (--memory-budget)");
+}
+
+int64_t PlanBytes(const convplan::ConvPlan& plan, int64_t model_bytes) {
+  auto add = [](int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; };
+  int64_t total = std::max<int64_t>(model_bytes, 0);
+  if (plan.model) {
+    for (const auto& [name, t] : plan.model->graph().tensors()) {
+      if (!t.constant) continue;
+      const auto& c = *t.constant;
+      total = add(total, static_cast<int64_t>(c.floats().size() * sizeof(float) + c.ints().size() * sizeof(int64_t) +
+                                              c.doubles().size() * sizeof(double)));
+    }
+  }
+  for (const auto& op : plan.ops) {
+    if (!op.on_device()) continue;
+    for (const auto& w : op.device().weights) total = add(total, static_cast<int64_t>(w.size_bytes()));
+    if (op.device().bias) total = add(total, static_cast<int64_t>(op.device().bias->size_bytes()));
+  }
+  for (const auto& [name, t] : plan.host_constants) {
+    if (t) total = add(total, static_cast<int64_t>(t->size_bytes()));
+  }
+  return total;
 }
 
 void FillRunResponse(const runtime::RunResult& result, bool omit_outputs,
@@ -189,22 +225,45 @@ Result<kiln::v1::RunConvLayersResponse> RunConvLocal(std::string_view bytes, con
   return response;
 }
 
-std::shared_ptr<const convplan::ConvPlan> PlanCache::Get(const std::string& model_id) {
+std::shared_ptr<const convplan::ConvPlan> PlanCache::Get(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = plans_.begin(); it != plans_.end(); ++it) {
-    if (it->first == model_id) {
+    if (it->key == key) {
       plans_.splice(plans_.begin(), plans_, it);
-      return plans_.front().second;
+      return plans_.front().plan;
     }
   }
   return nullptr;
 }
 
-void PlanCache::Put(const std::string& model_id, std::shared_ptr<const convplan::ConvPlan> plan) {
+void PlanCache::Put(const std::string& key, std::shared_ptr<const convplan::ConvPlan> plan, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::erase_if(plans_, [&](const auto& e) { return e.first == model_id; });
-  plans_.emplace_front(model_id, std::move(plan));
-  if (plans_.size() > entries_) plans_.pop_back();
+  for (auto it = plans_.begin(); it != plans_.end();) {
+    if (it->key == key) {
+      bytes_ -= it->bytes;
+      it = plans_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  bytes = std::max<int64_t>(bytes, 0);
+  if (bytes > max_bytes_) return;  // would evict everything and still not fit
+  plans_.push_front({key, std::move(plan), bytes});
+  bytes_ += bytes;
+  while (bytes_ > max_bytes_ && !plans_.empty()) {
+    bytes_ -= plans_.back().bytes;
+    plans_.pop_back();
+  }
+}
+
+int64_t PlanCache::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+size_t PlanCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return plans_.size();
 }
 
 namespace {
@@ -235,7 +294,11 @@ std::shared_ptr<RunConvJob> RunConvJob::Start(Env env, store::ModelInfo model,
   job->client_id_ = std::move(client_id);
   job->deadline_ = deadline;
   job->done_ = std::move(done);
-  // A backend that does not exist is refused before anything is planned.
+  // Out-of-range enums and a backend that does not exist are refused before anything is planned.
+  if (Status enums = CheckEnumValues(*request); !enums.ok()) {
+    job->Finish(enums);
+    return job;
+  }
   const std::string backend = request->backend().empty() ? device::DefaultBackendName() : request->backend();
   if (Status known = env.scheduler->CheckBackend(backend); !known.ok()) {
     job->Finish(known);
@@ -319,11 +382,14 @@ void RunConvJob::StartPlanStage() {
       }
       if (!planned.ok()) return planned.status();
       plan = *planned;
-      self->env_.plans->Put(key, plan);
+      self->env_.plans->Put(key, plan, PlanBytes(*plan, static_cast<int64_t>(bytes->size())));
     }
     KILN_RETURN_IF_ERROR(ctx.cancel->Check());
     auto run = PrepareConvRun(std::move(plan), *self->request_);
     if (!run.ok()) return run.status();
+    const std::string name =
+        self->model_.names.empty() ? self->model_.model_id.substr(0, 12) : self->model_.names.front();
+    KILN_RETURN_IF_ERROR(CheckRunMemory(*run, name, self->env_.scheduler->MemoryBudgetBytes()));
     *prepared = std::move(run).value();
     return Status::Ok();
   };
@@ -369,6 +435,8 @@ void RunConvJob::StartDeviceStage(std::shared_ptr<PreparedConvRun> prepared) {
     return inner(backend, ctx);
   };
   for (const auto& t : request_->inputs()) job.cost_bytes += static_cast<int64_t>(t.raw_data().size());
+  // What the run holds from now until it is done (CheckRunMemory let it through the plan stage).
+  job.memory_bytes = prepared->memory.peak_bytes;
   auto handle = env_.scheduler->Submit(std::move(job));
   if (!handle.ok()) return Refused(handle.status(), prepared->backend);
   if (!SetStage(*handle)) return;

@@ -22,6 +22,7 @@
 #include "compiler/convplan/plan.h"
 #include "kiln/v1/device.pb.h"
 #include "runtime/executor.h"
+#include "runtime/memory_estimate.h"
 #include "sched/scheduler.h"
 #include "store/model_store.h"
 
@@ -32,7 +33,20 @@ struct PreparedConvRun {
   runtime::RunInputs inputs;
   runtime::RunOptions options;
   std::string backend;  ///< request backend, defaulted to device::DefaultBackendName()
+  /// What the run will hold (runtime/memory_estimate.h), for the memory budget (CheckRunMemory).
+  runtime::MemoryEstimate memory;
 };
+
+/// The per-request memory check: OK when `run.memory` fits in `budget_bytes` (0: no budget), else
+/// RESOURCE_EXHAUSTED "run of model 'm' needs ~4.1 GiB at layer 'conv1 (conv2d)' (which allocates
+/// ~2.0 GiB), over the memory budget of 2.0 GiB (--memory-budget)" — refused before anything of
+/// the run is allocated.
+Status CheckRunMemory(const PreparedConvRun& run, const std::string& model_name, uint64_t budget_bytes);
+
+/// The bytes a cached plan keeps alive: the model's bytes (`model_bytes`, held by the loaded
+/// model), its constants as converted by the loader, the device ops' weights and the plan's host
+/// constants.
+int64_t PlanBytes(const convplan::ConvPlan& plan, int64_t model_bytes);
 
 /// Loads and plans the model (`bytes`, named `model_name` in errors). Errors: the loader's
 /// (INVALID_ARGUMENT / FAILED_PRECONDITION / RESOURCE_EXHAUSTED), INVALID_ARGUMENT listing every
@@ -93,18 +107,30 @@ Result<kiln::v1::RunConvLayersResponse> RunConvLocal(std::string_view bytes, con
                                                      const std::map<std::string, std::string>& backend_settings);
 
 /// Plans kept for recently run models, by PlanCacheKey (model id — content-addressed, so a plan
-/// never goes stale — plus the symbol bindings it was built with). Thread-safe.
+/// never goes stale — plus the symbol bindings it was built with), bounded in bytes (PlanBytes):
+/// the least recently used plans are dropped until the cache holds at most `max_bytes`; a plan
+/// larger than that is not kept. Thread-safe.
 class PlanCache {
  public:
-  explicit PlanCache(size_t entries = 16) : entries_(entries) {}
-  /// The cached plan of `model_id` (now the most recently used), or null.
-  std::shared_ptr<const convplan::ConvPlan> Get(const std::string& model_id);
-  void Put(const std::string& model_id, std::shared_ptr<const convplan::ConvPlan> plan);
+  explicit PlanCache(int64_t max_bytes) : max_bytes_(max_bytes) {}
+  /// The cached plan of `key` (now the most recently used), or null.
+  std::shared_ptr<const convplan::ConvPlan> Get(const std::string& key);
+  /// Keeps `plan` (which holds `bytes`, PlanBytes) as the most recently used.
+  void Put(const std::string& key, std::shared_ptr<const convplan::ConvPlan> plan, int64_t bytes);
+  /// Bytes of the cached plans.
+  int64_t bytes() const;
+  size_t size() const;
 
  private:
-  size_t entries_;
-  std::mutex mu_;
-  std::list<std::pair<std::string, std::shared_ptr<const convplan::ConvPlan>>> plans_;  // MRU first
+  struct Entry {
+    std::string key;
+    std::shared_ptr<const convplan::ConvPlan> plan;
+    int64_t bytes = 0;
+  };
+  const int64_t max_bytes_;
+  mutable std::mutex mu_;
+  std::list<Entry> plans_;  // MRU first
+  int64_t bytes_ = 0;
 };
 
 /// Test hook: called with the model id when a plan stage plans a model (its plan was not
@@ -120,6 +146,8 @@ class RunConvJob : public std::enable_shared_from_this<RunConvJob> {
     sched::Scheduler* scheduler = nullptr;
     PlanCache* plans = nullptr;
   };
+  // The memory budget is the scheduler's (sched/scheduler.h "Memory"): the plan stage refuses a
+  // run that can never fit in it (CheckRunMemory); the device stage reserves its estimate.
   /// Final status; on OK `response` is filled. `retry_after_ms` > 0 with RESOURCE_EXHAUSTED: the
   /// scheduler's hint for the refused stage. Called exactly once, on a scheduler thread (or on
   /// the caller's thread when Start fails at once).

@@ -296,3 +296,76 @@ Result<std::vector<Tensor>> SplitOutputs(const DeviceOp& d, Tensor y) {
 }
 
 }  // namespace kiln::runtime
+
+namespace kiln::runtime {
+namespace {
+
+int64_t SatMul(int64_t a, int64_t b) {
+  if (a <= 0 || b <= 0) return 0;
+  return a > INT64_MAX / b ? INT64_MAX : a * b;
+}
+int64_t SatAdd(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
+int64_t Up32(int64_t v) { return v <= 0 ? 0 : (v > INT64_MAX - 31 ? INT64_MAX : (v + 31) / 32 * 32); }
+int64_t Prod(std::initializer_list<int64_t> v) {
+  int64_t p = 1;
+  for (int64_t x : v) p = SatMul(p, x);
+  return p;
+}
+
+}  // namespace
+
+int64_t DeviceOpBytes(const convplan::DeviceOp& op, const std::vector<std::vector<int64_t>>& input_shapes) {
+  // Logical (N, C, H, W); a 1-D op runs as (N, C, 1, W).
+  auto nchw = [](const std::vector<int64_t>& s) -> std::array<int64_t, 4> {
+    if (s.size() == 4) return {s[0], s[1], s[2], s[3]};
+    if (s.size() == 3) return {s[0], s[1], 1, s[2]};
+    int64_t n = 1;
+    for (int64_t d : s) n = SatMul(n, std::max<int64_t>(d, 0));
+    return {1, n, 1, 1};
+  };
+  if (input_shapes.empty()) return 0;
+  if (op.kind == convplan::DeviceOpKind::kAdd) {
+    const auto s = nchw(input_shapes.front());
+    return SatMul(3, Prod({s[0], s[1], s[2], s[3], 4}));
+  }
+  int64_t total = 0;
+  const bool transpose = op.kind == convplan::DeviceOpKind::kConvTranspose2d;
+  const int64_t O = op.out_channels();
+  const auto [kh, kw] = op.kernel();
+  int64_t out_elems = 0;
+  for (size_t k = 0; k < input_shapes.size(); ++k) {
+    const auto s = nchw(input_shapes[k]);
+    const int64_t N = s[0], C = s[1], H = s[2], W = s[3];
+    auto pos = [](int64_t v) { return std::max<int64_t>(v, 0); };
+    auto one = [](int64_t v) { return std::max<int64_t>(v, 1); };
+    int64_t Hp, Wp, OH, OW;
+    if (!transpose) {
+      const auto& p = op.conv;
+      Hp = SatAdd(H, SatAdd(pos(p.pads[0]), pos(p.pads[2])));
+      Wp = SatAdd(W, SatAdd(pos(p.pads[1]), pos(p.pads[3])));
+      const int64_t eh = SatAdd(SatMul(pos(kh - 1), one(p.dilations[0])), 1);
+      const int64_t ew = SatAdd(SatMul(pos(kw - 1), one(p.dilations[1])), 1);
+      OH = Hp >= eh ? (Hp - eh) / one(p.strides[0]) + 1 : 0;
+      OW = Wp >= ew ? (Wp - ew) / one(p.strides[1]) + 1 : 0;
+    } else {
+      const auto& p = op.conv_transpose;
+      // The unpadded transposed output bounds the result: sH·(H-1) + output_padding + dilated kernel.
+      OH = SatAdd(SatMul(pos(H - 1), one(p.strides[0])),
+                  SatAdd(SatAdd(SatMul(pos(kh - 1), one(p.dilations[0])), 1), pos(p.output_padding[0])));
+      OW = SatAdd(SatMul(pos(W - 1), one(p.strides[1])),
+                  SatAdd(SatAdd(SatMul(pos(kw - 1), one(p.dilations[1])), 1), pos(p.output_padding[1])));
+      Hp = SatAdd(OH, SatMul(2, kh));
+      Wp = SatAdd(OW, SatMul(2, kw));
+    }
+    const int64_t activations = Prod({N, Hp, Wp, Up32(C), 4});
+    const int64_t partials = Prod({N, OH, OW, Up32(O), 4});
+    const int64_t cg = std::max<int64_t>(C / std::max<int64_t>(op.group(), 1), 1);
+    const int64_t weights = SatMul(2, Prod({Up32(O), Up32(Prod({cg, kh, kw})), 4}));
+    // Parts run one at a time: the largest part's working set counts.
+    total = std::max(total, SatAdd(SatAdd(activations, partials), weights));
+    out_elems = std::max(out_elems, Prod({N, O, OH, OW}));
+  }
+  return SatAdd(total, SatMul(2, SatMul(out_elems, 4)));
+}
+
+}  // namespace kiln::runtime

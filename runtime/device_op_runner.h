@@ -73,3 +73,23 @@ Result<device::Tensor> ConvertLayout(const device::Tensor& t, device::Layout lay
 Result<std::vector<device::Tensor>> SplitOutputs(const convplan::DeviceOp& op, device::Tensor y);
 
 }  // namespace kiln::runtime
+
+namespace kiln::runtime {
+
+/// The bytes one DeviceOp allocates while it runs on any backend, from its input shapes (one per
+/// DeviceOp::inputs entry, logical NCHW / NCW) alone — the device op path's memory estimate, the
+/// counterpart of the host kernels' estimate_bytes (runtime/host_kernels/registry.h), summed by
+/// EstimateRunMemory (runtime/memory_estimate.h). An upper bound for both built-in backends,
+/// per K part (parts run one at a time; their outputs are summed into one fp32 tensor):
+///   activations  N·Hp·Wp·RoundUp(C,32)·4   the padded input in device words: tt-emu's
+///                                          tilized copy (device/backends/tt_emu/conv_engine.cc
+///                                          Prepare, one 32-bit word per element, channels padded
+///                                          to the tile's 32), oneDNN's blocked reorder (8/16)
+///   partials     N·OH·OW·RoundUp(O,32)·4   tt-emu's accumulators / oneDNN's blocked dst
+///   weights      RoundUp(O,32)·RoundUp(C/group·kH·kW,32)·4 · 2 (converted + prepared copies)
+///   outputs      2 · N·O·OH·OW·4           the backend's result and the op's fp32 NCHW result
+/// (conv_transpose: the same terms with the transposed conv's input and output; add: three
+/// tensors of the output's size). Saturates at INT64_MAX.
+int64_t DeviceOpBytes(const convplan::DeviceOp& op, const std::vector<std::vector<int64_t>>& input_shapes);
+
+}  // namespace kiln::runtime

@@ -19,7 +19,9 @@
 #include <sstream>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
+#include "common/memory.h"
 #include "common/reactor.h"
 #include "device/backends/builtin.h"
 
@@ -62,6 +64,22 @@ Result<std::vector<DeviceSpec>> ParseDeviceList(std::string_view text) {
 namespace {
 
 class Job;
+
+// The memory budget and its gauge, shared by the scheduler and its jobs (a job may outlive it).
+struct MemoryAccount {
+  explicit MemoryAccount(uint64_t total) : budget(total) {}
+  MemoryBudget budget;
+  prometheus::Gauge* reserved_gauge = nullptr;
+  bool TryReserve(uint64_t bytes) {
+    if (!budget.TryReserve(bytes)) return false;
+    if (reserved_gauge) reserved_gauge->Increment(static_cast<double>(bytes));
+    return true;
+  }
+  void Release(uint64_t bytes) {
+    budget.Release(bytes);
+    if (reserved_gauge) reserved_gauge->Decrement(static_cast<double>(bytes));
+  }
+};
 
 constexpr const char* kReferenceLane = device::kReferenceBackend;
 
@@ -112,6 +130,7 @@ class Scheduler::Impl : public std::enable_shared_from_this<Scheduler::Impl> {
   std::map<std::string, Lane> lanes;
   std::vector<std::unique_ptr<Worker>> workers;
   std::unique_ptr<Backend> reference;  // the Reference() proxy
+  std::shared_ptr<MemoryAccount> memory;  // null without a memory budget
 
   // Deadline timers live on the control thread only.
   asio::io_context control;
@@ -184,6 +203,24 @@ class Job final : public JobHandle, public std::enable_shared_from_this<Job> {
         token_(req.deadline ? std::make_unique<CancelToken>(*req.deadline) : std::make_unique<CancelToken>()),
         pool_(std::move(pool)) {}
 
+  ~Job() override { ReleaseMemory(); }
+
+  // Takes over `bytes` reserved from `account` for this job; returned when it is done.
+  void HoldMemory(std::shared_ptr<MemoryAccount> account, uint64_t bytes) {
+    memory_ = std::move(account);
+    memory_bytes_ = bytes;
+  }
+  void ReleaseMemory() {
+    std::shared_ptr<MemoryAccount> m;
+    uint64_t bytes = 0;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      m = std::move(memory_);
+      bytes = std::exchange(memory_bytes_, 0);
+    }
+    if (m && bytes > 0) m->Release(bytes);
+  }
+
   uint64_t id() const override { return id_; }
   void Cancel() override {
     token_->Cancel();
@@ -231,6 +268,7 @@ class Job final : public JobHandle, public std::enable_shared_from_this<Job> {
       status_ = s;
       fn = std::move(on_done_);
     }
+    ReleaseMemory();  // before the callback: a follow-up job it submits may need these bytes
     cv_.notify_all();
     if (fn) {
       try {
@@ -259,6 +297,8 @@ class Job final : public JobHandle, public std::enable_shared_from_this<Job> {
   JobState state_ = JobState::kQueued;
   Status status_;
   std::function<void(const Status&)> on_done_;
+  std::shared_ptr<MemoryAccount> memory_;
+  uint64_t memory_bytes_ = 0;
 };
 
 // Reference(): every op becomes a stage job on the reference lane; the caller waits for it.
@@ -514,7 +554,17 @@ Result<std::shared_ptr<Job>> Scheduler::Impl::Enqueue(JobRequest request, bool s
                       ")");
       }
     }
+    const uint64_t memory_bytes = request.memory_bytes > 0 ? static_cast<uint64_t>(request.memory_bytes) : 0;
+    if (!stage && memory && memory_bytes > 0 && !memory->TryReserve(memory_bytes)) {
+      const auto ms = RetryAfterLocked(q).count();
+      CountJob(q, StatusCode::kResourceExhausted);
+      return ResourceExhausted("memory budget: admitted jobs hold " + FormatBytes(memory->budget.reserved()) + " of " +
+                               FormatBytes(memory->budget.total()) + " (--memory-budget); this job's " +
+                               FormatBytes(memory_bytes) + " would pass it; retry after ~" + std::to_string(ms) +
+                               " ms");
+    }
     job = std::make_shared<Job>(next_id++, std::move(request), &q, stage, shared_from_this());
+    if (!stage && memory && memory_bytes > 0) job->HoldMemory(memory, memory_bytes);
     if (stage) {
       q.stages.push_back(job);
     } else {
@@ -596,6 +646,21 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions options) {
   }
   auto impl = std::shared_ptr<Impl>(new Impl());
   impl->opts = options;
+  if (options.memory_budget_bytes > 0) {
+    impl->memory = std::make_shared<MemoryAccount>(options.memory_budget_bytes);
+    if (options.metrics) {
+      auto& budget = prometheus::BuildGauge()
+                         .Name("kiln_memory_budget_bytes")
+                         .Help("Process-wide memory budget of admitted jobs (--memory-budget)")
+                         .Register(*options.metrics);
+      budget.Add({}).Set(static_cast<double>(options.memory_budget_bytes));
+      impl->memory->reserved_gauge = &prometheus::BuildGauge()
+                                          .Name("kiln_memory_reserved_bytes")
+                                          .Help("Bytes of the memory budget held by queued and running jobs")
+                                          .Register(*options.metrics)
+                                          .Add({});
+    }
+  }
   auto per_client = [](int limit, int capacity) { return limit > 0 ? limit : std::max(1, capacity / 2); };
 
   prometheus::Family<prometheus::Gauge>* depth = nullptr;
@@ -745,6 +810,9 @@ Status Scheduler::CheckBackend(const std::string& backend) const {
   if (it != impl_->lanes.end() && it->second.device && !it->second.hidden) return Status::Ok();
   return impl_->UnknownLaneLocked(backend, /*device=*/true);
 }
+
+uint64_t Scheduler::MemoryBudgetBytes() const { return impl_->memory ? impl_->memory->budget.total() : 0; }
+uint64_t Scheduler::MemoryReservedBytes() const { return impl_->memory ? impl_->memory->budget.reserved() : 0; }
 
 int Scheduler::QueueDepth(const std::string& lane) const {
   std::lock_guard<std::mutex> l(impl_->mu);

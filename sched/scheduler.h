@@ -24,6 +24,12 @@
 //   hint ("retry after ~N ms" or "~N s", at most kMaxRetryAfter; also SuggestedRetryAfter()).
 //   A client id is "principal" or "principal" kSubKeySeparator "sub-key" (server/rpc_context.h
 //   ClientId): the quota counts per principal, round-robin goes per whole id.
+// * Memory: with SchedulerOptions::memory_budget_bytes > 0, a job of JobRequest::memory_bytes
+//   reserves that many bytes of the process-wide budget (common/memory.h MemoryBudget) when it is
+//   admitted and returns them when it is done (queued and running jobs both hold theirs): a lane
+//   refuses a job whose bytes do not fit in what is left (RESOURCE_EXHAUSTED with the retry hint,
+//   naming reserved and total bytes). Gauges kiln_memory_budget_bytes and
+//   kiln_memory_reserved_bytes. Queued work is thereby bounded in bytes, not only in jobs.
 // * Fairness: queued jobs are kept per client and dispatched round-robin across clients (each
 //   client's own jobs stay FIFO). A client with 1000 queued jobs delays another client's job by at
 //   most one job per worker.
@@ -116,6 +122,9 @@ struct JobRequest {
   std::optional<CancelToken::Clock::time_point> deadline;
   /// Bytes the job holds while queued (inputs, model bytes): counted against max_queued_bytes.
   int64_t cost_bytes = 0;
+  /// Bytes the job may hold from admission until done (its inputs and the estimate of what it
+  /// allocates while running): reserved from the memory budget (see the header comment).
+  int64_t memory_bytes = 0;
 };
 
 enum class JobState { kQueued, kRunning, kDone };
@@ -156,6 +165,8 @@ struct SchedulerOptions {
   int max_queued_per_client = 0;
   /// Bytes queued per device lane (JobRequest::cost_bytes); 0 = no byte limit.
   int64_t max_queued_bytes = 0;
+  /// Process-wide memory budget for JobRequest::memory_bytes (see the header comment); 0 = none.
+  uint64_t memory_budget_bytes = 0;
   std::vector<CpuLaneSpec> cpu_lanes;
   /// Backend-specific settings passed to every device of that backend (BackendOptions::settings),
   /// e.g. {"reference": {{"threads", "1"}}, "tt-emu": {{"level", "fast"}}}.
@@ -208,6 +219,9 @@ class Scheduler {
   /// OK when device work can be submitted to `backend`; else the NOT_FOUND Submit would answer
   /// (naming the configured backends). Lets a caller refuse a job before its earlier stages run.
   Status CheckBackend(const std::string& backend) const;
+  /// SchedulerOptions::memory_budget_bytes (0: none) and the bytes admitted jobs hold of it now.
+  uint64_t MemoryBudgetBytes() const;
+  uint64_t MemoryReservedBytes() const;
   /// Jobs queued (not running) in `lane` (0 for unknown ones).
   int QueueDepth(const std::string& lane) const;
   /// Retry hint for a refused submission: queued jobs × mean job duration / workers (at least

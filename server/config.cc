@@ -296,6 +296,15 @@ const std::vector<Setting>& Settings() {
        "/metrics clients open at once; one more closes the oldest",
        [](Config& c, const std::string& v) { return ParseRange(v, 1, 4096, &c.metrics_max_clients); },
        [](const Config& c) { return std::to_string(c.metrics_max_clients); }},
+      {"--memory-budget", "KILN_MEMORY_BUDGET", "memory_budget_bytes",
+       "bytes that admitted conv runs may hold at once (each run's estimate, docs/security.md); a run "
+       "that needs more is refused; 0 = 75% of the cgroup's memory.max, else of physical RAM",
+       [](Config& c, const std::string& v) { return ParseU64(v, &c.memory_budget_bytes); },
+       [](const Config& c) { return std::string(std::to_string(c.memory_budget_bytes) + " (75% of memory)"); }},
+      {"--plan-cache-bytes", "KILN_PLAN_CACHE_BYTES", "plan_cache_bytes",
+       "bytes of recently run models' plans kept in memory (least recently used dropped first)",
+       [](Config& c, const std::string& v) { return ParseU64(v, &c.plan_cache_bytes); },
+       [](const Config& c) { return std::string(std::to_string(c.plan_cache_bytes)); }},
   };
   return kSettings;
 }

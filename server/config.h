@@ -64,6 +64,11 @@ struct Config {
   uint64_t grpc_memory_bytes = 1ull << 30;       ///< gRPC ResourceQuota (in-flight request bytes)
   double metrics_client_timeout_seconds = 5;     ///< one /metrics client, accept to last byte
   uint64_t metrics_max_clients = 32;             ///< open /metrics clients; more close the oldest
+  /// Process-wide memory budget of admitted runs (sched/scheduler.h "Memory"); 0 = 75 % of the
+  /// cgroup's memory.max, else of physical RAM (common/memory.h DefaultMemoryBudgetBytes).
+  uint64_t memory_budget_bytes = 0;
+  /// Bytes of cached plans (api/run_conv.h PlanCache).
+  uint64_t plan_cache_bytes = 1ull << 30;
 };
 
 /// Builds the configuration from argv, the environment and the YAML file named by --config or

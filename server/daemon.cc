@@ -16,6 +16,7 @@
 
 #include "api/lanes.h"
 #include "api/version.h"
+#include "common/memory.h"
 #include "server/auth_interceptor.h"
 
 namespace kiln::server {
@@ -96,6 +97,10 @@ Status Daemon::StartServices() {
   if (!sched_options.ok()) return sched_options.status();
   sched_options->metrics = metrics_->shared_registry();
   sched_options->max_queued_per_client = static_cast<int>(config_.device_queue_per_client);
+  sched_options->memory_budget_bytes =
+      config_.memory_budget_bytes > 0 ? config_.memory_budget_bytes : DefaultMemoryBudgetBytes();
+  spdlog::info("memory budget {} ({})", FormatBytes(sched_options->memory_budget_bytes),
+               config_.memory_budget_bytes > 0 ? "--memory-budget" : "75% of the memory limit");
   auto scheduler = sched::Scheduler::Create(*std::move(sched_options));
   if (!scheduler.ok()) return scheduler.status().WithContext("scheduler");
   scheduler_ = std::move(scheduler).value();
@@ -109,7 +114,8 @@ Status Daemon::StartServices() {
   compile_service_ =
       std::make_unique<CompileServiceImpl>(store_.get(), scheduler_.get(), env, config_.compile_cache_bytes);
   device_service_ = std::make_unique<DeviceServiceImpl>(store_.get(), scheduler_.get(),
-                                                        static_cast<int>(config_.device_queue), env);
+                                                        static_cast<int>(config_.device_queue), env,
+                                                        static_cast<int64_t>(config_.plan_cache_bytes));
   auto job_store = store::JobStore::Open(config_.data_dir);
   if (!job_store.ok()) return job_store.status().WithContext("job store " + config_.data_dir + "/jobs");
   job_store_ = std::move(job_store).value();

@@ -87,8 +87,8 @@ class DeviceServiceImpl::RunReactor final : public grpc::ServerUnaryReactor {
 };
 
 DeviceServiceImpl::DeviceServiceImpl(store::ModelStore* store, sched::Scheduler* scheduler, int queue_capacity,
-                                     ServiceEnv env)
-    : store_(store), scheduler_(scheduler), queue_capacity_(queue_capacity), env_(env) {}
+                                     ServiceEnv env, int64_t plan_cache_bytes)
+    : store_(store), scheduler_(scheduler), queue_capacity_(queue_capacity), env_(env), plans_(plan_cache_bytes) {}
 
 grpc::ServerUnaryReactor* DeviceServiceImpl::RunConvLayers(grpc::CallbackServerContext* context,
                                                            const kiln::v1::RunConvLayersRequest* request,

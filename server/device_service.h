@@ -14,8 +14,10 @@ namespace kiln::server {
 
 class DeviceServiceImpl final : public kiln::v1::DeviceService::CallbackService {
  public:
-  /// `store` and `scheduler` must outlive the service. `queue_capacity` is reported by ListDevices.
-  DeviceServiceImpl(store::ModelStore* store, sched::Scheduler* scheduler, int queue_capacity, ServiceEnv env);
+  /// `store` and `scheduler` must outlive the service. `queue_capacity` is reported by ListDevices;
+  /// `plan_cache_bytes` bounds the plan cache (--plan-cache-bytes).
+  DeviceServiceImpl(store::ModelStore* store, sched::Scheduler* scheduler, int queue_capacity, ServiceEnv env,
+                    int64_t plan_cache_bytes = int64_t{1} << 30);
 
   grpc::ServerUnaryReactor* RunConvLayers(grpc::CallbackServerContext* context,
                                           const kiln::v1::RunConvLayersRequest* request,
@@ -25,7 +27,6 @@ class DeviceServiceImpl final : public kiln::v1::DeviceService::CallbackService 
                                         kiln::v1::ListDevicesResponse* response) override;
 
   /// Plans kept for recently run models (shared with JobService's runs).
-  static constexpr size_t kPlanCacheEntries = 16;
   api::PlanCache* plans() { return &plans_; }
 
  private:
@@ -35,7 +36,7 @@ class DeviceServiceImpl final : public kiln::v1::DeviceService::CallbackService 
   sched::Scheduler* scheduler_;
   int queue_capacity_;
   ServiceEnv env_;
-  api::PlanCache plans_{kPlanCacheEntries};
+  api::PlanCache plans_;
 };
 
 }  // namespace kiln::server

@@ -48,7 +48,8 @@ namespace kiln::ai8x {
   X(kShape, "AI8X_SHAPE", "rules/model.cc")                            \
   X(kReshape, "AI8X_RESHAPE", "rules/model.cc")                        \
   X(kHostTail, "AI8X_HOST_TAIL", "rules/model.cc")                     \
-  X(kLayerCount, "AI8X_LAYER_COUNT", "rules/operators.cc")
+  X(kLayerCount, "AI8X_LAYER_COUNT", "rules/operators.cc")             \
+  X(kEmptyOutput, "AI8X_EMPTY_OUTPUT", "rules/output_size.cc")
 
 /// The code constants: code::kPad == "AI8X_PAD", ...
 namespace code {

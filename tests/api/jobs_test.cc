@@ -93,7 +93,7 @@ class JobsTest : public ::testing::Test {
   std::unique_ptr<store::ModelStore> models_;
   std::unique_ptr<store::JobStore> jobs_;
   std::unique_ptr<sched::Scheduler> scheduler_;
-  PlanCache plans_{4};
+  PlanCache plans_{int64_t{1} << 30};
   std::unique_ptr<JobManager> manager_;
   std::string model_id_;
 };

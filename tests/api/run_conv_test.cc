@@ -104,7 +104,7 @@ TEST(RunConvApi, StagedJobPlansOnceThenUsesTheCache) {
   o.reference_threads = 1;
   auto scheduler = sched::Scheduler::Create(o);
   ASSERT_TRUE(scheduler.ok()) << scheduler.status().ToString();
-  PlanCache plans(2);
+  PlanCache plans(int64_t{1} << 30);
   std::atomic<int> planned{0};
   SetPlanStageHookForTesting([&](const std::string& id) {
     EXPECT_EQ(id, info->model_id);

@@ -21,6 +21,8 @@ void CheckFlatten(RuleContext& c, const Layer& l, size_t i);
 void CheckOutputWidthAndQuantization(RuleContext& c, const Layer& l, size_t i);
 // pooling.cc
 void CheckPooling(RuleContext& c, const Layer& l, size_t i);
+// output_size.cc
+void CheckOutputSize(RuleContext& c, const Layer& l, size_t i);
 // eltwise.cc
 void CheckNotWithConv1d(RuleContext& c, const Layer& l, size_t i);
 void CheckOperands(RuleContext& c, const Layer& l, size_t i);

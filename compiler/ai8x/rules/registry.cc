@@ -26,6 +26,7 @@ constexpr Rule kRules[] = {
     Layer_("operator limits", "rules/operators.cc", CheckOperatorLimits),
     Layer_("convolution attributes", "rules/operators.cc", CheckConvAttributes),
     Layer_("pooling", "rules/pooling.cc", CheckPooling),
+    Layer_("output size", "rules/output_size.cc", CheckOutputSize),
     Layer_("flatten", "rules/operators.cc", CheckFlatten),
     Layer_("output width and quantization", "rules/operators.cc", CheckOutputWidthAndQuantization),
     Layer_("element-wise operands", "rules/eltwise.cc", CheckOperands),

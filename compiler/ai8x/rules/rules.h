@@ -7,6 +7,7 @@
 //   operators.cc    operator attributes and limits (kernel, pad, stride, dilation, groups, flatten,
 //                   linear, channels, dimensions, output width, quantization, layer count)
 //   pooling.cc      pooling sizes, strides, dilation
+//   output_size.cc  a conv kernel that does not fit its input (no output pixel)
 //   eltwise.cc      element-wise operands (maps, write gaps, multi-pass and bias limits)
 //   processors.cc   processor maps, CHW input, passthrough maps, concatenation, quadrant 0
 //   data_memory.cc  data-memory instance bounds and planner failures
