@@ -33,7 +33,7 @@ SKIP and exits 0 when they are absent. Python: Debian's /usr/bin/python3 with py
 python3-numpy, python3-yaml (and what the izer imports: scripts/install-deps.sh does not install
 these; setup.sh of the oracle does).
 
-Usage: scripts/ai8x-functional-check.py [--build BUILD] [--work DIR] [-v] [NAME ...]
+Usage: scripts/ai8x-functional-check.py [--build BUILD] [--work DIR] [--data DIR] [-v] [NAME ...]
 """
 import argparse
 import contextlib
@@ -331,18 +331,24 @@ def check_one(entry, args):
 
 
 def main():
+    global DATA  # pylint: disable=global-statement
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--build', default=os.path.join(ROOT, 'build'))
     ap.add_argument('--work', default=os.path.join(tempfile.gettempdir(), 'kiln-ai8x-functional'))
+    ap.add_argument('--data', default=DATA,
+                    help='folder of the exports and their manifest.json / factories.json (default: the test data; '
+                         'another one checks exports kept out of it, e.g. over 8 MB)')
     ap.add_argument('--one', help=argparse.SUPPRESS)
     ap.add_argument('--golden', action='store_true',
                     help="check the hand-written YAML of tests/data/ai8x/networks instead of Kiln's")
     ap.add_argument('-v', '--verbose', action='store_true')
     ap.add_argument('names', nargs='*')
     args = ap.parse_args()
+    DATA = os.path.abspath(args.data)
     manifest = []
     for f in ('manifest.json', 'factories.json'):
-        manifest += json.load(open(os.path.join(DATA, f), encoding='utf-8'))
+        if os.path.exists(os.path.join(DATA, f)):
+            manifest += json.load(open(os.path.join(DATA, f), encoding='utf-8'))
     entries = [e for e in manifest if e['form'] == 'qat' and e.get('file')]
     if args.one:
         entry = next(e for e in entries if e['name'] == args.one)
@@ -364,7 +370,8 @@ def main():
     rows = []
     for e in entries:
         t0 = time.time()
-        cmd = [sys.executable, os.path.abspath(__file__), '--build', args.build, '--work', args.work, '--one',
+        cmd = [sys.executable, os.path.abspath(__file__), '--build', args.build, '--work', args.work, '--data', DATA,
+               '--one',
                e['name']] + (['-v'] if args.verbose else []) + (['--golden'] if args.golden else [])
         p = subprocess.run(cmd, capture_output=True, text=True, check=False)
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith(('PASS', 'FAIL', 'LIMIT', 'SKIP'))]
