@@ -41,8 +41,16 @@ struct Region {
   bool fixed0 = false;    // must start at 0 (FIFO input)
   int in_region = -1;     // the region this layer reads and is the last reader of (may overlap)
   int64_t lag = 0;        // ... when in.start - start >= lag
+  int64_t guard = 0;      // bytes kept free on both sides (a streaming buffer, kStreamGuardBytes)
   int64_t start = -1;
 };
+
+// The izer compares a streaming layer's input buffer (in_offset .. in_offset + rollover * 4) with
+// the other streaming buffers and with the last streaming layer's output as closed ranges
+// (izer/utils.py overlap(): both ends included; max7800x.py "overlaps streaming buffer"), so a
+// region that ends where a streaming buffer starts, or starts where one ends, is refused: keep one
+// data word between them.
+constexpr int64_t kStreamGuardBytes = 4;
 
 bool Live(const Piece& a, const Piece& b) { return (a.instances & b.instances) && !(a.t1 < b.t0 || b.t1 < a.t0); }
 bool Live(const Region& a, const Region& b) {
@@ -55,9 +63,10 @@ bool Live(const Region& a, const Region& b) {
 }
 // Whether a at `sa` and b at `sb` share a live byte.
 bool Clash(const Region& a, int64_t sa, const Region& b, int64_t sb) {
+  int64_t g = std::max(a.guard, b.guard);
   for (const Piece& p : a.pieces) {
     for (const Piece& q : b.pieces) {
-      if (Live(p, q) && sa < sb + q.size && sb < sa + p.size) return true;
+      if (Live(p, q) && sa < sb + q.size + g && sb < sa + p.size + g) return true;
     }
   }
   return false;
@@ -220,6 +229,7 @@ class Planner {
                        first.placed.streaming ? last_stream_ : (last_use_.count(kNetworkInput) ? last_use_[kNetworkInput] : 0));
     // At 0 (the izer's default in_offset of layer 0) unless overlapping needs it higher.
     in.fixed0 = !overlap || fifo_in || first.placed.streaming;
+    if (first.placed.streaming) in.guard = kStreamGuardBytes;
     input_region_ = Add(in);
     std::unordered_map<int, int> region_of_layer;  // producer position -> its plain output region
     for (size_t i = 0; i < n_; ++i) {
@@ -237,6 +247,7 @@ class Planner {
       if (l.placed.streaming && pos < last_stream_) {  // rolling buffer for the next (streaming) layer's input
         r = Single(r.pieces[0].instances, StreamBufferBytes(net_.layers[i + 1]), -1, std::max(t1, last_stream_));
         r.owner = pos;
+        r.guard = kStreamGuardBytes;
       }
       if (overlap && !l.inputs.empty()) {
         // the input region: the producer's, or the parts of a concatenation this layer reads
@@ -345,8 +356,9 @@ class Planner {
       cands.push_back((inst_ - r.size) / 4 * 4);
       for (int o : live) {
         const Region& q = regions_[o];
-        cands.push_back((q.start + q.size + 3) / 4 * 4);
-        cands.push_back((q.start - r.size) / 4 * 4);
+        int64_t g = std::max(r.guard, q.guard);
+        cands.push_back((q.start + q.size + g + 3) / 4 * 4);
+        cands.push_back((q.start - r.size - g) / 4 * 4);
         if (r.in_region == o) cands.push_back(q.start - r.lag);
         if (q.in_region == k) cands.push_back(q.start + q.lag);
       }

@@ -406,5 +406,64 @@ TEST(Ai8xFactories, Ai85Net6OnCifar10ExceedsKernelMemoryAndSaysSo) {
       << r->diagnostics.front().message;
 }
 
+// Every factory of factories.json as its `expect` says: one that fits compiles, with a host tail
+// exactly where `expect` names AI8X_HOST_TAIL; one beyond the chip is refused with only the codes
+// of its `limit` (code, and `also` for what Kiln refuses besides), and the first error of `code`
+// names the layer and says by how much (`limit.layer`, `limit.message`).
+std::vector<std::string> FactoryNames() {
+  std::vector<std::string> out;
+  for (const auto& e : YAML::LoadFile(kData + "/models/factories.json")) out.push_back(e["name"].as<std::string>());
+  return out;
+}
+
+class Ai8xFactoryModels : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Ai8xFactoryModels, CompileOrSayWhichLimitByHowMuch) {
+  const YAML::Node all = YAML::LoadFile(kData + "/models/factories.json");
+  YAML::Node entry;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i]["name"].as<std::string>() == GetParam()) entry = all[i];
+  }
+  const std::string expect = entry["expect"].as<std::string>();
+  auto r = CompileFactory(GetParam());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  bool tail = false;
+  for (const Diagnostic& d : r->diagnostics) tail = tail || d.code == "AI8X_HOST_TAIL";
+  if (expect.rfind("ok", 0) == 0) {
+    std::string why;
+    for (const Diagnostic& d : r->diagnostics) {
+      if (d.severity == Severity::kError) why += d.code + " " + d.layer_name + ": " + d.message + "\n";
+    }
+    ASSERT_TRUE(r->ok) << why;
+    EXPECT_EQ(tail, expect.find("AI8X_HOST_TAIL") != std::string::npos);
+    return;
+  }
+  EXPECT_FALSE(r->ok);
+  const YAML::Node limit = entry["limit"];
+  ASSERT_TRUE(limit) << "an entry beyond the chip says which limit (`limit`)";
+  std::set<std::string> allowed{limit["code"].as<std::string>()};
+  if (limit["also"]) {
+    for (const auto& c : limit["also"]) allowed.insert(c.as<std::string>());
+  }
+  const Diagnostic* first = nullptr;
+  for (const Diagnostic& d : r->diagnostics) {
+    if (d.severity != Severity::kError) continue;
+    EXPECT_TRUE(allowed.count(d.code)) << d.code << " " << d.layer_name << ": " << d.message;
+    if (!first && d.code == limit["code"].as<std::string>()) first = &d;
+  }
+  ASSERT_NE(first, nullptr) << "no " << limit["code"].as<std::string>();
+  EXPECT_EQ(first->layer_name, limit["layer"].as<std::string>());
+  EXPECT_NE(first->message.find(limit["message"].as<std::string>()), std::string::npos) << first->message;
+}
+
+INSTANTIATE_TEST_SUITE_P(Factories, Ai8xFactoryModels, ::testing::ValuesIn(FactoryNames()),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           std::string s = i.param;
+                           for (char& ch : s) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return s;
+                         });
+
 }  // namespace
 }  // namespace kiln::ai8x
