@@ -434,14 +434,19 @@ Result<kiln::v1::Job> JobManager::Submit(const kiln::v1::SubmitRunRequest& reque
     if (existed) *existed = true;
     return ToJob(*created);
   }
+  {
+    // The QUEUED event before the job can start (its RUNNING event must come second). Nobody
+    // watches a job whose id has not been answered yet, so there is no one to notify.
+    kiln::v1::JobEvent ev;
+    *ev.mutable_state_change() = ToJob(*created);
+    auto seq = env_.jobs->AppendEvent(created->job_id, NowMs(), ev.SerializeAsString(), 0);
+    if (!seq.ok()) spdlog::warn("job {}: event not stored: {}", created->job_id, seq.status().ToString());
+  }
   Enqueue(*created, /*front=*/false);
   SetStateGauge(kiln::v1::QUEUED, 1);
   wake_ = true;
   lock.unlock();
   cv_.notify_all();
-  kiln::v1::JobEvent ev;
-  *ev.mutable_state_change() = ToJob(*created);
-  AppendEvent(*created, std::move(ev));
   if (results_bytes_) results_bytes_->Set(static_cast<double>(env_.jobs->total_bytes()));
   return ToJob(*created);
 }

@@ -330,7 +330,7 @@ Result<std::unique_ptr<Upload>> ModelStore::BeginUpload(const std::string& name,
     if (options_.max_uploads_in_flight > 0 && uploads_in_flight_ >= options_.max_uploads_in_flight) {
       return ResourceExhausted("too many uploads in flight (max_uploads_in_flight is " +
                                std::to_string(options_.max_uploads_in_flight) + "); " + state() +
-                               "; retry when one finishes");
+                               "; retry after ~1 s, when one has finished");
     }
     if (options_.max_upload_bytes_in_flight > 0 &&
         reserved_bytes_ + size_bytes > options_.max_upload_bytes_in_flight) {
