@@ -434,6 +434,21 @@ Result<JobRecord> JobStore::GetLocked(const std::string& job_id) const {
   return j;
 }
 
+Result<std::vector<JobRecord>> JobStore::JobsOfLocked(const char* select_ids) const {
+  Stmt s(db_, select_ids);
+  std::vector<std::string> ids;
+  Status st;
+  while (s.Step(&st)) ids.push_back(s.S(0));
+  KILN_RETURN_IF_ERROR(st);
+  std::vector<JobRecord> out;
+  for (const auto& id : ids) {
+    auto j = GetLocked(id);
+    if (!j.ok()) return j.status();
+    out.push_back(std::move(j).value());
+  }
+  return out;
+}
+
 Result<JobRecord> JobStore::Get(const std::string& job_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   return GetLocked(job_id);
@@ -493,18 +508,7 @@ Result<std::vector<JobRecord>> JobStore::List(const JobFilter& f) const {
 
 Result<std::vector<JobRecord>> JobStore::Unfinished() const {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_, "SELECT job_id FROM jobs WHERE state IN (1, 2) ORDER BY job_id");
-  std::vector<std::string> ids;
-  Status st;
-  while (s.Step(&st)) ids.push_back(s.S(0));
-  KILN_RETURN_IF_ERROR(st);
-  std::vector<JobRecord> out;
-  for (const auto& id : ids) {
-    auto j = GetLocked(id);
-    if (!j.ok()) return j.status();
-    out.push_back(std::move(j).value());
-  }
-  return out;
+  return JobsOfLocked("SELECT job_id FROM jobs WHERE state IN (1, 2) ORDER BY job_id");
 }
 
 Result<std::map<int, int64_t>> JobStore::CountByState() const {
@@ -665,18 +669,7 @@ Result<int64_t> JobStore::ExpireResults(const std::string& job_id) {
 
 Result<std::vector<JobRecord>> JobStore::FinishedWithResults() const {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_, "SELECT job_id FROM jobs WHERE state >= 3 AND results_expired = 0 ORDER BY finished_ms, job_id");
-  std::vector<std::string> ids;
-  Status st;
-  while (s.Step(&st)) ids.push_back(s.S(0));
-  KILN_RETURN_IF_ERROR(st);
-  std::vector<JobRecord> out;
-  for (const auto& id : ids) {
-    auto j = GetLocked(id);
-    if (!j.ok()) return j.status();
-    out.push_back(std::move(j).value());
-  }
-  return out;
+  return JobsOfLocked("SELECT job_id FROM jobs WHERE state >= 3 AND results_expired = 0 ORDER BY finished_ms, job_id");
 }
 
 int64_t JobStore::total_bytes() const {

@@ -142,6 +142,8 @@ class JobStore {
   Status Migrate();
   Status RemoveOrphanFiles();
   Result<JobRecord> GetLocked(const std::string& job_id) const;
+  // The rows whose ids the parameterless `select_ids` returns, in its order (mu_ held).
+  Result<std::vector<JobRecord>> JobsOfLocked(const char* select_ids) const;
 
   std::string dir_;  // DATA_DIR/jobs
   sqlite3* db_;
