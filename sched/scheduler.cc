@@ -642,7 +642,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions options) {
   const device::BackendRegistry& registry = options.registry ? *options.registry : device::DefaultBackendRegistry();
   for (const auto& [name, settings] : options.backend_settings) {
     if (std::none_of(options.devices.begin(), options.devices.end(),
-                     [&](const DeviceSpec& d) { return d.backend == name; })) {
+                     [&name = name](const DeviceSpec& d) { return d.backend == name; })) {
       return InvalidArgument("backend_settings for '" + name + "', which has no devices");
     }
   }
