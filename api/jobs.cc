@@ -408,12 +408,17 @@ Result<kiln::v1::Job> JobManager::Submit(const kiln::v1::SubmitRunRequest& reque
   // A queued job waits for about the mean run time per device; without run times, 1 s per job.
   const double hint = 1.0 + static_cast<double>(queued_total_) / std::max(1, static_cast<int>(lanes_.size()));
   if (retry_after_ms) *retry_after_ms = static_cast<int64_t>(std::max<int64_t>(1, static_cast<int64_t>(hint + 0.5)) * 1000);
+  auto refused = [this](std::string_view reason) {
+    if (env_.on_refused) env_.on_refused(reason);
+  };
   if (queued_total_ >= limits_.max_queued) {
+    refused("job_queue_full");
     return ResourceExhausted("job queue full: " + std::to_string(queued_total_) + " queued jobs (--job-max-queued " +
                              std::to_string(limits_.max_queued) + "); " + RetryHint(hint));
   }
   const std::string principal = PrincipalOf(client);
   if (queued_per_client_[principal] >= limits_.max_queued_per_client) {
+    refused("job_queue_per_client");
     return ResourceExhausted("client '" + principal.substr(0, 64) + "' has " + std::to_string(queued_per_client_[principal]) +
                              " queued jobs (--job-max-queued-per-client " +
                              std::to_string(limits_.max_queued_per_client) + "); " + RetryHint(hint));
@@ -421,6 +426,7 @@ Result<kiln::v1::Job> JobManager::Submit(const kiln::v1::SubmitRunRequest& reque
   if (limits_.max_store_bytes > 0) {
     const int64_t used = static_cast<int64_t>(env_.models->total_bytes()) + env_.jobs->total_bytes();
     if (used + input_bytes > limits_.max_store_bytes) {
+      refused("store_full");
       return ResourceExhausted("store full: models and jobs hold " + std::to_string(used) + " bytes, this job's inputs " +
                                std::to_string(input_bytes) + " more, --max-store-bytes is " +
                                std::to_string(limits_.max_store_bytes));
@@ -731,7 +737,7 @@ void JobManager::StartConfiguration(std::shared_ptr<LiveJob> live) {
     live->rec.layers_total = 0;
     live->rec.current_layer.clear();
   }
-  RunConvJob::Env env{env_.models, env_.scheduler, env_.plans};
+  RunConvJob::Env env{env_.models, env_.scheduler, env_.plans, env_.on_refused};
   RunConvJob::Hooks hooks;
   hooks.on_device_start = [this, live](const std::string& device) {
     store::JobRecord rec;

@@ -42,6 +42,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -90,6 +91,9 @@ class JobManager {
     sched::Scheduler* scheduler = nullptr;
     PlanCache* plans = nullptr;
     std::shared_ptr<prometheus::Registry> metrics;  ///< optional
+    /// Called once per Submit refused for a limit ("job_queue_full", "job_queue_per_client",
+    /// "store_full"), possibly under the manager's lock; optional (server/daemon.cc counts it).
+    std::function<void(std::string_view reason)> on_refused;
   };
 
   /// Recovers the store's unfinished jobs (see the header comment) and starts the dispatch thread.

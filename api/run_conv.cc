@@ -389,7 +389,10 @@ void RunConvJob::StartPlanStage() {
     if (!run.ok()) return run.status();
     const std::string name =
         self->model_.names.empty() ? self->model_.model_id.substr(0, 12) : self->model_.names.front();
-    KILN_RETURN_IF_ERROR(CheckRunMemory(*run, name, self->env_.scheduler->MemoryBudgetBytes()));
+    if (Status mem = CheckRunMemory(*run, name, self->env_.scheduler->MemoryBudgetBytes()); !mem.ok()) {
+      if (self->env_.on_refused) self->env_.on_refused("run_memory_budget");
+      return mem;
+    }
     *prepared = std::move(run).value();
     return Status::Ok();
   };

@@ -145,6 +145,9 @@ class RunConvJob : public std::enable_shared_from_this<RunConvJob> {
     store::ModelStore* store = nullptr;
     sched::Scheduler* scheduler = nullptr;
     PlanCache* plans = nullptr;
+    /// Called with "run_memory_budget" when the plan stage refuses a run that can never fit in
+    /// the memory budget (CheckRunMemory); optional (kilnd counts it, server/daemon.cc).
+    std::function<void(std::string_view reason)> on_refused;
   };
   // The memory budget is the scheduler's (sched/scheduler.h "Memory"): the plan stage refuses a
   // run that can never fit in it (CheckRunMemory); the device stage reserves its estimate.

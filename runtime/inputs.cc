@@ -96,7 +96,7 @@ Result<Tensor> ConvertInput(const PlanInput& in, const Tensor& given) {
 
 Result<ResolvedInputs> ResolveInputs(const std::vector<PlanInput>& plan_inputs, const RunInputs& given, uint64_t seed) {
   for (const auto& [name, t] : given) {
-    if (std::none_of(plan_inputs.begin(), plan_inputs.end(), [&](const PlanInput& i) { return i.name == name; })) {
+    if (std::none_of(plan_inputs.begin(), plan_inputs.end(), [&name = name](const PlanInput& i) { return i.name == name; })) {
       std::string known;
       for (const PlanInput& i : plan_inputs) known += (known.empty() ? "" : ", ") + i.name;
       return InvalidArgument("unknown input '" + name + "' (model inputs: " + known + ")");

@@ -531,25 +531,26 @@ Result<std::shared_ptr<Job>> Scheduler::Impl::Enqueue(JobRequest request, bool s
       const auto busy = std::count_if(q.workers.begin(), q.workers.end(), [](auto* w) { return w->busy; });
       const bool will_queue = busy == static_cast<long>(q.workers.size()) || q.size > 0 || !q.stages.empty();
       const char* what = q.device ? "backend" : "lane";
-      auto refuse = [&](const std::string& why) -> Status {
+      auto refuse = [&](const char* reason, const std::string& why) -> Status {
         const auto ms = RetryAfterLocked(q).count();
         CountJob(q, StatusCode::kResourceExhausted);
+        if (opts.on_refused) opts.on_refused(reason);
         return ResourceExhausted(why + "; retry after ~" +
                                  (ms < 1000 ? std::to_string(ms) + " ms" : std::to_string((ms + 500) / 1000) + " s"));
       };
       if (will_queue && q.size >= q.capacity) {
-        return refuse(std::string("queue for ") + what + " '" + q.name + "' is full (" + std::to_string(q.size) +
+        return refuse("queue_full", std::string("queue for ") + what + " '" + q.name + "' is full (" + std::to_string(q.size) +
                       " jobs)");
       }
       if (will_queue && q.max_bytes > 0 && q.bytes + request.cost_bytes > q.max_bytes) {
-        return refuse(std::string("queue for ") + what + " '" + q.name + "' holds " + std::to_string(q.bytes) +
+        return refuse("queue_bytes", std::string("queue for ") + what + " '" + q.name + "' holds " + std::to_string(q.bytes) +
                       " bytes; this job's " + std::to_string(request.cost_bytes) + " would pass its " +
                       std::to_string(q.max_bytes) + "-byte budget");
       }
       const std::string principal = PrincipalOf(request.client_id);
       auto cit = q.per_principal.find(principal);
       if (will_queue && cit != q.per_principal.end() && cit->second >= q.per_client_limit) {
-        return refuse("client '" + principal + "' already has " + std::to_string(cit->second) +
+        return refuse("queue_per_client", "client '" + principal + "' already has " + std::to_string(cit->second) +
                       " jobs queued for " + what + " '" + q.name + "' (limit " + std::to_string(q.per_client_limit) +
                       ")");
       }
@@ -558,6 +559,7 @@ Result<std::shared_ptr<Job>> Scheduler::Impl::Enqueue(JobRequest request, bool s
     if (!stage && memory && memory_bytes > 0 && !memory->TryReserve(memory_bytes)) {
       const auto ms = RetryAfterLocked(q).count();
       CountJob(q, StatusCode::kResourceExhausted);
+      if (opts.on_refused) opts.on_refused("memory_budget");
       return ResourceExhausted("memory budget: admitted jobs hold " + FormatBytes(memory->budget.reserved()) + " of " +
                                FormatBytes(memory->budget.total()) + " (--memory-budget); this job's " +
                                FormatBytes(memory_bytes) + " would pass it; retry after ~" + std::to_string(ms) +
@@ -640,7 +642,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions options) {
   const device::BackendRegistry& registry = options.registry ? *options.registry : device::DefaultBackendRegistry();
   for (const auto& [name, settings] : options.backend_settings) {
     if (std::none_of(options.devices.begin(), options.devices.end(),
-                     [&](const DeviceSpec& d) { return d.backend == name; })) {
+                     [&name = name](const DeviceSpec& d) { return d.backend == name; })) {
       return InvalidArgument("backend_settings for '" + name + "', which has no devices");
     }
   }

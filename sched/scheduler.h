@@ -178,6 +178,10 @@ struct SchedulerOptions {
   const device::BackendRegistry* registry = nullptr;
   /// Metrics destination (optional).
   std::shared_ptr<prometheus::Registry> metrics;
+  /// Called (under the scheduler's lock: keep it short, never call back) once per Submit refused
+  /// for a limit, with a fixed reason: "queue_full", "queue_bytes", "queue_per_client",
+  /// "memory_budget". Optional; kilnd counts it in kiln_rejected_requests_total (server/daemon.cc).
+  std::function<void(std::string_view reason)> on_refused;
 };
 
 struct DeviceInfo {

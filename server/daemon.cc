@@ -77,7 +77,11 @@ Status Daemon::StartServices() {
       {config_.listen, config_.fd_reserve, [m = metrics_.get()] { m->CountRejected("connection_limit"); }});
   if (!listener.ok()) return listener.status();
   listener_ = std::move(listener).value();
+  // The store, the scheduler and the job manager report each refusal for a limit where they
+  // decide it; it is counted here (metrics_ outlives them: server/daemon.h member order).
+  auto count_refused = [m = metrics_.get()](std::string_view reason) { m->CountRejected(reason); };
   store::ModelStoreOptions store_options;
+  store_options.on_refused = count_refused;
   store_options.dir = config_.data_dir;
   store_options.max_model_bytes = config_.max_model_bytes;
   store_options.max_store_bytes = config_.max_store_bytes;
@@ -96,6 +100,7 @@ Status Daemon::StartServices() {
        static_cast<int>(config_.reference_threads), config_.tt_emu_level});
   if (!sched_options.ok()) return sched_options.status();
   sched_options->metrics = metrics_->shared_registry();
+  sched_options->on_refused = count_refused;
   sched_options->max_queued_per_client = static_cast<int>(config_.device_queue_per_client);
   sched_options->memory_budget_bytes =
       config_.memory_budget_bytes > 0 ? config_.memory_budget_bytes : DefaultMemoryBudgetBytes();
@@ -131,7 +136,9 @@ Status Daemon::StartServices() {
   limits.max_result_bytes = static_cast<int64_t>(config_.max_message_bytes);
   limits.max_store_bytes = static_cast<int64_t>(config_.max_store_bytes);
   auto jobs = api::JobManager::Create(
-      {store_.get(), job_store_.get(), scheduler_.get(), device_service_->plans(), metrics_->shared_registry()}, limits);
+      {store_.get(), job_store_.get(), scheduler_.get(), device_service_->plans(), metrics_->shared_registry(),
+       count_refused},
+      limits);
   if (!jobs.ok()) return jobs.status().WithContext("jobs");
   jobs_ = std::move(jobs).value();
   job_service_ = std::make_unique<JobServiceImpl>(jobs_.get(), env);

@@ -41,7 +41,9 @@ class Metrics {
   /// kiln_rejected_requests_total{reason}. `reason` is a short fixed snake_case word naming the
   /// limit, never client text (labels are not escaped for cardinality): e.g.
   /// "connection_limit" (server/listener.h), "unauthenticated" (server/auth_interceptor.h),
-  /// "message_too_long", "queue_full", "memory_budget", "store_quota".
+  /// "upload_idle_timeout" (server/model_service.cc); the store's, scheduler's, job manager's and
+  /// runs' reasons are listed at their on_refused (store/model_store.h, sched/scheduler.h,
+  /// api/jobs.h, api/run_conv.h), wired in server/daemon.cc.
   void CountRejected(std::string_view reason);
 
   /// Starts serving GET /metrics on `address` ("host:port", port 0 = free port) with the

@@ -123,6 +123,7 @@ class ModelServiceImpl::UploadReactor final
   void AbortIfIdle(std::chrono::steady_clock::time_point now, std::chrono::milliseconds timeout) {
     std::lock_guard<std::mutex> lock(mu_);
     if (committing_ || finished_ || now - last_progress_ < timeout) return;
+    service_->env_.metrics->CountRejected("upload_idle_timeout");
     std::string reserved = upload_ ? std::to_string(upload_->declared_bytes()) + " declared bytes" : "nothing";
     AbortLocked(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                              "upload sent no bytes for " + std::to_string(timeout.count()) +

@@ -135,6 +135,7 @@ Result<ModelInfo> Upload::Commit(bool* already_stored, std::string* replaced_mod
     const uint64_t cap = store_->options_.max_metadata_bytes;
     if (cap > 0 && meta > cap) {
       Abort();
+      store_->Refused("metadata_too_large");
       return InvalidArgument("model '" + name_ + "' carries " + std::to_string(meta) +
                              " bytes of metadata (producer_name and input and output names); the "
                              "limit (max_metadata_bytes) is " + std::to_string(cap));
@@ -316,6 +317,7 @@ Result<std::unique_ptr<Upload>> ModelStore::BeginUpload(const std::string& name,
   }
   if (size_bytes == 0) return InvalidArgument("size_bytes must be > 0");
   if (size_bytes > options_.max_model_bytes) {
+    Refused("model_too_large");
     return ResourceExhausted("model '" + name + "' is " + std::to_string(size_bytes) +
                              " bytes; the limit (max_model_bytes) is " +
                              std::to_string(options_.max_model_bytes));
@@ -328,12 +330,14 @@ Result<std::unique_ptr<Upload>> ModelStore::BeginUpload(const std::string& name,
     };
     // Every upload holds a temp file, whatever it uploads: bounded by count and bytes.
     if (options_.max_uploads_in_flight > 0 && uploads_in_flight_ >= options_.max_uploads_in_flight) {
+      Refused("uploads_in_flight");
       return ResourceExhausted("too many uploads in flight (max_uploads_in_flight is " +
                                std::to_string(options_.max_uploads_in_flight) + "); " + state() +
                                "; retry after ~1 s, when one has finished");
     }
     if (options_.max_upload_bytes_in_flight > 0 &&
         reserved_bytes_ + size_bytes > options_.max_upload_bytes_in_flight) {
+      Refused("upload_bytes_in_flight");
       return ResourceExhausted("uploading model '" + name + "' (" + std::to_string(size_bytes) +
                                " bytes) would exceed max_upload_bytes_in_flight (" +
                                std::to_string(options_.max_upload_bytes_in_flight) + "); " + state());
@@ -346,6 +350,7 @@ Result<std::unique_ptr<Upload>> ModelStore::BeginUpload(const std::string& name,
     const uint64_t other = other_bytes_ ? other_bytes_() : 0;
     if (!stored && options_.max_store_bytes > 0 &&
         total_bytes_ + reserved_bytes_ + other + size_bytes > options_.max_store_bytes) {
+      Refused("store_full");
       return ResourceExhausted("storing model '" + name + "' (" + std::to_string(size_bytes) +
                                " bytes) would exceed the store limit (max_store_bytes) of " +
                                std::to_string(options_.max_store_bytes) + " bytes; " + state() + "; job inputs and results hold " +

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <string_view>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -66,6 +67,11 @@ struct ModelStoreOptions {
   /// Bytes of metadata kept per model: producer_name plus all input and output names. They live
   /// in the index and in every ListModels answer, so they are bounded. 0 = no limit.
   uint64_t max_metadata_bytes = 64u << 10;
+  /// Called once per upload refused for one of the limits above, with a fixed reason:
+  /// "model_too_large", "uploads_in_flight", "upload_bytes_in_flight", "store_full",
+  /// "metadata_too_large". Optional; may run under the store's lock (keep it short, never call
+  /// back). kilnd counts it in kiln_rejected_requests_total (server/daemon.cc).
+  std::function<void(std::string_view reason)> on_refused;
 };
 
 class ModelStore;
@@ -225,6 +231,9 @@ class ModelStore {
                             std::string* replaced_model_id);
   void ReleaseReservation(uint64_t bytes);
   const ModelInfo* FindLocked(const std::string& id_or_name) const;
+  void Refused(std::string_view reason) const {
+    if (options_.on_refused) options_.on_refused(reason);
+  }
   std::filesystem::path ObjectPath(const std::string& id) const;
   friend class ModelReader;
   bool IsVerified(const std::string& id) const;

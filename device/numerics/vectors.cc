@@ -360,7 +360,7 @@ void CheckKacc32(const Json& o, LineCheck* c) {
         g = PackBfpFromBf16Dst(t, BfpFormat::kBfp8);
       }
       CheckKnownKeys(res, {"dst", "pack_bf16", "pack_bfp8", "bfp8_unpacked_bf16"}, p + ".", c);
-      auto check16 = [&](const char* name, auto fn) {
+      auto check16 = [&, &res = res](const char* name, auto fn) {
         const Json* v = Find(res, name);
         if (!v) return;
         if (!v->is_array() || v->size() != 16) return c->Fail("field " + p + "." + name + ": not 16 entries");

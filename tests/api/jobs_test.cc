@@ -67,7 +67,7 @@ class JobsTest : public ::testing::Test {
     jobs_ = std::move(js).value();
   }
   void StartManager(JobLimits limits = {}) {
-    auto m = JobManager::Create({models_.get(), jobs_.get(), scheduler_.get(), &plans_, nullptr}, limits);
+    auto m = JobManager::Create({models_.get(), jobs_.get(), scheduler_.get(), &plans_, nullptr, nullptr}, limits);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     manager_ = std::move(m).value();
   }

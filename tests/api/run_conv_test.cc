@@ -115,7 +115,7 @@ TEST(RunConvApi, StagedJobPlansOnceThenUsesTheCache) {
   for (int round = 0; round < 2; ++round) {
     kiln::v1::RunConvLayersResponse resp;
     std::promise<Status> done;
-    auto job = RunConvJob::Start({st->get(), scheduler->get(), &plans}, *info, &req, &resp, "test", std::nullopt,
+    auto job = RunConvJob::Start({st->get(), scheduler->get(), &plans, nullptr}, *info, &req, &resp, "test", std::nullopt,
                                  [&](const Status& s, int64_t) { done.set_value(s); });
     Status s = done.get_future().get();
     ASSERT_TRUE(s.ok()) << s.ToString();
@@ -136,7 +136,7 @@ TEST(RunConvApi, StagedJobPlansOnceThenUsesTheCache) {
     std::promise<Status> done;
     PlanCache fresh(1);
     const int before = planned.load();
-    auto job = RunConvJob::Start({st->get(), scheduler->get(), &fresh}, *info, &nowhere, &resp, "test", std::nullopt,
+    auto job = RunConvJob::Start({st->get(), scheduler->get(), &fresh, nullptr}, *info, &nowhere, &resp, "test", std::nullopt,
                                  [&](const Status& s, int64_t) { done.set_value(s); });
     Status s = done.get_future().get();
     EXPECT_EQ(s.code(), StatusCode::kNotFound);
@@ -151,7 +151,7 @@ TEST(RunConvApi, StagedJobPlansOnceThenUsesTheCache) {
   SetPlanStageHookForTesting([gate](const std::string&) { gate.wait(); });
   kiln::v1::RunConvLayersResponse resp;
   std::promise<Status> done;
-  auto job = RunConvJob::Start({st->get(), scheduler->get(), &empty}, *info, &req, &resp, "test", std::nullopt,
+  auto job = RunConvJob::Start({st->get(), scheduler->get(), &empty, nullptr}, *info, &req, &resp, "test", std::nullopt,
                                [&](const Status& s, int64_t) { done.set_value(s); });
   job->Cancel();
   release.set_value();

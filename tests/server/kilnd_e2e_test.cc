@@ -121,6 +121,34 @@ TEST_F(KilndE2E, BadUploadsGetClearErrors) {
   EXPECT_EQ(k->Stop(), 0);
 }
 
+// Each refusal for a limit is counted once under its reason (store: server/daemon.cc wires
+// store/model_store.h on_refused into kiln_rejected_requests_total).
+TEST_F(KilndE2E, RefusedUploadsAreCountedByReason) {
+  auto k = Start({"--max-model-bytes", "100000", "--max-store-bytes", "120000"});
+  auto stub = ModelService::NewStub(Channel(*k));
+  kiln::v1::UploadModelResponse resp;
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(Upload(*stub, "huge", MakeOnnxBytes(200000), &resp).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  const std::string a = MakeOnnxBytes(80000, 1), b = MakeOnnxBytes(80000, 2);
+  ASSERT_LT(a.size(), 100000u);
+  ASSERT_NE(a, b);
+  grpc::Status st = Upload(*stub, "a", a, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  st = Upload(*stub, "b", b, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(st.error_message().find("max_store_bytes"), std::string::npos) << st.error_message();
+  auto m = Scrape(*k);
+  EXPECT_EQ(m["kiln_rejected_requests_total{reason=\"model_too_large\"}"], 2);
+  EXPECT_EQ(m["kiln_rejected_requests_total{reason=\"store_full\"}"], 1);
+  double total = 0;
+  for (const auto& [key, v] : m) {
+    if (key.rfind("kiln_rejected_requests_total{", 0) == 0) total += v;
+  }
+  EXPECT_EQ(total, 3);
+  EXPECT_EQ(k->Stop(), 0);
+}
+
 TEST_F(KilndE2E, TokenAuthentication) {
   auto k = Start({"--token", "s3cret"});
   auto channel = Channel(*k);
@@ -538,6 +566,8 @@ TEST_F(KilndE2E, CompileAi8xByIdAndInline) {
   auto m = Scrape(*k);
   EXPECT_EQ(m["kiln_compile_total{result=\"ok\",target=\"ai8x\"}"], 2 + ok.load());
   EXPECT_EQ(m["kiln_compile_total{result=\"rejected\",target=\"ai8x\"}"], exhausted.load());
+  // No compile queue: every refusal is the compile lane's full queue (sched/scheduler.h on_refused).
+  EXPECT_EQ(m["kiln_rejected_requests_total{reason=\"queue_full\"}"], exhausted.load());
   // Timed: every request that reached the compiler (not the missing id, not the refused ones).
   EXPECT_EQ(m["kiln_compile_duration_seconds_count{target=\"ai8x\"}"], 4 + ok.load());
   EXPECT_EQ(k->Stop(), 0);

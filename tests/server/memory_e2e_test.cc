@@ -158,6 +158,8 @@ TEST_F(MemoryE2E, BudgetRefusesBeforeAllocating) {
   auto m = ScrapeMetrics(kilnd_->metrics_address());
   EXPECT_EQ(m["kiln_memory_budget_bytes"], 2147483648.0);
   EXPECT_EQ(m["kiln_memory_reserved_bytes"], 0.0);
+  // Counted where the plan stage refuses them (api/run_conv.h Env::on_refused).
+  EXPECT_EQ(m["kiln_rejected_requests_total{reason=\"run_memory_budget\"}"], static_cast<double>(cases.size()));
 
   // Out-of-range enum values are refused naming the field (no longer run as CHAINED / wormhole /
   // MAX78000).
