@@ -136,6 +136,10 @@ class ModelServiceImpl::UploadReactor final
       std::lock_guard<std::mutex> ulock(service_->uploads_mu_);
       service_->uploads_.erase(this);
     }
+    // Finish is called with mu_ held (FinishLocked), and gRPC may run OnDone on another thread
+    // before that caller has released it: wait for the release before mu_ is destroyed. Nothing
+    // locks mu_ afterwards (the sweeper and CancelUploads reach only registered reactors).
+    { std::lock_guard<std::mutex> wait_for_finisher(mu_); }
     delete this;
   }
 
