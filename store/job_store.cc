@@ -54,25 +54,28 @@ Status SqlError(sqlite3* db, const std::string& what) {
   return Internal(msg);
 }
 
-// A prepared statement; Bind* take 1-based indices as SQLite does.
-class Stmt {
+}  // namespace
+
+// A prepared statement; Bind* take 1-based indices as SQLite does. Named in the header so
+// JobsOfLocked can take one; nothing outside this file uses it.
+class SqliteStmt {
  public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) {
+  SqliteStmt(sqlite3* db, const char* sql) : db_(db) {
     if (sqlite3_prepare_v2(db, sql, -1, &st_, nullptr) != SQLITE_OK) st_ = nullptr;
   }
-  ~Stmt() { sqlite3_finalize(st_); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
+  ~SqliteStmt() { sqlite3_finalize(st_); }
+  SqliteStmt(const SqliteStmt&) = delete;
+  SqliteStmt& operator=(const SqliteStmt&) = delete;
   bool ok() const { return st_ != nullptr; }
-  Stmt& Text(int i, std::string_view v) {
+  SqliteStmt& Text(int i, std::string_view v) {
     sqlite3_bind_text(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
     return *this;
   }
-  Stmt& Blob(int i, std::string_view v) {
+  SqliteStmt& Blob(int i, std::string_view v) {
     sqlite3_bind_blob(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
     return *this;
   }
-  Stmt& Int(int i, int64_t v) {
+  SqliteStmt& Int(int i, int64_t v) {
     sqlite3_bind_int64(st_, i, v);
     return *this;
   }
@@ -100,6 +103,10 @@ class Stmt {
   sqlite3* db_;
   sqlite3_stmt* st_ = nullptr;
 };
+
+namespace {
+
+using Stmt = SqliteStmt;
 
 Status Exec(sqlite3* db, const char* sql) {
   char* err = nullptr;
@@ -434,13 +441,14 @@ Result<JobRecord> JobStore::GetLocked(const std::string& job_id) const {
   return j;
 }
 
-Result<std::vector<JobRecord>> JobStore::JobsOfLocked(const char* select_ids) const {
-  Stmt s(db_, select_ids);
+Result<std::vector<JobRecord>> JobStore::JobsOfLocked(SqliteStmt& select_ids) const {
+  if (!select_ids.ok()) return SqlError(db_, "select jobs");
   std::vector<std::string> ids;
   Status st;
-  while (s.Step(&st)) ids.push_back(s.S(0));
+  while (select_ids.Step(&st)) ids.push_back(select_ids.S(0));
   KILN_RETURN_IF_ERROR(st);
   std::vector<JobRecord> out;
+  out.reserve(ids.size());
   for (const auto& id : ids) {
     auto j = GetLocked(id);
     if (!j.ok()) return j.status();
@@ -493,22 +501,13 @@ Result<std::vector<JobRecord>> JobStore::List(const JobFilter& f) const {
     k += 2;
   }
   s.Int(k, f.limit);
-  std::vector<std::string> ids;
-  Status st;
-  while (s.Step(&st)) ids.push_back(s.S(0));
-  KILN_RETURN_IF_ERROR(st);
-  std::vector<JobRecord> out;
-  for (const auto& id : ids) {
-    auto j = GetLocked(id);
-    if (!j.ok()) return j.status();
-    out.push_back(std::move(j).value());
-  }
-  return out;
+  return JobsOfLocked(s);
 }
 
 Result<std::vector<JobRecord>> JobStore::Unfinished() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return JobsOfLocked("SELECT job_id FROM jobs WHERE state IN (1, 2) ORDER BY job_id");
+  Stmt s(db_, "SELECT job_id FROM jobs WHERE state IN (1, 2) ORDER BY job_id");
+  return JobsOfLocked(s);
 }
 
 Result<std::map<int, int64_t>> JobStore::CountByState() const {
@@ -669,7 +668,8 @@ Result<int64_t> JobStore::ExpireResults(const std::string& job_id) {
 
 Result<std::vector<JobRecord>> JobStore::FinishedWithResults() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return JobsOfLocked("SELECT job_id FROM jobs WHERE state >= 3 AND results_expired = 0 ORDER BY finished_ms, job_id");
+  Stmt s(db_, "SELECT job_id FROM jobs WHERE state >= 3 AND results_expired = 0 ORDER BY finished_ms, job_id");
+  return JobsOfLocked(s);
 }
 
 int64_t JobStore::total_bytes() const {

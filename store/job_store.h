@@ -85,6 +85,8 @@ struct JobFilter {
   int limit = 50;
 };
 
+class SqliteStmt;  // a prepared SQLite statement (job_store.cc)
+
 class JobStore {
  public:
   /// Opens (creating) DATA_DIR/jobs/jobs.db, migrates the schema, removes files without rows.
@@ -142,8 +144,9 @@ class JobStore {
   Status Migrate();
   Status RemoveOrphanFiles();
   Result<JobRecord> GetLocked(const std::string& job_id) const;
-  // The rows whose ids the parameterless `select_ids` returns, in its order (mu_ held).
-  Result<std::vector<JobRecord>> JobsOfLocked(const char* select_ids) const;
+  // The rows whose ids the prepared, bound `select_ids` returns, in its order (mu_ held): List,
+  // Unfinished and FinishedWithResults differ only in that SELECT.
+  Result<std::vector<JobRecord>> JobsOfLocked(SqliteStmt& select_ids) const;
 
   std::string dir_;  // DATA_DIR/jobs
   sqlite3* db_;
