@@ -58,11 +58,11 @@ const Data& GetData() {
 }
 
 void BM_Kernel(benchmark::State& state, nx::MvmulKernelPath path, nx::MathFidelity fid, bool relu, bool fp32_dst) {
-  if (path == nx::MvmulKernelPath::kAvx2 && !nx::MvmulAvx2Supported()) {
-    state.SkipWithError("no AVX2 on this CPU");
+  if (!nx::MvmulKernelSupported(path)) {
+    state.SkipWithError((std::string("no ") + nx::MvmulKernelPathName(path) + " on this CPU").c_str());
     return;
   }
-  nx::SetMvmulKernelForScalar(path == nx::MvmulKernelPath::kScalar);
+  nx::SetMvmulKernel(path);
   const Data& d = GetData();
   auto a = nx::PrepareSrcA(d.w.data(), kCols, kK, fid, nx::SrcFormat::kBf16);
   nx::PreparedSrcB b;
@@ -77,7 +77,7 @@ void BM_Kernel(benchmark::State& state, nx::MvmulKernelPath path, nx::MathFideli
       benchmark::DoNotOptimize(dst.data());
     }
   }
-  nx::SetMvmulKernelForScalar(false);
+  nx::ResetMvmulKernel();
   state.counters["GMAC/s"] = benchmark::Counter(kMacsPerRow * kRows * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
@@ -176,7 +176,8 @@ using F = nx::MathFidelity;
 #define KILN_MVMUL_CASE(name, fid, relu, fp32)                                                                  \
   BENCHMARK_CAPTURE(BM_Loop, name, fid, relu, fp32)->Unit(benchmark::kMillisecond)->UseRealTime();                  \
   BENCHMARK_CAPTURE(BM_Kernel, scalar_##name, P::kScalar, fid, relu, fp32)->Unit(benchmark::kMillisecond)->UseRealTime(); \
-  BENCHMARK_CAPTURE(BM_Kernel, avx2_##name, P::kAvx2, fid, relu, fp32)->Unit(benchmark::kMillisecond)->UseRealTime();
+  BENCHMARK_CAPTURE(BM_Kernel, avx2_##name, P::kAvx2, fid, relu, fp32)->Unit(benchmark::kMillisecond)->UseRealTime(); \
+  BENCHMARK_CAPTURE(BM_Kernel, avx512_##name, P::kAvx512, fid, relu, fp32)->Unit(benchmark::kMillisecond)->UseRealTime();
 KILN_MVMUL_CASE(LoFi_dense, F::kLoFi, false, true)
 KILN_MVMUL_CASE(HiFi4_dense, F::kHiFi4, false, true)
 KILN_MVMUL_CASE(HiFi4_relu, F::kHiFi4, true, true)
@@ -210,12 +211,13 @@ int main(int argc, char** argv) {
   auto gmacs = [](double s) { return s > 0 ? kMacsPerRow * kRows / s / 1e9 : 0.0; };
   std::printf("\n64->64 3x3 K blocks (K=576 in 3x192, 64 columns, %lld rows), 1 thread, GMAC/s (real MACs):\n",
               static_cast<long long>(kRows));
-  std::printf("%-14s %10s %10s %10s %12s %12s\n", "case", "loop", "scalar", "avx2", "avx2/scalar", "avx2/loop");
+  std::printf("%-14s %10s %10s %10s %10s %12s %12s %12s\n", "case", "loop", "scalar", "avx2", "avx512", "avx2/scalar",
+              "avx2/loop", "avx512/avx2");
   for (const char* c : {"LoFi_dense", "HiFi4_dense", "HiFi4_relu", "LoFi_bf16dst", "HiFi4_bf16dst"}) {
     const double l = find(std::string("BM_Loop/") + c), s = find(std::string("BM_Kernel/scalar_") + c),
-                 v = find(std::string("BM_Kernel/avx2_") + c);
-    std::printf("%-14s %10.3f %10.3f %10.3f %12.2f %12.2f\n", c, gmacs(l), gmacs(s), gmacs(v), v > 0 ? s / v : 0.0,
-                v > 0 ? l / v : 0.0);
+                 v = find(std::string("BM_Kernel/avx2_") + c), w = find(std::string("BM_Kernel/avx512_") + c);
+    std::printf("%-14s %10.3f %10.3f %10.3f %10.3f %12.2f %12.2f %12.2f\n", c, gmacs(l), gmacs(s), gmacs(v), gmacs(w),
+                v > 0 ? s / v : 0.0, v > 0 ? l / v : 0.0, w > 0 ? v / w : 0.0);
   }
   return 0;
 }

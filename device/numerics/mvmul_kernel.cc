@@ -1,6 +1,6 @@
 // Operand preparation, argument checks, path dispatch and the scalar path of the exact MVMUL kernel
-// (device/numerics/mvmul_kernel.h). The AVX2 path is in mvmul_kernel_avx2.cc. Section numbers (§)
-// cite docs/specs/tt-numerics.md.
+// (device/numerics/mvmul_kernel.h). The AVX2 path is in mvmul_kernel_avx2.cc, the AVX-512 one in
+// mvmul_kernel_avx512.cc. Section numbers (§) cite docs/specs/tt-numerics.md.
 #include "device/numerics/mvmul_kernel.h"
 
 #include <algorithm>
@@ -51,18 +51,22 @@ FpuTerm GroupScalar(const int16_t* acol, int words, const PreparedSrcB& b, int64
   return t;
 }
 
-std::atomic<int> g_force_scalar{-1};  // -1: not yet read from KILN_MVMUL_KERNEL
+// The forced path: -2 not yet read from KILN_MVMUL_KERNEL, -1 automatic, else a MvmulKernelPath.
+std::atomic<int> g_forced{-2};
 
-bool ForceScalar() {
-  int v = g_force_scalar.load(std::memory_order_relaxed);
-  if (v < 0) {
+int Forced() {
+  int v = g_forced.load(std::memory_order_relaxed);
+  if (v == -2) {
     const char* env = std::getenv("KILN_MVMUL_KERNEL");
-    int from_env = env != nullptr && std::strcmp(env, "scalar") == 0 ? 1 : 0;
-    int expected = -1;
-    g_force_scalar.compare_exchange_strong(expected, from_env, std::memory_order_relaxed);
-    v = g_force_scalar.load(std::memory_order_relaxed);
+    int from_env = -1;
+    for (auto p : {MvmulKernelPath::kScalar, MvmulKernelPath::kAvx2, MvmulKernelPath::kAvx512}) {
+      if (env != nullptr && std::strcmp(env, MvmulKernelPathName(p)) == 0) from_env = static_cast<int>(p);
+    }
+    int expected = -2;
+    g_forced.compare_exchange_strong(expected, from_env, std::memory_order_relaxed);
+    v = g_forced.load(std::memory_order_relaxed);
   }
-  return v == 1;
+  return v;
 }
 
 }  // namespace
@@ -180,9 +184,15 @@ Status RunKBlockPhases(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0,
                            ") but operands prepared for " + std::to_string(std::min(a.phases, b.phases)));
   if (k0 == k1 || o0 == o1 || phase_begin == phase_end) return Status::Ok();
 #if defined(__x86_64__)
-  if (ActiveMvmulKernel() == MvmulKernelPath::kAvx2) {
-    mvmul_detail::RunAvx2(a, b, k0, k1, o0, o1, phase_begin, phase_end, fp32_dst, arch, dst);
-    return Status::Ok();
+  switch (ActiveMvmulKernel()) {
+    case MvmulKernelPath::kAvx512:
+      mvmul_detail::RunAvx512(a, b, k0, k1, o0, o1, phase_begin, phase_end, fp32_dst, arch, dst);
+      return Status::Ok();
+    case MvmulKernelPath::kAvx2:
+      mvmul_detail::RunAvx2(a, b, k0, k1, o0, o1, phase_begin, phase_end, fp32_dst, arch, dst);
+      return Status::Ok();
+    case MvmulKernelPath::kScalar:
+      break;
   }
 #endif
   mvmul_detail::RunScalar(a, b, k0, k1, o0, o1, phase_begin, phase_end, fp32_dst, arch, dst);
@@ -194,21 +204,50 @@ Status RunKBlock(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64
   return RunKBlockPhases(a, b, k0, k1, o0, o1, 0, NumPhases(fid), fp32_dst, arch, dst);
 }
 
-const char* MvmulKernelPathName(MvmulKernelPath p) { return p == MvmulKernelPath::kAvx2 ? "avx2" : "scalar"; }
+const char* MvmulKernelPathName(MvmulKernelPath p) {
+  switch (p) {
+    case MvmulKernelPath::kAvx512:
+      return "avx512";
+    case MvmulKernelPath::kAvx2:
+      return "avx2";
+    case MvmulKernelPath::kScalar:
+      break;
+  }
+  return "scalar";
+}
 
-bool MvmulAvx2Supported() {
+bool MvmulKernelSupported(MvmulKernelPath p) {
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2;
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  switch (p) {
+    case MvmulKernelPath::kAvx512:
+      return avx512;
+    case MvmulKernelPath::kAvx2:
+      return avx2;
+    case MvmulKernelPath::kScalar:
+      break;
+  }
+  return true;
 #else
-  return false;
+  return p == MvmulKernelPath::kScalar;
 #endif
 }
 
-MvmulKernelPath ActiveMvmulKernel() {
-  return MvmulAvx2Supported() && !ForceScalar() ? MvmulKernelPath::kAvx2 : MvmulKernelPath::kScalar;
+MvmulKernelPath BestMvmulKernel() {
+  if (MvmulKernelSupported(MvmulKernelPath::kAvx512)) return MvmulKernelPath::kAvx512;
+  if (MvmulKernelSupported(MvmulKernelPath::kAvx2)) return MvmulKernelPath::kAvx2;
+  return MvmulKernelPath::kScalar;
 }
 
-void SetMvmulKernelForScalar(bool force) { g_force_scalar.store(force ? 1 : 0, std::memory_order_relaxed); }
+MvmulKernelPath ActiveMvmulKernel() {
+  const int f = Forced();
+  if (f >= 0 && MvmulKernelSupported(static_cast<MvmulKernelPath>(f))) return static_cast<MvmulKernelPath>(f);
+  return BestMvmulKernel();
+}
+
+void SetMvmulKernel(MvmulKernelPath p) { g_forced.store(static_cast<int>(p), std::memory_order_relaxed); }
+
+void ResetMvmulKernel() { g_forced.store(-1, std::memory_order_relaxed); }
 
 }  // namespace kiln::numerics

@@ -120,18 +120,22 @@ Status RunKBlock(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64
 Status RunKBlockPhases(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1,
                        int phase_begin, int phase_end, bool fp32_dst, Arch arch, uint32_t* dst);
 
-/// The implementation RunKBlock uses.
-enum class MvmulKernelPath { kScalar, kAvx2 };
-/// "scalar" or "avx2".
+/// The implementation RunKBlock uses; all give identical results.
+enum class MvmulKernelPath { kScalar, kAvx2, kAvx512 };
+/// "scalar", "avx2" or "avx512".
 const char* MvmulKernelPathName(MvmulKernelPath p);
-/// Whether this CPU runs the AVX2 path (x86-64 with AVX2).
-bool MvmulAvx2Supported();
-/// The path RunKBlock takes now: AVX2 where supported, unless forced scalar, by
-/// SetMvmulKernelForScalar(true) or by the environment variable KILN_MVMUL_KERNEL=scalar read at
-/// the first call (the tests' and benchmarks' switch; both paths give identical results).
+/// Whether this CPU runs path `p`: scalar always; avx2 on x86-64 with AVX2; avx512 with AVX-512F
+/// and AVX-512BW (mvmul_kernel_avx512.cc).
+bool MvmulKernelSupported(MvmulKernelPath p);
+/// The widest path this CPU supports (avx512, else avx2, else scalar).
+MvmulKernelPath BestMvmulKernel();
+/// The path RunKBlock takes now: BestMvmulKernel(), unless forced by SetMvmulKernel or by the
+/// environment variable KILN_MVMUL_KERNEL=scalar|avx2|avx512 read at the first call (the tests' and
+/// benchmarks' switch; a path the CPU lacks falls back to the best one it has).
 MvmulKernelPath ActiveMvmulKernel();
-/// Forces (true) or releases (false) the scalar path for the whole process; thread-safe, takes
-/// effect for calls that start afterwards.
-void SetMvmulKernelForScalar(bool force);
+/// Forces path `p` (where supported, else the best one) for the whole process; thread-safe, takes
+/// effect for calls that start afterwards. ResetMvmulKernel() returns to the automatic choice.
+void SetMvmulKernel(MvmulKernelPath p);
+void ResetMvmulKernel();
 
 }  // namespace kiln::numerics

@@ -1,6 +1,6 @@
 // The exact MVMUL kernel (device/numerics/mvmul_kernel.h) against the golden vectors and against the
 // per-MVMUL model numerics::MvmulPhase (device/numerics/fpu.h), on both paths: the scalar one
-// (forced with SetMvmulKernelForScalar) and the AVX2 one where the CPU has it. The oracle runs every
+// (forced with SetMvmulKernel) and the AVX2 and AVX-512 ones where the CPU has them. The oracle runs every
 // MVMUL of docs/specs/tt-numerics.md §5.6's order, none skipped.
 #include <gtest/gtest.h>
 
@@ -27,7 +27,9 @@ const std::string kDir = std::string(KILN_TEST_DATA) + "/tt-vectors";
 // The kernel paths to run on this machine.
 std::vector<MvmulKernelPath> Paths() {
   std::vector<MvmulKernelPath> p{MvmulKernelPath::kScalar};
-  if (MvmulAvx2Supported()) p.push_back(MvmulKernelPath::kAvx2);
+  for (auto v : {MvmulKernelPath::kAvx2, MvmulKernelPath::kAvx512}) {
+    if (MvmulKernelSupported(v)) p.push_back(v);
+  }
   return p;
 }
 
@@ -35,10 +37,10 @@ std::vector<MvmulKernelPath> Paths() {
 class UsePath {
  public:
   explicit UsePath(MvmulKernelPath p) {
-    SetMvmulKernelForScalar(p == MvmulKernelPath::kScalar);
+    SetMvmulKernel(p);
     EXPECT_EQ(ActiveMvmulKernel(), p);
   }
-  ~UsePath() { SetMvmulKernelForScalar(false); }
+  ~UsePath() { ResetMvmulKernel(); }
 };
 
 // A conv-like problem: a[o * K + k] weights (SrcA), b[k] one activation row (SrcB).

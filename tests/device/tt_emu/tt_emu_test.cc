@@ -512,23 +512,33 @@ TEST(TtEmuExact, VectorKernelAndThreadCountDoNotChangeABit) {
     p.math_fidelity = c.fid;
     p.fp32_dest_acc_en = c.fp32;
     Tensor* bias = c.bias ? &b : nullptr;
-    nx::SetMvmulKernelForScalar(true);
+    nx::SetMvmulKernel(nx::MvmulKernelPath::kScalar);
     auto scalar = tt_emu::Conv2d(x, w, bias, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 1);
-    nx::SetMvmulKernelForScalar(false);
-    auto vec1 = tt_emu::Conv2d(x, w, bias, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 1);
-    auto vec2 = tt_emu::Conv2d(x, w, bias, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 2);
-    ASSERT_TRUE(scalar.ok() && vec1.ok() && vec2.ok());
-    ASSERT_EQ(scalar->num_elements(), vec1->num_elements());
-    for (int64_t i = 0; i < scalar->num_elements(); ++i) {
-      ASSERT_EQ(nx::FloatBits(scalar->data<float>()[i]), nx::FloatBits(vec1->data<float>()[i])) << "case C=" << c.C << " i=" << i;
-      ASSERT_EQ(nx::FloatBits(vec1->data<float>()[i]), nx::FloatBits(vec2->data<float>()[i])) << "case C=" << c.C << " i=" << i;
+    ASSERT_TRUE(scalar.ok());
+    for (auto path : {nx::MvmulKernelPath::kAvx2, nx::MvmulKernelPath::kAvx512}) {
+      if (!nx::MvmulKernelSupported(path)) continue;
+      nx::SetMvmulKernel(path);
+      ASSERT_EQ(nx::ActiveMvmulKernel(), path);
+      auto vec1 = tt_emu::Conv2d(x, w, bias, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 1);
+      auto vec2 = tt_emu::Conv2d(x, w, bias, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 2);
+      ASSERT_TRUE(vec1.ok() && vec2.ok());
+      ASSERT_EQ(scalar->num_elements(), vec1->num_elements());
+      const char* name = nx::MvmulKernelPathName(path);
+      for (int64_t i = 0; i < scalar->num_elements(); ++i) {
+        ASSERT_EQ(nx::FloatBits(scalar->data<float>()[i]), nx::FloatBits(vec1->data<float>()[i]))
+            << name << " case C=" << c.C << " i=" << i;
+        ASSERT_EQ(nx::FloatBits(vec1->data<float>()[i]), nx::FloatBits(vec2->data<float>()[i]))
+            << name << " case C=" << c.C << " i=" << i;
+      }
     }
+    nx::ResetMvmulKernel();
     ++compared;
   }
   EXPECT_EQ(compared, 5);
-  // On this machine the vector path is the one under test (AVX2 present), not the fallback twice.
-  if (nx::MvmulAvx2Supported()) {
-    EXPECT_EQ(nx::ActiveMvmulKernel(), nx::MvmulKernelPath::kAvx2);
+  // On this machine the widest vector path is the one taken by default, not the fallback.
+  EXPECT_EQ(nx::ActiveMvmulKernel(), nx::BestMvmulKernel());
+  if (nx::MvmulKernelSupported(nx::MvmulKernelPath::kAvx2)) {
+    EXPECT_NE(nx::ActiveMvmulKernel(), nx::MvmulKernelPath::kScalar);
   }
 }
 
