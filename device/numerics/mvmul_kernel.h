@@ -3,12 +3,13 @@
 // chain of numerics::MvmulPhase (device/numerics/fpu.h) in the order of §5.6:
 //   for each output column o: for each 32-deep K tile t0 of [k0, k1): for each phase p:
 //     Dst[o] ← MV(t0 .. t0+15), then Dst[o] ← MV(t0+16 .. t0+31)
-// Two implementations behind one interface: a scalar one (the fallback, and with MvmulPhase the
-// oracle of the tests) and an AVX2 one vectorised across 16 output columns in int16 lanes (they
+// Three implementations behind one interface: a scalar one (the fallback, and with MvmulPhase the
+// oracle of the tests), an AVX2 one vectorised across 16 output columns in int16 lanes (they
 // share the activation operand, so §5.4's 8-lane maximum becomes a vertical max; the per-lane
 // alignment shift does not depend on the phase, so it is computed once per K tile for all phases),
-// chosen at run time (__builtin_cpu_supports; the AVX2 code is compiled with a target attribute,
-// not -mavx2).
+// and an AVX-512 one doing the same over two 16-column blocks at once (mvmul_kernel_avx512.cc);
+// chosen at run time (__builtin_cpu_supports; the vector code is compiled with target attributes,
+// not -mavx2 / -mavx512f).
 //
 // Zero MVMULs: an MVMUL whose lanes are all zero (§5.3: exponent field 0 on either side) is not
 // computed. It is not a no-op in general: §5.5 maps a Dst of −0 or a denormal to +0 and an exponent-255
