@@ -76,6 +76,13 @@ void Upload::Abort() {
   store_->ReleaseReservation(declared_size_);
 }
 
+// The file errors of an upload are RESOURCE_EXHAUSTED exactly when the file system is full
+// (store_files.cc ErrnoStatus): those are refusals, counted as "disk_full".
+Status Upload::DiskFullCounted(Status st) const {
+  if (st.code() == StatusCode::kResourceExhausted) store_->Refused("disk_full");
+  return st;
+}
+
 Status Upload::Append(const void* data, size_t size) {
   if (finished_) return FailedPrecondition("upload already finished");
   if (size > declared_size_ - received_) {  // received_ <= declared_size_: no wrap
@@ -83,7 +90,7 @@ Status Upload::Append(const void* data, size_t size) {
                            std::to_string(declared_size_));
   }
   Status st = WriteAll(fd_, data, size, tmp_path_);
-  if (!st.ok()) return st;
+  if (!st.ok()) return DiskFullCounted(std::move(st));
   hash_.Update(data, size);
   received_ += size;
   return Status::Ok();
@@ -107,7 +114,7 @@ Result<ModelInfo> Upload::Commit(bool* already_stored, std::string* replaced_mod
   if (::fsync(fd_) != 0) {
     Status st = ErrnoStatus("fsync", tmp_path_);
     Abort();
-    return st;
+    return DiskFullCounted(std::move(st));
   }
   // Parse through a read-only mapping: the bytes are in the page cache already.
   ModelInfo info;
@@ -153,7 +160,7 @@ Result<ModelInfo> Upload::Commit(bool* already_stored, std::string* replaced_mod
   auto published = store_->Publish(this, std::move(info), already_stored, replaced_model_id);
   if (!published.ok()) {
     Abort();
-    return published;
+    return DiskFullCounted(published.status());
   }
   finished_ = true;
   store_->ReleaseReservation(declared_size_);

@@ -69,7 +69,7 @@ struct ModelStoreOptions {
   uint64_t max_metadata_bytes = 64u << 10;
   /// Called once per upload refused for one of the limits above, with a fixed reason:
   /// "model_too_large", "uploads_in_flight", "upload_bytes_in_flight", "store_full",
-  /// "metadata_too_large". Optional; may run under the store's lock (keep it short, never call
+  /// "metadata_too_large", and "disk_full" for an upload the file system had no room for. Optional; may run under the store's lock (keep it short, never call
   /// back). kilnd counts it in kiln_rejected_requests_total (server/daemon.cc).
   std::function<void(std::string_view reason)> on_refused;
 };
@@ -103,6 +103,7 @@ class Upload {
 
  private:
   friend class ModelStore;
+  Status DiskFullCounted(Status st) const;
   Upload(ModelStore* store, std::string name, uint64_t size, std::string sha256,
          std::filesystem::path tmp_path, int fd);
 

@@ -36,6 +36,7 @@
 #include "kiln/v1/model.grpc.pb.h"
 #include "tests/server/kilnd_process.h"
 #include "tests/server/kilnd_test_util.h"
+#include "tests/server/kilnd_test_util.h"
 #include "tests/server/onnx_bytes.h"
 
 namespace fs = std::filesystem;
@@ -338,6 +339,12 @@ int DiskFull() {
                 "upload on a full disk answered %d (%s), want RESOURCE_EXHAUSTED",
                 static_cast<int>(refused.error_code()), refused.error_message().c_str());
   CHECK_OR_FAIL(!L.acked.empty(), "no upload fitted on the 64 MiB tmpfs");
+  // The refusal is counted (store/model_store.h on_refused, server/daemon.cc).
+  {
+    auto m = ScrapeMetrics(k->metrics_address());
+    CHECK_OR_FAIL(m["kiln_rejected_requests_total{reason=\"disk_full\"}"] >= 1,
+                  "the disk-full refusal is not in kiln_rejected_requests_total{reason=\"disk_full\"}");
+  }
   Verify(*stub, dir, L, false);
   // 2. Fill every remaining block, so that even the index rewrite cannot allocate.
   {
