@@ -52,6 +52,7 @@ def generate(out_pkg):
         subprocess.run(base + ["--plugin=protoc-gen-grpc_python=" + plugin, "--grpc_python_out=" + tmp] + SERVICES,
                        check=True)
         dest_root = os.path.join(out_pkg, "_proto")
+        shutil.rmtree(dest_root, ignore_errors=True)  # pip builds in-tree: no stubs of removed protos
         for dirpath, _, files in os.walk(tmp):
             rel = os.path.relpath(dirpath, tmp)
             dest = os.path.normpath(os.path.join(dest_root, rel))

@@ -181,6 +181,12 @@ class CompileTest(Base):
         self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.compile_ai8x, self.MODEL, "MAX78000",
                              "ai85net5", "MNIST", {"0.no_such_key": 1}, contains="no_such_key")
         self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.compile_ai8x, self.MODEL, "MAX99999")
+        # kilnd cuts grpc-message at 512 bytes; the exception carries the long form from
+        # grpc-status-details-bin (at most 3 KiB).
+        e = self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.compile_ai8x, self.MODEL, "MAX78000",
+                                 "ai85net5", "MNIST", {"L" * 3000 + ".output_width": 8}, contains="L" * 1000)
+        self.assertGreater(len(e.message), 2048)
+        self.assertLessEqual(len(e.message), 3072)
         self.assertKilnError(grpc.StatusCode.NOT_FOUND, self.kiln.compile_ai8x, "no-such-model")
 
 
