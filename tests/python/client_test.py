@@ -300,6 +300,13 @@ class TensorTest(unittest.TestCase):
         self.assertEqual(from_tensor(scalar).shape, ())
 
 
+class ErrorTest(unittest.TestCase):
+    def test_pickles_with_its_code(self) -> None:
+        import pickle
+        e = pickle.loads(pickle.dumps(KilnError(grpc.StatusCode.NOT_FOUND, "no model 'x'")))
+        self.assertEqual((e.code, e.message, str(e)), (grpc.StatusCode.NOT_FOUND, "no model 'x'", "NOT_FOUND: no model 'x'"))
+
+
 class AuthAndTlsTest(unittest.TestCase):
     def test_token_over_tls(self) -> None:
         tmp = tempfile.mkdtemp(prefix="kiln-python-tls-")

@@ -24,6 +24,11 @@ class KilnError(Exception):
         self.code = code
         self.message = message
 
+    def __reduce__(self) -> tuple:
+        # Picklable (multiprocessing, e.g. a DataLoader worker): the default would call
+        # KilnError("CODE: message") without the code.
+        return (type(self), (self.code, self.message))
+
     @classmethod
     def from_rpc_error(cls, error: grpc.RpcError) -> "KilnError":
         code = error.code() if hasattr(error, "code") else None
