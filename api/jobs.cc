@@ -541,6 +541,7 @@ Result<std::vector<kiln::v1::JobEvent>> JobManager::Events(const std::string& jo
   for (const auto& r : *rows) {
     kiln::v1::JobEvent e;
     if (!e.ParseFromString(r.blob)) return DataLoss("job " + job_id + ": event " + std::to_string(r.sequence) + " unreadable");
+    if (e.has_layer()) FillPassedFromPass(e.mutable_layer()->mutable_report());
     e.set_sequence(r.sequence);
     SetTime(r.time_ms, e.mutable_time());
     out.push_back(std::move(e));

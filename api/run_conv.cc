@@ -132,6 +132,7 @@ void LayerReportToProto(const runtime::LayerReport& l, kiln::v1::LayerReport* p)
   p->set_max_abs_error(l.max_abs_error);
   p->set_pcc_threshold(l.threshold);
   p->set_pass(l.pass);
+  p->set_passed(l.pass);
   p->set_compared(l.compared);
   std::string detail = l.on_device ? "device" : "host";
   if (!l.activation.empty() && l.activation != "none") {
@@ -181,6 +182,7 @@ void FillRunResponse(const runtime::RunResult& result, bool omit_outputs,
   }
   for (const auto& l : result.layers) LayerReportToProto(l, response->add_layers());
   response->set_pass(result.all_pass);
+  response->set_passed(result.all_pass);
   response->set_backend(result.backend);
   response->set_resolved_precision(result.precision.Resolved().ToString());
   ToProto(result.precision, response->mutable_precision());
@@ -189,6 +191,13 @@ void FillRunResponse(const runtime::RunResult& result, bool omit_outputs,
   response->set_folded_nodes(result.folded_nodes);
   response->set_backend_sources(result.backend_sources);
   EnsureUtf8(response);  // layer names, ops and output names come from the model (api/models.h)
+}
+
+void FillPassedFromPass(kiln::v1::LayerReport* layer) { layer->set_passed(layer->pass()); }
+
+void FillPassedFromPass(kiln::v1::RunConvLayersResponse* response) {
+  response->set_passed(response->pass());
+  for (auto& l : *response->mutable_layers()) FillPassedFromPass(&l);
 }
 
 sched::JobFn MakeRunJob(std::shared_ptr<const convplan::ConvPlan> plan, runtime::RunInputs inputs,

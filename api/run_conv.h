@@ -94,11 +94,17 @@ Result<PreparedConvRun> PrepareConvRun(std::string_view bytes, const std::string
 sched::JobFn MakeRunJob(std::shared_ptr<const convplan::ConvPlan> plan, runtime::RunInputs inputs,
                         runtime::RunOptions options, std::shared_ptr<runtime::RunResult> result);
 
-/// One row of the run report.
+/// One row of the run report. Sets `pass` and `passed` alike (kiln/v1/device.proto LayerReport).
 void LayerReportToProto(const runtime::LayerReport& layer, kiln::v1::LayerReport* out);
 
-/// Fills the response from a finished run (outputs unless `omit_outputs`).
+/// Fills the response from a finished run (outputs unless `omit_outputs`); `pass` and `passed`
+/// alike, in the response and in every layer.
 void FillRunResponse(const runtime::RunResult& result, bool omit_outputs, kiln::v1::RunConvLayersResponse* response);
+
+/// Sets `passed` from `pass` in a report read back from storage (job results and job events):
+/// one stored by a kilnd from before `passed` existed carries only `pass`.
+void FillPassedFromPass(kiln::v1::RunConvLayersResponse* response);
+void FillPassedFromPass(kiln::v1::LayerReport* layer);
 
 /// In process, no server (`kiln run --local`): plan, prepare, run on a fresh backend of the
 /// request's kind created with `backend_settings`, the fp32 reference on all cores. Blocking.

@@ -13,6 +13,8 @@ PACKAGES=(
   libmimalloc-dev libsqlite3-dev
   libssl-dev openssl curl ca-certificates python3
   python3-torchvision python3-numpy python3-onnx
+  # The Python client, clients/python: its venv, build and runtime; README, Python client.
+  python3-venv python3-wheel python3-grpcio python3-protobuf
   prometheus nodejs
   clang-14 libclang-rt-14-dev
 )

@@ -270,6 +270,7 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
           Finish(scope_.Done(grpc::Status(grpc::StatusCode::DATA_LOSS, "stored result unreadable")));
           return;
         }
+        api::FillPassedFromPass(chunk_.mutable_result()->mutable_response());
         StartWrite(&chunk_);
         return;
       }

@@ -84,6 +84,48 @@ TEST(RunConvApi, RunsAsASchedulerJobLikeInProcess) {
   EXPECT_EQ(local->device(), "reference (in process)");
 }
 
+// `pass` is a Python keyword, so the report carries the same value as `passed` too
+// (kiln/v1/device.proto): a real tt-emu run under an unreachable threshold (PCC 1.0 is never
+// reached in bf16) has failing device layers and passing host ones; every row and the response
+// carry the same value in both fields.
+TEST(RunConvApi, ReportFillsPassAndPassedAlike) {
+  const std::string bytes = ReadCase("conv_flatten_gemm_transb_alpha_beta.onnx");
+  kiln::v1::RunConvLayersRequest req;
+  req.set_backend("tt-emu");
+  auto prepared = PrepareConvRun(bytes, "conv_flatten_gemm", req);
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  prepared->options.pcc_threshold = 1.0;
+  auto dev = device::DefaultBackendRegistry().Create("tt-emu");
+  ASSERT_TRUE(dev.ok());
+  auto result = runtime::RunConvPlan(*prepared->plan, prepared->inputs, **dev, prepared->options);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  ASSERT_FALSE(result->all_pass);
+  kiln::v1::RunConvLayersResponse resp;
+  FillRunResponse(*result, true, &resp);
+  EXPECT_FALSE(resp.pass());
+  EXPECT_FALSE(resp.passed());
+  int failed = 0, passed = 0;
+  ASSERT_EQ(resp.layers_size(), static_cast<int>(result->layers.size()));
+  for (int i = 0; i < resp.layers_size(); ++i) {
+    const auto& l = resp.layers(i);
+    EXPECT_EQ(l.pass(), result->layers[static_cast<size_t>(i)].pass) << l.name();
+    EXPECT_EQ(l.passed(), l.pass()) << l.name();
+    (l.pass() ? passed : failed) += 1;
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_GT(passed, 0);  // the host Flatten and Gemm rows
+
+  // A report stored by a kilnd from before `passed` (job results, events) gets it on reading.
+  kiln::v1::RunConvLayersResponse old;
+  old.set_pass(true);
+  old.add_layers()->set_pass(true);
+  old.add_layers()->set_pass(false);
+  FillPassedFromPass(&old);
+  EXPECT_TRUE(old.passed());
+  EXPECT_TRUE(old.layers(0).passed());
+  EXPECT_FALSE(old.layers(1).passed());
+}
+
 TEST(RunConvApi, StagedJobPlansOnceThenUsesTheCache) {
   auto dir = std::filesystem::temp_directory_path() / ("kiln_api_test_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
@@ -123,6 +165,7 @@ TEST(RunConvApi, StagedJobPlansOnceThenUsesTheCache) {
     EXPECT_EQ(resp.device(), "tt-emu:0");
     EXPECT_EQ(resp.backend(), "tt-emu");
     EXPECT_TRUE(resp.pass());
+    EXPECT_TRUE(resp.passed());
     EXPECT_GT(resp.layers_size(), 0);
   }
   EXPECT_EQ(planned.load(), 1);  // the second run found the plan in the cache

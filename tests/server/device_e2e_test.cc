@@ -180,7 +180,9 @@ TEST_F(DeviceE2E, TtEmuPerLayerReportFollowsThresholds) {
   EXPECT_GT(l.pcc_threshold(), 0.9);
   EXPECT_GT(l.pcc(), l.pcc_threshold());
   EXPECT_TRUE(l.pass());
+  EXPECT_TRUE(l.passed());
   EXPECT_TRUE(resp.pass());
+  EXPECT_TRUE(resp.passed());
   // The report is about the real numbers: bf16/bfp8 arithmetic is not exact.
   EXPECT_GT(l.max_abs_error(), 0.0);
   EXPECT_LT(l.pcc(), 1.0);

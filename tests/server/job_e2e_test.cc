@@ -195,7 +195,11 @@ TEST_F(JobE2E, SubmitWatchResultMatchesRunConvLayers) {
   for (int i = 0; i < resp.layers_size(); ++i) {
     EXPECT_EQ(resp.layers(i).name(), layers[static_cast<size_t>(i)]->report().name());
     EXPECT_EQ(resp.layers(i).pcc(), layers[static_cast<size_t>(i)]->report().pcc());
+    // `passed` = `pass` in the stored result and in the stored events (kiln/v1/device.proto).
+    EXPECT_EQ(resp.layers(i).passed(), resp.layers(i).pass());
+    EXPECT_EQ(layers[static_cast<size_t>(i)]->report().passed(), layers[static_cast<size_t>(i)]->report().pass());
   }
+  EXPECT_EQ(resp.passed(), resp.pass());
   EXPECT_EQ(resp.device(), "tt-emu:0");
 
   kiln::v1::RunConvLayersResponse direct;

@@ -1,0 +1,400 @@
+"""kiln_client against live kilnd processes (run by run_client_test.py inside the venv it
+installed the client into). Models and expected outputs come from tests/data: conv-cases (the
+C++ device tests' cases, with their torch float64 expected outputs and manifest tolerances) and
+ai8x (the MNIST ai85net5 export and ai8x-synthesis' own network YAML for it).
+
+Environment: KILND (the binary), KILN_SOURCE (the repository), KILN_VERSION (CMake's
+PROJECT_VERSION).
+"""
+import hashlib
+import json
+import os
+import re
+import select
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+from pathlib import Path
+from typing import Optional
+
+import grpc
+import numpy as np
+
+import kiln_client
+from kiln_client import Client, KilnError, device_pb2, job_pb2
+
+SOURCE = Path(os.environ["KILN_SOURCE"])
+CASES = SOURCE / "tests/data/conv-cases"
+AI8X = SOURCE / "tests/data/ai8x"
+MANIFEST = {c["name"]: c for c in json.loads((CASES / "manifest.json").read_text())["cases"]}
+
+
+class Kilnd:
+    """A kilnd child process on free ports; its first stdout line names them."""
+
+    def __init__(self, *extra: str) -> None:
+        self.dir = tempfile.mkdtemp(prefix="kiln-python-test-")
+        self.log_path = os.path.join(self.dir, "kilnd.log")
+        args = [os.environ["KILND"], "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+                "--data-dir", os.path.join(self.dir, "data"), "--shutdown-grace", "2", "--log-level", "warn", *extra]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log)
+        ready, _, _ = select.select([self.proc.stdout], [], [], 20)
+        line = self.proc.stdout.readline().decode() if ready else ""
+        m = re.match(r"kilnd listening grpc=(\S+) metrics=(\S+)", line)
+        if not m:
+            self.proc.kill()
+            raise RuntimeError(f"kilnd did not start: {line!r}; log: {Path(self.log_path).read_text()[-2000:]}")
+        self.address = m.group(1)
+        self.drain = threading.Thread(target=self.proc.stdout.read, daemon=True)  # keep the pipe drained
+        self.drain.start()
+
+    def stop(self) -> int:
+        self.proc.terminate()
+        try:
+            code = self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = -9
+        self.drain.join(5)
+        self.proc.stdout.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return code
+
+
+SERVER: Optional[Kilnd] = None
+
+
+def setUpModule() -> None:
+    global SERVER
+    SERVER = Kilnd("--devices", "tt-emu:1,reference:1")
+
+
+def tearDownModule() -> None:
+    if SERVER is not None:
+        assert SERVER.stop() == 0, "kilnd did not exit cleanly"
+
+
+def case_input(name: str) -> np.ndarray:
+    return np.load(CASES / MANIFEST[name]["inputs"][0]["file"])
+
+
+def pcc(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.corrcoef(a.astype(np.float64).ravel(), b.astype(np.float64).ravel())[0, 1])
+
+
+class Base(unittest.TestCase):
+    def setUp(self) -> None:
+        self.kiln = Client(SERVER.address, client_id="python-test")
+        self.addCleanup(self.kiln.close)
+
+    def assertKilnError(self, code: grpc.StatusCode, fn, *args, contains: str = "", **kwargs) -> KilnError:
+        with self.assertRaises(KilnError) as ctx:
+            fn(*args, **kwargs)
+        self.assertEqual(ctx.exception.code, code, ctx.exception.message)
+        self.assertIn(contains, ctx.exception.message)
+        self.assertTrue(str(ctx.exception).startswith(code.name + ": "))
+        return ctx.exception
+
+    def upload_case(self, name: str) -> str:
+        return self.kiln.upload(CASES / MANIFEST[name]["model"], name).model_id
+
+
+class VersionTest(Base):
+    def test_client_version_is_the_project_and_server_version(self) -> None:
+        self.assertEqual(kiln_client.__version__, os.environ["KILN_VERSION"])
+        self.assertEqual(kiln_client.API_PACKAGE, "kiln.v1")
+        model = self.upload_case("conv_relu")
+        run = self.kiln.run(model, backend="reference", skip_reference=True)
+        self.assertEqual(run.kiln_version, kiln_client.__version__)
+
+
+class ModelTest(Base):
+    def test_upload_path_then_bytes(self) -> None:
+        path = CASES / "sibling_convs.onnx"
+        data = path.read_bytes()
+        first = self.kiln.upload(path)
+        self.assertEqual(first.model_id, hashlib.sha256(data).hexdigest())
+        self.assertIn("sibling_convs", first.model.names)  # the file's stem, as `kiln upload`
+        again = self.kiln.upload(data, "sibling-again")
+        self.assertEqual(again.model_id, first.model_id)
+        self.assertTrue(again.already_stored)
+        self.assertEqual(sorted(self.kiln.model("sibling-again").names), ["sibling-again", "sibling_convs"])
+        self.assertEqual(list(self.kiln.model(first.model_id).outputs), ["Y1", "Y2"])
+
+    def test_upload_errors(self) -> None:
+        self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.upload, b"\x08\x07", contains="needs a name")
+        self.assertKilnError(grpc.StatusCode.NOT_FOUND, self.kiln.upload, CASES / "no-such.onnx", contains="no-such.onnx")
+        self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.upload, b"not an onnx model", "junk")
+        self.assertKilnError(grpc.StatusCode.NOT_FOUND, self.kiln.model, "no-such-model")
+
+
+def yaml_layers(text: str) -> list[dict[str, str]]:
+    """The `layers:` list of an izer network YAML as key -> value text (a flat list of maps)."""
+    body = text.split("\nlayers:", 1)[1]
+    blocks = re.split(r"\n\s*- ", "\n" + body)[1:]
+    return [dict(re.findall(r"(?m)^\s*([a-z_]+):[ \t]*([^#\n]*?)[ \t]*(?:#.*)?$", b)) for b in blocks]
+
+
+class CompileTest(Base):
+    MODEL = AI8X / "models/mnist-ai85net5.qat.onnx"
+    # ai8x-synthesis' network description for this network (networks/mnist-chw-ai85.yaml).
+    UPSTREAM = yaml_layers((AI8X / "networks/mnist-chw-ai85.yaml").read_text())
+    KEYS = ("op", "pad", "activate", "max_pool", "avg_pool", "pool_stride", "flatten")
+
+    def shape(self, layers: list[dict[str, str]]) -> list[dict[str, str]]:
+        # The izer reads op: mlp, fc and linear alike.
+        return [{k: ("linear" if k == "op" and l[k] in ("mlp", "fc") else l[k]) for k in self.KEYS if k in l}
+                for l in layers]
+
+    def test_compile_stored_model(self) -> None:
+        self.kiln.upload(self.MODEL, "mnist")
+        r = self.kiln.compile_ai8x("mnist", "MAX78000", "ai85net5", "MNIST")
+        self.assertTrue(r.ok, [d.message for d in r.diagnostics])
+        self.assertIn("\narch: ai85net5\n", r.yaml)
+        self.assertIn("\ndataset: MNIST\n", r.yaml)
+        self.assertEqual(len(self.UPSTREAM), 5)
+        # Layer for layer what ai8x-synthesis ships: 4 convs with their pads, pools and ReLUs, then the linear.
+        self.assertEqual(self.shape(yaml_layers(r.yaml)), self.shape(self.UPSTREAM))
+        self.assertEqual(len(r.layers), 5)
+        self.assertEqual([l.index for l in r.layers], [0, 1, 2, 3, 4])
+        self.assertEqual(r.layers[0].processors, 0x1)  # one input channel (CHW)
+        self.assertEqual(r.layers[0].in_channels, 1)
+        self.assertEqual(r.layers[-1].out_channels, 10)  # MNIST's ten classes
+        self.assertFalse([d for d in r.diagnostics if d.severity == kiln_client.compile_pb2.ERROR])
+        self.assertTrue(r.izer_command[0].endswith("ai8xize.py"), r.izer_command)
+        i = r.izer_command.index("--device")
+        self.assertEqual(r.izer_command[i + 1], "MAX78000")
+        self.assertEqual(r.model_id, hashlib.sha256(self.MODEL.read_bytes()).hexdigest())
+
+    def test_inline_bytes_device_and_overrides(self) -> None:
+        r = self.kiln.compile_ai8x(self.MODEL, "ai87", "ai85net5", "MNIST")  # a Path: sent inline
+        self.assertTrue(r.ok, [d.message for d in r.diagnostics])
+        self.assertEqual(r.response.resolved_options.device, kiln_client.compile_pb2.MAX78002)
+        self.assertEqual(yaml_layers(r.yaml)[-1].get("output_width"), "32")
+        narrow = self.kiln.compile_ai8x(self.MODEL.read_bytes(), "MAX78002", "ai85net5", "MNIST",
+                                        {"last.output_width": 8})
+        self.assertIn(yaml_layers(narrow.yaml)[-1].get("output_width"), (None, "8"))
+        self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.compile_ai8x, self.MODEL, "MAX78000",
+                             "ai85net5", "MNIST", {"0.no_such_key": 1}, contains="no_such_key")
+        self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.compile_ai8x, self.MODEL, "MAX99999")
+        # kilnd cuts grpc-message at 512 bytes; the exception carries the long form from
+        # grpc-status-details-bin (at most 3 KiB).
+        e = self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.compile_ai8x, self.MODEL, "MAX78000",
+                                 "ai85net5", "MNIST", {"L" * 3000 + ".output_width": 8}, contains="L" * 1000)
+        self.assertGreater(len(e.message), 2048)
+        self.assertLessEqual(len(e.message), 3072)
+        self.assertKilnError(grpc.StatusCode.NOT_FOUND, self.kiln.compile_ai8x, "no-such-model")
+
+
+class RunTest(Base):
+    def setUp(self) -> None:
+        super().setUp()
+        self.model = self.upload_case("sibling_convs")
+        self.x = case_input("sibling_convs")  # float32 [1, 4, 8, 8]
+        self.ref = self.kiln.run(self.model, {"X": self.x}, backend="reference")
+
+    def test_reference_matches_the_expected_outputs(self) -> None:
+        c = MANIFEST["sibling_convs"]
+        tol = c["tolerance"]["fp32_reference"]
+        self.assertEqual(sorted(self.ref.outputs), ["Y1", "Y2"])
+        for out in c["outputs"]:
+            got = self.ref.outputs[out["name"]]
+            expected = np.load(CASES / out["file"])
+            self.assertEqual(got.shape, tuple(out["shape"]))
+            self.assertEqual(got.dtype, np.float32)
+            self.assertTrue(got.flags.c_contiguous and got.flags.writeable)
+            np.testing.assert_allclose(got, expected, rtol=tol["rtol"], atol=tol["atol"])
+        self.assertEqual(self.ref.backend, "reference")
+        self.assertTrue(self.ref.passed)
+        self.assertGreaterEqual(len(self.ref.layers), 2)
+        self.assertEqual(self.ref.response.outputs[0].raw_data, b"")  # the bytes live in the arrays only
+
+    def test_any_dtype_and_layout_gives_the_same_run(self) -> None:
+        x = self.x
+        strided = np.zeros((1, 4, 8, 16), dtype=np.float32)
+        strided[..., ::2] = x
+        variants = {
+            "float64": x.astype(np.float64),  # sent as FP64, converted to the model's float32
+            "big-endian": x.astype(">f4"),
+            "fortran": np.asfortranarray(x),
+            "strided view": strided[..., ::2],
+            "transposed view": np.ascontiguousarray(x.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2),
+        }
+        for what, v in variants.items():
+            with self.subTest(what):
+                self.assertTrue(what in ("float64", "big-endian") or not v.flags.c_contiguous)
+                run = self.kiln.run(self.model, {"X": v}, backend="reference")
+                for name in ("Y1", "Y2"):
+                    np.testing.assert_array_equal(run.outputs[name], self.ref.outputs[name])
+        # float16 is rounded once, on this side: the same as running the rounded float32 values.
+        half = self.kiln.run(self.model, {"X": x.astype(np.float16)}, backend="reference")
+        rounded = self.kiln.run(self.model, {"X": x.astype(np.float16).astype(np.float32)}, backend="reference")
+        np.testing.assert_array_equal(half.outputs["Y1"], rounded.outputs["Y1"])
+        self.assertFalse(np.array_equal(half.outputs["Y1"], self.ref.outputs["Y1"]))
+
+    def test_tt_emu_against_the_reference(self) -> None:
+        precision = {"math_fidelity": "HiFi2", "weights_dtype": "bfloat8_b"}
+        emu = self.kiln.run(self.model, {"X": self.x}, backend="tt-emu", precision=precision, mode="per_layer")
+        self.assertEqual(emu.backend, "tt-emu")
+        self.assertEqual(emu.device, "tt-emu:0")
+        self.assertEqual(emu.response.precision.math_fidelity, device_pb2.HIFI2)
+        self.assertEqual(emu.response.precision.weights_dtype, device_pb2.BFLOAT8_B)
+        self.assertIn("HiFi2", emu.resolved_precision)
+        for name in ("Y1", "Y2"):
+            p = pcc(emu.outputs[name], self.ref.outputs[name])
+            self.assertGreater(p, 0.99, name)
+            self.assertLess(p, 1.0, name)  # bf16 / bfp8 arithmetic, not fp32
+        convs = [l for l in emu.layers if l.op == "conv2d"]
+        self.assertEqual(len(convs), 2)
+        for l in emu.layers:
+            self.assertEqual(l.passed, getattr(l, "pass"), l.name)  # `l.pass` is a Python syntax error
+        for l in convs:
+            self.assertTrue(l.compared)
+            self.assertGreater(l.pcc, l.pcc_threshold)
+            self.assertGreater(l.pcc_threshold, 0.9)
+            self.assertTrue(l.passed)
+        self.assertTrue(emu.passed)
+        self.assertEqual(emu.passed, getattr(emu.response, "pass"))
+        report_only = self.kiln.run(self.model, {"X": self.x}, backend="tt-emu", omit_outputs=True)
+        self.assertEqual(report_only.outputs, {})
+        self.assertEqual(len(report_only.layers), len(emu.layers))
+
+    def test_errors_carry_the_grpc_code(self) -> None:
+        self.assertKilnError(grpc.StatusCode.NOT_FOUND, self.kiln.run, "no-such-model", contains="no-such-model")
+        self.assertKilnError(grpc.StatusCode.NOT_FOUND, self.kiln.run, self.model, backend="no-such-backend")
+        # Floating types convert into each other; an integer tensor for a float input does not.
+        self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.run, self.model,
+                             {"X": self.x.astype(np.int32)}, backend="reference", contains="X")
+        self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.run, self.model,
+                             {"X": self.x.astype(np.complex64)}, contains="complex64")
+        self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.run, self.model,
+                             precision={"math_fidelity": "HiFi9"}, contains="hifi2")
+        self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.run, self.model,
+                             precision={"fidelity": "HiFi2"}, contains="math_fidelity")
+
+
+class TensorTest(unittest.TestCase):
+    """The conversions alone, for the dtypes no bundled model takes as input."""
+
+    def test_round_trip_of_every_dtype(self) -> None:
+        from kiln_client._tensors import from_tensor, to_tensor
+        for dt, name in [(np.bool_, "BOOL"), (np.uint8, "UINT8"), (np.uint16, "UINT16"), (np.uint32, "UINT32"),
+                         (np.uint64, "UINT64"), (np.int8, "INT8"), (np.int16, "INT16"), (np.int32, "INT32"),
+                         (np.int64, "INT64"), (np.float16, "FP16"), (np.float32, "FP32"), (np.float64, "FP64")]:
+            with self.subTest(name):
+                a = (np.arange(24).reshape(2, 3, 4) % 2 == 1) if dt is np.bool_ else np.arange(24, dtype=dt).reshape(2, 3, 4)
+                view = a.transpose(2, 0, 1)
+                t = to_tensor("t", view.astype(view.dtype.newbyteorder(">")) if view.dtype.itemsize > 1 else view)
+                self.assertEqual(t.datatype, name)
+                self.assertEqual(list(t.shape), [4, 2, 3])
+                self.assertEqual(t.raw_data, np.ascontiguousarray(view).astype(view.dtype.newbyteorder("<")).tobytes())
+                np.testing.assert_array_equal(from_tensor(t), view)
+        bf16 = device_pb2.Tensor(name="b", datatype="BF16", shape=[2], raw_data=np.array([0x3F80, 0xC040], "<u2").tobytes())
+        np.testing.assert_array_equal(from_tensor(bf16), np.array([1.0, -3.0], np.float32))
+        scalar = to_tensor("s", np.float32(2.5))
+        self.assertEqual(list(scalar.shape), [])
+        self.assertEqual(from_tensor(scalar).shape, ())
+
+
+class ErrorTest(unittest.TestCase):
+    def test_pickles_with_its_code(self) -> None:
+        import pickle
+        e = pickle.loads(pickle.dumps(KilnError(grpc.StatusCode.NOT_FOUND, "no model 'x'")))
+        self.assertEqual((e.code, e.message, str(e)), (grpc.StatusCode.NOT_FOUND, "no model 'x'", "NOT_FOUND: no model 'x'"))
+
+
+class AuthAndTlsTest(unittest.TestCase):
+    def test_token_over_tls(self) -> None:
+        tmp = tempfile.mkdtemp(prefix="kiln-python-tls-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        key, cert = os.path.join(tmp, "key.pem"), os.path.join(tmp, "cert.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                        "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                        "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", key, "-out", cert],
+                       check=True, capture_output=True)
+        server = Kilnd("--devices", "reference:1", "--token", "s3cret", "--tls-cert", cert, "--tls-key", key)
+        try:
+            data = (CASES / "conv_relu.onnx").read_bytes()
+            for token in (None, "wrong"):
+                with Client(server.address, token=token, tls_ca=cert) as kiln:
+                    with self.assertRaises(KilnError) as ctx:
+                        kiln.upload(data, "conv_relu")
+                    self.assertEqual(ctx.exception.code, grpc.StatusCode.UNAUTHENTICATED, ctx.exception.message)
+            with Client(server.address, token="s3cret", tls_ca=Path(cert).read_bytes()) as kiln:
+                up = kiln.upload(data, "conv_relu")
+                self.assertEqual(up.model_id, hashlib.sha256(data).hexdigest())
+                run = kiln.run(up.model_id, backend="reference", skip_reference=True)
+                self.assertEqual(len(run.outputs), 1)
+            with self.assertRaises(KilnError) as ctx:
+                Client(server.address, tls_ca=os.path.join(tmp, "missing.pem"))
+            self.assertEqual(ctx.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
+class JobTest(Base):
+    def test_sweep_watch_result(self) -> None:
+        model = self.upload_case("sibling_convs")
+        x = case_input("sibling_convs")
+        sweep = [{"math_fidelity": "LoFi"}, {"math_fidelity": "HiFi4", "weights_dtype": "bfloat16"}]
+        job = self.kiln.submit(model, {"X": x}, "tt-emu", sweep=sweep, labels={"suite": "python"})
+        self.assertTrue(job.job_id.startswith("j-"))
+        self.assertEqual(job.configurations, 2)
+        self.assertEqual(dict(job.labels), {"suite": "python"})
+        self.assertIn("python-test", job.client)  # x-kiln-client as the sub-key
+        events = list(self.kiln.watch(job.job_id))
+        self.assertEqual([e.sequence for e in events], list(range(1, len(events) + 1)))
+        self.assertEqual(events[0].state_change.state, job_pb2.QUEUED)
+        self.assertEqual(events[-1].state_change.state, job_pb2.SUCCEEDED)
+        layers = [e.layer for e in events if e.HasField("layer")]
+        self.assertEqual(sorted({l.configuration for l in layers}), [0, 1])
+        for l in layers:
+            self.assertEqual(l.report.passed, getattr(l.report, "pass"))
+        results = self.kiln.result(job.job_id)
+        self.assertEqual(len(results), 2)
+        self.assertEqual([r.configuration for r in results], [0, 1])
+        self.assertEqual(results[0].requested_precision.math_fidelity, device_pb2.LOFI)
+        self.assertEqual(results[1].response.precision.math_fidelity, device_pb2.HIFI4)
+        self.assertEqual(len(layers), len(results[0].layers) + len(results[1].layers))
+        # tt-emu is deterministic: the job's outputs are the bits of the same run made directly.
+        direct = self.kiln.run(model, {"X": x}, "tt-emu", sweep[1])
+        for name in ("Y1", "Y2"):
+            np.testing.assert_array_equal(results[1].outputs[name], direct.outputs[name])
+        self.assertFalse(np.array_equal(results[0].outputs["Y1"], direct.outputs["Y1"]))  # LoFi differs
+        for r in results:
+            self.assertEqual(r.passed, getattr(r.response, "pass"))
+        report = self.kiln.result(job.job_id, omit_outputs=True)
+        self.assertEqual([r.outputs for r in report], [{}, {}])
+        self.assertEqual(self.kiln.wait(job.job_id).state, job_pb2.SUCCEEDED)
+        self.assertIn(job.job_id, [j.job_id for j in self.kiln.jobs(labels={"suite": "python"})])
+        # The same idempotency key returns the first job.
+        k1 = self.kiln.submit(model, {"X": x}, "reference", idempotency_key="python-once")
+        k2 = self.kiln.submit(model, {"X": x}, "reference", idempotency_key="python-once")
+        self.assertEqual(k1.job_id, k2.job_id)
+
+    def test_cancel_queued_and_running(self) -> None:
+        slow = self.upload_case("unet_small")
+        running = self.kiln.submit(slow, backend="tt-emu")
+        queued = self.kiln.submit(slow, backend="tt-emu")  # behind it on the one tt-emu device
+        deadline = time.monotonic() + 60
+        while self.kiln.job(running.job_id).progress.layers_done == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertEqual(self.kiln.cancel(queued.job_id).state, job_pb2.CANCELLED)  # at once
+        self.kiln.cancel(running.job_id)
+        end = self.kiln.wait(running.job_id)
+        self.assertEqual(end.state, job_pb2.CANCELLED)
+        self.assertEqual(end.error.code, grpc.StatusCode.CANCELLED.value[0])
+        self.assertLess(end.progress.layers_done, end.progress.layers_total)  # stopped between layers
+        self.assertKilnError(grpc.StatusCode.FAILED_PRECONDITION, self.kiln.result, running.job_id)
+        self.assertKilnError(grpc.StatusCode.NOT_FOUND, self.kiln.job, "j-nosuchjob")
+        with self.assertRaises(KilnError) as ctx:
+            list(self.kiln.watch("j-nosuchjob"))
+        self.assertEqual(ctx.exception.code, grpc.StatusCode.NOT_FOUND)
+
+
+if __name__ == "__main__":
+    unittest.main()
