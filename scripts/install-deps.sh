@@ -14,6 +14,7 @@ PACKAGES=(
   libssl-dev openssl curl ca-certificates python3
   python3-torchvision python3-numpy python3-onnx
   prometheus nodejs
+  chromium-headless-shell  # the HTML run report in a real browser: tests/cli/html_report_browser_test.sh
   clang-14 libclang-rt-14-dev
 )
 
