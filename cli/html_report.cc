@@ -258,23 +258,24 @@ void SectionHtml(std::ostringstream& o, const std::vector<RunConfiguration>& con
       o << "<td>" << (m.compared() ? Fmt("%.3g", m.max_abs_error()) : "-") << "</td>";
     }
     for (const auto* r : runs) o << "<td>" << Fmt("%.3f", r->layers(i).device_seconds() * 1e3) << "</td>";
-    o << "<td class=l>" << (!compared ? "-" : l.pcc_threshold() > 0 ? (fail ? "NO" : "yes") : "") << "</td><td class=l>";
+    o << "<td class=l>" << (!compared ? "-" : l.pcc_threshold() > 0 ? (fail ? "NO" : "yes") : "")
+      << "</td><td class=\"l fmt\">";
     if (l.has_program()) {
       const auto& p = l.program();
       o << DTypeLabel(p.act_dtype()) << " / " << DTypeLabel(p.partials_dtype()) << " / " << DTypeLabel(p.pack_src_dtype());
     } else {
       o << "-";
     }
-    o << "</td><td class=l>";
-    if (l.has_program()) {
-      o << Text(ProgramSummary(l.program()));
-      if (l.program().notes_size() > 0) {
-        o << "<details><summary>" << l.program().notes_size() << " note(s)</summary>";
-        for (int k = 0; k < std::min(4, l.program().notes_size()); ++k) o << "<small>" << Text(l.program().notes(k)) << "</small><br>";
-        o << "</details>";
-      }
+    o << "</td><td class=\"l prog\">";
+    if (l.has_program()) o << Text(ProgramSummary(l.program()));
+    const int notes = l.has_program() ? std::min(4, l.program().notes_size()) : 0;
+    if (notes > 0 || !l.detail().empty()) {
+      // Folded (no script needed): the blocking detail and the program's notes are long.
+      o << "<details><summary>details</summary>";
+      if (!l.detail().empty()) o << "<small>" << Text(l.detail()) << "</small><br>";
+      for (int k = 0; k < notes; ++k) o << "<small>" << Text(l.program().notes(k)) << "</small><br>";
+      o << "</details>";
     }
-    if (!l.detail().empty()) o << (l.has_program() ? "<br>" : "") << "<small>" << Text(l.detail()) << "</small>";
     o << "</td></tr>\n";
   }
   o << "</tbody></table>\n</section>\n";
@@ -297,8 +298,8 @@ std::string RunReportHtml(const std::vector<RunConfiguration>& configs, const Re
        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;vertical-align:top}td.l,th.l{text-align:left}"
        "thead th{background:#eee;position:sticky;top:0}tr.fail{background:#fdd}td.fail{color:#b00;font-weight:bold}"
        ".verdict{font-weight:bold;color:#070}.verdict.fail{color:#b00}svg.chart{display:block;margin:.5em 0}"
-       "code{font-size:12px}</style></head><body>\n";
-  o << "<h1>Kiln run report</h1>\n<p>model <code>" << Escape(model) << "</code>";
+       "code{font-size:12px}td.prog{min-width:24em}td.fmt{white-space:nowrap}</style></head><body>\n";
+  o << "<h1>Kiln run report</h1>\n<p>model <code>" << (model.empty() ? "(local file)" : Escape(model)) << "</code>";
   if (!configs.empty() && !configs[0].response.kiln_version().empty()) {
     o << ", kiln " << Escape(configs[0].response.kiln_version());
   }

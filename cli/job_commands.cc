@@ -1,13 +1,11 @@
 #include "cli/job_commands.h"
 
-#include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
-#include <filesystem>
 #include <iostream>
 #include <map>
 #include <random>

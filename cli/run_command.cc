@@ -1,6 +1,5 @@
 #include "cli/run_command.h"
 
-#include <google/protobuf/util/json_util.h>
 
 #include <cstdio>
 #include <filesystem>
