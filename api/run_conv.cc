@@ -190,6 +190,7 @@ void FillRunResponse(const runtime::RunResult& result, bool omit_outputs,
   response->set_run_seconds(result.total_seconds);
   response->set_folded_nodes(result.folded_nodes);
   response->set_backend_sources(result.backend_sources);
+  response->set_mode(result.mode == runtime::RunMode::kPerLayer ? kiln::v1::PER_LAYER : kiln::v1::CHAINED);
   EnsureUtf8(response);  // layer names, ops and output names come from the model (api/models.h)
 }
 

@@ -1,13 +1,11 @@
 #include "cli/job_commands.h"
 
-#include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
-#include <filesystem>
 #include <iostream>
 #include <map>
 #include <random>
@@ -180,12 +178,7 @@ WatchOutcome Watch(const ClientOptions& options, const std::string& job_id, bool
   return out;
 }
 
-struct ConfigurationOutput {
-  kiln::v1::Precision precision;
-  kiln::v1::RunConvLayersResponse response;
-};
-
-Result<std::vector<ConfigurationOutput>> FetchResult(const ClientOptions& options, const std::string& job_id,
+Result<std::vector<RunConfiguration>> FetchResult(const ClientOptions& options, const std::string& job_id,
                                                       bool omit_outputs) {
   auto channel = Connect(options);
   if (!channel.ok()) return channel.status();
@@ -196,7 +189,7 @@ Result<std::vector<ConfigurationOutput>> FetchResult(const ClientOptions& option
   req.set_job_id(job_id);
   req.set_omit_outputs(omit_outputs);
   auto reader = stub->GetJobResult(&ctx, req);
-  std::vector<ConfigurationOutput> out;
+  std::vector<RunConfiguration> out;
   kiln::v1::JobResultChunk chunk;
   while (reader->Read(&chunk)) {
     if (chunk.has_result()) {
@@ -216,35 +209,25 @@ Result<std::vector<ConfigurationOutput>> FetchResult(const ClientOptions& option
   return out;
 }
 
-std::string PrecisionLine(const kiln::v1::Precision& p) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions opts;
-  opts.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(p, &json, opts);
-  return json;
-}
-
-int PrintResult(const std::vector<ConfigurationOutput>& configs, const ReportOptions& report) {
-  int worst = 0;
-  for (size_t i = 0; i < configs.size(); ++i) {
-    ReportOptions r = report;
-    if (configs.size() > 1) {
-      if (!r.out_dir.empty()) r.out_dir = (std::filesystem::path(r.out_dir) / ("c" + std::to_string(i))).string();
-      if (r.report == "table") std::printf("== configuration %zu: %s\n", i, PrecisionLine(configs[i].precision).c_str());
+// The results of `job_ids`, in order, as one report (a chained and a per_layer job of the same
+// configuration side by side in HTML).
+int ResultCommand(const ClientOptions& options, const std::vector<std::string>& job_ids, ReportOptions report) {
+  Status dest = CheckReportDestinations(report);
+  if (!dest.ok()) {
+    std::cerr << "kiln: result: " << dest.message() << "\n";
+    return 2;
+  }
+  std::vector<RunConfiguration> all;
+  for (const auto& id : job_ids) {
+    auto configs = FetchResult(options, id, false);
+    if (!configs.ok()) {
+      std::cerr << "kiln: result " << id << ": " << configs.status().ToString() << "\n";
+      return 1;
     }
-    const int rc = PrintRunReport(configs[i].response, r);
-    if (rc == 1 || (rc == 3 && worst == 0)) worst = rc;
+    for (auto& c : *configs) all.push_back(std::move(c));
   }
-  return worst;
-}
-
-int ResultCommand(const ClientOptions& options, const std::string& job_id, const ReportOptions& report) {
-  auto configs = FetchResult(options, job_id, false);
-  if (!configs.ok()) {
-    std::cerr << "kiln: result " << job_id << ": " << configs.status().ToString() << "\n";
-    return 1;
-  }
-  return PrintResult(*configs, report);
+  report.job_ids = job_ids;
+  return PrintRunReport(all, report);
 }
 
 // After Ctrl-C: cancel or detach (see the header comment).
@@ -273,23 +256,26 @@ int Interrupted(const ClientOptions& options, const std::string& job_id) {
   return 130;
 }
 
-int WatchAndReport(const ClientOptions& options, const std::string& job_id, const ReportOptions& report) {
-  WatchOutcome w = Watch(options, job_id, true);
-  if (w.interrupted) return Interrupted(options, job_id);
-  if (!w.status.ok()) {
-    std::cerr << "kiln: watch " << job_id << ": " << Describe(w.status) << "\n";
-    return 1;
-  }
-  if (w.job.state() != kiln::v1::SUCCEEDED) {
-    std::cerr << "kiln: job " << job_id << " " << StateName(w.job.state());
-    if (w.job.has_error()) {
-      std::cerr << ": " << StatusCodeName(static_cast<StatusCode>(w.job.error().code())) << ": "
-                << w.job.error().message();
+// Watches each job (in order) to its end, then prints their results as one report.
+int WatchAndReport(const ClientOptions& options, const std::vector<std::string>& job_ids, const ReportOptions& report) {
+  for (const auto& job_id : job_ids) {
+    WatchOutcome w = Watch(options, job_id, true);
+    if (w.interrupted) return Interrupted(options, job_id);
+    if (!w.status.ok()) {
+      std::cerr << "kiln: watch " << job_id << ": " << Describe(w.status) << "\n";
+      return 1;
     }
-    std::cerr << "\n";
-    return 1;
+    if (w.job.state() != kiln::v1::SUCCEEDED) {
+      std::cerr << "kiln: job " << job_id << " " << StateName(w.job.state());
+      if (w.job.has_error()) {
+        std::cerr << ": " << StatusCodeName(static_cast<StatusCode>(w.job.error().code())) << ": "
+                  << w.job.error().message();
+      }
+      std::cerr << "\n";
+      return 1;
+    }
   }
-  return ResultCommand(options, job_id, report);
+  return ResultCommand(options, job_ids, report);
 }
 
 int JobsCommand(const ClientOptions& options, const std::string& state, const std::string& model,
@@ -393,26 +379,32 @@ Result<std::vector<kiln::v1::Precision>> ParseSweep(const std::vector<std::strin
   return out;
 }
 
-int SubmitAndWatch(const ClientOptions& options, kiln::v1::SubmitRunRequest request, bool detach,
+int SubmitAndWatch(const ClientOptions& options, std::vector<kiln::v1::SubmitRunRequest> requests, bool detach,
                    const ReportOptions& report) {
-  if (request.idempotency_key().empty()) request.set_idempotency_key(RandomKey());
-  kiln::v1::Job job;
-  grpc::Status st = CallUnary(options, &kiln::v1::JobService::Stub::SubmitRun, request, &job);
-  if (!st.ok()) {
-    std::cerr << "kiln: run " << request.run().model_id() << ": " << Describe(st) << "\n";
-    return 1;
+  std::vector<std::string> ids;
+  for (auto& request : requests) {
+    if (request.idempotency_key().empty()) request.set_idempotency_key(RandomKey());
+    kiln::v1::Job job;
+    grpc::Status st = CallUnary(options, &kiln::v1::JobService::Stub::SubmitRun, request, &job);
+    if (!st.ok()) {
+      std::cerr << "kiln: run " << request.run().model_id() << ": " << Describe(st) << "\n";
+      return 1;
+    }
+    if (detach) {
+      std::printf("%s\n", job.job_id().c_str());
+    } else {
+      std::fprintf(stderr, "job %s submitted (%d configuration%s, mode %s)\n", job.job_id().c_str(),
+                   job.configurations(), job.configurations() == 1 ? "" : "s", ModeName(request.run().mode()));
+    }
+    ids.push_back(job.job_id());
   }
-  if (detach) {
-    std::printf("%s\n", job.job_id().c_str());
-    return 0;
-  }
-  std::fprintf(stderr, "job %s submitted (%d configuration%s)\n", job.job_id().c_str(), job.configurations(),
-               job.configurations() == 1 ? "" : "s");
-  return WatchAndReport(options, job.job_id(), report);
+  if (detach) return 0;
+  return WatchAndReport(options, ids, report);
 }
 
 void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   static std::string state, model, job_id;
+  static std::vector<std::string> job_ids;
   static std::vector<std::string> labels;
   static int limit = 50;
   static ReportOptions report;
@@ -442,11 +434,16 @@ void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
 
   auto* watch = app.add_subcommand("watch", "follow a job's progress, then print its report");
   watch->add_option("JOB_ID", job_id, "job id")->required();
-  watch->add_option("--out", report.out_dir, "write outputs as DIR/<graph output>.npy (DIR/cK/ for sweeps)");
-  watch->add_option("--report", report.report, "table, json or html")
-      ->check(CLI::IsMember({"table", "json", "html"}))
-      ->capture_default_str();
-  watch->callback([&options, exit_code] { *exit_code = WatchAndReport(options, job_id, report); });
+  AddReportOptions(*watch, report);
+  watch->callback([&options, exit_code] {
+    Status dest = CheckReportDestinations(report);
+    if (!dest.ok()) {
+      std::cerr << "kiln: watch: " << dest.message() << "\n";
+      *exit_code = 2;
+      return;
+    }
+    *exit_code = WatchAndReport(options, {job_id}, report);
+  });
 
   auto* cancel = app.add_subcommand("cancel", "cancel a queued or running job");
   cancel->add_option("JOB_ID", job_id, "job id")->required();
@@ -464,13 +461,20 @@ void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
     *exit_code = 0;
   });
 
-  auto* result = app.add_subcommand("result", "a finished job's report and outputs");
-  result->add_option("JOB_ID", job_id, "job id")->required();
-  result->add_option("--out", report.out_dir, "write outputs as DIR/<graph output>.npy (DIR/cK/ for sweeps)");
-  result->add_option("--report", report.report, "table, json or html")
+  auto* result = app.add_subcommand("result", "finished jobs' report and outputs (several jobs: one report)");
+  result->add_option("JOB_ID", job_ids,
+                     "job id(s); a chained and a per_layer job of one model are shown side by side in HTML")
+      ->required();
+  AddReportOptions(*result, report);
+  result->callback([&options, exit_code] { *exit_code = ResultCommand(options, job_ids, report); });
+}
+
+void AddReportOptions(CLI::App& cmd, ReportOptions& report) {
+  cmd.add_option("--out", report.out_dir, "write outputs as DIR/<graph output>.npy (DIR/cK/ per configuration)");
+  cmd.add_option("--report", report.report, "table, json (docs/cli-json.md) or html")
       ->check(CLI::IsMember({"table", "json", "html"}))
       ->capture_default_str();
-  result->callback([&options, exit_code] { *exit_code = ResultCommand(options, job_id, report); });
+  cmd.add_option("--report-file", report.report_file, "write the report to FILE instead of stdout");
 }
 
 }  // namespace kiln::cli

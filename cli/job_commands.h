@@ -8,7 +8,8 @@
 // watching asks whether to cancel the job or detach from it when stdin and stderr are a
 // terminal, and cancels it otherwise.
 // Exit status: 0 done and every compared layer passed, 1 error / FAILED / CANCELLED, 2 bad
-// command line, 3 a layer is below its threshold, 130 interrupted (the job cancelled or detached).
+// command line (an unusable --out or --report-file included), 3 a layer is below its threshold,
+// 4 nothing compared (cli/run_report.h), 130 interrupted (the job cancelled or detached).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -24,10 +25,14 @@ namespace kiln::cli {
 
 void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code);
 
-/// Submits `request`; with `detach` prints the job id and returns 0, else watches it and prints
-/// its result (see the header comment).
-int SubmitAndWatch(const ClientOptions& options, kiln::v1::SubmitRunRequest request, bool detach,
+/// Submits each request (one job each, e.g. a chained and a per_layer run); with `detach` prints
+/// the job ids and returns 0, else watches them in order and prints their results as one report
+/// (see the header comment). `report` must have passed CheckReportDestinations.
+int SubmitAndWatch(const ClientOptions& options, std::vector<kiln::v1::SubmitRunRequest> requests, bool detach,
                    const ReportOptions& report);
+
+/// --out, --report and --report-file of `kiln run | watch | result`.
+void AddReportOptions(CLI::App& cmd, ReportOptions& report);
 
 /// The sweep of `--sweep FIELD=V1,V2,...` (repeatable): the cross product of the given fields'
 /// values, in the order given, each point on top of `base` (the run's precision flags). Fields:

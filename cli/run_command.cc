@@ -1,7 +1,5 @@
 #include "cli/run_command.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -26,8 +24,7 @@ struct RunArgs {
   std::string backend = device::DefaultBackendName();
   api::PrecisionFlags precision;
   std::string mode = "chained";
-  std::string out_dir;
-  std::string report = "table";
+  ReportOptions report;
   uint64_t seed = 0;
   bool skip_reference = false;
   bool local = false;
@@ -42,9 +39,11 @@ struct RunArgs {
 Result<kiln::v1::RunConvLayersRequest> BuildRequest(const RunArgs& a) {
   kiln::v1::RunConvLayersRequest req;
   req.set_backend(a.backend);
-  auto mode = runtime::ParseRunMode(a.mode);
-  if (!mode.ok()) return mode.status().WithContext("--mode");
-  req.set_mode(*mode == runtime::RunMode::kPerLayer ? kiln::v1::PER_LAYER : kiln::v1::CHAINED);
+  if (a.mode != "both") {
+    auto mode = runtime::ParseRunMode(a.mode);
+    if (!mode.ok()) return InvalidArgument("--mode: expected chained, per_layer or both, got '" + a.mode + "'");
+    req.set_mode(*mode == runtime::RunMode::kPerLayer ? kiln::v1::PER_LAYER : kiln::v1::CHAINED);
+  }
   req.set_seed(a.seed);
   req.set_skip_reference(a.skip_reference);
   auto precision = api::ParsePrecisionFlags(a.precision);
@@ -64,6 +63,23 @@ Result<kiln::v1::RunConvLayersRequest> BuildRequest(const RunArgs& a) {
   return req;
 }
 
+// The modes to run: --mode both = a chained and a per_layer run (the report puts them side by side).
+std::vector<kiln::v1::RunMode> Modes(const RunArgs& a, const kiln::v1::RunConvLayersRequest& req) {
+  if (a.mode == "both") return {kiln::v1::CHAINED, kiln::v1::PER_LAYER};
+  return {req.mode()};
+}
+
+InputSource Inputs(const RunArgs& a) {
+  InputSource in;
+  in.known = true;
+  in.seed = a.seed;
+  for (const auto& spec : a.inputs) {
+    auto eq = spec.find('=');
+    in.files[spec.substr(0, eq)] = spec.substr(eq + 1);
+  }
+  return in;
+}
+
 int RunLocal(const RunArgs& a, const kiln::v1::RunConvLayersRequest& req) {
   std::ifstream in(a.model, std::ios::binary);
   if (!in) {
@@ -75,12 +91,18 @@ int RunLocal(const RunArgs& a, const kiln::v1::RunConvLayersRequest& req) {
   std::string name = std::filesystem::path(a.model).stem().string();
   std::map<std::string, std::string> settings;
   if (req.backend() == device::kTtEmuBackend) settings[device::kTtEmuLevelSetting] = a.level;
-  auto resp = api::RunConvLocal(ss.str(), name, req, settings);
-  if (!resp.ok()) {
-    std::cerr << "kiln: run " << a.model << ": " << resp.status().ToString() << "\n";
-    return 1;
+  std::vector<RunConfiguration> runs;
+  for (auto mode : Modes(a, req)) {
+    kiln::v1::RunConvLayersRequest r = req;
+    r.set_mode(mode);
+    auto resp = api::RunConvLocal(ss.str(), name, r, settings);
+    if (!resp.ok()) {
+      std::cerr << "kiln: run " << a.model << ": " << resp.status().ToString() << "\n";
+      return 1;
+    }
+    runs.push_back({req.precision(), std::move(resp).value()});
   }
-  return PrintRunReport(*resp, ReportOptions{a.out_dir, a.report});
+  return PrintRunReport(runs, a.report);
 }
 
 int RunRemote(const ClientOptions& options, const RunArgs& a, kiln::v1::RunConvLayersRequest req) {
@@ -110,8 +132,15 @@ int RunRemote(const ClientOptions& options, const RunArgs& a, kiln::v1::RunConvL
     }
     (*submit.mutable_labels())[l.substr(0, eq)] = l.substr(eq + 1);
   }
-  submit.set_idempotency_key(a.idempotency_key);
-  return SubmitAndWatch(options, std::move(submit), a.detach, ReportOptions{a.out_dir, a.report});
+  std::vector<kiln::v1::SubmitRunRequest> jobs;
+  for (auto mode : Modes(a, submit.run())) {
+    kiln::v1::SubmitRunRequest j = submit;
+    j.mutable_run()->set_mode(mode);
+    // One key per job: the same key would return the first job for the second mode.
+    if (!a.idempotency_key.empty()) j.set_idempotency_key(a.idempotency_key + (jobs.empty() ? "" : "/per_layer"));
+    jobs.push_back(std::move(j));
+  }
+  return SubmitAndWatch(options, std::move(jobs), a.detach, a.report);
 }
 
 int Devices(const ClientOptions& options) {
@@ -165,11 +194,9 @@ void AddRunCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   cmd->add_option("--depthwise-program", p.depthwise_program, "recorded, pool_multiply, dense_conv");
   cmd->add_option("--fp32-partial-reload", p.fp32_partial_reload, "recorded, tf32, lossless");
   cmd->add_option("--fused-hardswish", p.fused_hardswish, "recorded, dropped, applied");
-  cmd->add_option("--mode", a.mode, "chained or per_layer")->capture_default_str();
-  cmd->add_option("--out", a.out_dir, "write outputs as DIR/<graph output>.npy");
-  cmd->add_option("--report", a.report, "table, json or html")
-      ->check(CLI::IsMember({"table", "json", "html"}))
+  cmd->add_option("--mode", a.mode, "chained, per_layer, or both (two runs, side by side in the report)")
       ->capture_default_str();
+  AddReportOptions(*cmd, a.report);
   cmd->add_option("--seed", a.seed, "seed for generated inputs");
   cmd->add_flag("--skip-reference", a.skip_reference, "no fp32 reference, no PCC");
   cmd->add_flag("--local", a.local, "run in process, no server");
@@ -193,6 +220,14 @@ void AddRunCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
       *exit_code = 2;
       return;
     }
+    // Before anything is uploaded or run: a typo in --out must not cost a run.
+    Status dest = CheckReportDestinations(a.report);
+    if (!dest.ok()) {
+      std::cerr << "kiln: run: " << dest.message() << "\n";
+      *exit_code = 2;
+      return;
+    }
+    a.report.inputs = Inputs(a);
     *exit_code = a.local ? RunLocal(a, *req) : RunRemote(options, a, *req);
   });
 

@@ -1,26 +1,85 @@
-// The run report of `kiln run` and `kiln result`: outputs as .npy files, the per-layer table, JSON
-// or a self-contained HTML page.
+// The run report of `kiln run`, `kiln watch` and `kiln result`: outputs as .npy files, and the
+// per-layer report as a table, JSON (docs/cli-json.md) or one self-contained HTML page
+// (cli/html_report.h).
+//
+// Exit status (README "kiln run"): 0 layers were compared and every one passed its PCC threshold,
+// 1 an output or the report could not be written, 3 a layer is below its threshold, 4 nothing was
+// compared (--skip-reference, or no layer has a reference) — "all pass" over zero layers is no pass.
 #pragma once
 
+#include <map>
 #include <string>
+#include <vector>
 
+#include "common/status.h"
 #include "kiln/v1/device.pb.h"
 
 namespace kiln::cli {
 
-struct ReportOptions {
-  std::string out_dir;          ///< write outputs as DIR/<graph output>.npy ("" = none)
-  std::string report = "table"; ///< table | json | html
+inline constexpr int kExitNothingCompared = 4;
+
+/// Where a run's inputs came from, as far as the client knows (`kiln result` does not: the job
+/// keeps its inputs, not their origin).
+struct InputSource {
+  bool known = false;
+  std::map<std::string, std::string> files;  ///< graph input name -> .npy path given with --input
+  uint64_t seed = 0;                         ///< the seed of every other (generated) input
 };
 
-/// Writes the outputs and prints the report to stdout. Returns the exit status of `kiln run`: 0
-/// every compared layer passed, 1 an output could not be written, 3 a layer is below threshold.
-int PrintRunReport(const kiln::v1::RunConvLayersResponse& response, const ReportOptions& options);
+struct ReportOptions {
+  std::string out_dir;          ///< write outputs as DIR/<graph output>.npy ("" = none); DIR/cK/ per configuration
+  std::string report = "table"; ///< table | json | html
+  std::string report_file;      ///< write the report here instead of stdout ("" = stdout)
+  InputSource inputs;
+  std::vector<std::string> job_ids;  ///< the jobs the configurations came from (JSON, HTML)
+};
 
-/// The report as one HTML page (no scripts, no external resources; every string escaped).
-std::string RunReportHtml(const kiln::v1::RunConvLayersResponse& response);
+/// One configuration of a run: the precision as requested (a sweep point; unset fields = TT-NN's
+/// defaults) and the server's response (which carries the mode and the resolved precision).
+struct RunConfiguration {
+  kiln::v1::Precision requested;
+  kiln::v1::RunConvLayersResponse response;
+};
+
+/// --out and --report-file are usable: --out is (or can be made) a writable directory, the
+/// report file's directory exists and is writable and the file, if present, is a writable regular
+/// file. Checked before anything is uploaded or run, so that a typo does not cost a run.
+/// INVALID_ARGUMENT naming the flag and the path.
+Status CheckReportDestinations(const ReportOptions& options);
+
+/// Writes the outputs and the report (stdout or options.report_file). Returns the exit status
+/// (header comment).
+int PrintRunReport(const std::vector<RunConfiguration>& configurations, const ReportOptions& options);
+
+/// The table (what `--report table` prints).
+std::string RunReportTable(const std::vector<RunConfiguration>& configurations, const ReportOptions& options);
+/// The JSON document of docs/cli-json.md ("kiln.run/1").
+std::string RunReportJson(const std::vector<RunConfiguration>& configurations, const ReportOptions& options);
+
+/// A layer name cut to at most `width` characters by removing its middle ("/features/fe~.2/Conv"),
+/// so that names differing only at the end (or the start) stay distinct.
+std::string CutMiddle(const std::string& name, size_t width);
+
+/// Compared layers, and those of them below their threshold.
+struct LayerCounts {
+  int compared = 0;
+  int failed = 0;
+};
+LayerCounts CountLayers(const kiln::v1::RunConvLayersResponse& response);
+/// A compared layer with a threshold that it does not meet.
+bool LayerFails(const kiln::v1::LayerReport& layer);
+
+/// A precision as JSON with the command line's spellings ({"math_fidelity":"LoFi",...}):
+/// `only_set` = only the fields the message sets (a requested sweep point), else every field.
+std::string PrecisionText(const kiln::v1::Precision& precision, bool only_set);
+
+/// "chained" | "per_layer" (the --mode spelling).
+const char* ModeName(kiln::v1::RunMode mode);
 
 /// "[1,64,56,56]".
 std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape);
+
+/// The program tt-emu emulated, compactly: "conv2d height(auto) k_blocks=3 cin_align=16 l1_acc".
+std::string ProgramSummary(const kiln::v1::ConvProgram& program);
 
 }  // namespace kiln::cli

@@ -16,6 +16,7 @@ PACKAGES=(
   # The Python client, clients/python: its venv, build and runtime; README, Python client.
   python3-venv python3-wheel python3-grpcio python3-protobuf
   prometheus nodejs
+  chromium-headless-shell  # the HTML run report in a real browser: tests/cli/html_report_browser_test.sh
   clang-14 libclang-rt-14-dev
 )
 

@@ -593,7 +593,7 @@ TEST_F(JobE2E, CliDetachWatchJobsResultCancel) {
   EXPECT_EQ(y->shape(), (std::vector<int64_t>{1, 4, 8, 8}));
   out = Kiln(server, "result " + id + " --report html", &rc, false);
   EXPECT_EQ(rc, 0);
-  EXPECT_NE(out.find("<table>"), std::string::npos);
+  EXPECT_NE(out.find("<table class=\"layers\">"), std::string::npos);
   EXPECT_NE(out.find("<td class=l>conv_a</td>"), std::string::npos) << out;
 
   // A sweep from the command line: one job, a table per configuration.

@@ -1,0 +1,219 @@
+// `kiln run` / `kiln result` reports through a real kilnd (issue 18, "Reports people would rather
+// look at"): the table keeps long layer names distinct and labels host emulation time, says where
+// the inputs came from, --skip-reference is "0 compared" with exit status 4, JSON has numeric
+// shapes and the command line's enum spellings (docs/cli-json.md), a bad --out / --report-file
+// fails before anything runs, and --mode both / several jobs give one report with both modes.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "kiln/v1/job.grpc.pb.h"
+#include "tests/server/kilnd_process.h"
+#include "tests/server/kilnd_test_util.h"
+
+namespace kiln::testing {
+namespace {
+
+const std::string kCases = std::string(KILN_TEST_DATA) + "/conv-cases/";
+
+class CliRunE2E : public KilndTest {
+ protected:
+  void SetUp() override {
+    KilndTest::SetUp();
+    kilnd_ = StartKilnd({"--devices", "tt-emu:1,reference:1", "--log-level", "warn"});
+    server_ = kilnd_->grpc_address();
+  }
+
+  // Runs the kiln CLI; stdout (and stderr unless `stdout_only`) into the result, exit status in *rc.
+  std::string Kiln(const std::string& args, int* rc, bool stdout_only = false) {
+    std::string cmd = std::string(KILN_BINARY) + " --server " + server_ + " " + args +
+                      (stdout_only ? " 2>/dev/null" : " 2>&1");
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    *rc = WEXITSTATUS(pclose(p));
+    return out;
+  }
+
+  int Jobs() {
+    auto stub = kiln::v1::JobService::NewStub(grpc::CreateChannel(server_, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    kiln::v1::ListJobsResponse list;
+    EXPECT_TRUE(stub->ListJobs(&ctx, kiln::v1::ListJobsRequest(), &list).ok());
+    return list.jobs_size();
+  }
+
+  void Upload(const std::string& name) {
+    int rc = -1;
+    std::string out = Kiln("upload " + kCases + name + ".onnx", &rc);
+    ASSERT_EQ(rc, 0) << out;
+  }
+
+  std::unique_ptr<KilndProcess> kilnd_;
+  std::string server_;
+};
+
+std::vector<std::string> Lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// MobileNetV2's scope names share their first 28 characters three at a time; the table used to
+// cut them there, making rows identical. Now every row's name is distinct and whole (they fit).
+TEST_F(CliRunE2E, TableKeepsLayerNamesDistinctAndSaysWhatItMeasured) {
+  Upload("mobilenet_v2_0.5");
+  int rc = -1;
+  const std::string out = Kiln("run mobilenet_v2_0.5 --backend reference --seed 7", &rc, true);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("inputs: every input random uniform [-1, 1), seed 7\n"), std::string::npos) << out;
+  const auto lines = Lines(out);
+  size_t header = 0;
+  while (header < lines.size() && lines[header].rfind("LAYER ", 0) != 0) ++header;
+  ASSERT_LT(header, lines.size()) << out;
+  EXPECT_NE(lines[header].find("HOST_EMULATION_MS"), std::string::npos) << lines[header];
+  EXPECT_EQ(lines[header].find("TIME_MS"), std::string::npos) << lines[header];
+  std::set<std::string> names;
+  size_t rows = 0;
+  for (size_t i = header + 1; i < lines.size() && lines[i].rfind("backend ", 0) != 0; ++i) {
+    if (lines[i].find(" node(s) evaluated") != std::string::npos) continue;
+    ++rows;
+    names.insert(lines[i].substr(0, lines[i].find(' ')));
+  }
+  EXPECT_GE(rows, 52u);  // its 52 convs at least
+  EXPECT_EQ(names.size(), rows) << out;
+  for (const char* n : {"/features/features.17/conv/conv.0/conv.0.0/Conv", "/features/features.17/conv/conv.1/conv.1.0/Conv",
+                        "/features/features.17/conv/conv.2/Conv"}) {
+    EXPECT_EQ(names.count(n), 1u) << n << "\n" << out;
+  }
+  EXPECT_NE(out.find("(times are host emulation, not device latency)"), std::string::npos) << out;
+  EXPECT_NE(out.find(" compared, all layers pass"), std::string::npos) << out;
+}
+
+TEST_F(CliRunE2E, InputsFromAFileAreNamed) {
+  Upload("residual_add_relu");
+  int rc = -1;
+  const std::string x = kCases + "residual_add_relu.input.npy";
+  std::string out = Kiln("run residual_add_relu --backend reference --input X=" + x, &rc, true);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("inputs: X from " + x + "; any other input random uniform [-1, 1), seed 0\n"), std::string::npos)
+      << out;
+}
+
+// --skip-reference compares nothing: no "all layers pass", exit status 4 (remote and --local).
+TEST_F(CliRunE2E, SkipReferenceIsZeroComparedWithStatus4) {
+  Upload("residual_add_relu");
+  int rc = -1;
+  std::string out = Kiln("run residual_add_relu --skip-reference", &rc, true);
+  EXPECT_EQ(rc, 4) << out;
+  EXPECT_NE(out.find(": 0 compared (no reference: nothing checked)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("all layers pass"), std::string::npos) << out;
+  out = Kiln("run --local " + kCases + "residual_add_relu.onnx --skip-reference --report json", &rc, true);
+  EXPECT_EQ(rc, 4) << out;
+  auto doc = nlohmann::json::parse(out);
+  EXPECT_EQ(doc["configurations"][0]["compared"], 0);
+  EXPECT_EQ(doc["configurations"][0]["passed"], false);
+}
+
+// docs/cli-json.md: shapes as numbers, enums as the flags spell them, the same document from
+// `kiln run` and `kiln result`.
+TEST_F(CliRunE2E, JsonHasNumericShapesAndCommandLineSpellings) {
+  Upload("residual_add_relu");
+  int rc = -1;
+  const std::string out = Kiln("run residual_add_relu --math-fidelity LoFi --weights-dtype bfloat8_b --mode per_layer "
+                               "--report json --seed 3",
+                               &rc, true);
+  ASSERT_TRUE(rc == 0 || rc == 3) << out;
+  auto doc = nlohmann::json::parse(out);
+  EXPECT_EQ(doc["schema"], "kiln.run/1");
+  ASSERT_EQ(doc["jobs"].size(), 1u);
+  EXPECT_EQ(doc["inputs"]["random_seed"], 3);
+  const auto& c = doc["configurations"][0];
+  EXPECT_EQ(c["mode"], "per_layer");
+  EXPECT_EQ(c["requested"], nlohmann::json::parse(R"({"math_fidelity":"LoFi","weights_dtype":"bfloat8_b"})"));
+  EXPECT_EQ(c["precision"]["math_fidelity"], "LoFi");
+  EXPECT_EQ(c["precision"]["weights_dtype"], "bfloat8_b");
+  EXPECT_EQ(c["precision"]["input_dtype"], "bfloat16");
+  EXPECT_EQ(c["precision"]["arch"], "wormhole_b0");
+  ASSERT_EQ(c["layers"].size(), 4u);
+  const auto& conv = c["layers"][0];
+  EXPECT_EQ(conv["name"], "conv_a");
+  EXPECT_EQ(conv["output_shape"], nlohmann::json::parse("[1,4,8,8]"));
+  EXPECT_TRUE(conv["pcc"].is_number());
+  EXPECT_TRUE(conv["host_emulation_seconds"].is_number());
+  EXPECT_TRUE(conv["program"]["shard_layout"].is_string());
+  EXPECT_EQ(conv["program"]["act_dtype"], "bfloat16");
+  EXPECT_EQ(c["outputs"][0]["shape"], nlohmann::json::parse("[1,4,8,8]"));
+  // The same document from `kiln result` of that job (inputs unknown there).
+  const std::string job = doc["jobs"][0];
+  auto again = nlohmann::json::parse(Kiln("result " + job + " --report json", &rc, true));
+  EXPECT_EQ(again["configurations"][0]["layers"], c["layers"]);
+  EXPECT_TRUE(again["inputs"].is_null());
+}
+
+// An unusable --out or --report-file is a command-line error (2) before anything is uploaded or run.
+TEST_F(CliRunE2E, BadOutFailsBeforeTheRun) {
+  const std::string file = (dir_ / "a-file").string();
+  std::ofstream(file) << "x";
+  int rc = -1;
+  std::string out = Kiln("run " + kCases + "residual_add_relu.onnx --out " + file + "/sub", &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--out " + file + "/sub"), std::string::npos) << out;
+  out = Kiln("run " + kCases + "residual_add_relu.onnx --report html --report-file " + (dir_ / "no-dir/r.html").string(),
+             &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--report-file"), std::string::npos) << out;
+  EXPECT_EQ(Jobs(), 0);
+  EXPECT_EQ(out.find("upload"), std::string::npos) << out;
+  // `kiln result` checks before it fetches: no table printed.
+  Upload("residual_add_relu");
+  const std::string job = Kiln("run residual_add_relu --backend reference --detach", &rc, true);
+  ASSERT_EQ(rc, 0) << job;
+  out = Kiln("watch " + job.substr(0, job.size() - 1), &rc);
+  ASSERT_EQ(rc, 0) << out;
+  out = Kiln("result " + job.substr(0, job.size() - 1) + " --out " + file + "/sub", &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_EQ(out.find("LAYER"), std::string::npos) << out;
+}
+
+// --mode both: a chained and a per_layer job, one report; the HTML puts the modes side by side,
+// and `kiln result` of the two jobs gives the same page.
+TEST_F(CliRunE2E, ModeBothShowsChainedAndPerLayerSideBySide) {
+  Upload("residual_add_relu");
+  int rc = -1;
+  const std::string html = (dir_ / "r.html").string();
+  std::string out = Kiln("run residual_add_relu --mode both --report html --report-file " + html, &rc);
+  ASSERT_TRUE(rc == 0 || rc == 3) << out;
+  const std::string page = ReadFileBytes(html);
+  EXPECT_NE(page.find("<th>PCC<br>chained</th><th>PCC<br>per_layer</th>"), std::string::npos) << page;
+  EXPECT_NE(page.find("<th>host emulation ms<br>chained</th>"), std::string::npos) << page;
+  size_t rows = 0;
+  for (size_t p = page.find("<tr class=\"layer"); p != std::string::npos; p = page.find("<tr class=\"layer", p + 1)) ++rows;
+  EXPECT_EQ(rows, 4u);  // one row per layer, not per layer and mode
+  EXPECT_NE(page.find("<svg class=\"chart pcc\""), std::string::npos);
+  EXPECT_EQ(Jobs(), 2);
+  // Both jobs given to `kiln result`: the same table as the run's.
+  auto stub = kiln::v1::JobService::NewStub(grpc::CreateChannel(server_, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  kiln::v1::ListJobsResponse list;
+  ASSERT_TRUE(stub->ListJobs(&ctx, kiln::v1::ListJobsRequest(), &list).ok());
+  ASSERT_EQ(list.jobs_size(), 2);
+  // Newest first: the per_layer job was submitted second.
+  out = Kiln("result " + list.jobs(1).job_id() + " " + list.jobs(0).job_id() + " --report html", &rc, true);
+  EXPECT_NE(out.find("<th>PCC<br>chained</th><th>PCC<br>per_layer</th>"), std::string::npos) << out;
+  out = Kiln("result " + list.jobs(1).job_id() + " " + list.jobs(0).job_id(), &rc, true);
+  EXPECT_NE(out.find("mode chained"), std::string::npos) << out;
+  EXPECT_NE(out.find("mode per_layer"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace kiln::testing
