@@ -107,8 +107,8 @@ void PrintIzerCommand(const kiln::v1::CompileAi8xResponse& r, const CompileArgs&
 }
 
 // "(C, H, W)" as numbers ([] when it does not parse).
-nlohmann::json ShapeNumbers(const std::string& shape) {
-  nlohmann::json out = nlohmann::json::array();
+nlohmann::ordered_json ShapeNumbers(const std::string& shape) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
   std::string digits;
   for (char c : shape + ",") {
     if (std::isdigit(static_cast<unsigned char>(c))) {
@@ -137,10 +137,10 @@ std::string Hex64(uint64_t v) {
 
 // `kiln compile --json` (docs/cli-json-compile.md): one object on stdout; shapes as numbers,
 // enums spelled as on the command line.
-nlohmann::json CompileJson(const kiln::v1::CompileAi8xResponse& r, const CompileArgs& a,
+nlohmann::ordered_json CompileJson(const kiln::v1::CompileAi8xResponse& r, const CompileArgs& a,
                            const api::IzerCommandLine& izer, const std::string& written) {
   const auto& ro = r.resolved_options();
-  nlohmann::json j;
+  nlohmann::ordered_json j;
   j["model"] = a.model;
   j["model_id"] = r.model_id();
   j["ok"] = r.ok();
@@ -150,13 +150,13 @@ nlohmann::json CompileJson(const kiln::v1::CompileAi8xResponse& r, const Compile
   j["dataset"] = ro.dataset();
   j["input_format"] = InputFormatWord(ro.input_format());
   j["fifo"] = ro.use_fifos();
-  nlohmann::json layers = nlohmann::json::array();
+  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
   for (const auto& l : r.layers()) {
-    nlohmann::json o;
+    nlohmann::ordered_json o;
     o["index"] = l.index();
     o["name"] = l.name();
     o["op"] = l.op();
-    o["onnx_nodes"] = nlohmann::json(std::vector<std::string>(l.onnx_nodes().begin(), l.onnx_nodes().end()));
+    o["onnx_nodes"] = nlohmann::ordered_json(std::vector<std::string>(l.onnx_nodes().begin(), l.onnx_nodes().end()));
     o["in_channels"] = l.in_channels();
     o["out_channels"] = l.out_channels();
     o["in_shape"] = ShapeNumbers(l.in_shape());
@@ -184,7 +184,7 @@ nlohmann::json CompileJson(const kiln::v1::CompileAi8xResponse& r, const Compile
                     {"data_bytes_peak", res.data_bytes_peak()},
                     {"data_instance_bytes", res.data_instance_bytes()},
                     {"streaming_layers", res.streaming_layers()}};
-  nlohmann::json diags = nlohmann::json::array();
+  nlohmann::ordered_json diags = nlohmann::ordered_json::array();
   for (const auto& d : r.diagnostics()) {
     diags.push_back({{"severity", SeverityWord(d.severity())},
                      {"code", d.code()},
@@ -195,11 +195,11 @@ nlohmann::json CompileJson(const kiln::v1::CompileAi8xResponse& r, const Compile
   }
   j["diagnostics"] = std::move(diags);
   j["izer_command"] = izer.argv;
-  nlohmann::json why = nlohmann::json::array();
+  nlohmann::ordered_json why = nlohmann::ordered_json::array();
   for (const auto& f : izer.why) why.push_back({{"flag", f.flag()}, {"reason", f.reason()}});
   j["izer_flags"] = std::move(why);
   j["yaml"] = r.yaml();
-  j["output"] = written.empty() ? nlohmann::json(nullptr) : nlohmann::json(written);
+  j["output"] = written.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(written);
   j["cache_hit"] = r.cache_hit();
   j["compile_seconds"] = r.compile_seconds();
   j["kiln_version"] = r.kiln_version();

@@ -27,7 +27,9 @@ class CliModelsE2E : public KilndTest {
     k_ = StartKilnd();
   }
   void TearDown() override {
-    if (k_) EXPECT_EQ(k_->Stop(), 0);
+    if (k_) {
+      EXPECT_EQ(k_->Stop(), 0);
+    }
     KilndTest::TearDown();
   }
 
@@ -187,7 +189,9 @@ TEST_F(CliModelsE2E, CompileArchJsonTableAndIzerCommand) {
   ASSERT_GE(cmd.size(), 9u) << cmd;
   EXPECT_EQ(cmd[0], "ai8xize.py");
   auto after = [&cmd](const std::string& flag) {
-    for (size_t i = 0; i + 1 < cmd.size(); ++i) if (cmd[i] == flag) return cmd[i + 1].get<std::string>();
+    for (size_t i = 0; i + 1 < cmd.size(); ++i) {
+      if (cmd[i] == flag) return cmd[i + 1].get<std::string>();
+    }
     return std::string("(missing)");
   };
   EXPECT_EQ(after("--device"), "MAX78000");
