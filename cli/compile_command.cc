@@ -271,10 +271,11 @@ int Report(const kiln::v1::CompileAi8xResponse& r, const CompileArgs& a) {
 }
 
 // The --arch of a compile that gave none: the factory that the export's name names
-// (api::FactoryFromExportName) of the FILE, of the stored model's reference, or of one of its
-// names. Empty with the message on stderr when there is none: the izer refuses any other arch.
+// (api::FactoryFromExportName) of the FILE or stored model's reference, of --name, or of one of
+// the stored model's names. Empty with the message on stderr when there is none: the izer refuses any other arch.
 std::string InferArch(const ClientOptions& options, CompileArgs& a, bool is_file) {
   std::vector<std::string> candidates = {a.model};
+  if (!a.name.empty()) candidates.push_back(a.name);
   if (!is_file) {
     kiln::v1::GetModelRequest req;
     req.set_model_id(a.model);

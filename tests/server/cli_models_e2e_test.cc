@@ -146,6 +146,10 @@ TEST_F(CliModelsE2E, ShortIdPrefixResolvesOnTheServer) {
   out = Kiln("compile " + sha.substr(0, 10) + " --dataset MNIST", &rc, /*with_stderr=*/false);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_TRUE(Has(out, "\narch: ai85net5\n")) << out;
+  // run by prefix (SubmitRun resolves it too).
+  out = Kiln("run " + sha.substr(0, 9) + " --backend reference", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_FALSE(Has(out, "NOT_FOUND")) << out;
   out = Kiln("rm " + sha.substr(0, 12), &rc);
   EXPECT_EQ(rc, 0) << out;
   out = Kiln("models", &rc);
