@@ -185,6 +185,45 @@ IzerCommandLine IzerCommand(const kiln::v1::CompileAi8xResponse& r, const std::s
   return c;
 }
 
+const std::vector<std::string>& KnownAi8xFactories() {
+  // The factories of tests/data/ai8x/models/{manifest,factories}.json (ai8x-training models/*.py).
+  static const std::vector<std::string> kFactories = [] {
+    std::vector<std::string> v = {
+        "ai85afsknet", "ai85audionet", "ai85autoencoder", "ai85cdnet", "ai85faceidnet", "ai85faceidnet_112",
+        "ai85kws20net", "ai85kws20netnas", "ai85kws20netv2", "ai85kws20netv2batchnorm", "ai85kws20netv3",
+        "ai85nascifarnet", "ai85net5", "ai85net6", "ai85net80expansion", "ai85net80wide", "ai85netextrasmall",
+        "ai85netwide", "ai85ressimplenet", "ai85simplenet", "ai85simplenetwide2x", "ai85squeezenet",
+        "ai85tinierssd", "ai85tinierssdface", "ai85tinierssdqr", "ai85unetlarge", "ai85unetmedium",
+        "ai85unetsmall", "ai87effnetv2", "ai87kws20netv3", "ai87netmobilefacenet_112",
+        "ai87netmobilenetv2cifar100_m0_5", "bayer2rgbnet"};
+    std::sort(v.begin(), v.end());
+    return v;
+  }();
+  return kFactories;
+}
+
+std::string FactoryFromExportName(std::string_view file_name) {
+  std::string stem(file_name.substr(file_name.find_last_of('/') == std::string_view::npos
+                                        ? 0 : file_name.find_last_of('/') + 1));
+  auto strip = [&stem](std::string_view suffix) {
+    if (stem.size() > suffix.size() && stem.compare(stem.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      stem.resize(stem.size() - suffix.size());
+    }
+  };
+  strip(".onnx");
+  for (std::string_view form : {".qat", ".float", ".simplified"}) strip(form);
+  const auto& known = KnownAi8xFactories();
+  auto is_known = [&known](const std::string& s) { return std::binary_search(known.begin(), known.end(), s); };
+  if (is_known(stem)) return stem;
+  // <dataset>-<arch>: datasets hold no '-' in ai8x-training's names, factories may not either, but
+  // try each split so that neither has to hold.
+  for (size_t dash = stem.find('-'); dash != std::string::npos; dash = stem.find('-', dash + 1)) {
+    std::string arch = stem.substr(dash + 1);
+    if (is_known(arch)) return arch;
+  }
+  return "";
+}
+
 std::string CompileModelName(const store::ModelInfo& info, const std::string& requested) {
   const auto& names = info.names;
   if (std::find(names.begin(), names.end(), requested) != names.end()) return requested;

@@ -52,6 +52,18 @@ IzerCommandLine IzerCommand(const kiln::v1::CompileAi8xResponse& r, const std::s
 /// named the model by one of its names, else its first name, else the id's first 12 digits.
 std::string CompileModelName(const store::ModelInfo& info, const std::string& requested);
 
+/// The ai8x-training model factories Kiln knows by name (`arch` of ai8x-training's model
+/// modules, models/*.py): those of the reference exports, tests/data/ai8x/models/manifest.json
+/// and factories.json (a test checks that every factory there is in this list). Sorted.
+const std::vector<std::string>& KnownAi8xFactories();
+
+/// The factory an ai8x-training export's file name names, or "" when it names none Kiln knows.
+/// The name is `<dataset>-<arch>.<form>.onnx` (train.py --summary onnx; form qat, float or
+/// simplified; ".onnx" and the form are optional): "mnist-ai85net5.qat.onnx" -> "ai85net5". A
+/// bare "<arch>" counts too. The izer only accepts an `arch:` equal to the checkpoint's factory, so
+/// `kiln compile` infers --arch only from a known factory and otherwise requires it.
+std::string FactoryFromExportName(std::string_view file_name);
+
 /// The flags of `kiln compile`, as typed.
 struct CompileFlags {
   std::string device = "MAX78000";  ///< MAX78000 | MAX78002 (also AI85/85, AI87/87), any case

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "api/convert.h"
+#include "api/models.h"
 #include "device/backends/builtin.h"
 
 namespace kiln::api {
@@ -369,7 +370,8 @@ Result<kiln::v1::Job> JobManager::Submit(const kiln::v1::SubmitRunRequest& reque
     if (auto v = FromProto(t); !v.ok()) return v.status().WithContext("run.inputs");
     input_bytes += static_cast<int64_t>(t.raw_data().size());
   }
-  auto model = env_.models->Get(run.model_id());
+  auto ref = ResolveModelRef(*env_.models, run.model_id());  // api/models.h: a short id prefix too
+  auto model = ref.ok() ? env_.models->Get(*ref) : Result<store::ModelInfo>(ref.status());
   const std::string backend = run.backend().empty() ? device::DefaultBackendName() : run.backend();
   store::JobRecord rec;
   rec.job_id = NewJobId();

@@ -1,5 +1,7 @@
 #include "api/models.h"
 
+#include <algorithm>
+
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/reflection.h>
 
@@ -80,6 +82,29 @@ void EnsureUtf8(google::protobuf::Message* message) {
       }
     }
   }
+}
+
+Result<std::string> ResolveModelRef(const store::ModelStore& store, const std::string& ref) {
+  auto exact = store.Get(ref);  // an id, then a name
+  if (exact.ok() || exact.status().code() != StatusCode::kNotFound) {
+    if (!exact.ok()) return exact.status();
+    return ref;
+  }
+  bool prefix = ref.size() >= kMinModelIdPrefix && ref.size() < 64 &&
+                std::all_of(ref.begin(), ref.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  if (!prefix) return exact.status();
+  // One more than listed: whether there are more.
+  std::vector<store::ModelInfo> hits = store.WithIdPrefix(ref, kMaxPrefixCandidates + 1);
+  if (hits.empty()) return NotFound("no model with id, name or id prefix '" + ref + "'");
+  if (hits.size() == 1) return hits[0].model_id;
+  std::string list;
+  for (size_t i = 0; i < hits.size() && i < kMaxPrefixCandidates; ++i) {
+    list += (i ? ", " : "") + hits[i].model_id.substr(0, std::max<size_t>(16, ref.size() + 8));  // enough to tell apart
+    if (!hits[i].names.empty()) list += " (" + hits[i].names[0].substr(0, 32) + ")";
+  }
+  if (hits.size() > kMaxPrefixCandidates) list += ", and more";
+  return InvalidArgument("model id prefix '" + ref + "' is ambiguous: it begins " + list +
+                         "; give more digits or a name");
 }
 
 void ToProto(const store::ModelInfo& info, kiln::v1::Model* out) {

@@ -145,6 +145,25 @@ Result<std::string> UploadFile(const ClientOptions& options, const std::string& 
   auto channel = Connect(options);
   if (!channel.ok()) return channel.status();
   auto stub = kiln::v1::ModelService::NewStub(*channel);
+  // Before any byte goes out: is the name valid, and are these bytes stored already?
+  bool stored = false;
+  {
+    grpc::ClientContext lctx;
+    Prepare(options, &lctx);
+    kiln::v1::LookupModelRequest lreq;
+    lreq.set_name(name);
+    lreq.set_sha256(sha);
+    kiln::v1::LookupModelResponse lresp;
+    grpc::Status lst = stub->LookupModel(&lctx, lreq, &lresp);
+    if (!lst.ok() && lst.error_code() != grpc::StatusCode::UNIMPLEMENTED) {  // UNIMPLEMENTED: older kilnd
+      return Status(static_cast<StatusCode>(lst.error_code()), Describe(lst));
+    }
+    stored = lresp.has_by_sha256() && lresp.by_sha256().size_bytes() == size;
+    if (stored && lresp.has_by_name() && lresp.by_name().model_id() == sha) {
+      std::cerr << "already stored as '" << name << "' (" << sha.substr(0, 12) << "): nothing sent\n";
+      return sha;
+    }
+  }
   grpc::ClientContext ctx;
   Prepare(options, &ctx);
   kiln::v1::UploadModelResponse response;
@@ -156,7 +175,8 @@ Result<std::string> UploadFile(const ClientOptions& options, const std::string& 
   Progress progress(size);
   bool ok = writer->Write(req);
   uint64_t sent = 0;
-  while (ok && sent < size) {
+  // Stored bytes: the header alone names them (kiln/v1/model.proto, UploadHeader.sha256).
+  while (ok && !stored && sent < size) {
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     size_t n = static_cast<size_t>(in.gcount());
     if (n == 0) break;
@@ -168,11 +188,34 @@ Result<std::string> UploadFile(const ClientOptions& options, const std::string& 
   writer->WritesDone();
   grpc::Status st = writer->Finish();
   if (!st.ok()) return Status(static_cast<StatusCode>(st.error_code()), Describe(st));
+  if (stored) {
+    std::cerr << "bytes already stored (" << sha.substr(0, 12) << "): named '" << name << "', nothing re-sent\n";
+  }
   if (!response.replaced_model_id().empty()) {
     std::cerr << "note: name '" << name << "' now points at " << response.model().model_id()
               << "; it pointed at " << response.replaced_model_id() << " before\n";
   }
   return response.model().model_id();
+}
+
+bool LooksLikePath(const std::string& arg) {
+  return arg.find('/') != std::string::npos ||
+         (arg.size() >= 5 && arg.compare(arg.size() - 5, 5, ".onnx") == 0);
+}
+
+Result<std::string> ModelRefForArg(const ClientOptions& options, const std::string& arg,
+                                   const std::string& name) {
+  if (std::filesystem::is_regular_file(arg)) {
+    auto id = UploadFile(options, arg, name);
+    if (!id.ok()) return Status(id.status().code(), "upload " + arg + ": " + id.status().message());
+    return id;
+  }
+  if (LooksLikePath(arg)) {
+    std::error_code ec;
+    return std::filesystem::exists(arg, ec) ? InvalidArgument("not a regular file: " + arg)
+                                            : NotFound("no such file: " + arg);
+  }
+  return arg;
 }
 
 void AddModelCommands(CLI::App& app, ClientOptions& options, int* exit_code) {

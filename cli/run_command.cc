@@ -106,16 +106,13 @@ int RunLocal(const RunArgs& a, const kiln::v1::RunConvLayersRequest& req) {
 }
 
 int RunRemote(const ClientOptions& options, const RunArgs& a, kiln::v1::RunConvLayersRequest req) {
-  std::string id = a.model;
-  if (std::filesystem::is_regular_file(a.model)) {
-    auto up = UploadFile(options, a.model, a.name);
-    if (!up.ok()) {
-      std::cerr << "kiln: run: upload " << a.model << ": " << up.status().message() << "\n";
-      return 1;
-    }
-    id = *up;
+  // A file is stored (not re-sent when its bytes are), a missing one is "no such file".
+  auto id = ModelRefForArg(options, a.model, a.name);
+  if (!id.ok()) {
+    std::cerr << "kiln: run: " << id.status().message() << "\n";
+    return 1;
   }
-  req.set_model_id(id);
+  req.set_model_id(*id);
   kiln::v1::SubmitRunRequest submit;
   *submit.mutable_run() = std::move(req);
   auto sweep = ParseSweep(a.sweep, a.precision);

@@ -6,6 +6,7 @@
 
 #include "api/compile_ai8x.h"
 #include "api/lanes.h"
+#include "api/models.h"
 #include "common/reactor.h"
 #include "common/sha256.h"
 
@@ -51,11 +52,21 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
   auto count = [this](const char* result) { totals_.Add({{"target", "ai8x"}, {"result", result}}).Increment(); };
   // A stored model's id is its sha256 (store/model_store.h), so a repeated compile is answered
   // here, from the cache, without a job: no read, no hash, no load, no compile.
+  // The model reference is resolved once, here (a short id prefix becomes the id:
+  // api/models.h ResolveModelRef); the job reads by what it resolved to.
+  std::string ref;
   if (request->model_case() == kiln::v1::CompileAi8xRequest::kModelId) {
+    auto resolved = api::ResolveModelRef(*store_, request->model_id());
+    if (!resolved.ok()) {
+      count("invalid");
+      reactor->Finish(scope->Done(ToGrpc(resolved.status())));
+      return reactor;
+    }
+    ref = std::move(resolved).value();
     auto start = std::chrono::steady_clock::now();
-    if (auto info = store_->Get(request->model_id()); info.ok()) {
+    if (auto info = store_->Get(ref); info.ok()) {
       auto hit = cache_.Get(api::CompileCacheKey(
-          info->model_id, api::CompileModelName(*info, request->model_id()), request->options()));
+          info->model_id, api::CompileModelName(*info, ref), request->options()));
       if (hit != nullptr) {
         cache_hits_.Increment();
         *response = *hit;
@@ -74,7 +85,7 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
   if (request->model_case() == kiln::v1::CompileAi8xRequest::kModelBytes) {
     job.cost_bytes = static_cast<int64_t>(request->model_bytes().size());
   }
-  job.task = [this, context, request, response, scope, count](sched::JobContext&) -> Status {
+  job.task = [this, context, request, response, scope, count, ref](sched::JobContext&) -> Status {
     if (context->IsCancelled()) return Cancelled("cancelled before start");
     auto start = std::chrono::steady_clock::now();
     std::string bytes;
@@ -86,7 +97,7 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
       sha = Sha256Hex(bytes);
     } else {
       // One lookup: the reader carries the metadata of the model whose bytes it reads.
-      auto reader = store_->OpenReader(request->model_id());
+      auto reader = store_->OpenReader(ref);
       if (!reader.ok()) {
         count("invalid");
         return reader.status();
@@ -94,7 +105,7 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
       auto all = (*reader)->ReadAll();
       if (!all.ok()) return all.status();
       bytes = std::move(all).value();
-      name = api::CompileModelName((*reader)->info(), request->model_id());
+      name = api::CompileModelName((*reader)->info(), ref);
       sha = (*reader)->model_id();  // the reader verified the bytes against it
     }
     if (bytes.empty()) return InvalidArgument("request names no model: set model_id or model_bytes");

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <set>
 
+#include "api/models.h"
 #include "common/reactor.h"
 
 namespace kiln::server {
@@ -18,7 +19,9 @@ class DeviceServiceImpl::RunReactor final : public grpc::ServerUnaryReactor {
   void Start() {
     grpc::Status st = scope_.Begin(*context_);
     if (!st.ok()) return FinishOnce(st);
-    auto info = service_->store_->Get(request_->model_id());
+    auto ref = api::ResolveModelRef(*service_->store_, request_->model_id());  // api/models.h
+    if (!ref.ok()) return FinishOnce(ToGrpc(ref.status()));
+    auto info = service_->store_->Get(*ref);
     if (!info.ok()) return FinishOnce(ToGrpc(info.status()));
     std::optional<sched::CancelToken::Clock::time_point> deadline;
     if (context_->deadline() != std::chrono::system_clock::time_point::max()) {

@@ -222,7 +222,8 @@ class ModelServiceImpl::ReadReactor final
       Finish(scope_.Done(auth));
       return;
     }
-    auto reader = service->store_->OpenReader(request->model_id());
+    auto ref = api::ResolveModelRef(*service->store_, request->model_id());
+    auto reader = ref.ok() ? service->store_->OpenReader(*ref) : Result<std::unique_ptr<store::ModelReader>>(ref.status());
     if (!reader.ok()) {
       Finish(scope_.Done(ToGrpc(reader.status())));
       return;
@@ -324,6 +325,42 @@ grpc::ServerWriteReactor<kiln::v1::ReadModelResponse>* ModelServiceImpl::ReadMod
   return new ReadReactor(this, context, request);
 }
 
+grpc::ServerUnaryReactor* ModelServiceImpl::LookupModel(grpc::CallbackServerContext* context,
+                                                        const kiln::v1::LookupModelRequest* request,
+                                                        kiln::v1::LookupModelResponse* response) {
+  ReactorScope on_reactor;
+  auto* reactor = context->DefaultReactor();
+  RpcScope scope(env_, *context, "/kiln.v1.ModelService/LookupModel");
+  grpc::Status st = scope.Begin(*context);
+  if (st.ok()) st = Lookup(*request, response);
+  reactor->Finish(scope.Done(st));
+  return reactor;
+}
+
+grpc::Status ModelServiceImpl::Lookup(const kiln::v1::LookupModelRequest& request,
+                                      kiln::v1::LookupModelResponse* response) const {
+  // The in-memory index only: answered on the reactor. The checks are UploadHeader's.
+  if (request.name().empty() && request.sha256().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "LookupModel needs a name or a sha256");
+  }
+  if (!request.name().empty() && !store::IsValidModelName(request.name())) {
+    return ToGrpc(InvalidArgument("model name '" + request.name().substr(0, 160) +
+                                  "' is invalid: use 1-128 characters of [A-Za-z0-9._-], not starting with '.'"));
+  }
+  if (!request.sha256().empty() && !store::IsModelId(request.sha256())) {
+    return ToGrpc(InvalidArgument("sha256 must be 64 lowercase hex characters, got '" +
+                                  request.sha256().substr(0, 80) + "'"));
+  }
+  // Each one exactly: a name or an id, never a prefix (store::ModelStore::Get).
+  if (!request.sha256().empty()) {
+    if (auto info = store_->Get(request.sha256()); info.ok()) api::ToProto(*info, response->mutable_by_sha256());
+  }
+  if (!request.name().empty()) {
+    if (auto info = store_->Get(request.name()); info.ok()) api::ToProto(*info, response->mutable_by_name());
+  }
+  return grpc::Status::OK;
+}
+
 grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext* context,
                                                      const kiln::v1::GetModelRequest* request,
                                                      kiln::v1::GetModelResponse* response) {
@@ -335,8 +372,13 @@ grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext
     reactor->Finish(scope->Done(st));
     return reactor;
   }
+  auto ref = api::ResolveModelRef(*store_, request->model_id());
+  if (!ref.ok()) {
+    reactor->Finish(scope->Done(ToGrpc(ref.status())));
+    return reactor;
+  }
   if (!request->include_bytes()) {
-    auto info = store_->Get(request->model_id());
+    auto info = store_->Get(*ref);
     if (info.ok()) api::ToProto(*info, response->mutable_model());
     reactor->Finish(scope->Done(info.ok() ? grpc::Status::OK : ToGrpc(info.status())));
     return reactor;
@@ -344,7 +386,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext
   // One lookup for the metadata and the bytes (the reader carries both): resolving the name
   // twice could answer one model's bytes under another's id while the name moves. Reading (and,
   // once per process, checking) up to 3 MiB blocks: store lane.
-  RunOnStoreLane(*context, reactor, scope, [this, id = request->model_id(), response, scope]() -> Status {
+  RunOnStoreLane(*context, reactor, scope, [this, id = *ref, response, scope]() -> Status {
     auto reader = store_->OpenReader(id);
     if (!reader.ok()) return reader.status();
     const store::ModelInfo& info = (*reader)->info();
@@ -420,8 +462,10 @@ grpc::ServerUnaryReactor* ModelServiceImpl::DeleteModel(grpc::CallbackServerCont
     return reactor;
   }
   // The index rewrite fsyncs: store lane.
-  RunOnStoreLane(*context, reactor, scope, [this, id = request->model_id()]() -> Status {
-    KILN_RETURN_IF_ERROR(store_->Delete(id));
+  RunOnStoreLane(*context, reactor, scope, [this, ref = request->model_id()]() -> Status {
+    auto id = api::ResolveModelRef(*store_, ref);  // here: the lane orders it after earlier writes
+    if (!id.ok()) return id.status();
+    KILN_RETURN_IF_ERROR(store_->Delete(*id));
     UpdateStoreMetrics();
     return Status::Ok();
   });

@@ -46,6 +46,9 @@ class ModelServiceImpl final : public kiln::v1::ModelService::CallbackService {
 
   grpc::ServerReadReactor<kiln::v1::UploadModelRequest>* UploadModel(
       grpc::CallbackServerContext* context, kiln::v1::UploadModelResponse* response) override;
+  grpc::ServerUnaryReactor* LookupModel(grpc::CallbackServerContext* context,
+                                        const kiln::v1::LookupModelRequest* request,
+                                        kiln::v1::LookupModelResponse* response) override;
   grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
                                      const kiln::v1::GetModelRequest* request,
                                      kiln::v1::GetModelResponse* response) override;
@@ -67,6 +70,8 @@ class ModelServiceImpl final : public kiln::v1::ModelService::CallbackService {
   void RunOnStoreLane(grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor,
                       std::shared_ptr<RpcScope> scope, std::function<Status()> work);
 
+  // LookupModel's answer from the in-memory index (kiln/v1/model.proto, LookupModelRequest).
+  grpc::Status Lookup(const kiln::v1::LookupModelRequest& request, kiln::v1::LookupModelResponse* response) const;
   // One page of ListModels (kiln/v1/model.proto, ListModelsRequest).
   grpc::Status ListPage(const kiln::v1::ListModelsRequest& request, kiln::v1::ListModelsResponse* response) const;
   // Ends uploads idle for longer than options_.upload_idle_timeout (runs on idle_thread_).

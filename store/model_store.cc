@@ -99,6 +99,13 @@ Status Upload::Append(const void* data, size_t size) {
 Result<ModelInfo> Upload::Commit(bool* already_stored, std::string* replaced_model_id) {
   AssertNotOnReactor("Upload::Commit");
   if (finished_) return FailedPrecondition("upload already finished");
+  if (received_ == 0 && declared_size_ > 0) {
+    // Header only: the name goes to bytes already stored under that sha256 and size, which the
+    // client need not send again (kiln.v1.UploadHeader; `kiln upload` asks LookupModel first).
+    auto named = store_->PublishName(this, already_stored, replaced_model_id);
+    Abort();  // the temp file holds nothing either way; frees the reservation
+    return named;
+  }
   if (received_ != declared_size_) {
     std::string msg = "upload of '" + name_ + "' ended after " + std::to_string(received_) +
                       " bytes; header declared size_bytes " + std::to_string(declared_size_);
@@ -437,6 +444,46 @@ Result<ModelInfo> ModelStore::Publish(Upload* upload, ModelInfo info, bool* alre
   if (already_stored) *already_stored = exists;
   if (replaced_model_id) *replaced_model_id = replaced;
   return result;
+}
+
+Result<ModelInfo> ModelStore::PublishName(Upload* upload, bool* already_stored,
+                                          std::string* replaced_model_id) {
+  std::lock_guard<std::mutex> wlock(write_mu_);
+  const std::string& name = upload->name_;
+  const std::string& id = upload->declared_sha256_;
+  std::vector<ModelInfo> next = models_;  // read without mu_: only write_mu_ holders change it
+  auto it = std::lower_bound(next.begin(), next.end(), id,
+                             [](const ModelInfo& m, const std::string& x) { return m.model_id < x; });
+  if (it == next.end() || it->model_id != id || it->size_bytes != upload->declared_size_) {
+    return InvalidArgument("upload of '" + name + "' ended after its header, and no stored model has sha256 " +
+                           id + " and size_bytes " + std::to_string(upload->declared_size_) +
+                           ": send the bytes (only bytes already stored may be named without them)");
+  }
+  std::string replaced;
+  for (auto& m : next) {
+    if (std::erase(m.names, name) > 0 && m.model_id != id) replaced = m.model_id;
+  }
+  it->names.push_back(name);
+  ModelInfo result = *it;
+  KILN_RETURN_IF_ERROR(WriteIndex(next));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    models_.swap(next);
+  }
+  if (already_stored) *already_stored = true;
+  if (replaced_model_id) *replaced_model_id = replaced;
+  return result;
+}
+
+std::vector<ModelInfo> ModelStore::WithIdPrefix(const std::string& prefix, size_t limit) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ModelInfo> out;
+  auto it = std::lower_bound(models_.begin(), models_.end(), prefix,
+                             [](const ModelInfo& m, const std::string& p) { return m.model_id < p; });
+  for (; it != models_.end() && out.size() < limit && it->model_id.compare(0, prefix.size(), prefix) == 0; ++it) {
+    out.push_back(*it);
+  }
+  return out;
 }
 
 const ModelInfo* ModelStore::FindLocked(const std::string& id_or_name) const {

@@ -91,7 +91,10 @@ class Upload {
   uint64_t received_bytes() const { return received_; }
   uint64_t declared_bytes() const { return declared_size_; }
 
-  /// Verifies size (INVALID_ARGUMENT on mismatch), SHA-256 (DATA_LOSS on mismatch), that the
+  /// An upload that ended after its header (no bytes) names the stored model with the declared
+  /// sha256 and size: the bytes need not be sent again (already_stored is then true);
+  /// INVALID_ARGUMENT when no such model is stored.
+  /// Otherwise verifies size (INVALID_ARGUMENT on mismatch), SHA-256 (DATA_LOSS on mismatch), that the
   /// bytes parse as an onnx ModelProto (INVALID_ARGUMENT) and that its metadata fits
   /// max_metadata_bytes (INVALID_ARGUMENT), then stores the object and maps the
   /// name to it. `already_stored` is set when identical bytes were stored before;
@@ -191,6 +194,9 @@ class ModelStore {
   /// Opens a model's bytes for reading; the reader carries the ModelInfo of the same lookup, so
   /// a caller that needs both resolves the name once. NOT_FOUND if absent.
   Result<std::unique_ptr<ModelReader>> OpenReader(const std::string& id_or_name) const;
+  /// Up to `limit` models whose id starts with `prefix`, ordered by id (api::ResolveModelRef
+  /// turns a short id into the model id with it).
+  std::vector<ModelInfo> WithIdPrefix(const std::string& prefix, size_t limit) const;
   /// All models, ordered by id.
   std::vector<ModelInfo> List() const;
   /// Up to `limit` models (0 = all) whose id is greater than `after_id` ("" = from the start),
@@ -230,6 +236,9 @@ class ModelStore {
   Status RebuildIndexFromObjects();
   Result<ModelInfo> Publish(Upload* upload, ModelInfo info, bool* already_stored,
                             std::string* replaced_model_id);
+  // An upload that ended after its header: maps its name to the stored model with its declared
+  // sha256 and size (INVALID_ARGUMENT when there is none).
+  Result<ModelInfo> PublishName(Upload* upload, bool* already_stored, std::string* replaced_model_id);
   void ReleaseReservation(uint64_t bytes);
   const ModelInfo* FindLocked(const std::string& id_or_name) const;
   void Refused(std::string_view reason) const {

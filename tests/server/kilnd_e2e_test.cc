@@ -343,15 +343,16 @@ TEST_F(KilndE2E, CliUploadListAndHealth) {
   EXPECT_EQ(k->Stop(), 0);
 }
 
-// `kiln compile FILE` without --arch: the YAML's arch is the name the file is stored under (its
-// stem, as with --local), even when the same bytes were stored before under another name; the
-// table goes to stderr when the YAML goes to stdout; a failed compile never writes -o.
+// `kiln compile FILE` without --arch: the arch is the factory the ai8x-training export name
+// names (api FactoryFromExportName), with and without a server; a name that names none is
+// refused (exit 2: the izer would reject it); the table goes to stderr when the YAML goes to
+// stdout; a failed compile never writes -o.
 TEST_F(KilndE2E, CliCompileArchDefaultTableAndFailedOutput) {
   auto k = Start();
   const std::string data = std::string(KILN_TEST_DATA) + "/ai8x/models/";
   const std::string bytes = ReadFileBytes(data + "bayer-bayer2rgbnet.qat.onnx");
   const std::string first = (dir_ / "first.v1.qat.onnx").string();
-  const std::string second = (dir_ / "second.onnx").string();
+  const std::string second = (dir_ / "bayer-bayer2rgbnet.qat.onnx").string();
   std::ofstream(first, std::ios::binary) << bytes;
   std::ofstream(second, std::ios::binary) << bytes;
   // stdout only (stderr discarded) or both.
@@ -373,15 +374,18 @@ TEST_F(KilndE2E, CliCompileArchDefaultTableAndFailedOutput) {
   int rc = -1;
   const std::string a = (dir_ / "a.yaml").string(), b = (dir_ / "b.yaml").string(), c = (dir_ / "c.yaml").string();
   std::string out = run("compile " + first + " --device MAX78000 -o " + a, true, &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--arch is required"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(a));
+  out = run("compile " + second + " --device MAX78000 -o " + b, true, &rc);  // same bytes, an export's name
   EXPECT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("note: no --arch/--dataset given"), std::string::npos) << out;
-  EXPECT_NE(slurp(a).find("\narch: first.v1.qat\n"), std::string::npos) << slurp(a);
-  out = run("compile " + second + " --device MAX78000 -o " + b, true, &rc);  // same bytes, new name
-  EXPECT_EQ(rc, 0) << out;
-  EXPECT_NE(slurp(b).find("\narch: second\n"), std::string::npos) << slurp(b);
+  EXPECT_NE(out.find("note: --arch bayer2rgbnet from the export name"), std::string::npos) << out;
+  EXPECT_NE(slurp(b).find("\narch: bayer2rgbnet\n"), std::string::npos) << slurp(b);
   out = run("compile --local " + first + " --device MAX78000 -o " + c, true, &rc);
+  EXPECT_EQ(rc, 2) << out;
+  out = run("compile --local " + second + " --device MAX78000 -o " + c, true, &rc);
   EXPECT_EQ(rc, 0) << out;
-  EXPECT_NE(slurp(c).find("\narch: first.v1.qat\n"), std::string::npos) << slurp(c);
+  EXPECT_NE(slurp(c).find("\narch: bayer2rgbnet\n"), std::string::npos) << slurp(c);
   out = run("compile " + first + " --device MAX78000 --arch bayer2rgbnet --dataset ImageNet --table", false, &rc);
   EXPECT_EQ(rc, 0);
   EXPECT_NE(out.find("arch: bayer2rgbnet"), std::string::npos) << out;  // the YAML on stdout ...

@@ -75,6 +75,8 @@ void RewordNotDerived(Network& net, const std::vector<std::string>& widened) {
     if (d.code == code::kWidthNotDerived) d.message = WidthNotDerivedMessage(widened);
     if (d.code == code::kBitsNotDerived) d.message = BitsNotDerivedMessage(no_bits, weight_layers);
   }
+  // Overrides that give every weight layer its bit width leave nothing to warn about.
+  if (no_bits.empty()) std::erase_if(net.diagnostics, [](const Diagnostic& d) { return d.code == code::kBitsNotDerived; });
 }
 
 std::string WidthNotDerivedMessage(const std::vector<std::string>& overridden) {
@@ -88,10 +90,6 @@ std::string WidthNotDerivedMessage(const std::vector<std::string>& overridden) {
 }
 
 std::string BitsNotDerivedMessage(const std::vector<std::string>& missing, size_t weight_layers) {
-  if (missing.empty()) {
-    return "weight bit widths cannot be derived (no QAT weight chain); all " + std::to_string(weight_layers) +
-           " weight layer(s) have them from the overrides (--set LAYER.quantization)";
-  }
   if (missing.size() < weight_layers) {
     return "weight bit widths cannot be derived (no QAT weight chain) for " + std::to_string(missing.size()) +
            " layer(s) without an override (" + JoinNames(missing) +

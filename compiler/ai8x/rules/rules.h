@@ -70,7 +70,8 @@ void ReportHostOps(Network& net, const std::vector<std::string>& host_ops, const
 /// AI8X_BITS_NOT_DERIVED when weight layers lack a bit width.
 void ReportNotDerived(Network& net, bool saw_clamp);
 /// Rewords those two warnings once overrides applied (`widened`: layers whose output_width came
-/// from an override); they stay warnings (the values are the user's, not the model's).
+/// from an override); they stay warnings (the values are the user's, not the model's), except
+/// that AI8X_BITS_NOT_DERIVED goes once every weight layer has a `quantization` override.
 void RewordNotDerived(Network& net, const std::vector<std::string>& widened);
 /// Messages of the two warnings (exposed for tests).
 std::string WidthNotDerivedMessage(const std::vector<std::string>& overridden);
