@@ -133,6 +133,21 @@ void PgPool::Return(std::unique_ptr<pqxx::connection> c) {
   cv_.notify_one();
 }
 
+void PgPool::DropIdle() {
+  std::vector<std::unique_ptr<pqxx::connection>> idle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    idle.swap(idle_);
+    open_ -= idle.size();
+  }
+  cv_.notify_all();
+}  // closed here, outside the lock
+
+void PgPool::Lease::Discard() {
+  conn_.reset();
+  if (pool_) pool_->DropIdle();
+}
+
 PgPool::Lease::~Lease() {
   if (pool_) pool_->Return(std::move(conn_));
 }

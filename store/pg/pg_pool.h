@@ -52,8 +52,9 @@ class PgPool {
     Lease& operator=(Lease&&) = delete;
     ~Lease();
     pqxx::connection& conn() { return *conn_; }
-    /// The connection is not returned to the pool (it broke, or a stream left it in a bad state).
-    void Discard() { conn_.reset(); }
+    /// The connection broke: it is closed, and so are the idle ones (a broken connection most
+    /// often means PostgreSQL restarted or the network went, which broke them too).
+    void Discard();
 
    private:
     friend class PgPool;
@@ -71,7 +72,7 @@ class PgPool {
   /// fresh transaction, so `fn` must be safe to run again. Exceptions of `fn` become a Status
   /// (PgErrorStatus); a Status returned by `fn` rolls back and is returned.
   template <typename Fn>
-  Status Transact(const char* what, Fn&& fn, int attempts = 3);
+  Status Transact(const std::string& what, Fn&& fn, int attempts = 3);
 
   const PgPoolOptions& options() const { return options_; }
   /// Connections open now (idle + leased).
@@ -82,6 +83,7 @@ class PgPool {
   Result<std::unique_ptr<pqxx::connection>> Connect();
   void PrepareAll(pqxx::connection& c);
   void Return(std::unique_ptr<pqxx::connection> c);
+  void DropIdle();
 
   PgPoolOptions options_;
   mutable std::mutex mu_;
@@ -102,7 +104,7 @@ std::string RedactUrl(const std::string& url);
 
 // --- template definitions ---
 template <typename Fn>
-Status PgPool::Transact(const char* what, Fn&& fn, int attempts) {
+Status PgPool::Transact(const std::string& what, Fn&& fn, int attempts) {
   Status last;
   for (int i = 0; i < attempts; ++i) {
     auto lease = Acquire();

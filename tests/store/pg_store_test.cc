@@ -1,0 +1,148 @@
+// What only the PostgreSQL side has (store/pg/): the pool (reconnects after a database restart,
+// bounded, honours libpq URL parameters such as sslmode), the versioned schema (idempotent,
+// refuses a newer incompatible one, accepts a newer additive one), transactions that roll back
+// as a whole. Against a real, throwaway PostgreSQL 15 (tests/support/pg_server.h).
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "common/sha256.h"
+#include "store/pg/pg_store.h"
+#include "tests/support/pg_server.h"
+
+namespace kiln::store::pg {
+namespace {
+
+class PgStoreTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto s = kiln::testing::PgServer::Start();
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(s).value().release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    auto url = server_->CreateDatabase("pgstore");
+    ASSERT_TRUE(url.ok()) << url.status().ToString();
+    url_ = *url;
+  }
+  static inline kiln::testing::PgServer* server_ = nullptr;
+  std::string url_;
+};
+
+int CountRows(const std::string& url, const std::string& sql) {
+  pqxx::connection c(url);
+  pqxx::work tx(c);
+  return tx.exec1(sql)[0].as<int>();
+}
+
+TEST_F(PgStoreTest, MigrationIsIdempotentAndVersioned) {
+  auto a = PgSharedState::Open({url_, 2});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ((*a)->schema().before, 0);
+  EXPECT_EQ((*a)->schema().after, KnownSchemaVersion());
+  auto b = PgSharedState::Open({url_, 2});  // a second replica
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ((*b)->schema().before, KnownSchemaVersion());
+  EXPECT_EQ((*b)->schema().after, KnownSchemaVersion());
+  EXPECT_EQ(CountRows(url_, "SELECT count(*) FROM kiln_schema_version"), KnownSchemaVersion());
+}
+
+TEST_F(PgStoreTest, RefusesANewerIncompatibleSchemaAndAcceptsANewerAdditiveOne) {
+  auto pool = PgPool::Open({url_, 2});
+  ASSERT_TRUE(pool.ok());
+  const int n = KnownSchemaVersion();
+  // A newer build adds a column and declares that binaries of version n still work.
+  internal::ExtraMigration additive{n, "ALTER TABLE kiln_models ADD COLUMN labels jsonb NOT NULL DEFAULT '{}'"};
+  auto newer = internal::MigrateForTesting(**pool, n, &additive);
+  ASSERT_TRUE(newer.ok()) << newer.status().ToString();
+  EXPECT_EQ(newer->after, n + 1);
+  auto current = PgSharedState::Open({url_, 2});
+  ASSERT_TRUE(current.ok()) << current.status().ToString();
+  EXPECT_EQ((*current)->schema().after, n + 1);  // left as it is: never downgraded
+  ModelInfo m;
+  m.model_id = Sha256Hex("m");
+  m.size_bytes = 10;
+  ASSERT_TRUE((*current)->models().Put(m, "still-works").ok());
+  // A later one that is not compatible with n: this build refuses to run on it.
+  internal::ExtraMigration breaking{n + 2, "ALTER TABLE kiln_models ADD COLUMN x int"};
+  ASSERT_TRUE(internal::MigrateForTesting(**pool, n + 1, &breaking).ok());
+  auto refused = PgSharedState::Open({url_, 2});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("upgrade kilnd"), std::string::npos) << refused.status().message();
+}
+
+TEST_F(PgStoreTest, ATransactionRollsBackAsAWhole) {
+  auto state = PgSharedState::Open({url_, 2});
+  ASSERT_TRUE(state.ok());
+  Status s = (*state)->pool().Transact("test", [](pqxx::work& tx) -> Status {
+    tx.exec0("INSERT INTO kiln_models (model_id, size_bytes) VALUES (repeat('a', 64), 1)");
+    tx.exec0("INSERT INTO kiln_models (model_id, size_bytes) VALUES (repeat('b', 64), 1)");
+    return InvalidArgument("changed my mind");
+  });
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  s = (*state)->pool().Transact("test", [](pqxx::work& tx) -> Status {
+    tx.exec0("INSERT INTO kiln_models (model_id, size_bytes) VALUES (repeat('c', 64), 1)");
+    tx.exec0("INSERT INTO kiln_models (model_id, size_bytes) VALUES ('bad id', 1)");  // CHECK fails
+    return Status::Ok();
+  });
+  EXPECT_EQ(s.code(), StatusCode::kInternal) << s.ToString();
+  EXPECT_EQ(CountRows(url_, "SELECT count(*) FROM kiln_models"), 0);
+}
+
+TEST_F(PgStoreTest, PoolReconnectsAfterADatabaseRestart) {
+  auto state = PgSharedState::Open({url_, 2});
+  ASSERT_TRUE(state.ok());
+  ModelInfo m;
+  m.model_id = Sha256Hex("restart");
+  m.size_bytes = 5;
+  ASSERT_TRUE((*state)->models().Put(m, "before").ok());
+  ASSERT_TRUE(server_->Restart().ok());
+  // The pooled connection is broken; Transact retries on a new one.
+  auto got = (*state)->models().Get("before");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->model_id, m.model_id);
+  ASSERT_TRUE((*state)->models().Put(m, "after").ok());
+  EXPECT_EQ((*state)->models().Get(m.model_id)->names, (std::vector<std::string>{"after", "before"}));
+}
+
+TEST_F(PgStoreTest, PoolIsBoundedAndTimesOut) {
+  auto pool = PgPool::Open({url_, 2, std::chrono::milliseconds(200)});
+  ASSERT_TRUE(pool.ok());
+  auto a = (*pool)->Acquire();
+  auto b = (*pool)->Acquire();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ((*pool)->open_connections(), 2u);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c = (*pool)->Acquire();
+  EXPECT_EQ(c.status().code(), StatusCode::kUnavailable);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(190));
+  { auto drop = std::move(a).value(); }  // returned
+  auto d = (*pool)->Acquire();
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ((*pool)->open_connections(), 2u);
+}
+
+TEST_F(PgStoreTest, UrlParametersReachLibpqAndPasswordsStayOut) {
+  // The fixture's server has no TLS: sslmode=require in the URL must make libpq refuse it.
+  auto tls = PgPool::Open({url_ + "?sslmode=require", 1});
+  ASSERT_FALSE(tls.ok());
+  EXPECT_EQ(tls.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(tls.status().message().find("SSL"), std::string::npos) << tls.status().message();
+  auto plain = PgPool::Open({url_ + "?sslmode=disable&application_name=kiln-test", 1});
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(CountRows(url_, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'kiln-test'"), 1);
+  auto bad = PgPool::Open({"postgresql://kiln:s3cret@127.0.0.1:1/none", 1});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message().find("s3cret"), std::string::npos) << bad.status().message();
+  EXPECT_EQ(RedactUrl("postgresql://u:pw@h:5/db?sslmode=verify-full"), "postgresql://u:***@h:5/db?sslmode=verify-full");
+  EXPECT_EQ(RedactUrl("host=h password=pw dbname=d"), "host=h password=*** dbname=d");
+}
+
+}  // namespace
+}  // namespace kiln::store::pg
