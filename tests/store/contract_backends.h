@@ -18,6 +18,7 @@
 
 #include "store/file_blob_store.h"
 #include "store/file_model_index.h"
+#include "store/memory_job_queue.h"
 #include "store/pg/pg_store.h"
 #include "tests/support/pg_server.h"
 
@@ -61,6 +62,11 @@ class EmbeddedBackend {
     indexes_.push_back(std::move(s).value());
     return indexes_.back().get();
   }
+  /// The embedded queue lives in one process: every "instance" is the same queue.
+  JobQueue* OpenQueue(int max_attempts) {
+    if (!queue_) queue_ = std::make_unique<MemoryJobQueue>(max_attempts);
+    return queue_.get();
+  }
   /// Flips the first byte of the stored blob.
   void Corrupt(const std::string& key) {
     const auto path = dir_ / "objects" / (key + ".onnx");
@@ -83,6 +89,7 @@ class EmbeddedBackend {
   std::filesystem::path dir_;
   std::vector<std::unique_ptr<FileBlobStore>> blobs_;
   std::vector<std::unique_ptr<FileModelIndex>> indexes_;
+  std::unique_ptr<MemoryJobQueue> queue_;
 };
 
 class PgBackend {
@@ -97,6 +104,7 @@ class PgBackend {
   /// A new instance on this backend's database: its own pool, as another replica has.
   BlobStore* OpenBlobs() { return &Open().blobs(); }
   ModelIndex* OpenIndex() { return &Open().models(); }
+  JobQueue* OpenQueue(int max_attempts) { return &Open(max_attempts).jobs(); }
   void Corrupt(const std::string& key) {
     pqxx::connection c(url_);
     pqxx::work tx(c);
@@ -119,8 +127,8 @@ class PgBackend {
   const std::string& url() const { return url_; }
 
  private:
-  pg::PgSharedState& Open() {
-    auto s = pg::PgSharedState::Open({url_, 4});
+  pg::PgSharedState& Open(int job_max_attempts = 3) {
+    auto s = pg::PgSharedState::Open({url_, 4}, job_max_attempts);
     if (!s.ok()) Die(s.status());
     states_.push_back(std::move(s).value());
     return *states_.back();

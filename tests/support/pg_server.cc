@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -76,6 +77,19 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& log, bool d
   ::_exit(127);
 }
 
+// Removes the temp dirs of servers whose test process died without Stop() (a crash, SIGKILL):
+// their postgres died with it (PR_SET_PDEATHSIG), the dir names the owner in owner.pid.
+void RemoveStaleDirs(const fs::path& tmp) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(tmp, ec)) {
+    if (e.path().filename().string().rfind("kiln-pg-", 0) != 0) continue;
+    std::ifstream in(e.path() / "owner.pid");
+    long pid = 0;
+    if (!(in >> pid) || pid <= 0) continue;  // being created, or not ours
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove_all(e.path(), ec);
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<PgServer>> PgServer::Start() {
@@ -96,9 +110,11 @@ Result<std::unique_ptr<PgServer>> PgServer::Start() {
   std::error_code ec;
   fs::path tmp = fs::temp_directory_path(ec);
   if (ec) tmp = "/tmp";
+  RemoveStaleDirs(tmp);
   std::string templ = (tmp / "kiln-pg-XXXXXX").string();
   if (::mkdtemp(templ.data()) == nullptr) return Internal("mkdtemp " + templ + ": " + std::strerror(errno));
   s->dir_ = templ;
+  std::ofstream(s->dir_ + "/owner.pid") << ::getpid() << "\n";
   if (s->drop_ && ::chown(s->dir_.c_str(), s->uid_, s->gid_) != 0) {
     return Internal("chown " + s->dir_ + " to postgres: " + std::strerror(errno));
   }

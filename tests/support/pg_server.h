@@ -15,8 +15,9 @@
 // Durability is off (fsync, synchronous_commit, full_page_writes): a test database never
 // outlives its test. Superuser `kiln`, trust authentication on loopback only.
 // The server dies with the thread that started it (PR_SET_PDEATHSIG: SIGQUIT, an immediate
-// shutdown), so a crashed test leaves no server behind; Stop() (or the destructor) shuts it down
-// (SIGINT, fast shutdown; SIGKILL after 10 s) and removes the temp dir.
+// shutdown), so a crashed test leaves no server behind, and the next Start removes the temp dirs
+// whose owner (owner.pid) is gone; Stop() (or the destructor) shuts the server down (SIGINT, fast
+// shutdown; SIGKILL after 10 s) and removes the temp dir.
 #pragma once
 
 #include <sys/types.h>
