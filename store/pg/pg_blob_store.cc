@@ -102,10 +102,11 @@ class PgBlobWriter : public BlobWriter {
     }
   }
   Status Fail(const std::exception& e, const char* what) {
+    const bool lost = lease_ && ConnectionLost(e, lease_->conn());
     Status s = PgErrorStatus(e, std::string(what) + " blob " + key_);
-    const bool broken = dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr;
+    if (lost) s = Unavailable(s.message());
     Close();  // before the connection goes: both refer to it
-    if (broken && lease_) lease_->Discard();
+    if (lost) lease_->Discard();
     Discard();
     return s;
   }
@@ -190,9 +191,11 @@ class PgBlobReader : public BlobReader {
     }
   }
   Status Broken(const std::exception& e, const std::string& what) {
-    Close();  // before the connection goes: both refer to it
-    if (dynamic_cast<const pqxx::broken_connection*>(&e)) lease_.Discard();
+    const bool lost = ConnectionLost(e, lease_.conn());
     failed_ = PgErrorStatus(e, what);  // every later Read returns it
+    if (lost) failed_ = Unavailable(failed_.message());
+    Close();  // before the connection goes: both refer to it
+    if (lost) lease_.Discard();
     return failed_;
   }
   PgPool::Lease lease_;

@@ -30,6 +30,15 @@ Status PgErrorStatus(const std::exception& e, const std::string& what) {
   return Internal(msg);
 }
 
+bool ConnectionLost(const std::exception& e, pqxx::connection_base& c) {
+  if (dynamic_cast<const pqxx::broken_connection*>(&e)) return true;
+  try {
+    return !c.is_open();
+  } catch (...) {
+    return true;
+  }
+}
+
 Result<std::unique_ptr<PgPool>> PgPool::Open(PgPoolOptions options) {
   if (options.size == 0) options.size = 1;
   std::unique_ptr<PgPool> pool(new PgPool(std::move(options)));

@@ -99,6 +99,11 @@ class PgPool {
 /// → UNAVAILABLE; anything else → INTERNAL. Never throws.
 Status PgErrorStatus(const std::exception& e, const std::string& what);
 
+/// True when `e` means the connection is gone: broken_connection, or any failure after which
+/// libpq reports the connection bad (large-object calls report a terminated connection as a plain
+/// pqxx::failure). The caller then Discards its lease; the status to return is UNAVAILABLE.
+bool ConnectionLost(const std::exception& e, pqxx::connection_base& c);
+
 /// The URL without its password (for messages and logs).
 std::string RedactUrl(const std::string& url);
 
@@ -127,7 +132,10 @@ Status PgPool::Transact(const std::string& what, Fn&& fn, int attempts) {
     } catch (const pqxx::transaction_rollback& e) {
       last = PgErrorStatus(e, what);
     } catch (const std::exception& e) {
-      return PgErrorStatus(e, what);
+      // A server that terminates the session (restart: SQLSTATE 57P01) can surface as sql_error.
+      if (!ConnectionLost(e, lease->conn())) return PgErrorStatus(e, what);
+      lease->Discard();
+      last = Unavailable(PgErrorStatus(e, what).message());
     }
   }
   return last;
