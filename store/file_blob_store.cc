@@ -131,7 +131,7 @@ class FileBlobReader : public BlobReader {
 
 }  // namespace
 
-Result<std::unique_ptr<FileBlobStore>> FileBlobStore::Open(const fs::path& dir) {
+Result<std::unique_ptr<FileBlobStore>> FileBlobStore::OpenDir(const fs::path& dir) {
   std::error_code ec;
   fs::create_directories(dir / "objects", ec);
   if (!ec) fs::create_directories(dir / "tmp", ec);

@@ -15,8 +15,9 @@ namespace kiln::store {
 
 class FileBlobStore : public BlobStore {
  public:
-  /// Creates DIR/objects and DIR/tmp; removes leftovers in tmp/. INTERNAL on I/O errors.
-  static Result<std::unique_ptr<FileBlobStore>> Open(const std::filesystem::path& dir);
+  /// Creates DIR/objects and DIR/tmp; removes leftovers in tmp/. INTERNAL on I/O errors. (Not
+  /// "Open": that is BlobStore::Open, reading a blob.)
+  static Result<std::unique_ptr<FileBlobStore>> OpenDir(const std::filesystem::path& dir);
 
   Result<std::unique_ptr<BlobWriter>> Begin(const std::string& sha256_hex, uint64_t size_bytes) override;
   Result<std::unique_ptr<BlobReader>> Open(const std::string& sha256_hex) override;

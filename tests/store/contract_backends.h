@@ -51,7 +51,7 @@ class EmbeddedBackend {
 
   /// A new instance on this backend's state (owned by the backend; never null).
   BlobStore* OpenBlobs() {
-    auto s = FileBlobStore::Open(dir_);
+    auto s = FileBlobStore::OpenDir(dir_);
     if (!s.ok()) Die(s.status());
     blobs_.push_back(std::move(s).value());
     return blobs_.back().get();
