@@ -4,7 +4,12 @@
 // as a whole. Against a real, throwaway PostgreSQL 15 (tests/support/pg_server.h).
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <thread>
 
 #include "common/sha256.h"
 #include "store/pg/pg_store.h"
@@ -150,6 +155,47 @@ TEST_F(PgStoreTest, BlobStreamsFailCleanlyWhenTheDatabaseRestarts) {
     all += part;
   }
   EXPECT_EQ(all, stored);
+}
+
+// A process killed mid-upload (kill -9 of a replica) leaves nothing: its transaction, and the
+// large object created in it, go when PostgreSQL sees the connection close.
+TEST_F(PgStoreTest, AnUploaderKilledMidUploadLeavesNothing) {
+  const std::string bytes(3 << 20, 'k');
+  const std::string key = Sha256Hex(bytes);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto state = PgSharedState::Open({url_, 1});
+    if (!state.ok()) ::_exit(3);
+    auto w = (*state)->blobs().Begin(key, bytes.size());
+    if (!w.ok() || !(*w)->Append(bytes.data(), 2 << 20).ok()) ::_exit(4);  // two chunks written
+    char c = 1;
+    if (::write(ready[1], &c, 1) != 1) ::_exit(5);
+    ::pause();
+    ::_exit(6);
+  }
+  ::close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1) << "the child did not get to write its chunks";
+  ::close(ready[0]);
+  // The upload's large object exists (uncommitted) while the child lives.
+  EXPECT_GE(CountRows(url_, "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database()"), 1);
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  int st = 0;
+  ASSERT_EQ(::waitpid(child, &st, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(st));
+  // PostgreSQL notices the closed socket at once; give its backend a moment to roll back.
+  int open_tx = 1;
+  for (int i = 0; i < 100 && open_tx > 0; ++i) {
+    open_tx = CountRows(url_, "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database()");
+    if (open_tx > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(open_tx, 0);
+  EXPECT_EQ(CountRows(url_, "SELECT count(*) FROM kiln_blobs"), 0);
+  EXPECT_EQ(CountRows(url_, "SELECT count(*) FROM pg_largeobject_metadata"), 0);
+  EXPECT_EQ(CountRows(url_, "SELECT count(*) FROM pg_largeobject"), 0);
 }
 
 TEST_F(PgStoreTest, PoolIsBoundedAndTimesOut) {
