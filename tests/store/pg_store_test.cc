@@ -198,6 +198,33 @@ TEST_F(PgStoreTest, AnUploaderKilledMidUploadLeavesNothing) {
   EXPECT_EQ(CountRows(url_, "SELECT count(*) FROM pg_largeobject"), 0);
 }
 
+// The LISTEN connection breaks with a restart: WaitForWork falls back to sleeping (no busy loop)
+// and listens again on the next call.
+TEST_F(PgStoreTest, WaitForWorkSurvivesADatabaseRestart) {
+  using namespace std::chrono_literals;
+  auto state = PgSharedState::Open({url_, 2});
+  ASSERT_TRUE(state.ok());
+  JobQueue& q = (*state)->jobs();
+  ASSERT_TRUE(q.WaitForWork(1ms).ok());
+  ASSERT_TRUE(server_->Restart().ok());
+  for (int i = 0; i < 2; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(q.WaitForWork(300ms).ok());
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    EXPECT_GE(waited, 250ms) << "returned early: a busy loop for a caller that waits in a loop";
+  }
+  auto producer = PgSharedState::Open({url_, 1});
+  ASSERT_TRUE(producer.ok());
+  std::thread enqueue([&] {
+    std::this_thread::sleep_for(200ms);
+    EXPECT_TRUE((*producer)->jobs().Enqueue("j", "tt-emu", "p").ok());
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(q.WaitForWork(10s).ok());
+  enqueue.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s) << "not woken by NOTIFY after the restart";
+}
+
 TEST_F(PgStoreTest, PoolIsBoundedAndTimesOut) {
   auto pool = PgPool::Open({url_, 2, std::chrono::milliseconds(200)});
   ASSERT_TRUE(pool.ok());
