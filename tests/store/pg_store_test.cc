@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "common/sha256.h"
@@ -196,6 +197,51 @@ TEST_F(PgStoreTest, AnUploaderKilledMidUploadLeavesNothing) {
   EXPECT_EQ(CountRows(url_, "SELECT count(*) FROM kiln_blobs"), 0);
   EXPECT_EQ(CountRows(url_, "SELECT count(*) FROM pg_largeobject_metadata"), 0);
   EXPECT_EQ(CountRows(url_, "SELECT count(*) FROM pg_largeobject"), 0);
+}
+
+// A worker killed with SIGKILL while it holds a job: once its lease expires another worker
+// claims the job (attempt 2) and its result is the only one recorded.
+TEST_F(PgStoreTest, AJobOfAKilledWorkerIsReclaimedAndCompletedOnce) {
+  using namespace std::chrono_literals;
+  auto state = PgSharedState::Open({url_, 2});
+  ASSERT_TRUE(state.ok());
+  JobQueue& q = (*state)->jobs();
+  ASSERT_TRUE(q.Enqueue("j", "tt-emu", "p").ok());
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto worker = PgSharedState::Open({url_, 1});
+    if (!worker.ok()) ::_exit(3);
+    auto c = (*worker)->jobs().Claim("doomed", {"tt-emu"}, 500ms);
+    if (!c.ok() || !c->has_value()) ::_exit(4);
+    char b = 1;
+    if (::write(ready[1], &b, 1) != 1) ::_exit(5);
+    ::pause();
+    ::_exit(6);
+  }
+  ::close(ready[1]);
+  char b = 0;
+  ASSERT_EQ(::read(ready[0], &b, 1), 1);
+  ::close(ready[0]);
+  EXPECT_FALSE(q.Claim("survivor", {"tt-emu"}, 2s)->has_value());  // still leased
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  ::waitpid(child, nullptr, 0);
+  std::optional<JobClaim> claim;
+  for (int i = 0; i < 100 && !claim; ++i) {
+    auto c = q.Claim("survivor", {"tt-emu"}, 2s);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    claim = *c;
+    if (!claim) std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(claim.has_value()) << "not claimable after the dead worker's lease";
+  EXPECT_EQ(claim->attempt, 2);
+  EXPECT_TRUE(*q.Complete(*claim, "done"));
+  auto e = q.Get("j");
+  EXPECT_EQ(e->state, JobQueueEntry::kDone);
+  EXPECT_EQ(e->worker, "survivor");
+  EXPECT_EQ(e->result, "done");
 }
 
 // The LISTEN connection breaks with a restart: WaitForWork falls back to sleeping (no busy loop)
