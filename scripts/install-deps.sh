@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev ocl-icd-opencl-dev opencl-headers libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libmimalloc-dev libsqlite3-dev
+  postgresql-15 libpqxx-dev
   libssl-dev openssl curl ca-certificates python3
   python3-torchvision python3-numpy python3-onnx
   # The Python client, clients/python: its venv, build and runtime; README, Python client.

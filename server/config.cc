@@ -3,7 +3,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -83,6 +85,11 @@ const std::vector<Setting>& Settings() {
          return v.empty() ? std::string("must not be empty") : std::string();
        },
        [](const Config& c) { return std::string(c.data_dir); }},
+      {"--database-url-file", "KILN_DATABASE_URL_FILE", "database_url_file",
+       "file holding the PostgreSQL URL of a farm's shared state (a mounted Secret; or the URL in env "
+       "KILN_DATABASE; never on the command line)",
+       [](Config& c, const std::string& v) { c.database_url_file = v; return std::string(); },
+       [](const Config& c) { return std::string(Or(c.database_url_file, "(none: embedded store)")); }},
       {"--max-model-bytes", "KILN_MAX_MODEL_BYTES", "max_model_bytes",
        "largest accepted model in bytes",
        [](Config& c, const std::string& v) {
@@ -309,6 +316,37 @@ const std::vector<Setting>& Settings() {
   return kSettings;
 }
 
+// The database URL (Config::database_url): from --database-url-file or KILN_DATABASE, not both.
+// Messages never echo the URL (it may hold a password).
+Status LoadDatabaseUrl(Config& c) {
+  const char* env = std::getenv("KILN_DATABASE");
+  if (!c.database_url_file.empty()) {
+    if (env != nullptr && *env != '\0') {
+      return InvalidArgument("--database-url-file and KILN_DATABASE both name a database: give one");
+    }
+    std::ifstream in(c.database_url_file, std::ios::binary);
+    if (!in) return InvalidArgument("--database-url-file: cannot read " + c.database_url_file);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.size() > 64 * 1024) return InvalidArgument("--database-url-file: " + c.database_url_file + " is over 64 KiB");
+    c.database_url = text;
+  } else if (env != nullptr) {
+    c.database_url = env;
+  }
+  // A Secret's file often ends with a newline.
+  while (!c.database_url.empty() && std::isspace(static_cast<unsigned char>(c.database_url.back()))) {
+    c.database_url.pop_back();
+  }
+  const char* source = c.database_url_file.empty() ? "KILN_DATABASE" : "--database-url-file";
+  if (c.database_url.empty()) {
+    if (!c.database_url_file.empty()) return InvalidArgument(std::string(source) + ": the file is empty");
+    return Status::Ok();
+  }
+  if (c.database_url.rfind("postgresql://", 0) != 0 && c.database_url.rfind("postgres://", 0) != 0) {
+    return InvalidArgument(std::string(source) + ": expected a URL starting with postgresql:// or postgres://");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string ConfigMarkdownTable() {
@@ -397,6 +435,7 @@ Result<Config> LoadConfig(int argc, char** argv) {
       if (!err.empty()) return InvalidArgument(std::string(s.flag) + ": " + err);
     }
   }
+  KILN_RETURN_IF_ERROR(LoadDatabaseUrl(config));
   if (config.tls_cert.empty() != config.tls_key.empty()) {
     return InvalidArgument("--tls-cert and --tls-key must be given together");
   }

@@ -19,6 +19,11 @@ struct Config {
   std::string listen = "127.0.0.1:50051";
   std::string metrics_listen = "127.0.0.1:9464";
   std::string data_dir = "./var/kiln";
+  /// Shared state in PostgreSQL (issue 19; store/pg/): a file holding the libpq URL (a mounted
+  /// Secret). The URL may carry a password, so it never comes from the command line: from this
+  /// file, or from the environment variable KILN_DATABASE (a Secret as env). Both empty = embedded.
+  std::string database_url_file;
+  std::string database_url;  ///< loaded from the file or KILN_DATABASE; never printed
   uint64_t max_model_bytes = kMaxModelBytes;
   uint64_t max_store_bytes = 64ull << 30;
   // Store limits (store/model_store.h ModelStoreOptions; server/model_service.h).

@@ -1,0 +1,205 @@
+#include "store/pg/pg_job_queue.h"
+
+#include <random>
+#include <thread>
+
+namespace kiln::store::pg {
+namespace {
+
+constexpr char kChannel[] = "kiln_jobs";
+
+// A text[] literal of backend names ({"a","b"}), quoting every element.
+std::string TextArray(const std::vector<std::string>& v) {
+  std::string s = "{";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ',';
+    s += '"';
+    for (char c : v[i]) {
+      if (c == '"' || c == '\\') s += '\\';
+      s += c;
+    }
+    s += '"';
+  }
+  return s + "}";
+}
+
+std::string NewToken() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+std::string Bytes(const pqxx::field& f) {
+  pqxx::binarystring b(f);
+  return b.str();
+}
+
+}  // namespace
+
+struct PgJobQueue::Listener {
+  struct Receiver : pqxx::notification_receiver {
+    Receiver(pqxx::connection_base& c) : pqxx::notification_receiver(c, kChannel) {}
+    void operator()(const std::string&, int) override { ++received; }
+    int received = 0;
+  };
+  explicit Listener(const std::string& url) : conn(url), receiver(conn) {}
+  pqxx::connection conn;
+  Receiver receiver;
+};
+
+PgJobQueue::PgJobQueue(PgPool* pool, int max_attempts) : pool_(pool), max_attempts_(max_attempts) {
+  pool_->Prepare("kiln_job_enqueue",
+                 "INSERT INTO kiln_job_queue (job_id, backend, payload) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING");
+  pool_->Prepare("kiln_job_notify", "SELECT pg_notify('kiln_jobs', $1)");
+  pool_->Prepare("kiln_job_claim",
+                 "WITH c AS (SELECT job_id FROM kiln_job_queue"
+                 "  WHERE backend = ANY($1::text[]) AND attempt < $4"
+                 "    AND (state = 1 OR (state = 2 AND lease_expires < clock_timestamp()))"
+                 "  ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)"
+                 " UPDATE kiln_job_queue q SET state = 2, attempt = q.attempt + 1, worker = $2, lease_token = $3,"
+                 "  lease_expires = clock_timestamp() + $5 * interval '1 millisecond'"
+                 " FROM c WHERE q.job_id = c.job_id RETURNING q.job_id, q.backend, q.payload, q.attempt");
+  const std::string current =
+      " WHERE job_id = $1 AND attempt = $2 AND lease_token = $3 AND state = 2"
+      " AND lease_expires >= clock_timestamp()";
+  pool_->Prepare("kiln_job_heartbeat",
+                 "UPDATE kiln_job_queue SET lease_expires = clock_timestamp() + $4 * interval '1 millisecond'" +
+                     current);
+  pool_->Prepare("kiln_job_complete",
+                 "UPDATE kiln_job_queue SET state = 3, result = $4, lease_token = NULL, lease_expires = NULL" + current);
+  pool_->Prepare("kiln_job_release",
+                 "UPDATE kiln_job_queue SET state = 1, attempt = attempt - 1, lease_token = NULL,"
+                 " lease_expires = NULL" + current + " RETURNING backend");
+  pool_->Prepare("kiln_job_expire",
+                 "UPDATE kiln_job_queue SET state = 4, lease_token = NULL"
+                 " WHERE state = 2 AND lease_expires < clock_timestamp() AND attempt >= $1");
+  pool_->Prepare("kiln_job_get",
+                 "SELECT job_id, backend, state, attempt, result, worker FROM kiln_job_queue WHERE job_id = $1");
+}
+
+PgJobQueue::~PgJobQueue() = default;
+
+Status PgJobQueue::Enqueue(const std::string& job_id, const std::string& backend, const std::string& payload) {
+  if (job_id.empty() || backend.empty()) return InvalidArgument("job id and backend must not be empty");
+  bool inserted = false;
+  Status st = pool_->Transact("enqueueing job " + job_id, [&](pqxx::work& tx) -> Status {
+    inserted = tx.exec_prepared("kiln_job_enqueue", job_id, backend,
+                                pqxx::binarystring(payload.data(), payload.size()))
+                   .affected_rows() == 1;
+    if (inserted) tx.exec_prepared("kiln_job_notify", backend);
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  if (!inserted) return {StatusCode::kAlreadyExists, "job " + job_id + " is queued already"};
+  return Status::Ok();
+}
+
+Result<std::optional<JobClaim>> PgJobQueue::Claim(const std::string& worker, const std::vector<std::string>& backends,
+                                                  std::chrono::milliseconds lease) {
+  std::optional<JobClaim> claim;
+  const std::string token = NewToken();
+  Status st = pool_->Transact("claiming a job", [&](pqxx::work& tx) -> Status {
+    claim.reset();
+    pqxx::result r = tx.exec_prepared("kiln_job_claim", TextArray(backends), worker, token, max_attempts_,
+                                      static_cast<int64_t>(lease.count()));
+    if (!r.empty()) {
+      claim = JobClaim{r[0][0].as<std::string>(), r[0][1].as<std::string>(), Bytes(r[0][2]), r[0][3].as<int>(), token};
+    }
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return claim;
+}
+
+Status PgJobQueue::Heartbeat(const JobClaim& claim, std::chrono::milliseconds lease) {
+  bool current = false;
+  Status st = pool_->Transact("renewing the lease of job " + claim.job_id, [&](pqxx::work& tx) -> Status {
+    current = tx.exec_prepared("kiln_job_heartbeat", claim.job_id, claim.attempt, claim.lease_token,
+                               static_cast<int64_t>(lease.count()))
+                  .affected_rows() == 1;
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  if (!current) {
+    return FailedPrecondition("job " + claim.job_id + ": the lease of attempt " + std::to_string(claim.attempt) +
+                              " is no longer current");
+  }
+  return Status::Ok();
+}
+
+Result<bool> PgJobQueue::Complete(const JobClaim& claim, const std::string& result) {
+  bool committed = false;
+  Status st = pool_->Transact("committing the result of job " + claim.job_id, [&](pqxx::work& tx) -> Status {
+    committed = tx.exec_prepared("kiln_job_complete", claim.job_id, claim.attempt, claim.lease_token,
+                                 pqxx::binarystring(result.data(), result.size()))
+                    .affected_rows() == 1;
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  if (!committed) ++late_;
+  return committed;
+}
+
+Status PgJobQueue::Release(const JobClaim& claim) {
+  bool current = false;
+  Status st = pool_->Transact("releasing job " + claim.job_id, [&](pqxx::work& tx) -> Status {
+    pqxx::result r = tx.exec_prepared("kiln_job_release", claim.job_id, claim.attempt, claim.lease_token);
+    current = !r.empty();
+    if (current) tx.exec_prepared("kiln_job_notify", r[0][0].as<std::string>());
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  if (!current) return FailedPrecondition("job " + claim.job_id + ": the lease is no longer current");
+  return Status::Ok();
+}
+
+Result<int> PgJobQueue::ExpireLeases() {
+  int n = 0;
+  Status st = pool_->Transact("failing jobs out of attempts", [&](pqxx::work& tx) -> Status {
+    n = static_cast<int>(tx.exec_prepared("kiln_job_expire", max_attempts_).affected_rows());
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return n;
+}
+
+Result<JobQueueEntry> PgJobQueue::Get(const std::string& job_id) {
+  std::optional<JobQueueEntry> e;
+  Status st = pool_->Transact("looking up job " + job_id, [&](pqxx::work& tx) -> Status {
+    pqxx::result r = tx.exec_prepared("kiln_job_get", job_id);
+    if (r.empty()) return Status::Ok();
+    e.emplace();
+    e->job_id = r[0][0].as<std::string>();
+    e->backend = r[0][1].as<std::string>();
+    e->state = r[0][2].as<int>();
+    e->attempt = r[0][3].as<int>();
+    if (!r[0][4].is_null()) e->result = Bytes(r[0][4]);
+    e->worker = r[0][5].as<std::string>();
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  if (!e) return NotFound("job " + job_id + " not found");
+  return *std::move(e);
+}
+
+Status PgJobQueue::WaitForWork(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock<std::timed_mutex> lock(listen_mu_, std::defer_lock);
+  if (!lock.try_lock_for(timeout)) return Status::Ok();  // another thread listens; callers Claim anyway
+  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
+  if (left.count() <= 0) return Status::Ok();
+  try {
+    if (!listener_) listener_ = std::make_unique<Listener>(pool_->options().url);
+    if (listener_->conn.get_notifs() > 0) return Status::Ok();
+    listener_->conn.await_notification(static_cast<long>(left.count() / 1000000), static_cast<long>(left.count() % 1000000));
+  } catch (const std::exception&) {
+    // The listening connection is down: poll (sleep the timeout); the next call reconnects.
+    listener_.reset();
+    std::this_thread::sleep_until(deadline);
+  }
+  return Status::Ok();
+}
+
+}  // namespace kiln::store::pg

@@ -1,0 +1,74 @@
+// kilnd's database URL (server/config.h Config::database_url, issue 19): from
+// --database-url-file or KILN_DATABASE, never a flag of its own, never echoed in errors.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "server/config.h"
+
+namespace kiln::server {
+namespace {
+
+Result<Config> Load(std::vector<std::string> args) {
+  args.insert(args.begin(), "kilnd");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return LoadConfig(static_cast<int>(argv.size()), argv.data());
+}
+
+class DatabaseConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::unsetenv("KILN_DATABASE");
+    ::unsetenv("KILN_DATABASE_URL_FILE");
+    file_ = std::filesystem::temp_directory_path() / ("kiln-db-url-" + std::to_string(::getpid()));
+  }
+  void TearDown() override {
+    ::unsetenv("KILN_DATABASE");
+    std::filesystem::remove(file_);
+  }
+  void Write(const std::string& text) { std::ofstream(file_) << text; }
+  std::filesystem::path file_;
+};
+
+TEST_F(DatabaseConfigTest, EmbeddedWithoutADatabase) {
+  auto c = Load({});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->database_url, "");
+}
+
+TEST_F(DatabaseConfigTest, UrlFromAFileWithoutItsTrailingNewline) {
+  Write("postgresql://kiln:pw@db:5432/kiln?sslmode=verify-full\n");
+  auto c = Load({"--database-url-file", file_.string()});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->database_url, "postgresql://kiln:pw@db:5432/kiln?sslmode=verify-full");
+}
+
+TEST_F(DatabaseConfigTest, UrlFromTheEnvironment) {
+  ::setenv("KILN_DATABASE", "postgres://db/kiln", 1);
+  auto c = Load({});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->database_url, "postgres://db/kiln");
+}
+
+TEST_F(DatabaseConfigTest, RefusesBothSourcesBadUrlsAndAUrlFlag) {
+  Write("postgresql://kiln:topsecret@db/kiln");
+  ::setenv("KILN_DATABASE", "postgresql://db/kiln", 1);
+  EXPECT_EQ(Load({"--database-url-file", file_.string()}).status().code(), StatusCode::kInvalidArgument);
+  ::unsetenv("KILN_DATABASE");
+  Write("mysql://kiln:topsecret@db/kiln");
+  auto bad = Load({"--database-url-file", file_.string()});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message().find("topsecret"), std::string::npos) << bad.status().message();
+  Write("");
+  EXPECT_EQ(Load({"--database-url-file", file_.string()}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Load({"--database-url-file", "/nonexistent/url"}).status().code(), StatusCode::kInvalidArgument);
+  // There is no flag that takes the URL itself.
+  EXPECT_EQ(Load({"--database", "postgresql://db/kiln"}).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kiln::server
