@@ -135,12 +135,13 @@ std::string Hex64(uint64_t v) {
   return buf;
 }
 
-// `kiln compile --json` (docs/cli-json-compile.md): one object on stdout; shapes as numbers,
+// `kiln compile --json` (docs/cli-json.md): one object on stdout; shapes as numbers,
 // enums spelled as on the command line.
 nlohmann::ordered_json CompileJson(const kiln::v1::CompileAi8xResponse& r, const CompileArgs& a,
                            const api::IzerCommandLine& izer, const std::string& written) {
   const auto& ro = r.resolved_options();
   nlohmann::ordered_json j;
+  j["schema"] = "kiln.compile/1";
   j["model"] = a.model;
   j["model_id"] = r.model_id();
   j["ok"] = r.ok();
@@ -371,7 +372,7 @@ void AddCompileCommand(CLI::App& app, ClientOptions& options, int* exit_code) {
   cmd->add_flag("--table", a.table,
                 "print the per-layer plan and resource table (to stderr when the YAML goes to stdout)");
   cmd->add_flag("--json", a.json,
-                "print one JSON object on stdout instead (docs/cli-json-compile.md); the YAML is in it, "
+                "print one JSON object on stdout instead (docs/cli-json.md); the YAML is in it, "
                 "and written to -o as well when given");
   cmd->callback([&options, exit_code] { *exit_code = RunCompile(options, a); });
 }

@@ -19,7 +19,7 @@ struct Config {
   std::string listen = "127.0.0.1:50051";
   std::string metrics_listen = "127.0.0.1:9464";
   std::string data_dir = "./var/kiln";
-  /// Shared state in PostgreSQL (issue 19; store/pg/): a file holding the libpq URL (a mounted
+  /// Shared state in PostgreSQL (store/pg/): a file holding the libpq URL (a mounted
   /// Secret). The URL may carry a password, so it never comes from the command line: from this
   /// file, or from the environment variable KILN_DATABASE (a Secret as env). Both empty = embedded.
   std::string database_url_file;

@@ -1,5 +1,5 @@
 // kiln::store::BlobStore — immutable, content-addressed bytes (model bytes), keyed by the
-// lowercase hex SHA-256 of their content (issue 19 "Model bytes").
+// lowercase hex SHA-256 of their content.
 //
 // Implementations:
 //   FileBlobStore (store/file_blob_store.h)   embedded: files in a directory (objects/<sha256>.onnx)

@@ -1,4 +1,4 @@
-// kiln::store::JobQueue — the farm's work queue (issue 19 "Job queue"): jobs wait per backend,
+// kiln::store::JobQueue — the farm's work queue: jobs wait per backend,
 // workers claim them under a lease that they renew by heartbeat, and commit one result each.
 //
 // Implementations:
@@ -6,7 +6,7 @@
 //   PgJobQueue     (store/pg/pg_job_queue.h)    shared: table kiln_job_queue, SKIP LOCKED claims
 // Both pass the same contract suite (tests/store/job_queue_contract_test.cc). Today's JobManager
 // (api/jobs.h) keeps its own in-process queue over the durable JobStore (store/job_store.h);
-// wiring it to a JobQueue is the next step of issue 19.
+// wiring it to a JobQueue is the next step (README "Shared state on PostgreSQL").
 //
 // Contract
 // * Enqueue: a job id (unique; ALREADY_EXISTS otherwise), its backend, an opaque payload.

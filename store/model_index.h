@@ -1,5 +1,5 @@
-// kiln::store::ModelIndex — what is known of the stored models: ids, names, metadata (issue 19
-// "model index"). The bytes live in a BlobStore (store/blob_store.h) under the same id.
+// kiln::store::ModelIndex — what is known of the stored models: ids, names, metadata (README
+// "Shared state on PostgreSQL"). The bytes live in a BlobStore (store/blob_store.h) under the same id.
 //
 // Implementations:
 //   FileModelIndex (store/file_model_index.h)   embedded: index.yaml (store/index_file.h format)

@@ -1,6 +1,6 @@
 // The AVX-512 path of the exact MVMUL kernel (device/numerics/mvmul_kernel.h), AVX-512F + BW: the
 // AVX2 path's arithmetic (mvmul_kernel_avx2.cc, whose header derives every identity used here) on
-// twice the width. Two 16-column blocks of PreparedSrcA at once in 32 int16 lanes for §5.3–§5.4
+// twice the width. Two 16-column blocks of PreparedSrcA at once in 32 int16 lanes for docs/specs/tt-numerics.md §5.3–§5.4
 // (lanes, group sums), one 16 × int32 vector per block for §5.5 (the combine with Dst), and mask
 // registers where the AVX2 path builds compare vectors and sign words:
 //  * the rounding multiplier 2^(14−d) is one 16-bit variable shift (counts of 16 or more give 0);

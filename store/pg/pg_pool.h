@@ -1,5 +1,5 @@
 // kiln::store::pg::PgPool — a small pool of libpqxx connections to the PostgreSQL that holds a
-// farm's shared state (issue 19; ../README.md "Scale out on PostgreSQL" when written).
+// farm's shared state (../../README.md "Shared state on PostgreSQL").
 //
 // Client library: libpqxx 6.4 (Debian 12's libpqxx-dev; its API differs from the 7.x
 // documentation: see /usr/include/pqxx). The URL is handed to libpq as is, so every libpq

@@ -1,4 +1,4 @@
-// The PostgreSQL schema of Kiln's shared state (issue 19 "Schema"), versioned.
+// The PostgreSQL schema of Kiln's shared state, versioned.
 //
 // Table kiln_schema_version(version, compatible_with, applied_at): one row per applied
 // migration. Migrations (pg_schema.cc kMigrations) only ever add (tables, columns with defaults,

@@ -205,7 +205,7 @@ TEST(Ai8xPatterns, BitsWarningSaysWhichLayersTheOverridesLeft) {
   EXPECT_NE(d->message.find("1 layer(s) without an override (conv2)"), std::string::npos) << d->message;
   auto all = compile({{"conv1", "quantization", "4"}, {"conv2", "quantization", "2"}});
   ASSERT_TRUE(all.ok()) << all.status().ToString();
-  // Every weight layer has its width from an override: nothing left to warn about (issue 18).
+  // Every weight layer has its width from an override: nothing left to warn about.
   EXPECT_EQ(Find(*all, "AI8X_BITS_NOT_DERIVED"), nullptr) << Dump(*all);
   YAML::Node l = YAML::Load(all->yaml)["layers"];
   EXPECT_EQ(l[0]["quantization"].as<int>(), 4);

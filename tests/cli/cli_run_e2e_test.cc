@@ -1,6 +1,5 @@
-// `kiln run` / `kiln result` reports through a real kilnd (issue 18, "Reports people would rather
-// look at"): the table keeps long layer names distinct and labels host emulation time, says where
-// the inputs came from, --skip-reference is "0 compared" with exit status 4, JSON has numeric
+// `kiln run` / `kiln result` reports through a real kilnd: the table keeps long layer names
+// distinct and labels host emulation time, says where the inputs came from, --skip-reference is "0 compared" with exit status 4, JSON has numeric
 // shapes and the command line's enum spellings (docs/cli-json.md), a bad --out / --report-file
 // fails before anything runs, and --mode both / several jobs give one report with both modes.
 #include <grpcpp/grpcpp.h>

@@ -21,7 +21,7 @@ size_t Count(const std::string& s, const std::string& what) {
 }
 
 TEST(CutMiddle, KeepsBothEndsSoMobileNetNamesStayDistinct) {
-  // Cut at 28 from the start, these three were all "/features/features.17/conv/~" (issue 18).
+  // Cut at 28 from the start, these three were all "/features/features.17/conv/~".
   const std::vector<std::string> names = {"/features/features.17/conv/conv.0/conv.0.0/Conv",
                                           "/features/features.17/conv/conv.1/conv.1.0/Conv",
                                           "/features/features.17/conv/conv.2/Conv"};

@@ -1,4 +1,4 @@
-// `kiln` against a real kilnd (issue 18): model arguments (no such file, short id prefixes,
+// `kiln` against a real kilnd: model arguments (no such file, short id prefixes,
 // stored bytes never sent twice) and `kiln compile` (--arch from the export name or required,
 // --json, the resource table, the izer command line, the bit-width warning after overrides).
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// kilnd's database URL (server/config.h Config::database_url, issue 19): from
+// kilnd's database URL (server/config.h Config::database_url): from
 // --database-url-file or KILN_DATABASE, never a flag of its own, never echoed in errors.
 #include <gtest/gtest.h>
 #include <stdlib.h>

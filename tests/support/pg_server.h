@@ -1,4 +1,4 @@
-// Test fixture: a throwaway PostgreSQL 15 server (issue 19 "Tests"), for tests of the shared
+// Test fixture: a throwaway PostgreSQL 15 server, for tests of the shared
 // state against a real database — no mocks.
 //
 //   auto pg = kiln::testing::PgServer::Start();   // initdb + postgres, ~1 s
