@@ -31,7 +31,7 @@ struct RunArgs {
   uint64_t seed = 0;
   bool skip_reference = false;
   bool local = false;
-  std::string level = "exact";
+  std::string level;  // --tt-emu-level; "" = the server's (exact with --local)
   std::string name;  // upload name for a FILE (default: the file stem)
   bool detach = false;
   std::vector<std::string> sweep;   // FIELD=V1,V2 (repeatable)
@@ -47,6 +47,7 @@ Result<kiln::v1::RunConvLayersRequest> BuildRequest(const RunArgs& a) {
   req.set_mode(*mode == runtime::RunMode::kPerLayer ? kiln::v1::PER_LAYER : kiln::v1::CHAINED);
   req.set_seed(a.seed);
   req.set_skip_reference(a.skip_reference);
+  req.set_tt_emu_level(a.level);
   auto precision = api::ParsePrecisionFlags(a.precision);
   if (!precision.ok()) return precision.status();
   *req.mutable_precision() = std::move(precision).value();
@@ -73,9 +74,7 @@ int RunLocal(const RunArgs& a, const kiln::v1::RunConvLayersRequest& req) {
   std::stringstream ss;
   ss << in.rdbuf();
   std::string name = std::filesystem::path(a.model).stem().string();
-  std::map<std::string, std::string> settings;
-  if (req.backend() == device::kTtEmuBackend) settings[device::kTtEmuLevelSetting] = a.level;
-  auto resp = api::RunConvLocal(ss.str(), name, req, settings);
+  auto resp = api::RunConvLocal(ss.str(), name, req, {});  // the level travels in the request
   if (!resp.ok()) {
     std::cerr << "kiln: run " << a.model << ": " << resp.status().ToString() << "\n";
     return 1;
@@ -174,7 +173,8 @@ void AddRunCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   cmd->add_flag("--skip-reference", a.skip_reference, "no fp32 reference, no PCC");
   cmd->add_flag("--local", a.local, "run in process, no server");
   cmd->add_option("--name", a.name, "name to store a FILE under (default: the file stem)");
-  cmd->add_option("--tt-emu-level", a.level, "with --local: exact or fast")->capture_default_str();
+  cmd->add_option("--tt-emu-level", a.level,
+                  "tt-emu numerics: exact or fast (default: the server's --tt-emu-level; exact with --local)");
   cmd->add_flag("--detach", a.detach, "submit the job, print its id and return (see kiln watch/result)");
   cmd->add_option("--sweep", a.sweep,
                   "FIELD=V1,V2,... (repeatable): one job, one configuration per point of the cross product, "

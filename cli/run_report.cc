@@ -56,6 +56,7 @@ int PrintRunReport(const kiln::v1::RunConvLayersResponse& r, const ReportOptions
   } else {
     // The resolved precision first: what every layer below ran with (defaults resolved).
     if (!device::IsFp32Reference(r.backend())) std::printf("precision: %s\n", r.resolved_precision().c_str());
+    if (!r.tt_emu_level().empty()) std::printf("tt-emu level: %s\n", r.tt_emu_level().c_str());
     std::printf("%-28s %-18s %-20s %10s %10s %12s %9s %-4s %s\n", "LAYER", "OP", "OUTPUT_SHAPE", "TIME_MS",
                 "PCC", "MAX_ABS_ERR", "THRESHOLD", "PASS", "PROGRAM");
     for (const auto& l : r.layers()) {
