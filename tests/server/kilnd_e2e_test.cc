@@ -394,7 +394,11 @@ TEST_F(KilndE2E, CliOptionsAfterTheSubcommandVersionAndTokenFile) {
   const std::string token_file = (dir_ / "token").string();
   std::ofstream(token_file) << "  s3cret\n";
   auto k = Start({"--token-file", token_file});
-  const std::string kiln = "env -u KILN_TOKEN -u KILN_TOKEN_FILE -u KILN_SERVER " + std::string(KILN_BINARY);
+  // `env` clears the variables the test may inherit, then sets `vars`.
+  auto kiln_with = [](const std::string& vars) {
+    return "env -u KILN_TOKEN -u KILN_TOKEN_FILE -u KILN_SERVER " + vars + " " + std::string(KILN_BINARY);
+  };
+  const std::string kiln = kiln_with("");
   const std::string server = " --server " + k->grpc_address();
   int rc = -1;
   std::string out = Shell(kiln + " --version", &rc);
@@ -408,9 +412,9 @@ TEST_F(KilndE2E, CliOptionsAfterTheSubcommandVersionAndTokenFile) {
   out = Shell(kiln + " models" + server, &rc);  // no token
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("UNAUTHENTICATED"), std::string::npos) << out;
-  out = Shell("KILN_TOKEN_FILE=" + token_file + " " + kiln + " models" + server, &rc);
+  out = Shell(kiln_with("KILN_TOKEN_FILE=" + token_file) + " models" + server, &rc);
   EXPECT_EQ(rc, 0) << out;
-  out = Shell("KILN_TOKEN=s3cret " + kiln + " models" + server, &rc);
+  out = Shell(kiln_with("KILN_TOKEN=s3cret") + " models" + server, &rc);
   EXPECT_EQ(rc, 0) << out;
   out = Shell(kiln + " models" + server + " --token-file " + (dir_ / "nope").string(), &rc);
   EXPECT_EQ(rc, 2) << out;
