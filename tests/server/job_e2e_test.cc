@@ -733,6 +733,18 @@ TEST_F(JobE2E, TtEmuLevelPerRequest) {
   out = Kiln(server, "run " + name + " --tt-emu-level turbo", &rc);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("turbo"), std::string::npos) << out;
+
+  // The other way round: a server at fast runs "" at fast and "exact" at exact.
+  EXPECT_EQ(kilnd_->Stop(), 0);
+  Start({"--devices", "tt-emu:1,reference:1", "--tt-emu-level", "fast"});
+  req.set_backend("tt-emu");
+  kiln::v1::RunConvLayersResponse fast_default, exact_asked;
+  ASSERT_TRUE(run("", &fast_default).ok());
+  ASSERT_TRUE(run("exact", &exact_asked).ok());
+  EXPECT_EQ(fast_default.tt_emu_level(), "fast");
+  EXPECT_EQ(exact_asked.tt_emu_level(), "exact");
+  EXPECT_EQ(OutputsDigest(fast_default), OutputsDigest(fast));
+  EXPECT_EQ(OutputsDigest(exact_asked), OutputsDigest(exact));
 }
 
 }  // namespace
