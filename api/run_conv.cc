@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <climits>
 #include <exception>
 
@@ -111,7 +112,9 @@ Result<std::string> ResolveTtEmuLevel(const kiln::v1::RunConvLayersRequest& requ
     bo.settings[device::kTtEmuLevelSetting] = asked;
     auto probe = registry.Create(backend, bo);
     if (!probe.ok()) return probe.status().WithContext("tt_emu_level");
-    return asked;
+    std::string level = asked;  // the parser ignores case: report the name as --tt-emu-level spells it
+    for (char& c : level) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return level;
   }
   if (auto it = device_settings.find(device::kTtEmuLevelSetting); it != device_settings.end()) return it->second;
   auto declared = registry.Settings(backend);
