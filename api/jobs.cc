@@ -358,6 +358,7 @@ Result<kiln::v1::Job> JobManager::Submit(const kiln::v1::SubmitRunRequest& reque
   }
   const auto& run = request.run();
   if (run.model_id().empty()) return InvalidArgument("run.model_id is empty");
+  if (auto level = ResolveTtEmuLevel(run, {}); !level.ok()) return level.status().WithContext("run");
   // Precision values and tensors are checked now, so that a malformed job is refused, not failed.
   if (request.sweep_size() == 0) {
     if (auto p = FromProto(run.precision()); !p.ok()) return p.status().WithContext("run.precision");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <climits>
 #include <exception>
 
@@ -93,9 +94,42 @@ Result<PreparedConvRun> PrepareConvRun(std::string_view bytes, const std::string
   if (!plan.ok()) return plan.status();
   return PrepareConvRun(std::move(plan).value(), request);
 }
+Result<std::string> ResolveTtEmuLevel(const kiln::v1::RunConvLayersRequest& request,
+                                      const std::map<std::string, std::string>& device_settings) {
+  const std::string backend = request.backend().empty() ? device::DefaultBackendName() : request.backend();
+  const std::string& asked = request.tt_emu_level();
+  if (backend != device::kTtEmuBackend) {
+    if (!asked.empty()) {
+      return InvalidArgument("tt_emu_level: '" + asked + "' applies to backend " + device::kTtEmuBackend +
+                             " only, this run is on " + backend);
+    }
+    return std::string();
+  }
+  const auto& registry = device::DefaultBackendRegistry();
+  if (!asked.empty()) {
+    // The backend's own parser decides which levels exist (device/backends/tt_emu/tt_conv.h).
+    device::BackendOptions bo;
+    bo.settings[device::kTtEmuLevelSetting] = asked;
+    auto probe = registry.Create(backend, bo);
+    if (!probe.ok()) return probe.status().WithContext("tt_emu_level");
+    std::string level = asked;  // the parser ignores case: report the name as --tt-emu-level spells it
+    for (char& c : level) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return level;
+  }
+  if (auto it = device_settings.find(device::kTtEmuLevelSetting); it != device_settings.end()) return it->second;
+  auto declared = registry.Settings(backend);
+  if (declared.ok()) {
+    for (const auto& s : *declared) {
+      if (s.key == device::kTtEmuLevelSetting) return s.default_value;
+    }
+  }
+  return std::string();  // a build without tt-emu: the run is refused as NOT_FOUND later
+}
+
 Result<PreparedConvRun> PrepareConvRun(std::shared_ptr<const convplan::ConvPlan> plan,
                                        const kiln::v1::RunConvLayersRequest& request) {
   KILN_RETURN_IF_ERROR(CheckEnumValues(request));
+  KILN_RETURN_IF_ERROR(ResolveTtEmuLevel(request, {}).status());
   PreparedConvRun run;
   run.plan = std::move(plan);
   run.backend = request.backend().empty() ? device::DefaultBackendName() : request.backend();
@@ -220,10 +254,13 @@ sched::JobFn MakeRunJob(std::shared_ptr<const convplan::ConvPlan> plan, runtime:
 Result<kiln::v1::RunConvLayersResponse> RunConvLocal(std::string_view bytes, const std::string& model_name,
                                                      const kiln::v1::RunConvLayersRequest& request,
                                                      const std::map<std::string, std::string>& backend_settings) {
+  auto level = ResolveTtEmuLevel(request, backend_settings);
+  if (!level.ok()) return level.status();
   auto prepared = PrepareConvRun(bytes, model_name, request);
   if (!prepared.ok()) return prepared.status();
   device::BackendOptions bo;
   bo.settings = backend_settings;
+  if (!level->empty()) bo.settings[device::kTtEmuLevelSetting] = *level;
   auto backend = device::DefaultBackendRegistry().Create(prepared->backend, bo);
   if (!backend.ok()) return backend.status();
   prepared->options.reference_threads = 0;  // in process: every core
@@ -232,6 +269,7 @@ Result<kiln::v1::RunConvLayersResponse> RunConvLocal(std::string_view bytes, con
   kiln::v1::RunConvLayersResponse response;
   FillRunResponse(*result, request.omit_outputs(), &response);
   response.set_device(prepared->backend + " (in process)");
+  response.set_tt_emu_level(*level);
   return response;
 }
 
@@ -313,6 +351,21 @@ std::shared_ptr<RunConvJob> RunConvJob::Start(Env env, store::ModelInfo model,
   if (Status known = env.scheduler->CheckBackend(backend); !known.ok()) {
     job->Finish(known);
     return job;
+  }
+  // The server's tt-emu workers run at --tt-emu-level; a request for another level runs on a
+  // tt-emu backend of its own level, on the same worker (so it still takes one device's turn).
+  const auto device_settings = env.scheduler->DeviceSettings(backend);
+  auto level = ResolveTtEmuLevel(*request, device_settings);
+  if (!level.ok()) {
+    job->Finish(level.status());
+    return job;
+  }
+  job->tt_emu_level_ = *level;
+  if (!request->tt_emu_level().empty()) {
+    kiln::v1::RunConvLayersRequest plain;  // what the worker's backend runs at
+    plain.set_backend(backend);
+    auto worker_level = ResolveTtEmuLevel(plain, device_settings);
+    if (!worker_level.ok() || *worker_level != *level) job->tt_emu_level_override_ = *level;
   }
   job->StartPlanStage();
   return job;
@@ -439,13 +492,19 @@ void RunConvJob::StartDeviceStage(std::shared_ptr<PreparedConvRun> prepared) {
   job.lane = prepared->backend;
   job.client_id = client_id_;
   job.deadline = deadline_;
-  job.work = [inner, started, on_start = hooks_.on_device_start](device::Backend& backend, sched::JobContext& ctx) {
+  job.work = [inner, started, on_start = hooks_.on_device_start, level = tt_emu_level_override_](
+                 device::Backend& backend, sched::JobContext& ctx) -> Status {
     {
       std::lock_guard<std::mutex> lock(started->first);
       started->second = {SteadyClock::now(), ctx.worker};
     }
     if (on_start) on_start(ctx.worker);
-    return inner(backend, ctx);
+    if (level.empty()) return inner(backend, ctx);
+    device::BackendOptions bo;
+    bo.settings[device::kTtEmuLevelSetting] = level;
+    auto own = device::DefaultBackendRegistry().Create(backend.name(), bo);
+    if (!own.ok()) return own.status();
+    return inner(**own, ctx);
   };
   for (const auto& t : request_->inputs()) job.cost_bytes += static_cast<int64_t>(t.raw_data().size());
   // What the run holds from now until it is done (CheckRunMemory let it through the plan stage).
@@ -463,6 +522,7 @@ void RunConvJob::StartDeviceStage(std::shared_ptr<PreparedConvRun> prepared) {
       self->response_->set_device(started->second.second);
     }
     self->response_->set_model_id(self->model_.model_id);
+    self->response_->set_tt_emu_level(self->tt_emu_level_);
     self->Finish(Status::Ok());
   });
 }

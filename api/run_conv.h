@@ -77,6 +77,14 @@ Result<std::shared_ptr<const convplan::ConvPlan>> PlanForRequest(std::string_vie
 /// ("id|x=1x3x224x224"), which decide the symbol bindings.
 std::string PlanCacheKey(const std::string& model_id, const kiln::v1::RunConvLayersRequest& request);
 
+/// The tt-emu level a run of `request` uses (RunConvLayersRequest.tt_emu_level): the request's,
+/// else `device_settings`' "level" (the settings the server's tt-emu devices were made with,
+/// sched::Scheduler::DeviceSettings, or `kiln run --local`'s), else the backend's declared default;
+/// "" when the run is not on tt-emu. INVALID_ARGUMENT "tt_emu_level: ..." for a level the tt-emu
+/// backend does not know, or any level with another backend.
+Result<std::string> ResolveTtEmuLevel(const kiln::v1::RunConvLayersRequest& request,
+                                      const std::map<std::string, std::string>& device_settings);
+
 /// Converts the request's inputs and precision for `plan`. INVALID_ARGUMENT for bad tensors or
 /// precision values. Nothing runs on a device here.
 Result<PreparedConvRun> PrepareConvRun(std::shared_ptr<const convplan::ConvPlan> plan,
@@ -196,6 +204,8 @@ class RunConvJob : public std::enable_shared_from_this<RunConvJob> {
   Hooks hooks_;
   std::mutex mu_;
   std::shared_ptr<sched::JobHandle> stage_;
+  std::string tt_emu_level_;          // ResolveTtEmuLevel's, echoed in the response
+  std::string tt_emu_level_override_;  // non-empty: run on a tt-emu backend of this level, not the worker's
   bool cancelled_ = false;
   bool finished_ = false;
 };

@@ -1,10 +1,37 @@
 #include "cli/client.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 namespace kiln::cli {
+namespace {
+
+Result<std::string> ReadTokenFile(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidArgument(std::string("cannot read ") + what + " '" + path + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string token = ss.str();
+  const char* space = " \t\r\n";
+  token.erase(token.find_last_not_of(space) + 1);
+  token.erase(0, token.find_first_not_of(space));
+  if (token.empty()) return InvalidArgument(std::string(what) + " '" + path + "' holds no token");
+  return token;
+}
+
+}  // namespace
+
+Result<std::string> ResolveToken(const std::string& flag, const std::string& file) {
+  if (!flag.empty()) return flag;
+  if (!file.empty()) return ReadTokenFile(file, "--token-file");
+  if (const char* v = std::getenv("KILN_TOKEN"); v != nullptr && *v != '\0') return std::string(v);
+  if (const char* v = std::getenv("KILN_TOKEN_FILE"); v != nullptr && *v != '\0') {
+    return ReadTokenFile(v, "KILN_TOKEN_FILE");
+  }
+  return std::string();
+}
 
 Result<std::shared_ptr<grpc::Channel>> Connect(const ClientOptions& options) {
   grpc::ChannelArguments args;

@@ -12,12 +12,18 @@ namespace kiln::cli {
 
 struct ClientOptions {
   std::string server = "127.0.0.1:50051";  ///< --server / KILN_SERVER
-  std::string token;                        ///< --token / KILN_TOKEN: sent as "Bearer <token>"
+  std::string token;                        ///< ResolveToken's: sent as "Bearer <token>"
   std::string tls_ca;                       ///< --tls-ca / KILN_TLS_CA: PEM roots; enables TLS
   double timeout_seconds = 0;               ///< per-RPC deadline; 0 = none
   /// Largest message sent or received (conv outputs can be large); --max-message-bytes.
   int max_message_bytes = 256 << 20;
 };
+
+/// The bearer token to send: --token (`flag`) if given, else the contents of --token-file (`file`),
+/// else $KILN_TOKEN, else the contents of $KILN_TOKEN_FILE; "" = none. A token file's surrounding
+/// whitespace (its trailing newline) is dropped. INVALID_ARGUMENT naming the file when it cannot be
+/// read or holds no token.
+Result<std::string> ResolveToken(const std::string& flag, const std::string& file);
 
 /// Opens a channel to kilnd. INVALID_ARGUMENT when the CA file cannot be read.
 Result<std::shared_ptr<grpc::Channel>> Connect(const ClientOptions& options);

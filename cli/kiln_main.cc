@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "api/version.h"
 #include "cli/client.h"
 #include "cli/compile_command.h"
 #include "cli/model_commands.h"
@@ -12,17 +13,33 @@
 int main(int argc, char** argv) {
   CLI::App app{"kiln: client for the Kiln model-compilation server"};
   app.require_subcommand(1);
+  // The connection options below may also follow the subcommand (`kiln models --server H:P`):
+  // a subcommand hands the options it does not know to this app (inherited by every subcommand).
+  app.fallthrough();
+  app.set_version_flag("--version", std::string("kiln ") + kiln::api::KilnVersion());
   kiln::cli::ClientOptions options;
   if (const char* v = std::getenv("KILN_SERVER")) options.server = v;
-  if (const char* v = std::getenv("KILN_TOKEN")) options.token = v;
   if (const char* v = std::getenv("KILN_TLS_CA")) options.tls_ca = v;
-  app.add_option("--server", options.server, "kilnd address host:port (env KILN_SERVER)");
-  app.add_option("--token", options.token, "bearer token (env KILN_TOKEN)");
+  std::string token_flag, token_file;
+  app.add_option("--server", options.server, "kilnd address host:port (env KILN_SERVER)")->capture_default_str();
+  auto* token_opt = app.add_option(
+      "--token", token_flag, "bearer token (env KILN_TOKEN); visible to every user in `ps`: prefer --token-file");
+  app.add_option("--token-file", token_file,
+                 "file holding the bearer token, surrounding whitespace ignored (env KILN_TOKEN_FILE)")
+      ->excludes(token_opt);
   app.add_option("--tls-ca", options.tls_ca, "PEM CA certificate; enables TLS (env KILN_TLS_CA)");
-  app.add_option("--timeout", options.timeout_seconds, "per-call deadline in seconds (0 = none)");
-  app.add_option("--max-message-bytes", options.max_message_bytes,
-                 "largest gRPC message sent or received (default 256 MiB)")
-      ->check(CLI::Range(4 << 20, 2047 << 20));
+  app.add_option("--timeout", options.timeout_seconds, "per-call deadline in seconds (0 = none)")
+      ->capture_default_str();
+  app.add_option("--max-message-bytes", options.max_message_bytes, "largest gRPC message sent or received")
+      ->check(CLI::Range(4 << 20, 2047 << 20))
+      ->capture_default_str();
+  // Runs after parsing, before the subcommand's callback: the token comes from --token,
+  // --token-file, KILN_TOKEN, KILN_TOKEN_FILE, the first one given (cli/client.h ResolveToken).
+  app.parse_complete_callback([&] {
+    auto token = kiln::cli::ResolveToken(token_flag, token_file);
+    if (!token.ok()) throw CLI::ValidationError("--token-file", token.status().message());
+    options.token = *token;
+  });
   int exit_code = 0;
   kiln::cli::AddModelCommands(app, options, &exit_code);
   kiln::cli::AddVectorsCommand(app, &exit_code);

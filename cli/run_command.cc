@@ -28,7 +28,7 @@ struct RunArgs {
   uint64_t seed = 0;
   bool skip_reference = false;
   bool local = false;
-  std::string level = "exact";
+  std::string level;  // --tt-emu-level; "" = the server's (exact with --local)
   std::string name;  // upload name for a FILE (default: the file stem)
   bool detach = false;
   std::vector<std::string> sweep;   // FIELD=V1,V2 (repeatable)
@@ -46,6 +46,7 @@ Result<kiln::v1::RunConvLayersRequest> BuildRequest(const RunArgs& a) {
   }
   req.set_seed(a.seed);
   req.set_skip_reference(a.skip_reference);
+  req.set_tt_emu_level(a.level);
   auto precision = api::ParsePrecisionFlags(a.precision);
   if (!precision.ok()) return precision.status();
   *req.mutable_precision() = std::move(precision).value();
@@ -89,13 +90,11 @@ int RunLocal(const RunArgs& a, const kiln::v1::RunConvLayersRequest& req) {
   std::stringstream ss;
   ss << in.rdbuf();
   std::string name = std::filesystem::path(a.model).stem().string();
-  std::map<std::string, std::string> settings;
-  if (req.backend() == device::kTtEmuBackend) settings[device::kTtEmuLevelSetting] = a.level;
   std::vector<RunConfiguration> runs;
   for (auto mode : Modes(a, req)) {
     kiln::v1::RunConvLayersRequest r = req;
     r.set_mode(mode);
-    auto resp = api::RunConvLocal(ss.str(), name, r, settings);
+    auto resp = api::RunConvLocal(ss.str(), name, r, {});  // the tt-emu level travels in the request
     if (!resp.ok()) {
       std::cerr << "kiln: run " << a.model << ": " << resp.status().ToString() << "\n";
       return 1;
@@ -198,7 +197,8 @@ void AddRunCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   cmd->add_flag("--skip-reference", a.skip_reference, "no fp32 reference, no PCC");
   cmd->add_flag("--local", a.local, "run in process, no server");
   cmd->add_option("--name", a.name, "name to store a FILE under (default: the file stem)");
-  cmd->add_option("--tt-emu-level", a.level, "with --local: exact or fast")->capture_default_str();
+  cmd->add_option("--tt-emu-level", a.level,
+                  "tt-emu numerics: exact or fast (default: the server's --tt-emu-level; exact with --local)");
   cmd->add_flag("--detach", a.detach, "submit the job, print its id and return (see kiln watch/result)");
   cmd->add_option("--sweep", a.sweep,
                   "FIELD=V1,V2,... (repeatable): one job, one configuration per point of the cross product, "

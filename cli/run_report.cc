@@ -183,6 +183,7 @@ std::string ConfigurationTable(const kiln::v1::RunConvLayersResponse& r) {
   std::string out;
   // The resolved precision first: what every layer below ran with (defaults resolved).
   if (!device::IsFp32Reference(r.backend())) out += "precision: " + r.resolved_precision() + "\n";
+  if (!r.tt_emu_level().empty()) out += "tt-emu level: " + r.tt_emu_level() + "\n";
   out += std::string("mode: ") + ModeName(r.mode()) + "\n";
   // Names cut in the middle only when that keeps them distinct (else shown whole).
   std::set<std::string> full, cut;
@@ -337,6 +338,7 @@ std::string RunReportJson(const std::vector<RunConfiguration>& configs, const Re
     c["mode"] = ModeName(r.mode());
     c["precision"] = device::IsFp32Reference(r.backend()) ? Json(nullptr) : PrecisionJson(r.precision(), false);
     c["resolved_precision"] = r.resolved_precision();
+    c["tt_emu_level"] = r.tt_emu_level().empty() ? Json(nullptr) : Json(r.tt_emu_level());
     c["kiln_version"] = r.kiln_version();
     c["backend_sources"] = r.backend_sources();
     c["queue_seconds"] = Number(r.queue_seconds());

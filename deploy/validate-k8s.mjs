@@ -59,8 +59,10 @@ function kilndKeys(table) {
   if (!table || !fs.existsSync(table)) return null;
   const keys = new Map();
   for (const line of fs.readFileSync(table, "utf8").split("\n")) {
-    const m = line.match(/^\| `--[\w-]+` \| `(KILN_[A-Z_]+)` \| `([a-z_]+)` \|/);
+    // "| `--flag` | `KILN_FLAG` | `flag` (deprecated: `old_key`) |": the old key still works.
+    const m = line.match(/^\| `--[\w-]+` \| `(KILN_[A-Z_]+)` \| `([a-z_]+)`(?: \(deprecated: `([a-z_]+)`\))? \|/);
     if (m) keys.set(m[2], m[1]);
+    if (m && m[3]) keys.set(m[3], m[1]);
   }
   return keys.size ? keys : null;
 }

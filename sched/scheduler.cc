@@ -107,6 +107,7 @@ class Scheduler::Impl : public std::enable_shared_from_this<Scheduler::Impl> {
     bool hidden = false;  // the reference worker kept for Reference() only
     int capacity = 0, per_client_limit = 1;
     int64_t max_bytes = 0;
+    std::map<std::string, std::string> settings;  // device lanes: BackendOptions::settings of the workers
     std::map<std::string, std::deque<std::shared_ptr<Job>>> per_client;
     std::map<std::string, int> per_principal;  // queued jobs per principal (the quota's key)
     std::deque<std::string> rotation;         // clients with queued jobs, in round-robin order
@@ -733,6 +734,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions options) {
     if (auto st = options.backend_settings.find(spec.backend); st != options.backend_settings.end()) {
       bo.settings = st->second;
     }
+    q.settings = bo.settings;
     KILN_RETURN_IF_ERROR(add_workers(q, spec.count, spec.backend, bo));
   }
   if (impl->lanes.count(kReferenceLane) == 0) {
@@ -811,6 +813,13 @@ Status Scheduler::CheckBackend(const std::string& backend) const {
   auto it = impl_->lanes.find(backend);
   if (it != impl_->lanes.end() && it->second.device && !it->second.hidden) return Status::Ok();
   return impl_->UnknownLaneLocked(backend, /*device=*/true);
+}
+
+std::map<std::string, std::string> Scheduler::DeviceSettings(const std::string& backend) const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  auto it = impl_->lanes.find(backend);
+  if (it == impl_->lanes.end() || !it->second.device || it->second.hidden) return {};
+  return it->second.settings;
 }
 
 uint64_t Scheduler::MemoryBudgetBytes() const { return impl_->memory ? impl_->memory->budget.total() : 0; }

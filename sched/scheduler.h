@@ -223,6 +223,10 @@ class Scheduler {
   /// OK when device work can be submitted to `backend`; else the NOT_FOUND Submit would answer
   /// (naming the configured backends). Lets a caller refuse a job before its earlier stages run.
   Status CheckBackend(const std::string& backend) const;
+  /// The BackendOptions::settings the devices of `backend` were created with
+  /// (SchedulerOptions::backend_settings; empty for a backend without devices). A key absent here
+  /// has the default the backend declared (device::BackendRegistry::Settings).
+  std::map<std::string, std::string> DeviceSettings(const std::string& backend) const;
   /// SchedulerOptions::memory_budget_bytes (0: none) and the bytes admitted jobs hold of it now.
   uint64_t MemoryBudgetBytes() const;
   uint64_t MemoryReservedBytes() const;

@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <spdlog/spdlog.h>
+
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cstdlib>
@@ -9,21 +11,48 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <sstream>
 
 namespace kiln::server {
 namespace {
 
-// One configurable setting, reachable by flag, environment variable and YAML key.
+// One configurable setting, reachable by flag, environment variable and YAML key. The YAML key
+// is the flag's name with '_' for '-' (YamlKey); `old_yaml` is a key it had before, still accepted
+// with a warning (nullptr: none).
 struct Setting {
   const char* flag;
   const char* env;
-  const char* yaml;
+  const char* old_yaml;
   const char* help;
   // Applies a textual value; returns an error message or "".
   std::string (*apply)(Config&, const std::string&);
   // The value as the table shows it (for the default-constructed Config: the default).
   std::string (*show)(const Config&);
+  // What the value is, as --help and the table show it: SECONDS, BYTES, COUNT, HOST:PORT, ...
+  const char* type;
 };
+
+// "--shutdown-grace" -> "shutdown_grace".
+std::string YamlKey(const Setting& s) {
+  std::string key = std::string(s.flag).substr(2);
+  for (char& c : key) c = c == '-' ? '_' : c;
+  return key;
+}
+
+// The file's text with surrounding whitespace dropped (--token-file).
+std::string ReadTokenFile(const std::string& path, std::string* token) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "cannot read '" + path + "'";
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string t = ss.str();
+  const char* space = " \t\r\n";
+  t.erase(t.find_last_not_of(space) + 1);
+  t.erase(0, t.find_first_not_of(space));
+  if (t.empty()) return "'" + path + "' holds no token";
+  *token = t;
+  return "";
+}
 
 std::string Or(const std::string& v, const char* none) { return v.empty() ? none : v; }
 std::string Num(double v) {
@@ -66,31 +95,31 @@ std::string ParseSeconds(const std::string& v, double* out, double min, double m
 
 const std::vector<Setting>& Settings() {
   static const std::vector<Setting> kSettings = {
-      {"--listen", "KILN_LISTEN", "listen", "gRPC listen address host:port (port 0 = any free port)",
+      {"--listen", "KILN_LISTEN", nullptr, "gRPC listen address host:port (port 0 = any free port)",
        [](Config& c, const std::string& v) {
          c.listen = v;
          return SplitHostPort(v).ok() ? std::string() : std::string("expected host:port");
        },
-       [](const Config& c) { return std::string(c.listen); }},
-      {"--metrics-listen", "KILN_METRICS_LISTEN", "metrics_listen",
+       [](const Config& c) { return std::string(c.listen); }, "HOST:PORT"},
+      {"--metrics-listen", "KILN_METRICS_LISTEN", nullptr,
        "Prometheus /metrics listen address host:port",
        [](Config& c, const std::string& v) {
          c.metrics_listen = v;
          return SplitHostPort(v).ok() ? std::string() : std::string("expected host:port");
        },
-       [](const Config& c) { return std::string(c.metrics_listen); }},
-      {"--data-dir", "KILN_DATA_DIR", "data_dir", "model store directory",
+       [](const Config& c) { return std::string(c.metrics_listen); }, "HOST:PORT"},
+      {"--data-dir", "KILN_DATA_DIR", nullptr, "model store directory",
        [](Config& c, const std::string& v) {
          c.data_dir = v;
          return v.empty() ? std::string("must not be empty") : std::string();
        },
-       [](const Config& c) { return std::string(c.data_dir); }},
-      {"--database-url-file", "KILN_DATABASE_URL_FILE", "database_url_file",
+       [](const Config& c) { return std::string(c.data_dir); }, "DIR"},
+      {"--database-url-file", "KILN_DATABASE_URL_FILE", nullptr,
        "file holding the PostgreSQL URL of a farm's shared state (a mounted Secret; or the URL in env "
        "KILN_DATABASE; never on the command line)",
        [](Config& c, const std::string& v) { c.database_url_file = v; return std::string(); },
-       [](const Config& c) { return std::string(Or(c.database_url_file, "(none: embedded store)")); }},
-      {"--max-model-bytes", "KILN_MAX_MODEL_BYTES", "max_model_bytes",
+       [](const Config& c) { return std::string(Or(c.database_url_file, "(none: embedded store)")); }, "FILE"},
+      {"--max-model-bytes", "KILN_MAX_MODEL_BYTES", nullptr,
        "largest accepted model in bytes",
        [](Config& c, const std::string& v) {
          std::string err = ParseU64(v, &c.max_model_bytes);
@@ -100,24 +129,24 @@ const std::vector<Setting>& Settings() {
                     ? "must be 1.." + std::to_string(kMaxModelBytes) + " (protobuf's limit)"
                     : std::string();
        },
-       [](const Config& c) { return std::string(std::to_string(c.max_model_bytes)); }},
-      {"--max-store-bytes", "KILN_MAX_STORE_BYTES", "max_store_bytes",
+       [](const Config& c) { return std::string(std::to_string(c.max_model_bytes)); }, "BYTES"},
+      {"--max-store-bytes", "KILN_MAX_STORE_BYTES", nullptr,
        "total bytes the model store may hold (0 = unlimited)",
        [](Config& c, const std::string& v) { return ParseU64(v, &c.max_store_bytes); },
-       [](const Config& c) { return std::string(std::to_string(c.max_store_bytes) + " (0 = no limit)"); }},
+       [](const Config& c) { return std::string(std::to_string(c.max_store_bytes) + " (0 = no limit)"); }, "BYTES"},
       // Store limits (store/model_store.h ModelStoreOptions, server/model_service.h).
-      {"--max-uploads-in-flight", "KILN_MAX_UPLOADS_IN_FLIGHT", "max_uploads_in_flight",
+      {"--max-uploads-in-flight", "KILN_MAX_UPLOADS_IN_FLIGHT", nullptr,
        "uploads open at once, each holding a temp file (0 = no limit)",
        [](Config& c, const std::string& v) { return ParseU64(v, &c.max_uploads_in_flight); },
-       [](const Config& c) { return std::string(std::to_string(c.max_uploads_in_flight)); }},
-      {"--max-upload-bytes-in-flight", "KILN_MAX_UPLOAD_BYTES_IN_FLIGHT", "max_upload_bytes_in_flight",
+       [](const Config& c) { return std::string(std::to_string(c.max_uploads_in_flight)); }, "COUNT"},
+      {"--max-upload-bytes-in-flight", "KILN_MAX_UPLOAD_BYTES_IN_FLIGHT", nullptr,
        "sum of the declared sizes of open uploads, re-uploads included (0 = no limit)",
        [](Config& c, const std::string& v) { return ParseU64(v, &c.max_upload_bytes_in_flight); },
-       [](const Config& c) { return std::string(std::to_string(c.max_upload_bytes_in_flight)); }},
-      {"--max-metadata-bytes", "KILN_MAX_METADATA_BYTES", "max_metadata_bytes",
+       [](const Config& c) { return std::string(std::to_string(c.max_upload_bytes_in_flight)); }, "BYTES"},
+      {"--max-metadata-bytes", "KILN_MAX_METADATA_BYTES", nullptr,
        "bytes of producer_name plus input/output names kept per model (0 = no limit)",
        [](Config& c, const std::string& v) { return ParseU64(v, &c.max_metadata_bytes); },
-       [](const Config& c) { return std::string(std::to_string(c.max_metadata_bytes)); }},
+       [](const Config& c) { return std::string(std::to_string(c.max_metadata_bytes)); }, "BYTES"},
       {"--upload-idle-timeout", "KILN_UPLOAD_IDLE_TIMEOUT", "upload_idle_timeout_seconds",
        "an upload that sends no bytes for this long is ended and its reservation freed",
        [](Config& c, const std::string& v) {
@@ -130,25 +159,29 @@ const std::vector<Setting>& Settings() {
          }
          return std::string();
        },
-       [](const Config& c) { return std::string(Num(c.upload_idle_timeout_seconds) + " (seconds)"); }},
-      {"--list-page-size", "KILN_LIST_PAGE_SIZE", "list_page_size",
+       [](const Config& c) { return std::string(Num(c.upload_idle_timeout_seconds) + " (seconds)"); }, "SECONDS"},
+      {"--list-page-size", "KILN_LIST_PAGE_SIZE", nullptr,
        "most models in one ListModels answer (pages also stay under 2 MiB)",
        [](Config& c, const std::string& v) {
          std::string err = ParseU64(v, &c.list_page_size);
          return err.empty() && (c.list_page_size == 0 || c.list_page_size > 100000)
                     ? std::string("must be 1..100000") : err;
        },
-       [](const Config& c) { return std::string(std::to_string(c.list_page_size)); }},
-      {"--tls-cert", "KILN_TLS_CERT", "tls_cert", "PEM certificate chain; enables TLS with --tls-key",
+       [](const Config& c) { return std::string(std::to_string(c.list_page_size)); }, "COUNT"},
+      {"--tls-cert", "KILN_TLS_CERT", nullptr, "PEM certificate chain; enables TLS with --tls-key",
        [](Config& c, const std::string& v) { c.tls_cert = v; return std::string(); },
-       [](const Config& c) { return std::string(Or(c.tls_cert, "(none: plaintext)")); }},
-      {"--tls-key", "KILN_TLS_KEY", "tls_key", "PEM private key for --tls-cert",
+       [](const Config& c) { return std::string(Or(c.tls_cert, "(none: plaintext)")); }, "FILE"},
+      {"--tls-key", "KILN_TLS_KEY", nullptr, "PEM private key for --tls-cert",
        [](Config& c, const std::string& v) { c.tls_key = v; return std::string(); },
-       [](const Config& c) { return std::string(Or(c.tls_key, "(none)")); }},
-      {"--token", "KILN_TOKEN", "token",
+       [](const Config& c) { return std::string(Or(c.tls_key, "(none)")); }, "FILE"},
+      {"--token", "KILN_TOKEN", nullptr,
        "require 'authorization: Bearer <token>' on every RPC but health",
        [](Config& c, const std::string& v) { c.token = v; return std::string(); },
-       [](const Config& c) { return std::string(Or(c.token, "(none: no authentication)")); }},
+       [](const Config& c) { return std::string(Or(c.token, "(none: no authentication)")); }, "TEXT"},
+      {"--token-file", "KILN_TOKEN_FILE", nullptr,
+       "file holding the token (its surrounding whitespace dropped): unlike --token, not visible in `ps`",
+       [](Config& c, const std::string& v) { return ReadTokenFile(v, &c.token); },
+       [](const Config&) { return std::string("(none)"); }, "FILE"},
       {"--shutdown-grace", "KILN_SHUTDOWN_GRACE", "shutdown_grace_seconds",
        "seconds in-flight RPCs get to finish on SIGTERM/SIGINT",
        [](Config& c, const std::string& v) {
@@ -161,8 +194,8 @@ const std::vector<Setting>& Settings() {
            return std::string("expected seconds >= 0");
          }
        },
-       [](const Config& c) { return std::string(Num(c.shutdown_grace_seconds) + " (seconds)"); }},
-      {"--log-level", "KILN_LOG_LEVEL", "log_level", "trace|debug|info|warn|error",
+       [](const Config& c) { return std::string(Num(c.shutdown_grace_seconds) + " (seconds)"); }, "SECONDS"},
+      {"--log-level", "KILN_LOG_LEVEL", nullptr, "trace|debug|info|warn|error",
        [](Config& c, const std::string& v) {
          c.log_level = v;
          static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
@@ -171,90 +204,90 @@ const std::vector<Setting>& Settings() {
          }
          return std::string("expected trace|debug|info|warn|error|critical|off");
        },
-       [](const Config& c) { return std::string(c.log_level); }},
-      {"--compile-workers", "KILN_COMPILE_WORKERS", "compile_workers",
+       [](const Config& c) { return std::string(c.log_level); }, "LEVEL"},
+      {"--compile-workers", "KILN_COMPILE_WORKERS", nullptr,
        "compiles running at once (also the workers of the plan lane, where runs are planned)",
        [](Config& c, const std::string& v) {
          std::string err = ParseU64(v, &c.compile_workers);
          return err.empty() && (c.compile_workers == 0 || c.compile_workers > 256)
                     ? std::string("must be 1..256") : err;
        },
-       [](const Config& c) { return std::string(std::to_string(c.compile_workers)); }},
-      {"--compile-queue", "KILN_COMPILE_QUEUE", "compile_queue",
+       [](const Config& c) { return std::string(std::to_string(c.compile_workers)); }, "COUNT"},
+      {"--compile-queue", "KILN_COMPILE_QUEUE", nullptr,
        "compiles waiting beyond the running ones; more get RESOURCE_EXHAUSTED",
        [](Config& c, const std::string& v) {
          std::string err = ParseU64(v, &c.compile_queue);
          return err.empty() && c.compile_queue > 1000000 ? std::string("must be 0..1000000") : err;
        },
-       [](const Config& c) { return std::string(std::to_string(c.compile_queue)); }},
-      {"--compile-cache-bytes", "KILN_COMPILE_CACHE_BYTES", "compile_cache_bytes",
+       [](const Config& c) { return std::string(std::to_string(c.compile_queue)); }, "COUNT"},
+      {"--compile-cache-bytes", "KILN_COMPILE_CACHE_BYTES", nullptr,
        "bytes of CompileAi8x answers kept, least recently used out, keyed by (model sha256, normalized options, "
        "Kiln version): a repeated compile answers without reading or compiling the model",
        [](Config& c, const std::string& v) { return ParseU64(v, &c.compile_cache_bytes); },
-       [](const Config& c) { return std::string(std::to_string(c.compile_cache_bytes) + " (0 = no cache)"); }},
-      {"--devices", "KILN_DEVICES", "devices", "device workers, e.g. tt-emu:2,reference:1",
+       [](const Config& c) { return std::string(std::to_string(c.compile_cache_bytes) + " (0 = no cache)"); }, "BYTES"},
+      {"--devices", "KILN_DEVICES", nullptr, "device workers, e.g. tt-emu:2,reference:1",
        [](Config& c, const std::string& v) {
          c.devices = v;
          return v.empty() ? std::string("must name at least one backend") : std::string();
        },
-       [](const Config& c) { return std::string(c.devices); }},
-      {"--device-queue", "KILN_DEVICE_QUEUE", "device_queue", "queued conv runs per backend",
+       [](const Config& c) { return std::string(c.devices); }, "BACKEND:N,..."},
+      {"--device-queue", "KILN_DEVICE_QUEUE", nullptr, "queued conv runs per backend",
        [](Config& c, const std::string& v) {
          std::string err = ParseU64(v, &c.device_queue);
          return err.empty() && (c.device_queue == 0 || c.device_queue > 1000000)
                     ? std::string("must be 1..1000000") : err;
        },
-       [](const Config& c) { return std::string(std::to_string(c.device_queue) + " (per backend)"); }},
-      {"--device-queue-per-client", "KILN_DEVICE_QUEUE_PER_CLIENT", "device_queue_per_client",
+       [](const Config& c) { return std::string(std::to_string(c.device_queue) + " (per backend)"); }, "COUNT"},
+      {"--device-queue-per-client", "KILN_DEVICE_QUEUE_PER_CLIENT", nullptr,
        "queued conv runs per backend one principal (TLS client certificate, else peer address) may hold; "
        "x-kiln-client only splits it",
        [](Config& c, const std::string& v) { return ParseRange(v, 0, 1000000, &c.device_queue_per_client); },
-       [](const Config& c) { return std::to_string(c.device_queue_per_client) + " (0 = half of --device-queue)"; }},
-      {"--reference-threads", "KILN_REFERENCE_THREADS", "reference_threads",
+       [](const Config& c) { return std::to_string(c.device_queue_per_client) + " (0 = half of --device-queue)"; }, "COUNT"},
+      {"--reference-threads", "KILN_REFERENCE_THREADS", nullptr,
        "OpenMP threads of each fp32 reference worker (the reference devices, or the one kept for "
        "PCC when none is configured); 0 = the cores divided among them",
        [](Config& c, const std::string& v) {
          std::string err = ParseU64(v, &c.reference_threads);
          return err.empty() && c.reference_threads > 1024 ? std::string("must be 0..1024") : err;
        },
-       [](const Config& c) { return std::string(std::to_string(c.reference_threads)); }},
-      {"--tt-emu-level", "KILN_TT_EMU_LEVEL", "tt_emu_level",
+       [](const Config& c) { return std::string(std::to_string(c.reference_threads)); }, "COUNT"},
+      {"--tt-emu-level", "KILN_TT_EMU_LEVEL", nullptr,
        "tt-emu numerics: exact (bit-level model) or fast (oneDNN bf16 per fidelity phase)",
        [](Config& c, const std::string& v) {
          c.tt_emu_level = v;
          return v == "exact" || v == "fast" ? std::string() : std::string("expected exact|fast");
        },
-       [](const Config& c) { return std::string(c.tt_emu_level + " (or fast)"); }},
-      {"--max-message-bytes", "KILN_MAX_MESSAGE_BYTES", "max_message_bytes",
+       [](const Config& c) { return std::string(c.tt_emu_level + " (or fast)"); }, "exact|fast"},
+      {"--max-message-bytes", "KILN_MAX_MESSAGE_BYTES", nullptr,
        "largest gRPC message received or sent (conv tensors, inline models)",
        [](Config& c, const std::string& v) {
          std::string err = ParseU64(v, &c.max_message_bytes);
          return err.empty() && (c.max_message_bytes < (4u << 20) || c.max_message_bytes > (2047ull << 20))
                     ? std::string("must be between 4 MiB and 2047 MiB") : err;
        },
-       [](const Config& c) { return std::string(std::to_string(c.max_message_bytes)); }},
+       [](const Config& c) { return std::string(std::to_string(c.max_message_bytes)); }, "BYTES"},
       // JobService limits (api/jobs.h JobLimits).
-      {"--job-max-queued", "KILN_JOB_MAX_QUEUED", "job_max_queued",
+      {"--job-max-queued", "KILN_JOB_MAX_QUEUED", nullptr,
        "queued jobs (JobService), all clients; more get RESOURCE_EXHAUSTED with a retry hint",
        [](Config& c, const std::string& v) { return ParseRange(v, 1, 1000000, &c.job_max_queued); },
-       [](const Config& c) { return std::to_string(c.job_max_queued); }},
-      {"--job-max-queued-per-client", "KILN_JOB_MAX_QUEUED_PER_CLIENT", "job_max_queued_per_client",
+       [](const Config& c) { return std::to_string(c.job_max_queued); }, "COUNT"},
+      {"--job-max-queued-per-client", "KILN_JOB_MAX_QUEUED_PER_CLIENT", nullptr,
        "queued jobs of one client (x-kiln-client, else its address)",
        [](Config& c, const std::string& v) { return ParseRange(v, 1, 1000000, &c.job_max_queued_per_client); },
-       [](const Config& c) { return std::to_string(c.job_max_queued_per_client); }},
-      {"--job-max-attempts", "KILN_JOB_MAX_ATTEMPTS", "job_max_attempts",
+       [](const Config& c) { return std::to_string(c.job_max_queued_per_client); }, "COUNT"},
+      {"--job-max-attempts", "KILN_JOB_MAX_ATTEMPTS", nullptr,
        "attempts of a job interrupted by a kilnd stop before it is FAILED (ABORTED)",
        [](Config& c, const std::string& v) { return ParseRange(v, 1, 100, &c.job_max_attempts); },
-       [](const Config& c) { return std::to_string(c.job_max_attempts); }},
-      {"--job-max-events", "KILN_JOB_MAX_EVENTS", "job_max_events",
+       [](const Config& c) { return std::to_string(c.job_max_attempts); }, "COUNT"},
+      {"--job-max-events", "KILN_JOB_MAX_EVENTS", nullptr,
        "layer events stored per job (state changes are always kept)",
        [](Config& c, const std::string& v) { return ParseRange(v, 1, 100000000, &c.job_max_events); },
-       [](const Config& c) { return std::to_string(c.job_max_events); }},
-      {"--job-max-configurations", "KILN_JOB_MAX_CONFIGURATIONS", "job_max_configurations",
+       [](const Config& c) { return std::to_string(c.job_max_events); }, "COUNT"},
+      {"--job-max-configurations", "KILN_JOB_MAX_CONFIGURATIONS", nullptr,
        "precision sweep points per job",
        [](Config& c, const std::string& v) { return ParseRange(v, 1, 4096, &c.job_max_configurations); },
-       [](const Config& c) { return std::to_string(c.job_max_configurations); }},
-      {"--job-retention-seconds", "KILN_JOB_RETENTION_SECONDS", "job_retention_seconds",
+       [](const Config& c) { return std::to_string(c.job_max_configurations); }, "COUNT"},
+      {"--job-retention-seconds", "KILN_JOB_RETENTION_SECONDS", nullptr,
        "results of finished jobs are removed after this long",
        [](Config& c, const std::string& v) {
          try {
@@ -266,52 +299,52 @@ const std::vector<Setting>& Settings() {
            return std::string("expected seconds >= 0");
          }
        },
-       [](const Config& c) { return std::string(Num(c.job_retention_seconds) + " (seconds, 7 days)"); }},
-      {"--job-results-max-bytes", "KILN_JOB_RESULTS_MAX_BYTES", "job_results_max_bytes",
+       [](const Config& c) { return std::string(Num(c.job_retention_seconds) + " (seconds, 7 days)"); }, "SECONDS"},
+      {"--job-results-max-bytes", "KILN_JOB_RESULTS_MAX_BYTES", nullptr,
        "job inputs and results on disk; over it, the oldest finished jobs' results are removed "
        "(jobs also count against --max-store-bytes)",
        [](Config& c, const std::string& v) { return ParseU64(v, &c.job_results_max_bytes); },
-       [](const Config& c) { return std::string(std::to_string(c.job_results_max_bytes) + " (0 = no limit)"); }},
+       [](const Config& c) { return std::string(std::to_string(c.job_results_max_bytes) + " (0 = no limit)"); }, "BYTES"},
       // Transport limits: docs/security.md explains each.
-      {"--fd-reserve", "KILN_FD_RESERVE", "fd_reserve",
+      {"--fd-reserve", "KILN_FD_RESERVE", nullptr,
        "file descriptors kept free below the soft RLIMIT_NOFILE (raised to the hard limit at start); "
        "gRPC connections accepted beyond it are closed at once",
        [](Config& c, const std::string& v) { return ParseRange(v, 16, 1u << 20, &c.fd_reserve); },
-       [](const Config& c) { return std::to_string(c.fd_reserve); }},
+       [](const Config& c) { return std::to_string(c.fd_reserve); }, "COUNT"},
       {"--handshake-timeout", "KILN_HANDSHAKE_TIMEOUT", "handshake_timeout_seconds",
        "seconds a new connection has to finish its TLS/HTTP2 handshake (a silent connection is closed)",
        [](Config& c, const std::string& v) { return ParseSeconds(v, &c.handshake_timeout_seconds, 0.1, 3600); },
-       [](const Config& c) { return Num(c.handshake_timeout_seconds) + " (seconds)"; }},
+       [](const Config& c) { return Num(c.handshake_timeout_seconds) + " (seconds)"; }, "SECONDS"},
       {"--connection-idle-timeout", "KILN_CONNECTION_IDLE_TIMEOUT", "connection_idle_seconds",
        "seconds a connection without calls stays open (then GOAWAY)",
        [](Config& c, const std::string& v) { return ParseSeconds(v, &c.connection_idle_seconds, 1, 86400); },
-       [](const Config& c) { return Num(c.connection_idle_seconds) + " (seconds)"; }},
-      {"--max-concurrent-streams", "KILN_MAX_CONCURRENT_STREAMS", "max_concurrent_streams",
+       [](const Config& c) { return Num(c.connection_idle_seconds) + " (seconds)"; }, "SECONDS"},
+      {"--max-concurrent-streams", "KILN_MAX_CONCURRENT_STREAMS", nullptr,
        "calls one connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS)",
        [](Config& c, const std::string& v) { return ParseRange(v, 1, 65536, &c.max_concurrent_streams); },
-       [](const Config& c) { return std::to_string(c.max_concurrent_streams); }},
-      {"--grpc-memory-bytes", "KILN_GRPC_MEMORY_BYTES", "grpc_memory_bytes",
+       [](const Config& c) { return std::to_string(c.max_concurrent_streams); }, "COUNT"},
+      {"--grpc-memory-bytes", "KILN_GRPC_MEMORY_BYTES", nullptr,
        "memory gRPC's transport may hold for in-flight requests (server ResourceQuota); under pressure "
        "it shrinks windows, then closes idle connections and cancels calls",
        [](Config& c, const std::string& v) { return ParseRange(v, 16ull << 20, 1ull << 40, &c.grpc_memory_bytes); },
-       [](const Config& c) { return std::to_string(c.grpc_memory_bytes); }},
+       [](const Config& c) { return std::to_string(c.grpc_memory_bytes); }, "BYTES"},
       {"--metrics-client-timeout", "KILN_METRICS_CLIENT_TIMEOUT", "metrics_client_timeout_seconds",
        "seconds one /metrics client may take from connect to the end of its answer",
        [](Config& c, const std::string& v) { return ParseSeconds(v, &c.metrics_client_timeout_seconds, 0.1, 600); },
-       [](const Config& c) { return Num(c.metrics_client_timeout_seconds) + " (seconds)"; }},
-      {"--metrics-max-clients", "KILN_METRICS_MAX_CLIENTS", "metrics_max_clients",
+       [](const Config& c) { return Num(c.metrics_client_timeout_seconds) + " (seconds)"; }, "SECONDS"},
+      {"--metrics-max-clients", "KILN_METRICS_MAX_CLIENTS", nullptr,
        "/metrics clients open at once; one more closes the oldest",
        [](Config& c, const std::string& v) { return ParseRange(v, 1, 4096, &c.metrics_max_clients); },
-       [](const Config& c) { return std::to_string(c.metrics_max_clients); }},
+       [](const Config& c) { return std::to_string(c.metrics_max_clients); }, "COUNT"},
       {"--memory-budget", "KILN_MEMORY_BUDGET", "memory_budget_bytes",
        "bytes that admitted conv runs may hold at once (each run's estimate, docs/security.md); a run "
        "that needs more is refused; 0 = 75% of the cgroup's memory.max, else of physical RAM",
        [](Config& c, const std::string& v) { return ParseU64(v, &c.memory_budget_bytes); },
-       [](const Config& c) { return std::string(std::to_string(c.memory_budget_bytes) + " (75% of memory)"); }},
-      {"--plan-cache-bytes", "KILN_PLAN_CACHE_BYTES", "plan_cache_bytes",
+       [](const Config& c) { return std::string(std::to_string(c.memory_budget_bytes) + " (75% of memory)"); }, "BYTES"},
+      {"--plan-cache-bytes", "KILN_PLAN_CACHE_BYTES", nullptr,
        "bytes of recently run models' plans kept in memory (least recently used dropped first)",
        [](Config& c, const std::string& v) { return ParseU64(v, &c.plan_cache_bytes); },
-       [](const Config& c) { return std::string(std::to_string(c.plan_cache_bytes)); }},
+       [](const Config& c) { return std::string(std::to_string(c.plan_cache_bytes)); }, "BYTES"},
   };
   return kSettings;
 }
@@ -351,12 +384,18 @@ Status LoadDatabaseUrl(Config& c) {
 
 std::string ConfigMarkdownTable() {
   const Config defaults;
-  std::string out = "| flag | environment | YAML key | default | meaning |\n|---|---|---|---|---|\n";
+  auto cell = [](const std::string& text) {
+    std::string out;
+    for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
+    return out;
+  };
+  std::string out =
+      "| flag | environment | YAML key | type | default | meaning |\n|---|---|---|---|---|---|\n";
   for (const auto& s : Settings()) {
-    std::string help;
-    for (const char* c = s.help; *c; ++c) help += *c == '|' ? std::string("\\|") : std::string(1, *c);
-    out += std::string("| `") + s.flag + "` | `" + s.env + "` | `" + s.yaml + "` | " + s.show(defaults) + " | " +
-           help + " |\n";
+    std::string key = "`" + YamlKey(s) + "`";
+    if (s.old_yaml != nullptr && YamlKey(s) != s.old_yaml) key += " (deprecated: `" + std::string(s.old_yaml) + "`)";
+    out += std::string("| `") + s.flag + "` | `" + s.env + "` | " + key + " | " + cell(s.type) + " | " +
+           s.show(defaults) + " | " + cell(s.help) + " |\n";
   }
   return out;
 }
@@ -381,11 +420,22 @@ Result<std::pair<std::string, int>> SplitHostPort(const std::string& address) {
 }
 
 Result<Config> LoadConfig(int argc, char** argv) {
-  CLI::App app{"kilnd: the Kiln model-compilation server"};
+  CLI::App app{"kilnd: the Kiln model-compilation server. Every setting is also an environment variable and a "
+               "key of the --config file (README \"Running the server\"); flags override the environment, which "
+               "overrides the file."};
   std::string config_path;
-  app.add_option("--config", config_path, "YAML configuration file (env KILN_CONFIG)");
+  app.add_option("--config", config_path, "YAML configuration file (env KILN_CONFIG)")->type_name("FILE");
+  // Handled by kilnd_main.cc before this parse; declared here so that --help lists them.
+  app.add_flag("--version")->description("print the version and exit");
+  app.add_flag("--print-config-markdown")->description("print the settings as README's Markdown table and exit");
+  app.add_flag("--repair")->description("rebuild the model store's index from its objects, then exit");
+  const Config defaults;
   std::map<std::string, std::string> flag_values;
-  for (const auto& s : Settings()) app.add_option(s.flag, flag_values[s.flag], s.help);
+  for (const auto& s : Settings()) {
+    app.add_option(s.flag, flag_values[s.flag], std::string(s.help) + " (env " + s.env + ")")
+        ->type_name(s.type)
+        ->default_str(s.show(defaults));
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -409,13 +459,32 @@ Result<Config> LoadConfig(int argc, char** argv) {
     if (root && !root.IsNull() && !root.IsMap()) {
       return InvalidArgument("config file " + config_path + ": top level must be a mapping");
     }
+    std::map<const Setting*, std::string> given;  // setting -> the key that set it
     for (const auto& kv : root) {
       std::string key = kv.first.as<std::string>();
       const Setting* found = nullptr;
+      bool deprecated = false;
       for (const auto& s : Settings()) {
-        if (key == s.yaml) found = &s;
+        if (key == YamlKey(s)) {
+          found = &s;
+        } else if (s.old_yaml != nullptr && key == s.old_yaml) {
+          found = &s;
+          deprecated = true;
+        }
       }
-      if (!found) return InvalidArgument("config file " + config_path + ": unknown key '" + key + "'");
+      if (!found) {
+        std::string known;
+        for (const auto& s : Settings()) known += (known.empty() ? "" : ", ") + YamlKey(s);
+        return InvalidArgument("config file " + config_path + ": unknown key '" + key + "'; the keys are " + known);
+      }
+      if (auto [it, fresh] = given.emplace(found, key); !fresh) {
+        return InvalidArgument("config file " + config_path + ": '" + key + "' and '" + it->second +
+                               "' both set " + found->flag);
+      }
+      if (deprecated) {
+        spdlog::warn("config file {}: key '{}' is deprecated, use '{}' (the flag's name, {})", config_path, key,
+                     YamlKey(*found), found->flag);
+      }
       if (!kv.second.IsScalar()) {
         return InvalidArgument("config file " + config_path + ": key '" + key + "' must be a scalar");
       }

@@ -1,8 +1,11 @@
 // kilnd configuration: defaults, then an optional YAML file (--config / KILN_CONFIG), then
 // environment variables (KILN_*), then command-line flags; a later source overrides an earlier one.
 //
-// The settings, their flag, variable, YAML key and default are declared once, in config.cc's
-// table; `kilnd --print-config-markdown` prints them as the README's table (a test diffs the two).
+// The settings, their flag, variable, type and default are declared once, in config.cc's table;
+// a YAML key is its flag's name with '_' for '-' (a key renamed so is still read, with a
+// deprecation warning); an unknown key is an error listing the known ones. `kilnd --help` shows
+// each setting's type and default; `kilnd --print-config-markdown` prints the README's table (a
+// test diffs the two).
 // Port 0 in either listen address picks a free port.
 #pragma once
 
@@ -34,7 +37,7 @@ struct Config {
   uint64_t list_page_size = 1000;
   std::string tls_cert;  ///< PEM file; with tls_key enables TLS
   std::string tls_key;
-  std::string token;     ///< bearer token; empty = no authentication
+  std::string token;     ///< bearer token (--token or --token-file); empty = no authentication
   double shutdown_grace_seconds = 10;
   std::string log_level = "info";
   uint64_t compile_workers = 2;  ///< compiles running at once

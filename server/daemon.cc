@@ -190,6 +190,14 @@ Status Daemon::StartServices() {
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server_ = builder.BuildAndStart();
   if (!server_) return Unavailable("gRPC server did not start on " + config_.listen);
+  // grpc.health.v1 answers for each registered service by name too (`kiln health --service
+  // kiln.v1.DeviceService`), not only for the whole server (""); Shutdown() turns all NOT_SERVING.
+  if (auto* health = server_->GetHealthCheckService()) {
+    for (const char* name : {kiln::v1::ModelService::service_full_name(), kiln::v1::CompileService::service_full_name(),
+                             kiln::v1::DeviceService::service_full_name(), kiln::v1::JobService::service_full_name()}) {
+      health->SetServingStatus(name, true);
+    }
+  }
   acceptor_ = std::move(acceptor);
   listener_->Start(acceptor_.get());
   std::string host = hp->first.find(':') != std::string::npos ? "[" + hp->first + "]" : hp->first;

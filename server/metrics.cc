@@ -19,11 +19,11 @@ Metrics::Metrics(const std::string& version)
     : registry_(std::make_shared<prometheus::Registry>()),
       requests_(prometheus::BuildCounter()
                     .Name("kiln_grpc_requests_total")
-                    .Help("gRPC requests handled, by full method name and status code")
+                    .Help("gRPC requests handled, by service (kiln.v1.ModelService), method (ListModels) and status code")
                     .Register(*registry_)),
       durations_(prometheus::BuildHistogram()
                      .Name("kiln_grpc_request_duration_seconds")
-                     .Help("gRPC request latency from start to final status, by method")
+                     .Help("gRPC request latency from start to final status, by service and method")
                      .Register(*registry_)),
       upload_bytes_(prometheus::BuildCounter()
                         .Name("kiln_upload_bytes_total")
@@ -52,11 +52,19 @@ Metrics::Metrics(const std::string& version)
       .Set(1);
 }
 
+std::pair<std::string, std::string> SplitGrpcMethod(std::string_view method) {
+  if (!method.empty() && method.front() == '/') method.remove_prefix(1);
+  const auto slash = method.rfind('/');
+  if (slash == std::string_view::npos) return {"", std::string(method)};
+  return {std::string(method.substr(0, slash)), std::string(method.substr(slash + 1))};
+}
+
 void Metrics::ObserveRpc(const std::string& method, const std::string& code, double seconds) {
-  requests_.Add({{"method", method}, {"code", code}}).Increment();
+  auto [service, name] = SplitGrpcMethod(method);
+  requests_.Add({{"grpc_service", service}, {"grpc_method", name}, {"code", code}}).Increment();
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
       0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
-  durations_.Add({{"method", method}}, kBuckets).Observe(seconds);
+  durations_.Add({{"grpc_service", service}, {"grpc_method", name}}, kBuckets).Observe(seconds);
 }
 
 void Metrics::SetStore(size_t models, uint64_t bytes) {

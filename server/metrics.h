@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "common/status.h"
 #include "server/metrics_endpoint.h"
@@ -22,6 +23,10 @@ namespace kiln::server {
 /// are, see the top-level CMakeLists.txt), else "system". Exported as kiln_build_info{allocator}.
 std::string RunningAllocator();
 
+/// "/kiln.v1.ModelService/ListModels" -> {"kiln.v1.ModelService", "ListModels"}: the
+/// grpc_service and grpc_method labels (the names go-grpc-prometheus and grpc-ecosystem use).
+std::pair<std::string, std::string> SplitGrpcMethod(std::string_view method);
+
 class Metrics {
  public:
   explicit Metrics(const std::string& version);
@@ -30,8 +35,9 @@ class Metrics {
   prometheus::Registry& registry() { return *registry_; }
   std::shared_ptr<prometheus::Registry> shared_registry() { return registry_; }
 
-  /// One finished RPC: kiln_grpc_requests_total{method,code} and
-  /// kiln_grpc_request_duration_seconds{method}.
+  /// One finished RPC (`method` as gRPC names it, "/kiln.v1.ModelService/ListModels"):
+  /// kiln_grpc_requests_total{grpc_service,grpc_method,code} and
+  /// kiln_grpc_request_duration_seconds{grpc_service,grpc_method}.
   void ObserveRpc(const std::string& method, const std::string& code, double seconds);
   /// kiln_upload_bytes_total: bytes received by UploadModel (stored or not).
   void AddUploadBytes(uint64_t bytes) { upload_bytes_.Increment(static_cast<double>(bytes)); }

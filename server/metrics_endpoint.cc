@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "server/listener.h"
+#include "server/process_metrics.h"
 
 namespace kiln::server {
 namespace {
@@ -74,7 +75,9 @@ std::string MetricsEndpoint::Answer(const std::string& head) const {
   const std::string path = target.substr(0, target.find('?'));
   if (path != "/metrics") return Response("404 Not Found", "text/plain", "see /metrics\n");
   std::ostringstream body;
-  prometheus::TextSerializer().Serialize(body, registry_->Collect());
+  auto families = registry_->Collect();
+  for (auto& f : ProcessMetricFamilies()) families.push_back(std::move(f));  // process_* (server/process_metrics.h)
+  prometheus::TextSerializer().Serialize(body, families);
   std::string answer = Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", body.str());
   if (method == "HEAD") answer.resize(answer.find("\r\n\r\n") + 4);
   return answer;

@@ -8,6 +8,8 @@
 //   * at most `max_clients` are open; a new client then closes the oldest one;
 //   * request heads over 8 KiB are answered 431 and closed.
 // Every answer closes the connection (HTTP/1.0 style, as Prometheus' scraper accepts).
+// The answer holds the registry's families and the process_* ones (server/process_metrics.h);
+// no exposer_* series (prometheus-cpp's Exposer is not used).
 #pragma once
 
 #include <prometheus/registry.h>

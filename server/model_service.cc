@@ -127,7 +127,7 @@ class ModelServiceImpl::UploadReactor final
     std::string reserved = upload_ ? std::to_string(upload_->declared_bytes()) + " declared bytes" : "nothing";
     AbortLocked(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                              "upload sent no bytes for " + std::to_string(timeout.count()) +
-                                 " ms (upload_idle_timeout_seconds); ended, freeing " + reserved));
+                                 " ms (--upload-idle-timeout); ended, freeing " + reserved));
   }
 
   void OnDone() override {

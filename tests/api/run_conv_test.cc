@@ -340,6 +340,24 @@ TEST(CompileApi, FlagsAndTheCompileName) {
   EXPECT_EQ(CompileModelName(info, info.model_id), "aaaaaaaaaaaa");
 }
 
+// RunConvLayersRequest.tt_emu_level: the request's level, else the devices' setting, else the
+// backend's declared default; refused for another backend or an unknown level.
+TEST(RunConvApi, TtEmuLevelResolution) {
+  kiln::v1::RunConvLayersRequest r;
+  EXPECT_EQ(ResolveTtEmuLevel(r, {}).value(), "exact");  // default backend tt-emu, its default level
+  EXPECT_EQ(ResolveTtEmuLevel(r, {{"level", "fast"}}).value(), "fast");
+  r.set_tt_emu_level("Exact");
+  EXPECT_EQ(ResolveTtEmuLevel(r, {{"level", "fast"}}).value(), "exact");
+  r.set_tt_emu_level("Turbo");
+  auto bad = ResolveTtEmuLevel(r, {});
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), "tt_emu_level: unknown tt-emu level 'Turbo' (expected exact, fast)");
+  r.set_backend("reference");
+  EXPECT_EQ(ResolveTtEmuLevel(r, {}).status().code(), StatusCode::kInvalidArgument);
+  r.clear_tt_emu_level();
+  EXPECT_EQ(ResolveTtEmuLevel(r, {{"level", "fast"}}).value(), "");  // not a tt-emu run
+}
+
 TEST(LanesApi, KilndSchedulerFromItsConfiguration) {
   KilndSchedule k;
   k.devices = "tt-emu:1,reference:2";

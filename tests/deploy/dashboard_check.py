@@ -47,11 +47,20 @@ def panel_queries(dash):
 
 
 def metric_names(expr):
-    """kiln_ metric family names referenced by an expression (histogram suffixes stripped)."""
+    """kiln_ and process_ metric family names referenced by an expression (histogram suffixes
+    stripped)."""
     names = set()
-    for m in re.findall(r"\bkiln_[a-z0-9_]+", expr):
+    for m in re.findall(r"\b(?:kiln|process)_[a-z0-9_]+", expr):
         names.add(re.sub(r"_(bucket|sum|count)$", "", m))
     return names
+
+
+# Labels kilnd no longer exports: `method` became grpc_service + grpc_method.
+GONE_LABEL = re.compile(r"(?:\bby \(|\{|,)\s*(?:[a-z_]+\s*,\s*)*method\b|\$labels\.method\b|\{\{\s*method\s*\}\}")
+
+
+def gone_labels(text):
+    return bool(GONE_LABEL.search(text))
 
 
 def check(dash, alerts_text):
@@ -93,6 +102,8 @@ def check(dash, alerts_text):
         for t in p.get("targets", []):
             if "$job" not in t["expr"] or "$instance" not in t["expr"]:
                 errors.append(f"panel '{p['title']}' {t['refId']}: query ignores $job/$instance")
+            if gone_labels(t["expr"]) or gone_labels(t.get("legendFormat", "")):
+                errors.append(f"panel '{p['title']}' {t['refId']}: label 'method' is now grpc_service/grpc_method")
 
     queries = panel_queries(dash)
     used = set()
@@ -108,6 +119,8 @@ def check(dash, alerts_text):
 
     for n in metric_names(alerts_text) - set(metrics):
         errors.append(f"alert rules use unknown metric {n}")
+    if gone_labels(alerts_text):
+        errors.append("alert rules use label 'method', now grpc_service/grpc_method")
     for required in ("KilnInstanceDown", "KilnHighErrorRatio", "KilnHighLatencyP99", "KilnDeviceQueueSaturated"):
         if f"alert: {required}" not in alerts_text:
             errors.append(f"alert {required} missing")
@@ -148,6 +161,9 @@ def self_test(dash, alerts_text):
         ("overlap", lambda d: d["panels"][first + 1].update(gridPos=dict(d["panels"][first]["gridPos"])), "overlaps"),
         ("no $job", lambda d: d["panels"][first]["targets"][0].update(
             expr=d["panels"][first]["targets"][0]["expr"].replace('job="$job", ', "")), "ignores $job/$instance"),
+        ("old method label", lambda d: d["panels"][first]["targets"][0].update(
+            expr='sum by (method) (rate(kiln_grpc_requests_total{job="$job", instance=~"$instance"}[5m]))'),
+         "label 'method' is now grpc_service/grpc_method"),
         ("metric not shown", lambda d: d.update(panels=[p for p in d["panels"]
             if not any("kiln_upload_bytes_total" in t["expr"] for t in p.get("targets", []))]), "no dashboard panel shows kiln_upload_bytes_total"),
     ]

@@ -272,8 +272,13 @@ scrape_configs:
         # ---- Prometheus's data agrees with kilnd's /metrics
         _, text = http_get(f"http://{metrics_addr}/metrics")
         direct = parse_metrics(text)
-        exposed = {re.sub(r"_(bucket|sum|count)$", "", n) for n, _ in direct if n.startswith("kiln_")}
+        exposed = {re.sub(r"_(bucket|sum|count)$", "", n) for n, _ in direct if n.startswith(("kiln_", "process_"))}
         failures = []
+        # /metrics is kilnd's own endpoint: none of prometheus-cpp Exposer's series
+        failures += [f"{n}: an exposer_ series is served" for n, _ in direct if n.startswith("exposer_")]
+        # the gRPC series carry grpc_service/grpc_method, never the old full-name label
+        failures += [f"{n}{dict(labels)}: label 'method'" for n, labels in direct
+                     if n.startswith("kiln_grpc_") and any(k == "method" for k, _ in labels)]
         # every family kilnd exposes, and every one the list expects, has data in Prometheus
         for name in sorted(exposed | set(expected)):
             if name not in exposed:
@@ -307,11 +312,17 @@ scrape_configs:
         check('kiln_compile_duration_seconds_count{job="kiln", target="ai8x"}', 2)  # cache hits are not compiles
         check('kiln_compile_cache_hits_total{job="kiln"}', 1)
         check('kiln_compile_cache_misses_total{job="kiln"}', 2)
-        check('kiln_grpc_requests_total{job="kiln", method="/kiln.v1.ModelService/UploadModel", code="OK"}', len(sizes))
-        check('kiln_grpc_requests_total{job="kiln", method="/kiln.v1.CompileService/CompileAi8x", code="OK"}', 3)
-        check('sum(kiln_grpc_requests_total{job="kiln", method="/kiln.v1.ModelService/GetModel", code="NOT_FOUND"})', 2)
-        check('kiln_grpc_request_duration_seconds_count{job="kiln", method="/kiln.v1.ModelService/ListModels"}', 2)
+        check('kiln_grpc_requests_total{job="kiln", grpc_service="kiln.v1.ModelService", grpc_method="UploadModel", code="OK"}', len(sizes))
+        check('kiln_grpc_requests_total{job="kiln", grpc_service="kiln.v1.CompileService", grpc_method="CompileAi8x", code="OK"}', 3)
+        check('sum(kiln_grpc_requests_total{job="kiln", grpc_service="kiln.v1.ModelService", grpc_method="GetModel", code="NOT_FOUND"})', 2)
+        check('kiln_grpc_request_duration_seconds_count{job="kiln", grpc_service="kiln.v1.ModelService", grpc_method="ListModels"}', 2)
         check('increase(kiln_compile_total{job="kiln", result="ok"}[1m]) > 0', 1, tol=1.5)
+        # process_*: kilnd started within this test, holds some descriptors below its limit
+        check('time() - process_start_time_seconds{job="kiln"} < bool 300', 1)
+        check('process_open_fds{job="kiln"} > bool 5', 1)
+        check('process_open_fds{job="kiln"} < bool process_max_fds{job="kiln"}', 1)
+        check('process_resident_memory_bytes{job="kiln"} > bool 1e6', 1)
+        check('process_cpu_seconds_total{job="kiln"} > bool 0', 1)
         if args.devices:
             check('sum(kiln_device_jobs_total{job="kiln", backend="tt-emu", status="OK"})', 4)
             check('sum(kiln_device_jobs_total{job="kiln", backend="reference", status="OK"})', 2)
@@ -321,7 +332,7 @@ scrape_configs:
             check('kiln:devices:count{backend="tt-emu"}', 2)
             check('kiln:devices:count{backend="reference"}', 1)
             # `kiln run` submits and watches a job (JobService)
-            check('kiln_grpc_requests_total{job="kiln", method="/kiln.v1.JobService/SubmitRun", code="OK"}', 6)
+            check('kiln_grpc_requests_total{job="kiln", grpc_service="kiln.v1.JobService", grpc_method="SubmitRun", code="OK"}', 6)
             check('kiln_jobs{job="kiln", state="succeeded"}', 6)
             check('sum(kiln_job_attempts_total{job="kiln", result="succeeded"})', 6)
         # the values Prometheus holds are the ones kilnd serves

@@ -673,11 +673,82 @@ TEST_F(JobE2E, CliRetriesAFullQueue) {
   EXPECT_EQ(rc, 0) << c;
   EXPECT_EQ(c.rfind("j-", 0), 0u) << c;
   auto m = Scrape();
-  EXPECT_GE((m["kiln_grpc_requests_total{code=\"RESOURCE_EXHAUSTED\",method=\"/kiln.v1.JobService/SubmitRun\"}"]), 1);
+  EXPECT_GE((m["kiln_grpc_requests_total{code=\"RESOURCE_EXHAUSTED\",grpc_method=\"SubmitRun\",grpc_service=\"kiln.v1.JobService\"}"]), 1);
   grpc::ClientContext ctx;
   kiln::v1::ListJobsResponse list;
   ASSERT_TRUE(jobs_->ListJobs(&ctx, kiln::v1::ListJobsRequest(), &list).ok());
   EXPECT_EQ(list.jobs_size(), 3);  // the retries made no second job
+}
+
+// --tt-emu-level is a per-request option (RunConvLayersRequest.tt_emu_level) the server honours
+// on its tt-emu workers, whatever its own --tt-emu-level, and reports in the response.
+TEST_F(JobE2E, TtEmuLevelPerRequest) {
+  Start({"--devices", "tt-emu:1,reference:1", "--tt-emu-level", "exact"});
+  const std::string name = "conv_autopad_same_upper_d2_s1";
+  const std::string id = UploadCase(name);
+  kiln::v1::RunConvLayersRequest req = RunOf(id, "tt-emu").run();
+  auto t = device::ReadNpy(kCases + name + ".input.npy");
+  ASSERT_TRUE(t.ok());
+  api::ToProto("X", *t->ToFloat32(), req.add_inputs());
+  // A bf16 Dst: the fast level's fp32 accumulation differs from the card's per-MVMUL rounding
+  // (device/backends/tt_emu/tt_conv.h), so the outputs tell the levels apart.
+  req.mutable_precision()->set_fp32_dest_acc_en(false);
+  req.set_skip_reference(true);
+  auto run = [&](const std::string& level, kiln::v1::RunConvLayersResponse* resp) {
+    kiln::v1::RunConvLayersRequest r = req;
+    r.set_tt_emu_level(level);
+    grpc::ClientContext ctx;
+    return devices_->RunConvLayers(&ctx, r, resp);
+  };
+  kiln::v1::RunConvLayersResponse server_default, exact, fast;
+  ASSERT_TRUE(run("", &server_default).ok());
+  ASSERT_TRUE(run("exact", &exact).ok());
+  ASSERT_TRUE(run("fast", &fast).ok());
+  EXPECT_EQ(server_default.tt_emu_level(), "exact");
+  EXPECT_EQ(exact.tt_emu_level(), "exact");
+  EXPECT_EQ(fast.tt_emu_level(), "fast");
+  EXPECT_EQ(OutputsDigest(server_default), OutputsDigest(exact));
+  EXPECT_NE(OutputsDigest(fast), OutputsDigest(exact));
+  EXPECT_EQ(fast.device(), "tt-emu:0");  // on the server's worker, with its own level
+
+  kiln::v1::RunConvLayersResponse bad;
+  grpc::Status st = run("turbo", &bad);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("tt_emu_level: unknown tt-emu level 'turbo'"), std::string::npos)
+      << st.error_message();
+  req.set_backend("reference");
+  st = run("fast", &bad);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("applies to backend tt-emu only"), std::string::npos) << st.error_message();
+  // A job is refused at submission, not failed later.
+  kiln::v1::SubmitRunRequest submit = RunOf(id, "tt-emu");
+  submit.mutable_run()->set_tt_emu_level("turbo");
+  kiln::v1::Job job;
+  st = Submit(submit, &job);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+
+  // The CLI sends it (it only applied to --local before) and prints what the server used.
+  const std::string server = kilnd_->grpc_address();
+  int rc = -1;
+  std::string out = Kiln(server, "run " + name + " --tt-emu-level fast --skip-reference --report json", &rc, false);
+  EXPECT_NE(out.find("\"tt_emu_level\": \"fast\""), std::string::npos) << out;
+  out = Kiln(server, "run " + name + " --skip-reference", &rc, false);
+  EXPECT_NE(out.find("tt-emu level: exact\n"), std::string::npos) << out;
+  out = Kiln(server, "run " + name + " --tt-emu-level turbo", &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("turbo"), std::string::npos) << out;
+
+  // The other way round: a server at fast runs "" at fast and "exact" at exact.
+  EXPECT_EQ(kilnd_->Stop(), 0);
+  Start({"--devices", "tt-emu:1,reference:1", "--tt-emu-level", "fast"});
+  req.set_backend("tt-emu");
+  kiln::v1::RunConvLayersResponse fast_default, exact_asked;
+  ASSERT_TRUE(run("", &fast_default).ok());
+  ASSERT_TRUE(run("exact", &exact_asked).ok());
+  EXPECT_EQ(fast_default.tt_emu_level(), "fast");
+  EXPECT_EQ(exact_asked.tt_emu_level(), "exact");
+  EXPECT_EQ(OutputsDigest(fast_default), OutputsDigest(fast));
+  EXPECT_EQ(OutputsDigest(exact_asked), OutputsDigest(exact));
 }
 
 }  // namespace

@@ -255,14 +255,48 @@ TEST_F(KilndE2E, MetricsCountersRise) {
     ASSERT_TRUE(stub->ListModels(&ctx, {}, &list).ok());
   }
   auto after = Scrape(*k);
+  // grpc_service and grpc_method, split from gRPC's "/kiln.v1.ModelService/ListModels".
   const std::string list_ok =
-      "kiln_grpc_requests_total{code=\"OK\",method=\"/kiln.v1.ModelService/ListModels\"}";
+      "kiln_grpc_requests_total{code=\"OK\",grpc_method=\"ListModels\",grpc_service=\"kiln.v1.ModelService\"}";
   EXPECT_EQ(after[list_ok] - before[list_ok], 3);
-  EXPECT_EQ(after["kiln_grpc_requests_total{code=\"OK\",method=\"/kiln.v1.ModelService/UploadModel\"}"], 1);
+  EXPECT_EQ(after["kiln_grpc_requests_total{code=\"OK\",grpc_method=\"UploadModel\",grpc_service=\"kiln.v1.ModelService\"}"], 1);
   EXPECT_EQ(after["kiln_upload_bytes_total"], static_cast<double>(bytes.size()));
   EXPECT_EQ(after["kiln_model_store_models"], 1);
   EXPECT_EQ(after["kiln_model_store_bytes"], static_cast<double>(bytes.size()));
-  EXPECT_EQ(after["kiln_grpc_request_duration_seconds_count{method=\"/kiln.v1.ModelService/ListModels\"}"], 3);
+  EXPECT_EQ(after["kiln_grpc_request_duration_seconds_count{grpc_method=\"ListModels\",grpc_service=\"kiln.v1.ModelService\"}"], 3);
+  for (const auto& [key, value] : after) {
+    EXPECT_NE(key.rfind("exposer_", 0), 0u) << key;  // our own endpoint: no prometheus-cpp Exposer series
+    EXPECT_EQ(key.find("method=\"/"), std::string::npos) << key;
+  }
+  EXPECT_EQ(k->Stop(), 0);
+}
+
+// The standard process_* series, read from /proc/self of the running kilnd.
+TEST_F(KilndE2E, MetricsProcessSeries) {
+  const double started = static_cast<double>(
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  auto k = Start();
+  auto m = Scrape(*k);
+  for (const char* name : {"process_cpu_seconds_total", "process_resident_memory_bytes", "process_virtual_memory_bytes",
+                           "process_open_fds", "process_max_fds", "process_start_time_seconds"}) {
+    EXPECT_EQ(m.count(name), 1u) << name;
+  }
+  // Start time: this second or the next (the clock-tick rounding of /proc/self/stat aside).
+  EXPECT_GE(m["process_start_time_seconds"], started - 2);
+  EXPECT_LE(m["process_start_time_seconds"], started + 20);
+  // kilnd holds its listeners, the store and gRPC's pipes; the limit is RLIMIT_NOFILE's soft value.
+  int fds = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/" + std::to_string(k->pid()) + "/fd")) ++fds;
+  EXPECT_GT(m["process_open_fds"], 5);
+  EXPECT_NEAR(m["process_open_fds"], fds, 8);
+  EXPECT_GT(m["process_max_fds"], m["process_open_fds"]);
+  EXPECT_GT(m["process_resident_memory_bytes"], 1 << 20);
+  EXPECT_GE(m["process_virtual_memory_bytes"], m["process_resident_memory_bytes"]);
+  EXPECT_GE(m["process_cpu_seconds_total"], 0);
+  // The text format's TYPE lines say counter / gauge.
+  const std::string text = HttpGet(k->metrics_address(), "/metrics");
+  EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE process_open_fds gauge"), std::string::npos);
   EXPECT_EQ(k->Stop(), 0);
 }
 
@@ -341,6 +375,114 @@ TEST_F(KilndE2E, CliUploadListAndHealth) {
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("NOT_FOUND"), std::string::npos) << out;
   EXPECT_EQ(k->Stop(), 0);
+}
+
+// Runs `command` through the shell with stderr folded into the result; *rc is its exit status.
+static std::string Shell(const std::string& command, int* rc) {
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  *rc = WEXITSTATUS(pclose(p));
+  return out;
+}
+
+// Connection options after the subcommand, --version, and the token from a file (kilnd's and
+// kiln's) or the environment, never from the command line.
+TEST_F(KilndE2E, CliOptionsAfterTheSubcommandVersionAndTokenFile) {
+  const std::string token_file = (dir_ / "token").string();
+  std::ofstream(token_file) << "  s3cret\n";
+  auto k = Start({"--token-file", token_file});
+  // `env` clears the variables the test may inherit, then sets `vars`.
+  auto kiln_with = [](const std::string& vars) {
+    return "env -u KILN_TOKEN -u KILN_TOKEN_FILE -u KILN_SERVER " + vars + " " + std::string(KILN_BINARY);
+  };
+  const std::string kiln = kiln_with("");
+  const std::string server = " --server " + k->grpc_address();
+  int rc = -1;
+  std::string out = Shell(kiln + " --version", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(out, "kiln " KILN_VERSION "\n");
+  out = Shell(kiln + " models" + server + " --token-file " + token_file, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out.rfind("MODEL_ID", 0), 0u) << out;
+  out = Shell(kiln + " --token-file " + token_file + " models" + server, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  out = Shell(kiln + " models" + server, &rc);  // no token
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("UNAUTHENTICATED"), std::string::npos) << out;
+  out = Shell(kiln_with("KILN_TOKEN_FILE=" + token_file) + " models" + server, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  out = Shell(kiln_with("KILN_TOKEN=s3cret") + " models" + server, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  out = Shell(kiln + " models" + server + " --token-file " + (dir_ / "nope").string(), &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("cannot read --token-file"), std::string::npos) << out;
+  out = Shell(kiln + " models" + server + " --token s3cret --token-file " + token_file, &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("excludes"), std::string::npos) << out;
+  EXPECT_EQ(k->Stop(), 0);
+}
+
+// `kiln health --service NAME` for every service kilnd registers; an unknown one is NOT_FOUND.
+TEST_F(KilndE2E, CliHealthOfEachService) {
+  auto k = Start();
+  const std::string kiln = std::string(KILN_BINARY) + " health --server " + k->grpc_address();
+  int rc = -1;
+  for (const char* service : {"kiln.v1.ModelService", "kiln.v1.CompileService", "kiln.v1.DeviceService",
+                              "kiln.v1.JobService"}) {
+    std::string out = Shell(kiln + " --service " + service, &rc);
+    EXPECT_EQ(rc, 0) << service << ": " << out;
+    EXPECT_EQ(out, "SERVING\n") << service;
+  }
+  std::string out = Shell(kiln + " --service kiln.v1.NoSuchService", &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("NOT_FOUND"), std::string::npos) << out;
+  EXPECT_EQ(k->Stop(), 0);
+}
+
+// kilnd's YAML keys are its flags' names; a former key still works with a warning; an unknown key
+// lists the known ones; --help shows every setting's type and default.
+TEST_F(KilndE2E, ConfigKeysAreFlagNames) {
+  const std::string cfg = (dir_ / "kiln.yaml").string();
+  const std::string log = (dir_ / "kilnd.log").string();
+  const std::vector<std::string> base = {"--config", cfg, "--listen", "127.0.0.1:0", "--metrics-listen",
+                                         "127.0.0.1:0", "--data-dir", (dir_ / "data").string()};
+  std::ofstream(cfg) << "shutdown_grace: 3\nupload_idle_timeout: 7\nconnection_idle_timeout: 60\n";
+  {
+    KilndProcess k(KILND_BINARY, base, log);
+    EXPECT_EQ(k.Stop(), 0);
+    EXPECT_NE(ReadFileBytes(log).find("draining for up to 3 s"), std::string::npos) << ReadFileBytes(log);
+  }
+  std::ofstream(cfg) << "shutdown_grace_seconds: 4\n";
+  {
+    KilndProcess k(KILND_BINARY, base, log);
+    EXPECT_EQ(k.Stop(), 0);
+    const std::string text = ReadFileBytes(log);
+    EXPECT_NE(text.find("key 'shutdown_grace_seconds' is deprecated, use 'shutdown_grace'"), std::string::npos) << text;
+    EXPECT_NE(text.find("draining for up to 4 s"), std::string::npos) << text;
+  }
+  std::string args;
+  for (const auto& a : base) args += " " + a;
+  int rc = -1;
+  std::ofstream(cfg) << "shutdown_grace_secs: 4\n";
+  std::string out = Shell(std::string(KILND_BINARY) + args, &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("unknown key 'shutdown_grace_secs'; the keys are listen, metrics_listen, data_dir,"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find(", shutdown_grace,"), std::string::npos) << out;
+  std::ofstream(cfg) << "shutdown_grace: 1\nshutdown_grace_seconds: 2\n";
+  out = Shell(std::string(KILND_BINARY) + args, &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("both set --shutdown-grace"), std::string::npos) << out;
+
+  out = Shell(std::string(KILND_BINARY) + " --help", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("--shutdown-grace SECONDS=10 (seconds)"), std::string::npos) << out;
+  EXPECT_NE(out.find("--max-model-bytes BYTES="), std::string::npos) << out;
+  EXPECT_NE(out.find("--listen HOST:PORT=127.0.0.1:50051"), std::string::npos) << out;
+  EXPECT_NE(out.find("(env KILN_SHUTDOWN_GRACE)"), std::string::npos) << out;
 }
 
 // `kiln compile FILE` without --arch: the arch is the factory the ai8x-training export name
