@@ -21,6 +21,14 @@ Result<std::string> ReadTokenFile(const std::string& path, const char* what) {
   return token;
 }
 
+Result<std::string> ReadPem(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidArgument(std::string("cannot read ") + flag + " file '" + path + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 }  // namespace
 
 Result<std::string> ResolveToken(const std::string& flag, const std::string& file) {
@@ -45,13 +53,27 @@ Result<std::shared_ptr<grpc::Channel>> Connect(const ClientOptions& options) {
     "retryPolicy": {"maxAttempts": 5, "initialBackoff": "1s", "maxBackoff": "30s", "backoffMultiplier": 2,
                     "retryableStatusCodes": ["RESOURCE_EXHAUSTED", "UNAVAILABLE"]}}]})");
   std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return InvalidArgument("--tls-cert and --tls-key must be given together");
+  }
+  if (!options.tls_cert.empty() && options.tls_ca.empty()) {
+    return InvalidArgument("--tls-cert needs --tls-ca (the CA that signed kilnd's certificate)");
+  }
   if (!options.tls_ca.empty()) {
-    std::ifstream in(options.tls_ca, std::ios::binary);
-    if (!in) return InvalidArgument("cannot read --tls-ca file '" + options.tls_ca + "'");
-    std::ostringstream ss;
-    ss << in.rdbuf();
     grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = ss.str();
+    auto ca = ReadPem(options.tls_ca, "--tls-ca");
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+    if (!options.tls_cert.empty()) {
+      // Mutual TLS (kilnd --tls-client-ca): kilnd refuses the handshake unless this chain is signed
+      // by its client CA; a bad pair shows as UNAVAILABLE at the first call.
+      auto cert = ReadPem(options.tls_cert, "--tls-cert");
+      if (!cert.ok()) return cert.status();
+      auto key = ReadPem(options.tls_key, "--tls-key");
+      if (!key.ok()) return key.status();
+      ssl.pem_cert_chain = *cert;
+      ssl.pem_private_key = *key;
+    }
     creds = grpc::SslCredentials(ssl);
   } else {
     creds = grpc::InsecureChannelCredentials();

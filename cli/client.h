@@ -14,6 +14,11 @@ struct ClientOptions {
   std::string server = "127.0.0.1:50051";  ///< --server / KILN_SERVER
   std::string token;                        ///< ResolveToken's: sent as "Bearer <token>"
   std::string tls_ca;                       ///< --tls-ca / KILN_TLS_CA: PEM roots; enables TLS
+  /// --tls-cert / KILN_TLS_CLIENT_CERT and --tls-key / KILN_TLS_CLIENT_KEY: this client's PEM
+  /// certificate chain and key, for a kilnd started with --tls-client-ca (mutual TLS). Both or
+  /// neither, and only with tls_ca. (Not KILN_TLS_CERT: that is kilnd's own certificate.)
+  std::string tls_cert;
+  std::string tls_key;
   double timeout_seconds = 0;               ///< per-RPC deadline; 0 = none
   /// Largest message sent or received (conv outputs can be large); --max-message-bytes.
   int max_message_bytes = 256 << 20;
@@ -25,7 +30,8 @@ struct ClientOptions {
 /// read or holds no token.
 Result<std::string> ResolveToken(const std::string& flag, const std::string& file);
 
-/// Opens a channel to kilnd. INVALID_ARGUMENT when the CA file cannot be read.
+/// Opens a channel to kilnd. INVALID_ARGUMENT when the CA, certificate or key file cannot be
+/// read, or tls_cert/tls_key are given without each other or without tls_ca.
 Result<std::shared_ptr<grpc::Channel>> Connect(const ClientOptions& options);
 
 /// Applies token and deadline to a new call context.

@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   kiln::cli::ClientOptions options;
   if (const char* v = std::getenv("KILN_SERVER")) options.server = v;
   if (const char* v = std::getenv("KILN_TLS_CA")) options.tls_ca = v;
+  if (const char* v = std::getenv("KILN_TLS_CLIENT_CERT")) options.tls_cert = v;
+  if (const char* v = std::getenv("KILN_TLS_CLIENT_KEY")) options.tls_key = v;
   std::string token_flag, token_file;
   app.add_option("--server", options.server, "kilnd address host:port (env KILN_SERVER)")->capture_default_str();
   auto* token_opt = app.add_option(
@@ -28,6 +30,10 @@ int main(int argc, char** argv) {
                  "file holding the bearer token, surrounding whitespace ignored (env KILN_TOKEN_FILE)")
       ->excludes(token_opt);
   app.add_option("--tls-ca", options.tls_ca, "PEM CA certificate; enables TLS (env KILN_TLS_CA)");
+  app.add_option("--tls-cert", options.tls_cert,
+                 "PEM client certificate chain for mutual TLS (kilnd --tls-client-ca); with --tls-key and "
+                 "--tls-ca (env KILN_TLS_CLIENT_CERT)");
+  app.add_option("--tls-key", options.tls_key, "PEM private key of --tls-cert (env KILN_TLS_CLIENT_KEY)");
   app.add_option("--timeout", options.timeout_seconds, "per-call deadline in seconds (0 = none)")
       ->capture_default_str();
   app.add_option("--max-message-bytes", options.max_message_bytes, "largest gRPC message sent or received")

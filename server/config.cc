@@ -174,6 +174,11 @@ const std::vector<Setting>& Settings() {
       {"--tls-key", "KILN_TLS_KEY", nullptr, "PEM private key for --tls-cert",
        [](Config& c, const std::string& v) { c.tls_key = v; return std::string(); },
        [](const Config& c) { return std::string(Or(c.tls_key, "(none)")); }, "FILE"},
+      {"--tls-client-ca", "KILN_TLS_CLIENT_CA", nullptr,
+       "PEM CA certificates: with --tls-cert, every client must present a certificate signed by one of them "
+       "(mutual TLS), whose identity is then its principal",
+       [](Config& c, const std::string& v) { c.tls_client_ca = v; return std::string(); },
+       [](const Config& c) { return std::string(Or(c.tls_client_ca, "(none: no client certificates)")); }, "FILE"},
       {"--token", "KILN_TOKEN", nullptr,
        "require 'authorization: Bearer <token>' on every RPC but health",
        [](Config& c, const std::string& v) { c.token = v; return std::string(); },
@@ -272,7 +277,7 @@ const std::vector<Setting>& Settings() {
        [](Config& c, const std::string& v) { return ParseRange(v, 1, 1000000, &c.job_max_queued); },
        [](const Config& c) { return std::to_string(c.job_max_queued); }, "COUNT"},
       {"--job-max-queued-per-client", "KILN_JOB_MAX_QUEUED_PER_CLIENT", nullptr,
-       "queued jobs of one client (x-kiln-client, else its address)",
+       "queued jobs of one principal (TLS client certificate, else peer address); x-kiln-client only splits it",
        [](Config& c, const std::string& v) { return ParseRange(v, 1, 1000000, &c.job_max_queued_per_client); },
        [](const Config& c) { return std::to_string(c.job_max_queued_per_client); }, "COUNT"},
       {"--job-max-attempts", "KILN_JOB_MAX_ATTEMPTS", nullptr,
@@ -507,6 +512,10 @@ Result<Config> LoadConfig(int argc, char** argv) {
   KILN_RETURN_IF_ERROR(LoadDatabaseUrl(config));
   if (config.tls_cert.empty() != config.tls_key.empty()) {
     return InvalidArgument("--tls-cert and --tls-key must be given together");
+  }
+  if (!config.tls_client_ca.empty() && config.tls_cert.empty()) {
+    return InvalidArgument("--tls-client-ca needs --tls-cert and --tls-key: client certificates are only asked for "
+                           "over TLS");
   }
   return config;
 }

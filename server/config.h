@@ -37,6 +37,9 @@ struct Config {
   uint64_t list_page_size = 1000;
   std::string tls_cert;  ///< PEM file; with tls_key enables TLS
   std::string tls_key;
+  /// PEM CA bundle (--tls-client-ca): with TLS, require and verify a client certificate signed by
+  /// it (mutual TLS); the certificate's identity is then the principal (server/rpc_context.h).
+  std::string tls_client_ca;
   std::string token;     ///< bearer token (--token or --token-file); empty = no authentication
   double shutdown_grace_seconds = 10;
   std::string log_level = "info";

@@ -336,6 +336,45 @@ class AuthAndTlsTest(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
 
+    def test_mutual_tls(self) -> None:
+        """kilnd --tls-client-ca: a certificate from that CA is required, and its CN is the principal."""
+        tmp = tempfile.mkdtemp(prefix="kiln-python-mtls-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        p = lambda name: os.path.join(tmp, name)  # noqa: E731
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        run = lambda *args: subprocess.run(["openssl", *args], check=True, capture_output=True)  # noqa: E731
+        run("req", "-x509", *ec, "-days", "1", "-subj", "/CN=localhost",
+            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", p("server.key"), "-out", p("server.pem"))
+        for ca in ("ca", "other-ca"):
+            run("req", "-x509", *ec, "-days", "1", "-subj", f"/CN={ca}", "-keyout", p(f"{ca}.key"), "-out", p(f"{ca}.pem"))
+        for name, ca in (("carol", "ca"), ("mallory", "other-ca")):
+            run("req", "-new", *ec, "-subj", f"/CN={name}", "-keyout", p(f"{name}.key"), "-out", p(f"{name}.csr"))
+            run("x509", "-req", "-in", p(f"{name}.csr"), "-CA", p(f"{ca}.pem"), "-CAkey", p(f"{ca}.key"),
+                "-CAcreateserial", "-days", "1", "-out", p(f"{name}.pem"))
+        server = Kilnd("--devices", "reference:1", "--tls-cert", p("server.pem"), "--tls-key", p("server.key"),
+                       "--tls-client-ca", p("ca.pem"))
+        try:
+            data = (CASES / "conv_relu.onnx").read_bytes()
+            for cert, key in ((None, None), (p("mallory.pem"), p("mallory.key"))):
+                with Client(server.address, tls_ca=p("server.pem"), tls_cert=cert, tls_key=key, timeout=10) as kiln:
+                    with self.assertRaises(KilnError) as ctx:
+                        kiln.upload(data, "conv_relu")
+                    self.assertEqual(ctx.exception.code, grpc.StatusCode.UNAVAILABLE, ctx.exception.message)
+            with Client(server.address, tls_ca=p("server.pem"), tls_cert=Path(p("carol.pem")).read_bytes(),
+                        tls_key=p("carol.key"), client_id="nb1") as kiln:
+                up = kiln.upload(data, "conv_relu")
+                job = kiln.submit(up.model_id, backend="reference", skip_reference=True)
+                self.assertTrue(job.client.startswith("cert:carol"), job.client)
+                self.assertIn("nb1", job.client)
+                self.assertEqual(kiln.wait(job.job_id).state, job_pb2.SUCCEEDED)
+            for kwargs in ({"tls_cert": p("carol.pem")}, {"tls_cert": p("carol.pem"), "tls_key": p("carol.key")}):
+                with self.assertRaises(KilnError) as ctx:
+                    Client(server.address, tls_ca=None if len(kwargs) == 2 else p("server.pem"), **kwargs)
+                self.assertEqual(ctx.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
 class JobTest(Base):
     def test_sweep_watch_result(self) -> None:
         model = self.upload_case("sibling_convs")

@@ -76,17 +76,33 @@ class RunResult:
     requested_precision: Optional[device_pb2.Precision] = None  # jobs: the configuration as requested
 
 
+def _read_pem(value: Union[str, "os.PathLike[str]", bytes], what: str) -> bytes:
+    """PEM bytes given as such or as a path; INVALID_ARGUMENT naming the argument when unreadable."""
+    if isinstance(value, bytes):
+        return value
+    try:
+        return Path(value).read_bytes()
+    except OSError as e:
+        raise KilnError(grpc.StatusCode.INVALID_ARGUMENT,
+                        f"cannot read {what} file '{os.fspath(value)}': {e.strerror}") from e
+
+
 class Client:
     """A connection to kilnd at `address` ("host:port").
 
     token: sent as "authorization: Bearer <token>" (kilnd --token). tls_ca: PEM root
     certificates (a path or the bytes) to verify kilnd's TLS certificate; None = plaintext.
+    tls_cert, tls_key: this client's PEM certificate chain and private key (paths or bytes) for
+    mutual TLS (kilnd --tls-client-ca); both or neither, and only with tls_ca. kilnd then takes
+    the certificate's identity as this client's principal.
     client_id: sent as x-kiln-client, a sub-key that splits this principal's queue share.
     timeout: per-call deadline in seconds (None = none). Use as a context manager or call close().
     """
 
     def __init__(self, address: str, token: Optional[str] = None,
                  tls_ca: Union[str, "os.PathLike[str]", bytes, None] = None, *,
+                 tls_cert: Union[str, "os.PathLike[str]", bytes, None] = None,
+                 tls_key: Union[str, "os.PathLike[str]", bytes, None] = None,
                  client_id: Optional[str] = None, timeout: Optional[float] = None,
                  max_message_bytes: int = 256 << 20) -> None:
         options = [("grpc.max_receive_message_length", max_message_bytes),
@@ -94,18 +110,18 @@ class Client:
                    ("grpc.primary_user_agent", f"kiln-python/{__version__}"),
                    ("grpc.enable_retries", 1),
                    ("grpc.service_config", _SERVICE_CONFIG)]
+        if (tls_cert is None) != (tls_key is None):
+            raise KilnError(grpc.StatusCode.INVALID_ARGUMENT, "tls_cert and tls_key must be given together")
+        if tls_cert is not None and tls_ca is None:
+            raise KilnError(grpc.StatusCode.INVALID_ARGUMENT,
+                            "tls_cert needs tls_ca (the CA that signed kilnd's certificate)")
         if tls_ca is None:
             self._channel = grpc.insecure_channel(address, options=options)
         else:
-            if isinstance(tls_ca, bytes):
-                pem = tls_ca
-            else:
-                try:
-                    pem = Path(tls_ca).read_bytes()
-                except OSError as e:
-                    raise KilnError(grpc.StatusCode.INVALID_ARGUMENT,
-                                    f"cannot read tls_ca file '{os.fspath(tls_ca)}': {e.strerror}") from e
-            creds = grpc.ssl_channel_credentials(root_certificates=pem)
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=_read_pem(tls_ca, "tls_ca"),
+                private_key=None if tls_key is None else _read_pem(tls_key, "tls_key"),
+                certificate_chain=None if tls_cert is None else _read_pem(tls_cert, "tls_cert"))
             self._channel = grpc.secure_channel(address, creds, options=options)
         self._metadata: list[tuple[str, str]] = []
         if token:
