@@ -17,8 +17,10 @@ namespace kiln::server {
 /// Converts a Kiln Status to a grpc::Status (same numeric codes).
 grpc::Status ToGrpc(const Status& status);
 
-/// Who a call comes from, for fairness: "cert:<identity>" for a verified TLS client certificate,
-/// else the peer's transport address without its port ("ipv4:127.0.0.1"). Never client metadata.
+/// Who a call comes from, for fairness: "cert:<identity>" for a verified TLS client certificate
+/// (kilnd --tls-client-ca; gRPC's peer identity: the first subjectAltName, else the subject CN),
+/// else the peer's transport address without its port ("ipv4:127.0.0.1"). Never client metadata,
+/// never the bearer token (one token is shared by all clients). docs/security.md, "Fairness identity".
 std::string Principal(const grpc::ServerContextBase& context);
 
 /// The scheduler's fairness key of a call: Principal(), then, when the call carries

@@ -37,9 +37,11 @@ class MutualTls : public KilndTest {
                     name + " -keyout " + d_ + name + ".key -out " + d_ + name + ".pem >/dev/null 2>&1"),
               0);
   }
-  // A client certificate with CN=<name> (no SAN: the CN is its identity) signed by CA `ca`.
-  void MakeClient(const std::string& name, const std::string& ca) {
-    std::ofstream(d_ + "client.ext") << "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n";
+  // A client certificate with CN=<name> signed by CA `ca`; `san` ("DNS:x") adds a subjectAltName,
+  // which gRPC then reports as its identity instead of the CN.
+  void MakeClient(const std::string& name, const std::string& ca, const std::string& san = "") {
+    std::ofstream(d_ + "client.ext") << "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n"
+                                     << (san.empty() ? "" : "subjectAltName=" + san + "\n");
     ASSERT_EQ(Shell("openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=" + name +
                     " -keyout " + d_ + name + ".key -out " + d_ + name + ".csr >/dev/null 2>&1"),
               0);
@@ -48,8 +50,8 @@ class MutualTls : public KilndTest {
                     ".pem >/dev/null 2>&1"),
               0);
   }
-  // kilnd's certificate (self-signed, for 127.0.0.1), the client CA with alice and bob, and an
-  // unrelated CA with mallory.
+  // kilnd's certificate (self-signed, for 127.0.0.1), the client CA with alice (CN only) and bob
+  // (with a subjectAltName), and an unrelated CA with mallory.
   void MakeCertificates() {
     ASSERT_EQ(Shell("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
                     "-subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " + d_ +
@@ -58,7 +60,7 @@ class MutualTls : public KilndTest {
     MakeCa("clients-ca");
     MakeCa("other-ca");
     MakeClient("alice", "clients-ca");
-    MakeClient("bob", "clients-ca");
+    MakeClient("bob", "clients-ca", "DNS:bob.example");
     MakeClient("mallory", "other-ca");
   }
   std::unique_ptr<KilndProcess> StartMtls(const std::vector<std::string>& extra = {}) {
@@ -181,7 +183,7 @@ TEST_F(MutualTls, ClientCertificateIsRequiredAndIsThePrincipal) {
   // Bob has his own share.
   ASSERT_TRUE(Submit(*bob_jobs, model, "", &j).ok());
   ids.push_back(j.job_id());
-  EXPECT_EQ(j.client(), "cert:bob");
+  EXPECT_EQ(j.client(), "cert:bob.example");  // the subjectAltName, not the CN
   EXPECT_EQ(Submit(*bob_jobs, model, "x", &j).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   for (const auto& id : ids) Cancel(*alice_jobs, id);
   EXPECT_EQ(k->Stop(), 0);
