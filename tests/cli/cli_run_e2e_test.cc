@@ -167,7 +167,8 @@ TEST_F(CliRunE2E, LayerPrecisionFlagRunsThatLayerAtItsOwnPrecision) {
                                "--layer-precision conv_a:math_fidelity=LoFi --layer-precision conv_a:weights_dtype=bfloat4_b",
                                &rc, true);
   ASSERT_TRUE(rc == 0 || rc == 3) << out;
-  const auto& c = nlohmann::json::parse(out)["configurations"][0];
+  const auto doc = nlohmann::json::parse(out);
+  const auto& c = doc["configurations"][0];
   EXPECT_EQ(c["precision"]["math_fidelity"], "HiFi4");
   int named = 0;
   for (const auto& l : c["layers"]) {
