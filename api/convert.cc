@@ -4,7 +4,9 @@
 #include <google/protobuf/message.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 
 namespace kiln::api {
 
@@ -30,8 +32,23 @@ Status CheckEnumValues(const google::protobuf::Message& message, const std::stri
         if (e->FindValueByNumber(v) == nullptr) return bad(path, e, v);
       }
     } else if (f->type() == pb::FieldDescriptor::TYPE_MESSAGE) {
-      if (f->is_map()) continue;  // no request has an enum-valued map
-      if (f->is_repeated()) {
+      if (f->is_map()) {  // map<string, Message | enum> (layer_precision): path "field[key]"
+        const pb::FieldDescriptor* kf = f->message_type()->map_key();
+        const pb::FieldDescriptor* vf = f->message_type()->map_value();
+        for (int j = 0; j < r->FieldSize(message, f); ++j) {
+          const pb::Message& entry = r->GetRepeatedMessage(message, f, j);
+          const pb::Reflection* er = entry.GetReflection();
+          const std::string key = kf->type() == pb::FieldDescriptor::TYPE_STRING ? er->GetString(entry, kf)
+                                                                                 : std::to_string(j);
+          const std::string epath = path + "[" + key + "]";
+          if (vf->type() == pb::FieldDescriptor::TYPE_MESSAGE) {
+            KILN_RETURN_IF_ERROR(CheckEnumValues(er->GetMessage(entry, vf), epath));
+          } else if (vf->type() == pb::FieldDescriptor::TYPE_ENUM) {
+            const int v = er->GetEnumValue(entry, vf);
+            if (vf->enum_type()->FindValueByNumber(v) == nullptr) return bad(epath, vf->enum_type(), v);
+          }
+        }
+      } else if (f->is_repeated()) {
         for (int j = 0; j < r->FieldSize(message, f); ++j) {
           KILN_RETURN_IF_ERROR(CheckEnumValues(r->GetRepeatedMessage(message, f, j), path + "[" + std::to_string(j) + "]"));
         }
@@ -226,6 +243,12 @@ void ToProto(const device::ProgramReport& p, kiln::v1::ConvProgram* out) {
   for (const auto& n : p.notes) out->add_notes(n);
 }
 
+kiln::v1::Precision MergePrecision(const kiln::v1::Precision& base, const kiln::v1::Precision& layer) {
+  kiln::v1::Precision merged = base;
+  merged.MergeFrom(layer);  // proto3: set (non-zero / present) fields of `layer` replace base's
+  return merged;
+}
+
 void ToProto(const device::PrecisionConfig& c, kiln::v1::Precision* out) {
   out->set_math_fidelity(ToProto(c.math_fidelity));
   out->set_weights_dtype(ToProto(c.EffectiveWeightsDType()));
@@ -350,6 +373,72 @@ Result<kiln::v1::Precision> ParsePrecisionFlags(const PrecisionFlags& f) {
   p.set_fp32_partial_reload(static_cast<kiln::v1::PartialReload>(rl));
   p.set_fused_hardswish(static_cast<kiln::v1::FusedHardswish>(hs));
   return p;
+}
+
+Result<google::protobuf::Map<std::string, kiln::v1::Precision>> ParseLayerPrecisionFlags(
+    const std::vector<std::string>& specs) {
+  using F = PrecisionFlags;
+  static const std::map<std::string, std::string F::*> kText = {
+      {"math_fidelity", &F::math_fidelity},
+      {"weights_dtype", &F::weights_dtype},
+      {"input_dtype", &F::input_dtype},
+      {"output_dtype", &F::output_dtype},
+      {"fp32_dest_acc_en", &F::fp32_dest_acc_en},
+      {"packer_l1_acc", &F::packer_l1_acc},
+      {"math_approx_mode", &F::math_approx_mode},
+      {"shard_layout", &F::shard_layout},
+      {"full_inner_dim", &F::full_inner_dim},
+      {"enable_activation_reuse", &F::enable_activation_reuse},
+      {"bfp8_pack_precise", &F::bfp8_pack_precise},
+      {"host_add", &F::host_add},
+      {"input_layout", &F::input_layout},
+      {"depthwise_program", &F::depthwise_program},
+      {"fp32_partial_reload", &F::fp32_partial_reload},
+      {"fused_hardswish", &F::fused_hardswish},
+  };
+  static const std::map<std::string, int F::*> kInt = {
+      {"act_block_w", &F::act_block_w},
+      {"act_block_w_div", &F::act_block_w_div},
+      {"act_block_h_override", &F::act_block_h_override},
+  };
+  std::map<std::string, PrecisionFlags> layers;
+  for (const std::string& spec : specs) {
+    const std::string ctx = "--layer-precision " + spec;
+    const size_t eq = spec.find('=');
+    const size_t colon = eq == std::string::npos ? std::string::npos : spec.rfind(':', eq);
+    if (eq == std::string::npos || colon == std::string::npos || colon == 0 || colon + 1 == eq) {
+      return InvalidArgument(ctx + ": expected LAYER:KEY=VALUE (e.g. conv1:math_fidelity=LoFi)");
+    }
+    const std::string layer = spec.substr(0, colon), key = spec.substr(colon + 1, eq - colon - 1),
+                      value = spec.substr(eq + 1);
+    PrecisionFlags& f = layers[layer];
+    if (auto t = kText.find(key); t != kText.end()) {
+      f.*(t->second) = value;
+    } else if (auto n = kInt.find(key); n != kInt.end()) {
+      char* end = nullptr;
+      const long v = std::strtol(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || v < 0 || v > (1 << 20)) {
+        return InvalidArgument(ctx + ": " + key + " expects a non-negative integer");
+      }
+      f.*(n->second) = static_cast<int>(v);
+    } else {
+      std::string names;
+      for (const auto& [k, m] : kText) names += (names.empty() ? "" : ", ") + k;
+      for (const auto& [k, m] : kInt) names += ", " + k;
+      return InvalidArgument(ctx + ": unknown key '" + key + "' (one of " + names + ")");
+    }
+    // Checked per spec, so the error names the one that is wrong.
+    PrecisionFlags one;
+    if (auto t = kText.find(key); t != kText.end()) one.*(t->second) = value;
+    if (auto p = ParsePrecisionFlags(one); !p.ok()) return p.status().WithContext(ctx);
+  }
+  google::protobuf::Map<std::string, kiln::v1::Precision> out;
+  for (const auto& [layer, f] : layers) {
+    auto p = ParsePrecisionFlags(f);
+    if (!p.ok()) return p.status().WithContext("--layer-precision " + layer);
+    out[layer] = std::move(p).value();
+  }
+  return out;
 }
 
 }  // namespace kiln::api

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include <google/protobuf/map.h>
 
 #include "common/status.h"
 #include "device/backends/backend.h"
@@ -36,6 +39,12 @@ void ToProto(const std::string& name, const device::Tensor& t, kiln::v1::Tensor*
 /// (PrecisionConfig::TtnnConvDefaults). INVALID_ARGUMENT for values the config rejects (e.g.
 /// bfloat4_b activations).
 Result<device::PrecisionConfig> FromProto(const kiln::v1::Precision& p);
+/// `layer` merged over `base` field by field (protobuf MergeFrom): a field `layer` sets — an enum
+/// or int other than 0, a bool true, an `optional` field present — replaces `base`'s, the rest
+/// stay `base`'s. The same rule FromProto applies to a request's precision over TT-NN's defaults
+/// (an unset field keeps the default), so a request's RunConvLayersRequest.layer_precision entry
+/// is merged over its `precision` here, and nowhere else (kiln/v1/device.proto).
+kiln::v1::Precision MergePrecision(const kiln::v1::Precision& base, const kiln::v1::Precision& layer);
 /// The resolved config back as a message (every field set).
 void ToProto(const device::PrecisionConfig& c, kiln::v1::Precision* out);
 /// A tt-emu layer's program (backend.h ProgramReport) as the report's ConvProgram message.
@@ -65,5 +74,16 @@ struct PrecisionFlags {
 };
 /// Only the given flags are set in the message. INVALID_ARGUMENT naming the flag and its value.
 Result<kiln::v1::Precision> ParsePrecisionFlags(const PrecisionFlags& flags);
+
+/// `kiln run --layer-precision LAYER:KEY=VALUE` (repeatable) as RunConvLayersRequest.layer_precision:
+/// KEY is a precision flag's name in snake case (math_fidelity, weights_dtype, input_dtype,
+/// output_dtype, fp32_dest_acc_en, packer_l1_acc, math_approx_mode, act_block_w, shard_layout,
+/// act_block_w_div, act_block_h_override, full_inner_dim, enable_activation_reuse, input_layout,
+/// bfp8_pack_precise, host_add, depthwise_program, fp32_partial_reload, fused_hardswish — the
+/// whole-run arch, board and concat_k_split excepted), VALUE as that flag takes it. LAYER is
+/// everything before the last ':' ahead of '=' (ONNX names may hold ':'). INVALID_ARGUMENT naming
+/// the spec for a malformed one, an unknown KEY or a bad VALUE.
+Result<google::protobuf::Map<std::string, kiln::v1::Precision>> ParseLayerPrecisionFlags(
+    const std::vector<std::string>& specs);
 
 }  // namespace kiln::api

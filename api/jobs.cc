@@ -366,6 +366,17 @@ Result<kiln::v1::Job> JobManager::Submit(const kiln::v1::SubmitRunRequest& reque
   for (int i = 0; i < request.sweep_size(); ++i) {
     if (auto p = FromProto(request.sweep(i)); !p.ok()) return p.status().WithContext("sweep[" + std::to_string(i) + "]");
   }
+  // layer_precision merges over each sweep point (else over run.precision); its keys are checked
+  // against the plan when the job runs (PrepareConvRun).
+  for (const auto& [name, layer] : run.layer_precision()) {
+    for (int i = 0; i < std::max(1, request.sweep_size()); ++i) {
+      const auto& base = request.sweep_size() == 0 ? run.precision() : request.sweep(i);
+      if (auto p = FromProto(MergePrecision(base, layer)); !p.ok()) {
+        return p.status().WithContext("run.layer_precision[" + name + "]" +
+                                      (request.sweep_size() == 0 ? "" : " over sweep[" + std::to_string(i) + "]"));
+      }
+    }
+  }
   int64_t input_bytes = 0;
   for (const auto& t : run.inputs()) {
     if (auto v = FromProto(t); !v.ok()) return v.status().WithContext("run.inputs");

@@ -136,6 +136,19 @@ Result<PreparedConvRun> PrepareConvRun(std::shared_ptr<const convplan::ConvPlan>
   auto precision = FromProto(request.precision());
   if (!precision.ok()) return precision.status().WithContext("precision");
   run.options.precision = *precision;
+  for (const auto& [name, layer] : request.layer_precision()) {
+    // Whole-run settings: the plan is built once (concat_k_split, PlanOptionsForRequest) and a run
+    // is on one card (arch, board).
+    if (layer.concat_k_split() || layer.arch() != kiln::v1::ARCH_UNSPECIFIED ||
+        layer.board() != kiln::v1::BOARD_UNSPECIFIED) {
+      return InvalidArgument("layer_precision[" + name +
+                             "]: concat_k_split, arch and board apply to the whole run; set them in precision");
+    }
+    auto merged = FromProto(MergePrecision(request.precision(), layer));
+    if (!merged.ok()) return merged.status().WithContext("layer_precision[" + name + "]");
+    run.options.layer_precision.emplace(name, *merged);
+  }
+  KILN_RETURN_IF_ERROR(runtime::CheckLayerPrecisionNames(*run.plan, run.options.layer_precision));
   run.options.mode = request.mode() == kiln::v1::PER_LAYER ? runtime::RunMode::kPerLayer
                                                            : runtime::RunMode::kChained;
   run.options.compare_to_reference = !request.skip_reference();
@@ -176,6 +189,11 @@ void LayerReportToProto(const runtime::LayerReport& l, kiln::v1::LayerReport* p)
   if (!l.blocking.empty()) detail += " " + l.blocking;
   p->set_detail(detail);
   if (l.program) ToProto(*l.program, p->mutable_program());
+  if (l.precision) {  // as FillRunResponse shows the run's precision
+    ToProto(*l.precision, p->mutable_precision());
+    p->set_resolved_precision(l.precision->Resolved().ToString());
+    p->set_layer_precision_set(l.layer_precision_set);
+  }
 }
 
 Status CheckRunMemory(const PreparedConvRun& run, const std::string& model_name, uint64_t budget_bytes) {

@@ -246,8 +246,10 @@ void SectionHtml(std::ostringstream& o, const std::vector<RunConfiguration>& con
     }
     const auto& l = first.layers(i);
     o << "<tr class=\"layer" << (fail ? " fail" : "") << "\" data-pass=\"" << (!compared ? "none" : fail ? "false" : "true")
-      << "\"><td>" << i << "</td><td class=l>" << Text(l.name()) << "</td><td class=l>" << Text(l.op())
-      << "</td><td class=l>" << ShapeString(l.output_shape()) << "</td>";
+      << "\"><td>" << i << "</td><td class=l>" << Text(l.name());
+    // A layer the request gave its own precision (layer_precision): what it ran with.
+    if (l.layer_precision_set()) o << "<br><small class=lp>" << Text(l.resolved_precision()) << "</small>";
+    o << "</td><td class=l>" << Text(l.op()) << "</td><td class=l>" << ShapeString(l.output_shape()) << "</td>";
     for (const auto* r : runs) {
       const auto& m = r->layers(i);
       o << "<td" << (LayerFails(m) ? " class=fail" : "") << ">" << (m.compared() ? Fmt("%.6f", m.pcc()) : "-") << "</td>";

@@ -32,6 +32,7 @@ struct RunArgs {
   std::string name;  // upload name for a FILE (default: the file stem)
   bool detach = false;
   std::vector<std::string> sweep;   // FIELD=V1,V2 (repeatable)
+  std::vector<std::string> layer_precision;  // LAYER:KEY=VALUE (repeatable)
   std::vector<std::string> labels;  // KEY=VALUE
   std::string idempotency_key;
 };
@@ -50,6 +51,9 @@ Result<kiln::v1::RunConvLayersRequest> BuildRequest(const RunArgs& a) {
   auto precision = api::ParsePrecisionFlags(a.precision);
   if (!precision.ok()) return precision.status();
   *req.mutable_precision() = std::move(precision).value();
+  auto layers = api::ParseLayerPrecisionFlags(a.layer_precision);
+  if (!layers.ok()) return layers.status();
+  *req.mutable_layer_precision() = std::move(layers).value();
   for (const auto& spec : a.inputs) {
     auto eq = spec.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -190,6 +194,10 @@ void AddRunCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   cmd->add_option("--depthwise-program", p.depthwise_program, "recorded, pool_multiply, dense_conv");
   cmd->add_option("--fp32-partial-reload", p.fp32_partial_reload, "recorded, tf32, lossless");
   cmd->add_option("--fused-hardswish", p.fused_hardswish, "recorded, dropped, applied");
+  cmd->add_option("--layer-precision", a.layer_precision,
+                  "LAYER:KEY=VALUE (repeatable): one layer's precision over the flags above, KEY as a "
+                  "precision flag in snake case, e.g. conv1:math_fidelity=LoFi conv1:weights_dtype=bfloat4_b "
+                  "(with --sweep: over each point)");
   cmd->add_option("--mode", a.mode, "chained, per_layer, or both (two runs, side by side in the report)")
       ->capture_default_str();
   AddReportOptions(*cmd, a.report);

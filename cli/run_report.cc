@@ -206,6 +206,10 @@ std::string ConfigurationTable(const kiln::v1::RunConvLayersResponse& r) {
                       l.has_program() ? ProgramSummary(l.program()) : ""});
   }
   out += t.Render();
+  // Layers the request gave their own precision (layer_precision): what each ran with.
+  for (const auto& l : r.layers()) {
+    if (l.layer_precision_set()) out += "layer precision " + l.name() + ": " + l.resolved_precision() + "\n";
+  }
   if (r.folded_nodes() > 0) {
     out += std::to_string(r.folded_nodes()) + " node(s) evaluated when the plan was built (constant folding)\n";
   }
@@ -362,6 +366,11 @@ std::string RunReportJson(const std::vector<RunConfiguration>& configs, const Re
       j["passed"] = l.compared() && l.pcc_threshold() > 0 ? Json(l.pass()) : Json(nullptr);
       j["detail"] = l.detail();
       j["program"] = l.has_program() ? ProgramJson(l.program()) : Json(nullptr);
+      // The precision this layer ran with (device layers on tt-emu; null otherwise) and whether
+      // the request's layer_precision named it.
+      j["precision"] = l.has_precision() ? PrecisionJson(l.precision(), false) : Json(nullptr);
+      j["resolved_precision"] = l.resolved_precision().empty() ? Json(nullptr) : Json(l.resolved_precision());
+      j["layer_precision"] = l.layer_precision_set();
       c["layers"].push_back(std::move(j));
     }
     c["outputs"] = Json::array();

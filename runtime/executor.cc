@@ -113,6 +113,10 @@ class Runner {
     result.compared = with_ref_;
     per_layer_ = opt_.mode == RunMode::kPerLayer;
     KILN_RETURN_IF_ERROR(opt_.precision.Validate());
+    KILN_RETURN_IF_ERROR(CheckLayerPrecisionNames(plan_, opt_.layer_precision));
+    for (const auto& [name, p] : opt_.layer_precision) {
+      KILN_RETURN_IF_ERROR(p.Validate().WithContext("layer_precision['" + name + "']"));
+    }
 
     auto resolved = ResolveInputs(plan_.inputs, inputs, opt_.input_seed);
     if (!resolved.ok()) return resolved.status();
@@ -224,6 +228,13 @@ class Runner {
 
   Status RunDevice(const PlanOp& op, LayerReport& rep) {
     const DeviceOp& d = op.device();
+    auto lp = opt_.layer_precision.find(op.name);
+    const device::PrecisionConfig& precision = lp != opt_.layer_precision.end() ? lp->second : opt_.precision;
+    if (dev_caps_.honours_precision) {
+      rep.precision = precision;
+      rep.precision->fp32_dest_acc_en = precision.EffectiveFp32DestAcc();
+      rep.layer_precision_set = lp != opt_.layer_precision.end();
+    }
     rep.activation = device::ActivationName(d.activation());
     rep.residual = d.residual;
     if (!d.residual.empty()) rep.residual_activation = device::ActivationName(d.residual_activation);
@@ -247,7 +258,7 @@ class Runner {
     res = fres_v[0];
     // Without a reference chain the device values are read by this loop only: they stay in the
     // backend's layout between device ops (RowMajor converts them for host ops and outputs).
-    auto dr = RunDeviceOp(d, dev_, dev_caps_, *ins, res, opt_.precision, cancel_, Prepared(dev_), op_index_,
+    auto dr = RunDeviceOp(d, dev_, dev_caps_, *ins, res, precision, cancel_, Prepared(dev_), op_index_,
                           !with_ref_);
     if (!dr.ok()) return dr.status().WithContext("op '" + op.name + "' (" + op.op + ") on " + dev_.name());
     rep.seconds = dr->device_seconds;
@@ -276,13 +287,13 @@ class Runner {
           rres = v[0];
         }
       }
-      auto rr = RunDeviceOp(d, ref_, ref_caps_, rins, rres, opt_.precision, cancel_, Prepared(ref_), op_index_);
+      auto rr = RunDeviceOp(d, ref_, ref_caps_, rins, rres, precision, cancel_, Prepared(ref_), op_index_);
       if (!rr.ok()) return rr.status().WithContext("op '" + op.name + "' (" + op.op + ") on the fp32 reference");
       auto ref_out = SplitOutputs(d, std::move(rr->y));
       if (!ref_out.ok()) return ref_out.status();
       KILN_RETURN_IF_ERROR(CastAll(*ref_out, out_type));
-      auto c = CompareOutputs(*dev_out, *ref_out, PccThreshold(d, opt_.precision, opt_.pcc_threshold), rep.name,
-                              RoundsToOutputDType(d) ? std::optional(opt_.precision.EffectiveOutputDType())
+      auto c = CompareOutputs(*dev_out, *ref_out, PccThreshold(d, precision, opt_.pcc_threshold), rep.name,
+                              RoundsToOutputDType(d, precision) ? std::optional(precision.EffectiveOutputDType())
                                                      : std::nullopt);
       if (!c.ok()) return c.status();
       Record(*c, rep);
@@ -361,13 +372,34 @@ class Runner {
   // Whether device op `d`'s output is in the precision's output dtype, so its reference is cast to
   // it before comp_pcc (runtime/accuracy.h): not on a backend that ignores precision, nor for an add
   // done in fp32 on the host (host_add).
-  bool RoundsToOutputDType(const convplan::DeviceOp& d) const {
-    return dev_caps_.honours_precision && !(d.kind == convplan::DeviceOpKind::kAdd && opt_.precision.host_add);
+  bool RoundsToOutputDType(const convplan::DeviceOp& d, const device::PrecisionConfig& precision) const {
+    return dev_caps_.honours_precision && !(d.kind == convplan::DeviceOpKind::kAdd && precision.host_add);
   }
   std::vector<std::vector<std::string>> release_;
 };
 
 }  // namespace
+
+Status CheckLayerPrecisionNames(const ConvPlan& plan,
+                                const std::map<std::string, device::PrecisionConfig>& layer_precision) {
+  if (layer_precision.empty()) return Status::Ok();
+  std::set<std::string> device_ops;
+  std::string some;  // the first few, for the message
+  int listed = 0;
+  for (const PlanOp& op : plan.ops) {
+    if (!op.on_device()) continue;
+    device_ops.insert(op.name);
+    if (listed < 8) some += (listed++ > 0 ? ", " : "") + op.name;
+  }
+  if (device_ops.size() > 8) some += ", ...";
+  for (const auto& [name, p] : layer_precision) {
+    if (device_ops.count(name) == 0) {
+      return InvalidArgument("layer_precision: '" + name + "' is no device layer of the model (its device layers: " +
+                             (some.empty() ? std::string("none") : some) + ")");
+    }
+  }
+  return Status::Ok();
+}
 
 Result<RunResult> RunConvPlan(const ConvPlan& plan, const RunInputs& inputs, device::Backend& device,
                               const RunOptions& options, const device::CancelToken* cancel,

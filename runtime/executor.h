@@ -63,7 +63,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -94,6 +96,11 @@ struct RunOptions {
   bool compare_to_reference = true;
   /// Precision for the device backend (ignored by the fp32 reference backend).
   device::PrecisionConfig precision;
+  /// Per-layer precision by PlanOp::name (device ops only; the caller has merged each over
+  /// `precision`, api/convert.h MergePrecision): the named ops run at theirs, the rest at
+  /// `precision`. A name that is no device op of the plan is INVALID_ARGUMENT
+  /// (CheckLayerPrecisionNames). Ignored, like `precision`, by the fp32 reference backend.
+  std::map<std::string, device::PrecisionConfig> layer_precision;
   /// Seed for generated (absent) inputs.
   uint64_t input_seed = 0;
   /// > 0: use this PCC threshold for every device op instead of tt-metal's rule.
@@ -138,6 +145,11 @@ struct LayerReport {
   double max_abs_error = 0.0;       ///< max |device - reference| over the op's outputs
   double threshold = 0.0;           ///< tt-metal rule (device ops; 0 for host ops)
   bool pass = true;                 ///< comp_pcc pass at `threshold` (host ops: always true)
+  /// Device ops on a backend that honours precision: the precision the op ran with (its
+  /// RunOptions::layer_precision entry, else RunOptions::precision; fp32_dest_acc_en resolved as
+  /// RunResult::precision). Unset for host ops and on the fp32 reference.
+  std::optional<device::PrecisionConfig> precision;
+  bool layer_precision_set = false;  ///< RunOptions::layer_precision named this op
 };
 
 struct RunResult {
@@ -157,6 +169,12 @@ struct RunResult {
   int64_t folded_nodes = 0;             ///< convplan::ConvPlan::folded_nodes (not in `layers`)
   double total_seconds = 0.0;           ///< wall time of the whole run
 };
+
+/// OK when every key of `layer_precision` names a device op of `plan`; else INVALID_ARGUMENT
+/// "layer_precision: 'x' is no device layer of the model (its device layers: conv1, conv2, ...)"
+/// (the first few names).
+Status CheckLayerPrecisionNames(const convplan::ConvPlan& plan,
+                                const std::map<std::string, device::PrecisionConfig>& layer_precision);
 
 /// Progress callback (device/backends/backend.h): step, total, message.
 using ProgressFn = device::ProgressFn;

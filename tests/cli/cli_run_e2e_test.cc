@@ -159,6 +159,42 @@ TEST_F(CliRunE2E, JsonHasNumericShapesAndCommandLineSpellings) {
   EXPECT_TRUE(again["inputs"].is_null());
 }
 
+// --layer-precision: one layer's precision over the run's, in the JSON per layer and under the table.
+TEST_F(CliRunE2E, LayerPrecisionFlagRunsThatLayerAtItsOwnPrecision) {
+  Upload("residual_add_relu");
+  int rc = -1;
+  const std::string out = Kiln("run residual_add_relu --math-fidelity HiFi4 --mode per_layer --report json --seed 3 "
+                               "--layer-precision conv_a:math_fidelity=LoFi --layer-precision conv_a:weights_dtype=bfloat4_b",
+                               &rc, true);
+  ASSERT_TRUE(rc == 0 || rc == 3) << out;
+  const auto doc = nlohmann::json::parse(out);
+  const auto& c = doc["configurations"][0];
+  EXPECT_EQ(c["precision"]["math_fidelity"], "HiFi4");
+  int named = 0;
+  for (const auto& l : c["layers"]) {
+    if (l["name"] == "conv_a") {
+      ++named;
+      EXPECT_EQ(l["layer_precision"], true);
+      EXPECT_EQ(l["precision"]["math_fidelity"], "LoFi");
+      EXPECT_EQ(l["precision"]["weights_dtype"], "bfloat4_b");
+      EXPECT_NE(l["resolved_precision"].get<std::string>().find("LoFi"), std::string::npos);
+    } else if (l["op"] == "conv2d") {
+      EXPECT_EQ(l["layer_precision"], false);
+      EXPECT_EQ(l["precision"]["math_fidelity"], "HiFi4");
+    }
+  }
+  EXPECT_EQ(named, 1);
+  const std::string table = Kiln("run residual_add_relu --layer-precision conv_a:math_fidelity=LoFi", &rc, true);
+  EXPECT_NE(table.find("layer precision conv_a: "), std::string::npos) << table;
+  // A key naming no layer is the server's INVALID_ARGUMENT; a malformed spec never leaves the CLI.
+  std::string bad = Kiln("run residual_add_relu --layer-precision no_such_conv:math_fidelity=LoFi", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(bad.find("no_such_conv"), std::string::npos) << bad;
+  bad = Kiln("run residual_add_relu --layer-precision conv_a:fidelity=LoFi", &rc);
+  EXPECT_EQ(rc, 2) << bad;
+  EXPECT_NE(bad.find("unknown key 'fidelity'"), std::string::npos) << bad;
+}
+
 // An unusable --out or --report-file is a command-line error (2) before anything is uploaded or run.
 TEST_F(CliRunE2E, BadOutFailsBeforeTheRun) {
   const std::string file = (dir_ / "a-file").string();

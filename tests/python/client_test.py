@@ -263,6 +263,28 @@ class RunTest(Base):
         self.assertEqual(report_only.outputs, {})
         self.assertEqual(len(report_only.layers), len(emu.layers))
 
+    def test_layer_precision(self) -> None:
+        base = self.kiln.run(self.model, {"X": self.x}, "tt-emu", {"math_fidelity": "HiFi4"})
+        convs = [l.name for l in base.layers if l.op == "conv2d"]
+        self.assertEqual(len(convs), 2)
+        low, other = convs
+        mixed = self.kiln.run(self.model, {"X": self.x}, "tt-emu", {"math_fidelity": "HiFi4"},
+                              layer_precision={low: {"math_fidelity": "LoFi", "weights_dtype": "bfloat4_b"}})
+        by = {l.name: l for l in mixed.layers}
+        self.assertTrue(by[low].layer_precision_set)
+        self.assertEqual(by[low].precision.math_fidelity, device_pb2.LOFI)
+        self.assertEqual(by[low].precision.weights_dtype, device_pb2.BFLOAT4_B)
+        self.assertIn("LoFi", by[low].resolved_precision)
+        self.assertFalse(by[other].layer_precision_set)
+        self.assertEqual(by[other].precision.math_fidelity, device_pb2.HIFI4)
+        # Sibling convs of X: the named one's output changes, the other's is bit-identical.
+        same = [n for n in ("Y1", "Y2") if np.array_equal(mixed.outputs[n], base.outputs[n])]
+        self.assertEqual(len(same), 1)
+        self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.run, self.model, {"X": self.x}, "tt-emu",
+                             layer_precision={"no_such_layer": {"math_fidelity": "LoFi"}}, contains="no_such_layer")
+        self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.run, self.model, {"X": self.x}, "tt-emu",
+                             layer_precision={low: {"no_such_field": 1}}, contains="no_such_field")
+
     def test_errors_carry_the_grpc_code(self) -> None:
         self.assertKilnError(grpc.StatusCode.NOT_FOUND, self.kiln.run, "no-such-model", contains="no-such-model")
         self.assertKilnError(grpc.StatusCode.NOT_FOUND, self.kiln.run, self.model, backend="no-such-backend")
@@ -414,6 +436,30 @@ class JobTest(Base):
         k1 = self.kiln.submit(model, {"X": x}, "reference", idempotency_key="python-once")
         k2 = self.kiln.submit(model, {"X": x}, "reference", idempotency_key="python-once")
         self.assertEqual(k1.job_id, k2.job_id)
+
+    def test_layer_precision_merges_over_each_sweep_point(self) -> None:
+        model = self.upload_case("sibling_convs")
+        x = case_input("sibling_convs")
+        probe = self.kiln.run(model, {"X": x}, "tt-emu", omit_outputs=True)
+        low, other = [l.name for l in probe.layers if l.op == "conv2d"]
+        layers = {low: {"weights_dtype": "bfloat4_b"}}
+        sweep = [{"math_fidelity": "HiFi4"}, {"math_fidelity": "LoFi"}]
+        job = self.kiln.submit(model, {"X": x}, "tt-emu", sweep=sweep, layer_precision=layers)
+        self.assertEqual(self.kiln.wait(job.job_id).state, job_pb2.SUCCEEDED)
+        results = self.kiln.result(job.job_id)
+        self.assertEqual(len(results), 2)
+        for r, fidelity in zip(results, (device_pb2.HIFI4, device_pb2.LOFI)):
+            by = {l.name: l for l in r.layers}
+            self.assertEqual(by[low].precision.math_fidelity, fidelity)  # the point's
+            self.assertEqual(by[low].precision.weights_dtype, device_pb2.BFLOAT4_B)  # the layer's
+            self.assertTrue(by[low].layer_precision_set)
+            self.assertEqual(by[other].precision.math_fidelity, fidelity)
+            self.assertNotEqual(by[other].precision.weights_dtype, device_pb2.BFLOAT4_B)
+        direct = self.kiln.run(model, {"X": x}, "tt-emu", sweep[1], layer_precision=layers)
+        for name in ("Y1", "Y2"):
+            np.testing.assert_array_equal(results[1].outputs[name], direct.outputs[name])
+        self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.submit, model, {"X": x}, "tt-emu",
+                             layer_precision={low: {"input_dtype": "bfloat4_b"}}, contains=low)
 
     def test_cancel_queued_and_running(self) -> None:
         slow = self.upload_case("unet_small")

@@ -245,23 +245,31 @@ class Client:
 
     def run(self, model: str, inputs: Optional[Mapping[str, Any]] = None, backend: str = "tt-emu",
             precision: PrecisionLike = None, *, mode: str = "chained", skip_reference: bool = False,
-            seed: int = 0, omit_outputs: bool = False) -> RunResult:
+            seed: int = 0, omit_outputs: bool = False,
+            layer_precision: Optional[Mapping[str, PrecisionLike]] = None) -> RunResult:
         """Runs a stored model's conv layers (RunConvLayers, kiln/v1/device.proto) and waits.
         inputs: graph input name -> array of any numpy dtype and layout (absent inputs are
         seeded random). backend: "tt-emu" or "reference". precision: {"math_fidelity": "HiFi2",
         "weights_dtype": "bfloat8_b", ...} with the CLI's spellings, or a kiln.v1.Precision.
-        mode: "chained" or "per_layer"."""
-        request = self._run_request(model, inputs, backend, precision, mode, skip_reference, seed, omit_outputs)
+        mode: "chained" or "per_layer". layer_precision: layer name (LayerReport.name) -> a
+        precision as above, merged over `precision` for that layer; each layer's report carries
+        the precision it ran with (LayerReport.resolved_precision)."""
+        request = self._run_request(model, inputs, backend, precision, mode, skip_reference, seed, omit_outputs,
+                                    layer_precision)
         return _run_result(self._unary(self._devices.RunConvLayers, request))
 
     def _run_request(self, model: str, inputs: Optional[Mapping[str, Any]], backend: str, precision: PrecisionLike,
-                     mode: str, skip_reference: bool, seed: int, omit_outputs: bool) -> device_pb2.RunConvLayersRequest:
+                     mode: str, skip_reference: bool, seed: int, omit_outputs: bool,
+                     layer_precision: Optional[Mapping[str, PrecisionLike]] = None
+                     ) -> device_pb2.RunConvLayersRequest:
         request = device_pb2.RunConvLayersRequest(
             model_id=model, backend=backend, precision=_precision(precision),
             mode=_enum(device_pb2.RunMode.DESCRIPTOR, mode, "mode"), skip_reference=skip_reference, seed=seed,
             omit_outputs=omit_outputs)
         for name, value in (inputs or {}).items():
             request.inputs.append(to_tensor(name, value))
+        for name, value in (layer_precision or {}).items():
+            request.layer_precision[str(name)].CopyFrom(_precision(value))
         return request
 
     # -- jobs ----------------------------------------------------------------------------------
@@ -270,12 +278,14 @@ class Client:
                precision: PrecisionLike = None, *, sweep: Optional[Sequence[PrecisionLike]] = None,
                labels: Optional[Mapping[str, str]] = None, idempotency_key: Optional[str] = None,
                mode: str = "chained", skip_reference: bool = False, seed: int = 0,
-               omit_outputs: bool = False) -> job_pb2.Job:
+               omit_outputs: bool = False,
+               layer_precision: Optional[Mapping[str, PrecisionLike]] = None) -> job_pb2.Job:
         """Submits the run as a durable job (JobService.SubmitRun, kiln/v1/job.proto); with
-        `sweep`, one configuration per precision. Without an idempotency_key a random one is
-        sent, so that a retried SubmitRun never makes a second job."""
+        `sweep`, one configuration per precision (layer_precision merged over each). Without an
+        idempotency_key a random one is sent, so that a retried SubmitRun never makes a second job."""
         request = job_pb2.SubmitRunRequest(
-            run=self._run_request(model, inputs, backend, precision, mode, skip_reference, seed, omit_outputs),
+            run=self._run_request(model, inputs, backend, precision, mode, skip_reference, seed, omit_outputs,
+                                  layer_precision),
             idempotency_key=idempotency_key or uuid.uuid4().hex)
         for p in sweep or ():
             request.sweep.append(_precision(p))
