@@ -239,8 +239,8 @@ void AddRunCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
       *exit_code = 2;
       return;
     }
-    if (a.local && (a.detach || !a.sweep.empty())) {
-      std::cerr << "kiln: run: --detach and --sweep need a server (not --local)\n";
+    if (a.local && (a.detach || !a.sweep.empty() || !a.labels.empty() || !a.idempotency_key.empty())) {
+      std::cerr << "kiln: run: --detach, --sweep, --label and --idempotency-key need a server (jobs), not --local\n";
       *exit_code = 2;
       return;
     }

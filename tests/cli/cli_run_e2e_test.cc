@@ -216,7 +216,8 @@ TEST_F(CliRunE2E, ModeBothShowsChainedAndPerLayerSideBySide) {
 
 // Every command-line error of `kiln run` is status 2 before the FILE is uploaded: a bad
 // --sweep or --label (checked after the upload before), a --tt-emu-level tt-emu does not know or
-// one given with another backend (refused by kilnd after the upload before, status 1).
+// one given with another backend (refused by kilnd after the upload before, status 1); job
+// options with --local (--label and --idempotency-key were ignored).
 TEST_F(CliRunE2E, CommandLineErrorsComeBeforeTheUpload) {
   const std::string file = kCases + "residual_add_relu.onnx";
   int rc = -1;
@@ -229,6 +230,12 @@ TEST_F(CliRunE2E, CommandLineErrorsComeBeforeTheUpload) {
   }
   EXPECT_EQ(ScrapeMetrics(kilnd_->metrics_address())["kiln_upload_bytes_total"], 0.0);
   EXPECT_EQ(Jobs(), 0);
+  // Job options without a server are refused, not ignored.
+  for (const std::string args : {"--label suite=x", "--idempotency-key k1", "--detach"}) {
+    std::string out = Kiln("run --local " + file + " --backend reference " + args, &rc);
+    EXPECT_EQ(rc, 2) << args << ": " << out;
+    EXPECT_NE(out.find("need a server"), std::string::npos) << args << ": " << out;
+  }
 }
 
 // `kiln jobs --model` takes a name or an id prefix like every model argument (kilnd resolves it);
