@@ -129,6 +129,9 @@ class ModelTest(Base):
         self.assertEqual(uploaded_bytes(), sent)
         self.assertEqual(sorted(self.kiln.model("sibling-again").names), ["sibling-again", "sibling_convs"])
         self.assertEqual(list(self.kiln.model(first.model_id).outputs), ["Y1", "Y2"])
+        self.assertEqual(self.kiln.model(first.model_id[:8]).model_id, first.model_id)  # an id prefix
+        listed = {m.model_id: m for m in self.kiln.models()}
+        self.assertEqual(sorted(listed[first.model_id].names), ["sibling-again", "sibling_convs"])
 
     def test_upload_errors(self) -> None:
         self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.upload, b"\x08\x07", contains="needs a name")

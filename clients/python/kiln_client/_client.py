@@ -197,8 +197,19 @@ class Client:
                             replaced_model_id=resp.replaced_model_id, model=resp.model)
 
     def model(self, model: str) -> model_pb2.Model:
-        """A stored model's metadata, by id or name."""
+        """A stored model's metadata, by id, name or id prefix (8+ hex digits)."""
         return self._unary(self._models.GetModel, model_pb2.GetModelRequest(model_id=model)).model
+
+    def models(self) -> list[model_pb2.Model]:
+        """Every stored model, all pages of ListModels read (as `kiln models`)."""
+        out: list[model_pb2.Model] = []
+        request = model_pb2.ListModelsRequest()
+        while True:
+            page = self._unary(self._models.ListModels, request)
+            out.extend(page.models)
+            if not page.next_page_token:
+                return out
+            request.page_token = page.next_page_token
 
     def delete(self, model: str) -> None:
         """Deletes a model by id (all its names) or one name (kiln/v1/model.proto DeleteModelRequest)."""
