@@ -165,6 +165,9 @@ std::string StoredName(const std::string& path, const std::string& name) {
 
 Result<std::string> UploadFile(const ClientOptions& options, const std::string& path,
                                std::string name) {
+  std::error_code exists_ec;
+  if (!std::filesystem::exists(path, exists_ec)) return NotFound("no such file: " + path);  // as compile and run
+  if (!std::filesystem::is_regular_file(path, exists_ec)) return InvalidArgument("not a regular file: " + path);
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("cannot open '" + path + "'");
   std::error_code ec;

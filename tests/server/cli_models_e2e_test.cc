@@ -65,7 +65,7 @@ bool Has(const std::string& s, const std::string& part) { return s.find(part) !=
 TEST_F(CliModelsE2E, MissingFileIsNoSuchFile) {
   int rc = -1;
   for (const std::string cmd : {"compile nosuchfile.onnx --arch ai85net5", "compile --local nosuchfile.onnx --arch ai85net5",
-                                "run nosuchfile.onnx"}) {
+                                "run nosuchfile.onnx", "upload nosuchfile.onnx"}) {
     std::string out = Kiln(cmd, &rc);
     EXPECT_EQ(rc, 1) << cmd << ": " << out;
     EXPECT_TRUE(Has(out, "no such file: nosuchfile.onnx")) << cmd << ": " << out;
