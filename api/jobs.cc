@@ -482,6 +482,17 @@ Result<kiln::v1::ListJobsResponse> JobManager::List(const kiln::v1::ListJobsRequ
   if (request.state() < 0 || request.state() > kiln::v1::CANCELLED) return InvalidArgument("state: unknown value");
   f.state = request.state();
   f.model_id = request.model_id();
+  if (!f.model_id.empty()) {
+    // A name or a short id prefix as for every RPC that takes a model (api/models.h); a jobs'
+    // model that is no longer stored is still found by its whole id.
+    auto ref = ResolveModelRef(*env_.models, f.model_id);
+    auto model = ref.ok() ? env_.models->Get(*ref) : Result<store::ModelInfo>(ref.status());
+    if (model.ok()) {
+      f.model_id = model->model_id;
+    } else if (model.status().code() != StatusCode::kNotFound) {
+      return model.status().WithContext("model_id");
+    }
+  }
   for (const auto& [k, v] : request.labels()) f.labels[k] = v;
   if (request.page_size() < 0) return InvalidArgument("page_size must not be negative");
   const int size = request.page_size() == 0 ? 50 : std::min(request.page_size(), 500);

@@ -19,7 +19,7 @@ inline constexpr size_t kMinModelIdPrefix = 8;
 inline constexpr size_t kMaxPrefixCandidates = 5;
 
 /// The model reference every RPC that takes one (a `model_id` field: GetModel, ReadModel,
-/// DeleteModel, CompileAi8x, RunConvLayers, SubmitRun) resolves once, before it looks the model
+/// DeleteModel, CompileAi8x, RunConvLayers, SubmitRun; ListJobs' filter) resolves once, before it looks the model
 /// up: a model id or a name is returned as it is (an exact name wins over a prefix; a name keeps
 /// its meaning, e.g. DeleteModel of a name removes only that name); otherwise 8..63 lowercase hex
 /// digits that begin exactly one stored id resolve to that id. Errors: NOT_FOUND (no model with

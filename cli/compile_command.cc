@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/model_commands.h"
+#include "cli/run_report.h"
 #include "kiln/v1/compile.grpc.pb.h"
 #include "api/compile_ai8x.h"
 #include "kiln/v1/model.grpc.pb.h"
@@ -273,17 +274,23 @@ int Report(const kiln::v1::CompileAi8xResponse& r, const CompileArgs& a) {
 
 // The --arch of a compile that gave none: the factory that the export's name names
 // (api::FactoryFromExportName) of the FILE or stored model's reference, of --name, or of one of
-// the stored model's names. Empty with the message on stderr when there is none: the izer refuses any other arch.
-std::string InferArch(const ClientOptions& options, CompileArgs& a, bool is_file) {
+// the stored model's names. Empty with the message on stderr when there is none (*exit_code 2:
+// the izer refuses any other arch) or when the stored model cannot be looked up (*exit_code 1:
+// `kiln compile nosuchname` is NOT_FOUND, not a missing --arch).
+std::string InferArch(const ClientOptions& options, CompileArgs& a, bool is_file, int* exit_code) {
   std::vector<std::string> candidates = {a.model};
   if (!a.name.empty()) candidates.push_back(a.name);
-  if (!is_file) {
+  if (!is_file && !a.local) {
     kiln::v1::GetModelRequest req;
     req.set_model_id(a.model);
     kiln::v1::GetModelResponse resp;
-    if (CallUnary(options, &kiln::v1::ModelService::Stub::GetModel, req, &resp).ok()) {
-      for (const auto& n : resp.model().names()) candidates.push_back(n);
-    }  // a lookup failure is the compile's to report
+    grpc::Status st = CallUnary(options, &kiln::v1::ModelService::Stub::GetModel, req, &resp);
+    if (!st.ok()) {
+      std::cerr << "kiln: compile " << a.model << ": " << Describe(st) << "\n";
+      *exit_code = 1;
+      return "";
+    }
+    for (const auto& n : resp.model().names()) candidates.push_back(n);
   }
   for (const auto& c : candidates) {
     std::string arch = api::FactoryFromExportName(c);
@@ -292,6 +299,7 @@ std::string InferArch(const ClientOptions& options, CompileArgs& a, bool is_file
       return arch;
     }
   }
+  *exit_code = 2;
   std::cerr << "kiln: compile: --arch is required: '" << a.model
             << "' is not named like an ai8x-training export of a known model factory (<dataset>-<arch>.<form>.onnx, "
                "e.g. mnist-ai85net5.qat.onnx); pass the checkpoint's arch (its model factory name, e.g. --arch "
@@ -312,9 +320,19 @@ int RunCompile(const ClientOptions& options, CompileArgs a) {
               << (std::filesystem::exists(a.model, ec) ? "not a regular file: " : "no such file: ") << a.model << "\n";
     return 1;
   }
+  // An -o that cannot be written is a command-line error, found before anything is uploaded or
+  // compiled (as `kiln run --out`); WriteYaml replaces the file only after a successful compile.
+  if (!a.output.empty()) {
+    Status dest = CheckWritableFile("-o", a.output);
+    if (!dest.ok()) {
+      std::cerr << "kiln: compile: " << dest.message() << "\n";
+      return 2;
+    }
+  }
   if (a.flags.arch.empty()) {
-    std::string arch = InferArch(options, a, is_file);
-    if (arch.empty()) return 2;
+    int code = 2;
+    std::string arch = InferArch(options, a, is_file, &code);
+    if (arch.empty()) return code;
     opts->set_arch(arch);
   }
   if (a.local) {

@@ -11,6 +11,8 @@
 #include <random>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "api/convert.h"
 #include "kiln/v1/job.grpc.pb.h"
 
@@ -63,6 +65,54 @@ Result<std::pair<std::string, std::string>> ParseLabel(const std::string& spec) 
   auto eq = spec.find('=');
   if (eq == std::string::npos || eq == 0) return InvalidArgument("--label expects KEY=VALUE, got '" + spec + "'");
   return std::make_pair(spec.substr(0, eq), spec.substr(eq + 1));
+}
+
+// A point in time as RFC 3339 UTC, null when unset (docs/cli-json.md).
+nlohmann::ordered_json TimeJson(const google::protobuf::Timestamp& t) {
+  return t.seconds() == 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(Time(t));
+}
+
+// `kiln job --json` / one entry of `kiln jobs --json` (docs/cli-json.md kiln.job/1): the state as
+// --state spells it.
+nlohmann::ordered_json JobJson(const kiln::v1::Job& j) {
+  using Json = nlohmann::ordered_json;
+  Json o;
+  std::string state = StateName(j.state());
+  for (char& c : state) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  o["job_id"] = j.job_id();
+  o["state"] = state;
+  o["model_id"] = j.model_id();
+  o["backend"] = j.backend();
+  o["device"] = j.device().empty() ? Json(nullptr) : Json(j.device());
+  o["configurations"] = j.configurations();
+  const auto& p = j.progress();
+  o["progress"] = {{"configurations_done", p.configurations_done()},
+                   {"configurations_total", p.configurations_total()},
+                   {"layers_done", p.layers_done()},
+                   {"layers_total", p.layers_total()},
+                   {"current_layer", p.current_layer().empty() ? Json(nullptr) : Json(p.current_layer())}};
+  o["attempt"] = j.attempt();
+  o["created"] = TimeJson(j.created());
+  o["started"] = TimeJson(j.started());
+  o["finished"] = TimeJson(j.finished());
+  o["client"] = j.client();
+  o["labels"] = Json::object();
+  for (const auto& [k, v] : j.labels()) o["labels"][k] = v;
+  o["idempotency_key"] = j.idempotency_key();
+  o["layers_below_threshold"] = j.layers_below_threshold();
+  o["results_expired"] = j.results_expired();
+  o["error"] = j.has_error() ? Json({{"code", StatusCodeName(static_cast<StatusCode>(j.error().code()))},
+                                     {"message", j.error().message()}})
+                             : Json(nullptr);
+  return o;
+}
+
+// One job as a kiln.job/1 document on stdout.
+void PrintJobJson(const kiln::v1::Job& j) {
+  nlohmann::ordered_json o;
+  o["schema"] = "kiln.job/1";
+  o.update(JobJson(j));
+  std::cout << o.dump(2) << "\n";
 }
 
 void PrintJob(const kiln::v1::Job& j) {
@@ -279,7 +329,7 @@ int WatchAndReport(const ClientOptions& options, const std::vector<std::string>&
 }
 
 int JobsCommand(const ClientOptions& options, const std::string& state, const std::string& model,
-                const std::vector<std::string>& labels, int limit) {
+                const std::vector<std::string>& labels, int limit, bool json) {
   kiln::v1::ListJobsRequest req;
   if (!state.empty()) {
     auto s = ParseState(state);
@@ -298,9 +348,8 @@ int JobsCommand(const ClientOptions& options, const std::string& state, const st
     }
     (*req.mutable_labels())[kv->first] = kv->second;
   }
-  std::printf("%-28s %-10s %-12s %-10s %-14s %-7s %s\n", "JOB_ID", "STATE", "MODEL", "BACKEND", "PROGRESS", "ATTEMPT",
-              "CREATED");
   int shown = 0;
+  nlohmann::ordered_json jobs = nlohmann::ordered_json::array();
   do {
     req.set_page_size(std::min(500, limit - shown));
     kiln::v1::ListJobsResponse resp;
@@ -309,7 +358,16 @@ int JobsCommand(const ClientOptions& options, const std::string& state, const st
       std::cerr << "kiln: jobs: " << Describe(st) << "\n";
       return 1;
     }
+    if (!json && shown == 0 && req.page_token().empty()) {  // after the first answer: an error prints alone
+      std::printf("%-28s %-10s %-12s %-10s %-14s %-7s %s\n", "JOB_ID", "STATE", "MODEL", "BACKEND", "PROGRESS",
+                  "ATTEMPT", "CREATED");
+    }
     for (const auto& j : resp.jobs()) {
+      if (json) {
+        jobs.push_back(JobJson(j));
+        ++shown;
+        continue;
+      }
       const auto& p = j.progress();
       std::string prog = std::to_string(p.configurations_done()) + "/" + std::to_string(p.configurations_total());
       if (j.state() == kiln::v1::RUNNING) prog += " L" + std::to_string(p.layers_done()) + "/" + std::to_string(p.layers_total());
@@ -319,6 +377,12 @@ int JobsCommand(const ClientOptions& options, const std::string& state, const st
     }
     req.set_page_token(resp.next_page_token());
   } while (!req.page_token().empty() && shown < limit);
+  if (json) {
+    nlohmann::ordered_json o;
+    o["schema"] = "kiln.jobs/1";
+    o["jobs"] = std::move(jobs);
+    std::cout << o.dump(2) << "\n";
+  }
   return 0;
 }
 
@@ -408,16 +472,19 @@ void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   static std::vector<std::string> labels;
   static int limit = 50;
   static ReportOptions report;
+  static bool json = false;
 
   auto* jobs = app.add_subcommand("jobs", "list jobs, newest first");
   jobs->add_option("--state", state, "queued, running, succeeded, failed or cancelled");
-  jobs->add_option("--model", model, "a model id");
+  jobs->add_option("--model", model, "a model id, name or id prefix (8+ hex digits)");
   jobs->add_option("--label", labels, "KEY=VALUE (repeatable; all must match)");
   jobs->add_option("--limit", limit, "at most this many")->capture_default_str()->check(CLI::PositiveNumber);
-  jobs->callback([&options, exit_code] { *exit_code = JobsCommand(options, state, model, labels, limit); });
+  jobs->add_flag("--json", json, "print one JSON object instead (docs/cli-json.md kiln.jobs/1)");
+  jobs->callback([&options, exit_code] { *exit_code = JobsCommand(options, state, model, labels, limit, json); });
 
   auto* one = app.add_subcommand("job", "one job: state, progress, error");
   one->add_option("JOB_ID", job_id, "job id")->required();
+  one->add_flag("--json", json, "print one JSON object instead (docs/cli-json.md kiln.job/1)");
   one->callback([&options, exit_code] {
     kiln::v1::GetJobRequest req;
     req.set_job_id(job_id);
@@ -428,7 +495,11 @@ void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
       *exit_code = 1;
       return;
     }
-    PrintJob(job);
+    if (json) {
+      PrintJobJson(job);
+    } else {
+      PrintJob(job);
+    }
     *exit_code = 0;
   });
 
@@ -447,6 +518,7 @@ void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
 
   auto* cancel = app.add_subcommand("cancel", "cancel a queued or running job");
   cancel->add_option("JOB_ID", job_id, "job id")->required();
+  cancel->add_flag("--json", json, "print the job as JSON (docs/cli-json.md kiln.job/1)");
   cancel->callback([&options, exit_code] {
     kiln::v1::CancelJobRequest req;
     req.set_job_id(job_id);
@@ -457,7 +529,11 @@ void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
       *exit_code = 1;
       return;
     }
-    std::printf("%s %s\n", job.job_id().c_str(), StateName(job.state()));
+    if (json) {
+      PrintJobJson(job);
+    } else {
+      std::printf("%s %s\n", job.job_id().c_str(), StateName(job.state()));
+    }
     *exit_code = 0;
   });
 

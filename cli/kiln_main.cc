@@ -51,6 +51,31 @@ int main(int argc, char** argv) {
   kiln::cli::AddVectorsCommand(app, &exit_code);
   kiln::cli::AddCompileCommand(app, options, &exit_code);
   kiln::cli::AddRunCommands(app, options, &exit_code);
+  // CLI11 reports a mistyped command (`kiln list`) as "A subcommand is required": name it and
+  // the commands instead. The first word that is neither an option nor a global option's value
+  // is the command.
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    if (!arg.empty() && arg[0] == '-') {
+      if (arg.find('=') == std::string::npos && app.get_option_no_throw(arg) != nullptr &&
+          app.get_option_no_throw(arg)->get_items_expected_max() > 0) {
+        ++i;  // its value
+      }
+      continue;
+    }
+    std::string commands;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      known = known || sub->check_name(arg);
+      commands += (commands.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::cerr << "kiln: unknown command '" << arg << "' (commands: " << commands << "; kiln --help)\n";
+      return 2;
+    }
+    break;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -10,6 +10,8 @@
 #include <iostream>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/sha256.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
@@ -60,14 +62,38 @@ void PrintModel(const kiln::v1::Model& m) {
   std::cout << "\nproducer: " << m.producer_name() << "\n";
 }
 
-int ListModels(const ClientOptions& options) {
-  std::printf("%-64s  %12s  %5s  %5s  %s\n", "MODEL_ID", "SIZE_BYTES", "OPSET", "NODES", "NAMES");
+// `kiln model --json` / one entry of `kiln models --json` (docs/cli-json.md kiln.model/1).
+nlohmann::ordered_json ModelJson(const kiln::v1::Model& m) {
+  nlohmann::ordered_json j;
+  j["model_id"] = m.model_id();
+  j["names"] = std::vector<std::string>(m.names().begin(), m.names().end());
+  j["size_bytes"] = m.size_bytes();
+  j["opset"] = m.opset();
+  j["node_count"] = m.node_count();
+  j["inputs"] = std::vector<std::string>(m.inputs().begin(), m.inputs().end());
+  j["outputs"] = std::vector<std::string>(m.outputs().begin(), m.outputs().end());
+  j["producer_name"] = m.producer_name();
+  j["created_unix_seconds"] = m.created_unix_seconds();
+  return j;
+}
+
+int ListModels(const ClientOptions& options, bool json) {
   kiln::v1::ListModelsRequest request;  // every page (kiln/v1/model.proto, ListModelsRequest)
+  nlohmann::ordered_json models = nlohmann::ordered_json::array();
+  bool header = false;  // printed with the first answer: a failed call prints only the error
   do {
     kiln::v1::ListModelsResponse response;
     grpc::Status st = CallUnary(options, &kiln::v1::ModelService::Stub::ListModels, request, &response);
     if (!st.ok()) return Fail("models", Describe(st));
+    if (!json && !header) {
+      std::printf("%-64s  %12s  %5s  %5s  %s\n", "MODEL_ID", "SIZE_BYTES", "OPSET", "NODES", "NAMES");
+      header = true;
+    }
     for (const auto& m : response.models()) {
+      if (json) {
+        models.push_back(ModelJson(m));
+        continue;
+      }
       std::string names;
       for (int i = 0; i < m.names_size(); ++i) names += (i ? "," : "") + m.names(i);
       std::printf("%-64s  %12llu  %5lld  %5lld  %s\n", m.model_id().c_str(),
@@ -76,15 +102,28 @@ int ListModels(const ClientOptions& options) {
     }
     request.set_page_token(response.next_page_token());
   } while (!request.page_token().empty());
+  if (json) {
+    nlohmann::ordered_json j;
+    j["schema"] = "kiln.models/1";
+    j["models"] = std::move(models);
+    std::cout << j.dump(2) << "\n";
+  }
   return 0;
 }
 
-int GetModel(const ClientOptions& options, const std::string& id) {
+int GetModel(const ClientOptions& options, const std::string& id, bool json) {
   kiln::v1::GetModelRequest req;
   req.set_model_id(id);
   kiln::v1::GetModelResponse response;
   grpc::Status st = CallUnary(options, &kiln::v1::ModelService::Stub::GetModel, req, &response);
   if (!st.ok()) return Fail("model " + id, Describe(st));
+  if (json) {
+    nlohmann::ordered_json j;
+    j["schema"] = "kiln.model/1";
+    j.update(ModelJson(response.model()));
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
   PrintModel(response.model());
   return 0;
 }
@@ -126,6 +165,9 @@ std::string StoredName(const std::string& path, const std::string& name) {
 
 Result<std::string> UploadFile(const ClientOptions& options, const std::string& path,
                                std::string name) {
+  std::error_code exists_ec;
+  if (!std::filesystem::exists(path, exists_ec)) return NotFound("no such file: " + path);  // as compile and run
+  if (!std::filesystem::is_regular_file(path, exists_ec)) return InvalidArgument("not a regular file: " + path);
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("cannot open '" + path + "'");
   std::error_code ec;
@@ -225,16 +267,19 @@ void AddModelCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   upload->add_option("--name", name, "name to store it under (default: file stem)");
   upload->callback([&options, exit_code] { *exit_code = Upload(options, file, name); });
 
+  static bool json = false;
   auto* models = app.add_subcommand("models", "list stored models");
-  models->callback([&options, exit_code] { *exit_code = ListModels(options); });
+  models->add_flag("--json", json, "print one JSON object instead (docs/cli-json.md kiln.models/1)");
+  models->callback([&options, exit_code] { *exit_code = ListModels(options, json); });
 
   static std::string id;
   auto* model = app.add_subcommand("model", "show one model");
-  model->add_option("ID", id, "model id or name")->required();
-  model->callback([&options, exit_code] { *exit_code = GetModel(options, id); });
+  model->add_option("ID", id, "model id, name or id prefix (8+ hex digits)")->required();
+  model->add_flag("--json", json, "print one JSON object instead (docs/cli-json.md kiln.model/1)");
+  model->callback([&options, exit_code] { *exit_code = GetModel(options, id, json); });
 
   auto* rm = app.add_subcommand("rm", "delete a model");
-  rm->add_option("ID", id, "model id or name")->required();
+  rm->add_option("ID", id, "model id (all its names), name (that name) or id prefix")->required();
   rm->callback([&options, exit_code] { *exit_code = DeleteModel(options, id); });
 
   static std::string service;

@@ -6,6 +6,8 @@
 #include <iostream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/job_commands.h"
 #include "cli/model_commands.h"
 #include "cli/run_report.h"
@@ -48,6 +50,12 @@ Result<kiln::v1::RunConvLayersRequest> BuildRequest(const RunArgs& a) {
   req.set_seed(a.seed);
   req.set_skip_reference(a.skip_reference);
   req.set_tt_emu_level(a.level);
+  // A level the tt-emu backend does not know (or one given with another backend) is a
+  // command-line error here, as kilnd would refuse it (api/run_conv.h ResolveTtEmuLevel).
+  if (!a.level.empty()) {
+    auto level = api::ResolveTtEmuLevel(req, {});
+    if (!level.ok()) return level.status();
+  }
   auto precision = api::ParsePrecisionFlags(a.precision);
   if (!precision.ok()) return precision.status();
   *req.mutable_precision() = std::move(precision).value();
@@ -109,15 +117,8 @@ int RunLocal(const RunArgs& a, const kiln::v1::RunConvLayersRequest& req) {
 }
 
 int RunRemote(const ClientOptions& options, const RunArgs& a, kiln::v1::RunConvLayersRequest req) {
-  // A file is stored (not re-sent when its bytes are), a missing one is "no such file".
-  auto id = ModelRefForArg(options, a.model, a.name);
-  if (!id.ok()) {
-    std::cerr << "kiln: run: " << id.status().message() << "\n";
-    return 1;
-  }
-  req.set_model_id(*id);
+  // The command line first (exit 2), then the upload: a typo in --sweep or --label costs no upload.
   kiln::v1::SubmitRunRequest submit;
-  *submit.mutable_run() = std::move(req);
   auto sweep = ParseSweep(a.sweep, a.precision);
   if (!sweep.ok()) {
     std::cerr << "kiln: run: " << sweep.status().message() << "\n";
@@ -132,6 +133,14 @@ int RunRemote(const ClientOptions& options, const RunArgs& a, kiln::v1::RunConvL
     }
     (*submit.mutable_labels())[l.substr(0, eq)] = l.substr(eq + 1);
   }
+  // A file is stored (not re-sent when its bytes are), a missing one is "no such file".
+  auto id = ModelRefForArg(options, a.model, a.name);
+  if (!id.ok()) {
+    std::cerr << "kiln: run: " << id.status().message() << "\n";
+    return 1;
+  }
+  req.set_model_id(*id);
+  *submit.mutable_run() = std::move(req);
   std::vector<kiln::v1::SubmitRunRequest> jobs;
   for (auto mode : Modes(a, submit.run())) {
     kiln::v1::SubmitRunRequest j = submit;
@@ -143,13 +152,31 @@ int RunRemote(const ClientOptions& options, const RunArgs& a, kiln::v1::RunConvL
   return SubmitAndWatch(options, std::move(jobs), a.detach, a.report);
 }
 
-int Devices(const ClientOptions& options) {
+int Devices(const ClientOptions& options, bool json) {
   kiln::v1::ListDevicesResponse resp;
   grpc::Status st = CallUnary(options, &kiln::v1::DeviceService::Stub::ListDevices,
                               kiln::v1::ListDevicesRequest(), &resp);
   if (!st.ok()) {
     std::cerr << "kiln: devices: " << Describe(st) << "\n";
     return 1;
+  }
+  if (json) {  // docs/cli-json.md kiln.devices/1
+    nlohmann::ordered_json j;
+    j["schema"] = "kiln.devices/1";
+    j["devices"] = nlohmann::ordered_json::array();
+    for (const auto& d : resp.devices()) {
+      j["devices"].push_back({{"name", d.name()},
+                              {"backend", d.backend()},
+                              {"busy", d.busy()},
+                              {"jobs_done", d.jobs_done()},
+                              {"description", d.description()}});
+    }
+    j["queues"] = nlohmann::ordered_json::array();
+    for (const auto& q : resp.queues()) {
+      j["queues"].push_back({{"backend", q.backend()}, {"queued", q.queued()}, {"capacity", q.capacity()}});
+    }
+    std::cout << j.dump(2) << "\n";
+    return 0;
   }
   std::printf("%-14s %-10s %-6s %10s  %s\n", "DEVICE", "BACKEND", "STATE", "JOBS_DONE", "DESCRIPTION");
   for (const auto& d : resp.devices()) {
@@ -220,8 +247,8 @@ void AddRunCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
       *exit_code = 2;
       return;
     }
-    if (a.local && (a.detach || !a.sweep.empty())) {
-      std::cerr << "kiln: run: --detach and --sweep need a server (not --local)\n";
+    if (a.local && (a.detach || !a.sweep.empty() || !a.labels.empty() || !a.idempotency_key.empty())) {
+      std::cerr << "kiln: run: --detach, --sweep, --label and --idempotency-key need a server (jobs), not --local\n";
       *exit_code = 2;
       return;
     }
@@ -238,8 +265,10 @@ void AddRunCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
 
   AddJobCommands(app, options, exit_code);
 
+  static bool devices_json = false;
   auto* devices = app.add_subcommand("devices", "list the server's devices and queues");
-  devices->callback([&options, exit_code] { *exit_code = Devices(options); });
+  devices->add_flag("--json", devices_json, "print one JSON object instead (docs/cli-json.md kiln.devices/1)");
+  devices->callback([&options, exit_code] { *exit_code = Devices(options, devices_json); });
 }
 
 }  // namespace kiln::cli

@@ -289,16 +289,19 @@ Status CheckReportDestinations(const ReportOptions& a) {
       return InvalidArgument("--out " + a.out_dir + ": directory not writable");
     }
   }
-  if (!a.report_file.empty()) {
-    const fs::path file(a.report_file);
-    const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
-    if (!fs::is_directory(dir)) return InvalidArgument("--report-file " + a.report_file + ": no such directory");
-    if (fs::exists(file) && (!fs::is_regular_file(file) || ::access(file.c_str(), W_OK) != 0)) {
-      return InvalidArgument("--report-file " + a.report_file + ": not a writable file");
-    }
-    if (!fs::exists(file) && ::access(dir.c_str(), W_OK | X_OK) != 0) {
-      return InvalidArgument("--report-file " + a.report_file + ": directory not writable");
-    }
+  if (!a.report_file.empty()) return CheckWritableFile("--report-file", a.report_file);
+  return Status::Ok();
+}
+
+Status CheckWritableFile(const std::string& flag, const std::string& path) {
+  const fs::path file(path);
+  const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir)) return InvalidArgument(flag + " " + path + ": no such directory");
+  if (fs::exists(file) && (!fs::is_regular_file(file) || ::access(file.c_str(), W_OK) != 0)) {
+    return InvalidArgument(flag + " " + path + ": not a writable file");
+  }
+  if (!fs::exists(file) && ::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return InvalidArgument(flag + " " + path + ": directory not writable");
   }
   return Status::Ok();
 }

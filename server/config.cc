@@ -6,7 +6,9 @@
 
 #include <CLI/CLI.hpp>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -456,6 +458,9 @@ Result<Config> LoadConfig(int argc, char** argv) {
   }
   if (!config_path.empty()) {
     YAML::Node root;
+    if (std::ifstream probe(config_path); !probe) {  // yaml-cpp would say only "bad file"
+      return InvalidArgument("config file " + config_path + ": cannot read it (" + std::strerror(errno) + ")");
+    }
     try {
       root = YAML::LoadFile(config_path);
     } catch (const std::exception& e) {

@@ -250,5 +250,89 @@ TEST_F(CliRunE2E, ModeBothShowsChainedAndPerLayerSideBySide) {
   EXPECT_NE(out.find("mode per_layer"), std::string::npos) << out;
 }
 
+// Every command-line error of `kiln run` is status 2 before the FILE is uploaded: a bad
+// --sweep or --label (checked after the upload before), a --tt-emu-level tt-emu does not know or
+// one given with another backend (refused by kilnd after the upload before, status 1); job
+// options with --local (--label and --idempotency-key were ignored).
+TEST_F(CliRunE2E, CommandLineErrorsComeBeforeTheUpload) {
+  const std::string file = kCases + "residual_add_relu.onnx";
+  int rc = -1;
+  for (const std::string args : {"--sweep nosuchfield=1", "--sweep math_fidelity=LoFi,HiFi9", "--label novalue",
+                                 "--tt-emu-level bogus", "--backend reference --tt-emu-level fast"}) {
+    std::string out = Kiln("run " + file + " " + args, &rc);
+    EXPECT_EQ(rc, 2) << args << ": " << out;
+    EXPECT_EQ(out.find("upload"), std::string::npos) << args << ": " << out;
+    EXPECT_EQ(out.find("already stored"), std::string::npos) << args << ": " << out;
+  }
+  EXPECT_EQ(ScrapeMetrics(kilnd_->metrics_address())["kiln_upload_bytes_total"], 0.0);
+  EXPECT_EQ(Jobs(), 0);
+  // Job options without a server are refused, not ignored.
+  for (const std::string args : {"--label suite=x", "--idempotency-key k1", "--detach"}) {
+    std::string out = Kiln("run --local " + file + " --backend reference " + args, &rc);
+    EXPECT_EQ(rc, 2) << args << ": " << out;
+    EXPECT_NE(out.find("need a server"), std::string::npos) << args << ": " << out;
+  }
+}
+
+// `kiln jobs --model` takes a name or an id prefix like every model argument (kilnd resolves it);
+// `kiln jobs | job | cancel | devices --json` follow docs/cli-json.md: a schema field, numbers as
+// numbers, the state as --state spells it, null for what is not set.
+TEST_F(CliRunE2E, JobsByModelNameOrPrefixAndJson) {
+  Upload("residual_add_relu");
+  int rc = -1;
+  const std::string model_doc = Kiln("model residual_add_relu --json", &rc, true);
+  ASSERT_EQ(rc, 0) << model_doc;
+  const auto model = nlohmann::json::parse(model_doc);
+  EXPECT_EQ(model["schema"], "kiln.model/1");
+  const std::string sha = model["model_id"];
+  ASSERT_EQ(sha.size(), 64u);
+  EXPECT_TRUE(model["size_bytes"].is_number_integer()) << model_doc;
+  std::string job = Kiln("run residual_add_relu --backend reference --label suite=r2 --detach", &rc, true);
+  ASSERT_EQ(rc, 0) << job;
+  job.pop_back();  // the newline
+  std::string out = Kiln("watch " + job, &rc);
+  ASSERT_EQ(rc, 0) << out;
+  for (const std::string& ref : {std::string("residual_add_relu"), sha.substr(0, 8), sha}) {
+    out = Kiln("jobs --model " + ref + " --json", &rc, true);
+    ASSERT_EQ(rc, 0) << ref << ": " << out;
+    const auto doc = nlohmann::json::parse(out);
+    EXPECT_EQ(doc["schema"], "kiln.jobs/1");
+    ASSERT_EQ(doc["jobs"].size(), 1u) << ref << ": " << out;
+    const auto& j = doc["jobs"][0];
+    EXPECT_EQ(j["job_id"], job);
+    EXPECT_EQ(j["model_id"], sha);
+    EXPECT_EQ(j["state"], "succeeded");
+    EXPECT_EQ(j["backend"], "reference");
+    EXPECT_EQ(j["labels"]["suite"], "r2");
+    EXPECT_TRUE(j["progress"]["layers_total"].is_number_integer()) << out;
+    EXPECT_GT(j["progress"]["layers_total"].get<int>(), 0) << out;
+    EXPECT_TRUE(j["error"].is_null()) << out;
+    EXPECT_TRUE(j["finished"].is_string()) << out;
+  }
+  out = Kiln("jobs --model residual_add_relu", &rc, true);  // the table, too
+  EXPECT_NE(out.find(job), std::string::npos) << out;
+  out = Kiln("jobs --model " + std::string(64, 'f'), &rc, true);  // no such model: no jobs, no error
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out.find(job), std::string::npos) << out;
+  for (const std::string cmd : {"job ", "cancel "}) {
+    out = Kiln(cmd + job + " --json", &rc, true);
+    ASSERT_EQ(rc, 0) << cmd << out;
+    const auto doc = nlohmann::json::parse(out);
+    EXPECT_EQ(doc["schema"], "kiln.job/1");
+    EXPECT_EQ(doc["job_id"], job);
+    EXPECT_EQ(doc["state"], "succeeded");  // cancelling a finished job changes nothing
+    EXPECT_EQ(doc["attempt"], 1);
+  }
+  out = Kiln("devices --json", &rc, true);
+  ASSERT_EQ(rc, 0) << out;
+  const auto devices = nlohmann::json::parse(out);
+  EXPECT_EQ(devices["schema"], "kiln.devices/1");
+  ASSERT_EQ(devices["devices"].size(), 2u) << out;
+  EXPECT_EQ(devices["devices"][1]["name"], "reference:0");
+  EXPECT_GE(devices["devices"][1]["jobs_done"].get<int>(), 1) << out;
+  ASSERT_EQ(devices["queues"].size(), 2u) << out;
+  EXPECT_TRUE(devices["queues"][0]["capacity"].is_number_integer()) << out;
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -49,6 +49,7 @@ class Kilnd:
             self.proc.kill()
             raise RuntimeError(f"kilnd did not start: {line!r}; log: {Path(self.log_path).read_text()[-2000:]}")
         self.address = m.group(1)
+        self.metrics = m.group(2)
         self.drain = threading.Thread(target=self.proc.stdout.read, daemon=True)  # keep the pipe drained
         self.drain.start()
 
@@ -119,17 +120,34 @@ class ModelTest(Base):
         first = self.kiln.upload(path)
         self.assertEqual(first.model_id, hashlib.sha256(data).hexdigest())
         self.assertIn("sibling_convs", first.model.names)  # the file's stem, as `kiln upload`
+        sent = uploaded_bytes()
         again = self.kiln.upload(data, "sibling-again")
         self.assertEqual(again.model_id, first.model_id)
         self.assertTrue(again.already_stored)
+        self.assertEqual(uploaded_bytes(), sent)  # stored bytes are only named, never sent again
+        self.assertEqual(self.kiln.upload(path).model_id, first.model_id)
+        self.assertEqual(uploaded_bytes(), sent)
         self.assertEqual(sorted(self.kiln.model("sibling-again").names), ["sibling-again", "sibling_convs"])
         self.assertEqual(list(self.kiln.model(first.model_id).outputs), ["Y1", "Y2"])
+        self.assertEqual(self.kiln.model(first.model_id[:8]).model_id, first.model_id)  # an id prefix
+        listed = {m.model_id: m for m in self.kiln.models()}
+        self.assertEqual(sorted(listed[first.model_id].names), ["sibling-again", "sibling_convs"])
 
     def test_upload_errors(self) -> None:
         self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.upload, b"\x08\x07", contains="needs a name")
         self.assertKilnError(grpc.StatusCode.NOT_FOUND, self.kiln.upload, CASES / "no-such.onnx", contains="no-such.onnx")
         self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.upload, b"not an onnx model", "junk")
         self.assertKilnError(grpc.StatusCode.NOT_FOUND, self.kiln.model, "no-such-model")
+
+
+def uploaded_bytes() -> float:
+    """kiln_upload_bytes_total of the module's kilnd: model bytes it received."""
+    import urllib.request
+    assert SERVER is not None
+    text = urllib.request.urlopen(f"http://{SERVER.metrics}/metrics", timeout=10).read().decode()
+    m = re.search(r"^kiln_upload_bytes_total (\S+)$", text, re.M)
+    assert m, "kiln_upload_bytes_total missing from /metrics"
+    return float(m.group(1))
 
 
 def yaml_layers(text: str) -> list[dict[str, str]]:
@@ -293,8 +311,9 @@ class RunTest(Base):
                              {"X": self.x.astype(np.int32)}, backend="reference", contains="X")
         self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.run, self.model,
                              {"X": self.x.astype(np.complex64)}, contains="complex64")
-        self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.run, self.model,
-                             precision={"math_fidelity": "HiFi9"}, contains="hifi2")
+        e = self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.run, self.model,
+                                 precision={"math_fidelity": "HiFi9"}, contains="hifi2")
+        self.assertNotIn("unspecified", e.message)  # only the values a caller can give
         self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.run, self.model,
                              precision={"fidelity": "HiFi2"}, contains="math_fidelity")
 

@@ -2,6 +2,7 @@
 // stored bytes never sent twice) and `kiln compile` (--arch from the export name or required,
 // --json, the resource table, the izer command line, the bit-width warning after overrides).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -64,7 +65,7 @@ bool Has(const std::string& s, const std::string& part) { return s.find(part) !=
 TEST_F(CliModelsE2E, MissingFileIsNoSuchFile) {
   int rc = -1;
   for (const std::string cmd : {"compile nosuchfile.onnx --arch ai85net5", "compile --local nosuchfile.onnx --arch ai85net5",
-                                "run nosuchfile.onnx"}) {
+                                "run nosuchfile.onnx", "upload nosuchfile.onnx"}) {
     std::string out = Kiln(cmd, &rc);
     EXPECT_EQ(rc, 1) << cmd << ": " << out;
     EXPECT_TRUE(Has(out, "no such file: nosuchfile.onnx")) << cmd << ": " << out;
@@ -154,6 +155,57 @@ TEST_F(CliModelsE2E, ShortIdPrefixResolvesOnTheServer) {
   EXPECT_EQ(rc, 0) << out;
   out = Kiln("models", &rc);
   EXPECT_FALSE(Has(out, sha)) << out;
+}
+
+// `kiln compile NAME` of a model that is not stored is NOT_FOUND (status 1), not a missing
+// --arch; an -o that cannot be written is status 2 before anything is uploaded or compiled.
+TEST_F(CliModelsE2E, CompileChecksTheModelAndOutputFirst) {
+  int rc = -1;
+  std::string out = Kiln("compile nosuchmodel", &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_TRUE(Has(out, "NOT_FOUND")) << out;
+  EXPECT_FALSE(Has(out, "--arch is required")) << out;
+  const std::string qat = Export("mnist-ai85net5.qat.onnx");
+  for (const std::string& o : {(dir_ / "no-dir" / "net.yaml").string(), dir_.string()}) {
+    out = Kiln("compile " + qat + " --dataset MNIST -o " + o, &rc);
+    EXPECT_EQ(rc, 2) << o << ": " << out;
+    EXPECT_TRUE(Has(out, "-o " + o)) << out;
+    EXPECT_FALSE(Has(out, "upload")) << out;
+  }
+  EXPECT_EQ(UploadedBytes(), 0.0);
+}
+
+// `kiln models --json` / `kiln model --json` (docs/cli-json.md); a failed `kiln models` prints
+// the error alone, no table header.
+TEST_F(CliModelsE2E, ModelsJson) {
+  const std::string qat = Export("mnist-ai85net5.qat.onnx");
+  const std::string sha = Sha256Hex(ReadFileBytes(qat));
+  int rc = -1;
+  std::string out = Kiln("upload " + qat + " --name net5", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  out = Kiln("models --json", &rc, /*with_stderr=*/false);
+  ASSERT_EQ(rc, 0) << out;
+  auto doc = nlohmann::json::parse(out);
+  EXPECT_EQ(doc["schema"], "kiln.models/1");
+  ASSERT_EQ(doc["models"].size(), 1u) << out;
+  EXPECT_EQ(doc["models"][0]["model_id"], sha);
+  EXPECT_EQ(doc["models"][0]["names"], nlohmann::json::array({"net5"}));
+  EXPECT_EQ(doc["models"][0]["size_bytes"], ReadFileBytes(qat).size());
+  EXPECT_EQ(doc["models"][0]["opset"], 14);
+  EXPECT_TRUE(doc["models"][0]["created_unix_seconds"].is_number_integer()) << out;
+  out = Kiln("model " + sha.substr(0, 8) + " --json", &rc, false);
+  ASSERT_EQ(rc, 0) << out;
+  doc = nlohmann::json::parse(out);
+  EXPECT_EQ(doc["schema"], "kiln.model/1");
+  EXPECT_EQ(doc["model_id"], sha);
+  EXPECT_EQ(doc["inputs"].size(), 1u) << out;
+  const std::string cmd = std::string(KILN_BINARY) + " --server 127.0.0.1:1 --timeout 5 models 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[256];
+  std::string stdout_text;
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) stdout_text.append(buf, n);
+  EXPECT_EQ(WEXITSTATUS(pclose(p)), 1);
+  EXPECT_EQ(stdout_text, "");
 }
 
 // --arch: from the export name when it names a known factory, else required (before anything

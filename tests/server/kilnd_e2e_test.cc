@@ -476,6 +476,9 @@ TEST_F(KilndE2E, ConfigKeysAreFlagNames) {
   out = Shell(std::string(KILND_BINARY) + args, &rc);
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("both set --shutdown-grace"), std::string::npos) << out;
+  out = Shell(std::string(KILND_BINARY) + " --config " + (dir_ / "no-such.yaml").string() + " --listen 127.0.0.1:0", &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("no-such.yaml: cannot read it (No such file or directory)"), std::string::npos) << out;
 
   out = Shell(std::string(KILND_BINARY) + " --help", &rc);
   EXPECT_EQ(rc, 0);

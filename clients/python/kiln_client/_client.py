@@ -165,7 +165,8 @@ class Client:
 
     def upload(self, model: PathOrBytes, name: Optional[str] = None) -> UploadResult:
         """Stores an ONNX model: a file path (name defaults to the file's stem, as `kiln upload`)
-        or the bytes (name required). The same bytes are stored once (already_stored)."""
+        or the bytes (name required). The same bytes are stored once (already_stored) and never
+        sent again: LookupModel first, then only the header when they are stored."""
         if isinstance(model, (bytes, bytearray, memoryview)):
             data = bytes(model)
             if not name:
@@ -189,18 +190,42 @@ class Client:
                 with open(path, "rb") as f:
                     yield from iter(lambda: f.read(_CHUNK), b"")
 
+        # Before any byte goes out (as `kiln upload`, cli/model_commands.cc): is the name valid, and
+        # are these bytes stored? Stored bytes are named by the header alone (kiln/v1/model.proto
+        # UploadHeader.sha256); an older kilnd without LookupModel gets the bytes.
+        stored = False
+        try:
+            found = self._models.LookupModel(model_pb2.LookupModelRequest(name=name, sha256=sha),
+                                             metadata=self._metadata, timeout=self._timeout)
+            stored = found.HasField("by_sha256") and found.by_sha256.size_bytes == size
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise KilnError.from_rpc_error(e) from None
+
         def requests() -> Iterator[model_pb2.UploadModelRequest]:
             yield model_pb2.UploadModelRequest(header=model_pb2.UploadHeader(name=name, size_bytes=size, sha256=sha))
-            for c in chunks():
-                yield model_pb2.UploadModelRequest(chunk=c)
+            if not stored:
+                for c in chunks():
+                    yield model_pb2.UploadModelRequest(chunk=c)
 
         resp = self._unary(self._models.UploadModel, requests())
         return UploadResult(model_id=resp.model.model_id, already_stored=resp.already_stored,
                             replaced_model_id=resp.replaced_model_id, model=resp.model)
 
     def model(self, model: str) -> model_pb2.Model:
-        """A stored model's metadata, by id or name."""
+        """A stored model's metadata, by id, name or id prefix (8+ hex digits)."""
         return self._unary(self._models.GetModel, model_pb2.GetModelRequest(model_id=model)).model
+
+    def models(self) -> list[model_pb2.Model]:
+        """Every stored model, all pages of ListModels read (as `kiln models`)."""
+        out: list[model_pb2.Model] = []
+        request = model_pb2.ListModelsRequest()
+        while True:
+            page = self._unary(self._models.ListModels, request)
+            out.extend(page.models)
+            if not page.next_page_token:
+                return out
+            request.page_token = page.next_page_token
 
     def delete(self, model: str) -> None:
         """Deletes a model by id (all its names) or one name (kiln/v1/model.proto DeleteModelRequest)."""
@@ -397,7 +422,8 @@ def _enum(enum: _descriptor.EnumDescriptor, value: Union[str, int], what: str,
     found = exact or partial
     if len(found) != 1:
         raise KilnError(grpc.StatusCode.INVALID_ARGUMENT,
-                        f"{what}: unknown value '{value}' (expected one of {', '.join(n.lower() for n in names)})")
+                        f"{what}: unknown value '{value}' (expected one of "
+                        f"{', '.join(n.lower() for n in names if not n.endswith('_UNSPECIFIED'))})")
     return enum.values_by_name[found[0]].number
 
 
