@@ -158,8 +158,10 @@ def main():
     procs = []
     try:
         # ---- kilnd
+        # --max-model-bytes: the oversized upload of each round below is a counted refusal
+        # (kiln_rejected_requests_total{reason="model_too_large"}, the dashboard's rejected panel).
         cmd = [args.kilnd, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-               "--data-dir", os.path.join(work, "data")]
+               "--data-dir", os.path.join(work, "data"), "--max-model-bytes", str(4 << 20)]
         if args.devices:
             cmd += ["--devices", DEVICES]
         kilnd_log = open(os.path.join(work, "kilnd.log"), "w")
@@ -243,9 +245,13 @@ scrape_configs:
 
         model_files = [os.path.join(ROOT, "examples", "models", m + ".onnx") for m in MODELS]
         device_model_file = os.path.join(ROOT, "tests", "data", "onnx", "conv-cases", DEVICE_MODEL + ".onnx")
+        oversized = os.path.join(work, "oversized.onnx")
+        with open(oversized, "wb") as f:
+            f.write(os.urandom(5 << 20))
         for rnd in (1, 2):
             kiln("health")
             kiln("upload", model_files[rnd - 1])
+            kiln("upload", oversized, ok=False)  # RESOURCE_EXHAUSTED: over --max-model-bytes
             kiln("models")
             kiln("model", MODELS[0])
             kiln("model", "no-such-model", ok=False)  # NOT_FOUND
