@@ -33,13 +33,7 @@ class CliRunE2E : public KilndTest {
   std::string Kiln(const std::string& args, int* rc, bool stdout_only = false) {
     std::string cmd = std::string(KILN_BINARY) + " --server " + server_ + " " + args +
                       (stdout_only ? " 2>/dev/null" : " 2>&1");
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    *rc = WEXITSTATUS(pclose(p));
-    return out;
+    return RunShell(cmd, rc);
   }
 
   int Jobs() {

@@ -38,13 +38,7 @@ class CliModelsE2E : public KilndTest {
   std::string Kiln(const std::string& args, int* rc, bool with_stderr = true) {
     std::string cmd = std::string(KILN_BINARY) + " --server " + k_->grpc_address() + " " + args +
                       (with_stderr ? " 2>&1" : " 2>/dev/null");
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    *rc = WEXITSTATUS(pclose(p));
-    return out;
+    return RunShell(cmd, rc);
   }
 
   double UploadedBytes() { return ScrapeMetrics(k_->metrics_address())["kiln_upload_bytes_total"]; }
@@ -200,11 +194,9 @@ TEST_F(CliModelsE2E, ModelsJson) {
   EXPECT_EQ(doc["model_id"], sha);
   EXPECT_EQ(doc["inputs"].size(), 1u) << out;
   const std::string cmd = std::string(KILN_BINARY) + " --server 127.0.0.1:1 --timeout 5 models 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[256];
-  std::string stdout_text;
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) stdout_text.append(buf, n);
-  EXPECT_EQ(WEXITSTATUS(pclose(p)), 1);
+  rc = -1;
+  const std::string stdout_text = RunShell(cmd, &rc);
+  EXPECT_EQ(rc, 1);
   EXPECT_EQ(stdout_text, "");
 }
 

@@ -549,13 +549,7 @@ TEST_F(JobE2E, SigtermWithAJobRunningResumesAfterRestart) {
 // Runs the kiln CLI; stdout (and stderr when `with_stderr`) into the result, exit status in *rc.
 std::string Kiln(const std::string& server, const std::string& args, int* rc, bool with_stderr = true) {
   std::string cmd = std::string(KILN_BINARY) + " --server " + server + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  *rc = WEXITSTATUS(pclose(p));
-  return out;
+  return RunShell(cmd, rc);
 }
 
 std::string Trim(std::string s) {

@@ -353,13 +353,7 @@ TEST_F(KilndE2E, CliUploadListAndHealth) {
   std::ofstream(model, std::ios::binary) << MakeOnnxBytes(2000);
   auto run = [&](const std::string& args, int* rc) {
     std::string cmd = std::string(KILN_BINARY) + " --server " + k->grpc_address() + " " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    *rc = WEXITSTATUS(pclose(p));
-    return out;
+    return RunShell(cmd, rc);
   };
   int rc = -1;
   std::string out = run("upload " + model + " --name tiny", &rc);
@@ -379,13 +373,7 @@ TEST_F(KilndE2E, CliUploadListAndHealth) {
 
 // Runs `command` through the shell with stderr folded into the result; *rc is its exit status.
 static std::string Shell(const std::string& command, int* rc) {
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  *rc = WEXITSTATUS(pclose(p));
-  return out;
+  return RunShell(command + " 2>&1", rc);
 }
 
 // Connection options after the subcommand, --version, and the token from a file (kilnd's and
@@ -504,13 +492,7 @@ TEST_F(KilndE2E, CliCompileArchDefaultTableAndFailedOutput) {
   auto run = [&](const std::string& args, bool with_stderr, int* rc) {
     std::string cmd = std::string(KILN_BINARY) + " --server " + k->grpc_address() + " " + args +
                       (with_stderr ? " 2>&1" : " 2>/dev/null");
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    *rc = WEXITSTATUS(pclose(p));
-    return out;
+    return RunShell(cmd, rc);
   };
   auto slurp = [](const std::string& path) {
     std::ifstream in(path, std::ios::binary);

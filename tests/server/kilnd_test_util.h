@@ -47,6 +47,22 @@ inline grpc::Status UploadBytes(kiln::v1::ModelService::Stub& stub, const std::s
   return writer->Finish();
 }
 
+/// Runs `command` through /bin/sh: its stdout (fold stderr in with `2>&1` in `command`), its exit
+/// status in *rc (-1 when the shell could not be started). The CLI tests' one way to run `kiln`.
+inline std::string RunShell(const std::string& command, int* rc) {
+  std::string out;
+  FILE* p = popen(command.c_str(), "r");
+  if (p == nullptr) {
+    *rc = -1;
+    return out;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  *rc = WEXITSTATUS(pclose(p));
+  return out;
+}
+
 /// GET /metrics parsed into "name{labels}" -> value.
 inline std::map<std::string, double> ScrapeMetrics(const std::string& metrics_address) {
   std::map<std::string, double> out;

@@ -117,13 +117,7 @@ class MutualTls : public KilndTest {
   }
   // `[ENV] kiln ARGS` with stdout and stderr together.
   std::string Kiln(const std::string& env, const std::string& args, int* rc) {
-    FILE* p = popen((env + " " + KILN_BINARY + " " + args + " 2>&1").c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    *rc = WEXITSTATUS(pclose(p));
-    return out;
+    return RunShell(env + " " + KILN_BINARY + " " + args + " 2>&1", rc);
   }
   // Runs kilnd expecting it to refuse to start; its exit code, stderr in *err.
   int RunExpectingFailure(const std::string& args, std::string* err) {
