@@ -8,16 +8,12 @@
 
 #include "api/convert.h"
 #include "api/run_conv.h"
+#include "tests/api/conv_cases.h"
 
 namespace kiln::api {
 namespace {
 
-std::string ReadCase(const std::string& name) {
-  std::ifstream in(std::string(KILN_TEST_DATA) + "/conv-cases/" + name, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::ReadCase;
 
 const kiln::v1::LayerReport& Layer(const kiln::v1::RunConvLayersResponse& r, const std::string& name) {
   for (const auto& l : r.layers()) {

@@ -17,16 +17,12 @@
 #include "device/backends/builtin.h"
 #include "compiler/onnx/loader.h"
 #include "tests/support/onnx_model_builder.h"
+#include "tests/api/conv_cases.h"
 
 namespace kiln::api {
 namespace {
 
-std::string ReadCase(const std::string& name) {
-  std::ifstream in(std::string(KILN_TEST_DATA) + "/conv-cases/" + name, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::ReadCase;
 
 double MaxDiff(const runtime::RunResult& a, const runtime::RunResult& b) {
   double m = 0;
