@@ -330,10 +330,12 @@ TEST_F(Hardening, PlaintextUnauthenticatedBodiesAreBoundedByTheQuota) {
   std::vector<grpc::Status> results(8);
   const std::string body(100u << 20, 'x');
   for (int i = 0; i < 8; ++i) {
-    senders.emplace_back([&, i] {
-      args.SetInt("kiln.sender", i);
+    // Each sender gets its own copy: ChannelArguments is not thread-safe, and eight threads
+    // writing one shared instance corrupted the test's heap.
+    senders.emplace_back([&, i, own = args]() mutable {
+      own.SetInt("kiln.sender", i);
       auto compile = kiln::v1::CompileService::NewStub(
-          grpc::CreateCustomChannel(k->grpc_address(), grpc::InsecureChannelCredentials(), args));
+          grpc::CreateCustomChannel(k->grpc_address(), grpc::InsecureChannelCredentials(), own));
       kiln::v1::CompileAi8xRequest req;
       req.set_model_bytes(body);
       grpc::ClientContext ctx;

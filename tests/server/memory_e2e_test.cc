@@ -213,7 +213,9 @@ TEST_F(MemoryE2E, SigtermWithHostWorkInFlightEndsAfterTheGrace) {
   client.join();
   EXPECT_EQ(code, 0);
   EXPECT_GE(seconds, 1.5) << "the run was in flight: kilnd waits out the grace for it";
-  EXPECT_LT(seconds, 2.0 + 3.0) << "grace 2 s";
+  // Grace 2 s; the margin covers a loaded CI machine (6.2 s seen there) and stays far below the
+  // MatMul's own run time (8192^3 MACs, over 25 s at the reference's speed).
+  EXPECT_LT(seconds, 2.0 + 8.0) << "grace 2 s";
   EXPECT_FALSE(st.ok()) << "the run cannot have finished";
   EXPECT_TRUE(st.error_code() == grpc::StatusCode::CANCELLED || st.error_code() == grpc::StatusCode::UNAVAILABLE)
       << st.error_code() << " " << st.error_message();
