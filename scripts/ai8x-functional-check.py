@@ -199,7 +199,9 @@ def training_outputs(entry, ckpt, sample):
     outs = {}
     for name, m in model.named_modules():
         if isinstance(m, (ai8x.QuantizationAwareModule, ai8x.FusedSoftwareLinearReLU)):
-            m.register_forward_hook(lambda _m, _i, o, name=name: outs.__setitem__(name, o.detach().numpy().copy()))
+            # every call: a module applied several times (shared heads) has one output per call
+            m.register_forward_hook(
+                lambda _m, _i, o, name=name: outs.setdefault(name, []).append(o.detach().numpy().copy()))
     x = torch.from_numpy(np.load(sample).astype(np.float32)).unsqueeze(0)
     with torch.no_grad():
         y = model(x)
@@ -232,6 +234,32 @@ def compare(name, izer_out, torch_out):
     if diff.size:
         i = diff[0]
         return f'{name}: {diff.size}/{a.size} values differ (first at {i}: izer {a[i]}, ai8x-training {int(b[i])})'
+    return None
+
+
+def module_of(name, modules):
+    """The ai8x-training module a YAML layer name stands for: the name itself (without `.op`),
+    without Kiln's `_N` suffix for a module's N-th further call, or the one module whose dotted path
+    contains the name's parts in order (Kiln's names drop containers such as `res_layers`)."""
+    candidates = [name, name[:-3] if name.endswith('.op') else name]
+    base = re.sub(r'_[0-9]+$', '', name)
+    if base != name:
+        candidates.append(base)
+    for c in candidates:
+        if c in modules:
+            return c
+    for c in candidates:
+        parts = c.split('.')
+        found = []
+        for m in modules:
+            mp = m.split('.')
+            if mp[-1] != parts[-1]:
+                continue
+            it = iter(mp)
+            if all(p in it for p in parts):
+                found.append(m)
+        if len(found) == 1:
+            return found[0]
     return None
 
 
@@ -290,21 +318,24 @@ def check_one(entry, args):
     checked = 0
     compared = set()
     nonzero = ''
+    call_of = {}  # module -> YAML layers matched to it so far (the k-th is its k-th call)
     for ll, layer in enumerate(layers):
         calls = captured.get(ll, [])
         weight_calls = [c for c in calls if c[0] in WEIGHT_FUNCS]
         if not weight_calls:
             continue
         if 'name' in layer:
-            mod = layer['name']
-            if mod not in torch_outs and mod.endswith('.op'):
-                mod = mod[:-3]
+            mod = module_of(layer['name'], torch_outs)
         else:  # hand-written YAMLs name no layers: the k-th weight layer is the k-th weight module run
             weight_mods = [n for n in torch_outs if n in weight_modules]
-            mod = weight_mods[checked] if checked < len(weight_mods) else '(none)'
-        if mod not in torch_outs:
+            mod = weight_mods[checked] if checked < len(weight_mods) else None
+        if mod is None:
             return f'FAIL layer {ll} {layer.get("name", "")}: no ai8x-training module of that name'
-        problem = compare(f'layer {ll} {layer.get("name", mod)}', weight_calls[-1][1], torch_outs[mod])
+        k = call_of.get(mod, 0)
+        call_of[mod] = k + 1
+        if k >= len(torch_outs[mod]):
+            return f'FAIL layer {ll} {layer.get("name", "")}: module {mod} runs only {len(torch_outs[mod])} times'
+        problem = compare(f'layer {ll} {layer.get("name", mod)}', weight_calls[-1][1], torch_outs[mod][k])
         if problem:
             return f'FAIL {problem} [{note}]'
         checked += 1

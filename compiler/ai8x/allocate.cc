@@ -41,6 +41,16 @@ int64_t EstimatedWords(const Layer& l) {
   return KernLen(l, ProcessorRun(ComputePasses(l.out_shape.c).processors, 0));
 }
 
+// EstimatedWords of a group's member, 0 for one that reuses an earlier member's kernels (the
+// group shares one map: SameKernels is then KernelTwin).
+int64_t MemberWords(const Network& net, const std::vector<int>& members, size_t k) {
+  const Layer& l = net.layers[members[k]];
+  for (size_t j = 0; j < k; ++j) {
+    if (SameKernels(net.layers[members[j]], l)) return 0;
+  }
+  return EstimatedWords(l);
+}
+
 // A map of `count` processors at `shift`: contiguous (HWC), one per group of 4 / 16 (CHW), or on
 // the FIFO processors 0-3/16-19/32-35/48-51.
 uint64_t MakeMap(int count, int shift, bool chw, bool fifo) {
@@ -84,6 +94,16 @@ Groups GroupSharedMaps(Network& net, const std::unordered_map<int, std::vector<i
       }
     }
   }
+  // Layers applying one module again (SameKernels) read on one map, so the izer stores their
+  // kernels once (izer/kdedup.py compares processor maps too).
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (SameKernels(net.layers[j], net.layers[i]) && InProcs(net.layers[j]) == InProcs(net.layers[i])) {
+        uf.Union(static_cast<int>(i), static_cast<int>(j));
+        break;
+      }
+    }
+  }
   for (size_t i = 0; i < n; ++i) {
     const Layer& l = net.layers[i];
     if (l.op != OpKind::kNone && l.groups == 1) continue;
@@ -122,7 +142,7 @@ std::vector<int> AllocationOrder(const Network& net, Groups& g) {
   std::unordered_map<int, int64_t> weight;
   for (int r : rest) {
     int64_t w = 0;
-    for (int m : g.members[r]) w += EstimatedWords(net.layers[m]);
+    for (size_t k = 0; k < g.members[r].size(); ++k) w += MemberWords(net, g.members[r], k);
     weight[r] = w;
   }
   std::stable_sort(rest.begin(), rest.end(), [&](int a, int b) {
@@ -135,10 +155,10 @@ std::vector<int> AllocationOrder(const Network& net, Groups& g) {
   return order;
 }
 
-// The kernels of a group's weight layers, one after the other, all on `map`.
+// The kernels of a group's weight layers, one after the other, all on `map` (twins once).
 void PlaceKernels(const Network& net, const std::vector<int>& members, uint64_t map, KernelMemoryMap& memory) {
-  for (int m : members) {
-    int64_t w = EstimatedWords(net.layers[m]);
+  for (size_t k = 0; k < members.size(); ++k) {
+    int64_t w = MemberWords(net, members, k);
     if (w != 0) memory.Place(map, w);
   }
 }
@@ -304,9 +324,9 @@ uint64_t PlaceGroup(const Network& net, const std::vector<int>& members, int cnt
   std::vector<int64_t> words;
   words.reserve(members.size());
   bool dw_biased = false;
-  for (int m : members) {
-    const Layer& ml = net.layers[m];
-    words.push_back(EstimatedWords(ml));
+  for (size_t k = 0; k < members.size(); ++k) {
+    const Layer& ml = net.layers[members[k]];
+    words.push_back(MemberWords(net, members, k));
     dw_biased |= ml.groups > 1 && ml.has_bias;
   }
   const int64_t global_before = fill.MaxFill();

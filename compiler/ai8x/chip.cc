@@ -36,6 +36,7 @@ constexpr ChipSpec kMax78000{
     .emulate_eltwise_mp = true,
     .support_multipass_eltwise_conv_bias = true,
     .support_binary_weights = false,
+    .support_read_gap = false,
 };
 
 // izer/tornadocnn.py class Dev87 (MAX78002).
@@ -68,6 +69,7 @@ constexpr ChipSpec kMax78002{
     .emulate_eltwise_mp = false,
     .support_multipass_eltwise_conv_bias = false,
     .support_binary_weights = true,
+    .support_read_gap = true,
 };
 
 }  // namespace

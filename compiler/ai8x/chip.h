@@ -52,6 +52,10 @@ struct ChipSpec {
   bool emulate_eltwise_mp;  ///< EMULATE_ELTWISE_MP: >2 passes x operands cannot pool/convolve
   bool support_multipass_eltwise_conv_bias;  ///< false on ai87 (max7800x.py L2074-2080)
   bool support_binary_weights;  ///< SUPPORT_BINARY_WEIGHTS (quantization -1)
+  /// SUPPORT_MULTIPASS_STRIDE: `read_gap` (a layer reads every (gap+1)-th word of its input);
+  /// max7800x.py L687-692 allows it only on single-pass inputs (SUPPORT_MULTIPASS_READ_STRIDE is
+  /// false on both devices).
+  bool support_read_gap;
 
   /// Kernel memory of processor `p` in 72-bit words (`mask_width()`: on ai87 processors 0, 16,
   /// 32 and 48 have the large 5120-word memory).

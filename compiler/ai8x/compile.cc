@@ -54,6 +54,8 @@ void FillReport(Network& net, const Ai8xOptions& resolved_options, Ai8xCompileRe
   r.resources.data_instance_bytes = spec.data_instance_bytes;
   KernelMemoryMap kernel_memory;
   r.layers.reserve(net.layers.size());
+  std::vector<int> twins(net.layers.size());  // before the loop below moves names out
+  for (size_t i = 0; i < net.layers.size(); ++i) twins[i] = KernelTwin(net, i);
   for (size_t i = 0; i < net.layers.size(); ++i) {
     Layer& l = net.layers[i];  // not read after this loop: names and node lists move out
     Ai8xLayerSummary s;
@@ -73,7 +75,7 @@ void FillReport(Network& net, const Ai8xOptions& resolved_options, Ai8xCompileRe
     s.out_offset = l.placed.out_offset;
     s.data_in_bytes = DataInBytes(net, l);
     s.data_out_bytes = DataOutBytes(net, l);
-    s.kernel_words = KernelWords(net, l);
+    s.kernel_words = twins[i] >= 0 ? 0 : KernelWords(net, l);
     s.bias_bytes = BiasBytes(l);
     s.streaming = l.placed.streaming;
     r.resources.bias_bytes_used += s.bias_bytes;

@@ -90,7 +90,8 @@ struct Ai8xLayerSummary {
   int out_offset = 0;
   int64_t data_in_bytes = 0;       ///< per data-memory instance (izer in_size)
   int64_t data_out_bytes = 0;      ///< per data-memory instance (izer out_size)
-  int64_t kernel_words = 0;        ///< 72-bit kernel words per enabled processor (izer kern_len)
+  int64_t kernel_words = 0;        ///< 72-bit kernel words per enabled processor (izer kern_len); 0 when
+                                   ///< the izer reuses an earlier layer's kernels (KernelTwin, resources.h)
   int64_t bias_bytes = 0;
   bool streaming = false;
 };

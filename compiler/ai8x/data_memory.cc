@@ -87,7 +87,9 @@ constexpr int64_t kInPlaceSlackBytes = 64;
 }  // namespace
 
 int64_t InPlaceLag(const Layer& l) {
-  if (l.placed.streaming || l.placed.chw_input || l.flatten || l.write_gap != 0 || l.operands > 1) return -1;
+  if (l.placed.streaming || l.placed.chw_input || l.flatten || l.write_gap != 0 || l.read_gap != 0 || l.operands > 1) {
+    return -1;
+  }
   if (l.op != OpKind::kConv2d && l.op != OpKind::kConv1d && l.op != OpKind::kNone) return -1;
   if (ComputePasses(l.in_shape.c).passes > 1 || ComputePasses(l.out_shape.c).passes > 1) return -1;
   const int64_t ob = 4 * l.output_width / 8;

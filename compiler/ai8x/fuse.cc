@@ -157,6 +157,27 @@ void FuseEltwise(Network& net) {
   Compact(net, removed);
 }
 
+namespace {
+
+// Whether every reader of `source` other than the element-wise layer `eltwise_id` may read its
+// output with `read_gap` (ChipSpec::support_read_gap): a single-pass Conv2d reading only that
+// output (the use the hand-written MAX78002 networks make of it). A reader that is itself
+// element-wise or a concatenation reads interleaved data its own way.
+bool ReadGapReadersOnly(const Network& net, const std::vector<int>& readers, int eltwise_id, int source) {
+  if (!net.spec().support_read_gap) return false;
+  for (int r : readers) {
+    if (r == eltwise_id) continue;
+    const Layer* l = net.Find(r);
+    if (l == nullptr || l->inputs.size() != 1 || l->inputs[0] != source || l->operands != 1) return false;
+    if (l->op != OpKind::kConv2d) return false;
+    if (l->read_gap != 0 || l->flatten || l->in_dim || l->channel_view) return false;
+    if (ComputePasses(l->in_shape.c).passes > 1) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void InsertWriteGaps(Network& net) {
   net.Reindex();
   auto readers = Readers(net);
@@ -167,6 +188,38 @@ void InsertWriteGaps(Network& net) {
     Layer layer;
   };
   std::vector<Insert> inserts;
+  // How an operand reaches its element-wise reader: written with write_gap by its producer, read
+  // in place by the producer's other readers with read_gap, or re-formed by a `gap_*` copy.
+  enum class Way { kWriteGap, kReadGap, kCopy };
+  auto way = [&](const Layer& l, int s, const std::unordered_map<int, int>& gap_of_source, bool allow_read_gap) {
+    const Layer* src = s == kNetworkInput ? nullptr : net.Find(s);
+    int uses_here = static_cast<int>(std::count(l.inputs.begin(), l.inputs.end(), s));
+    bool shared = src == nullptr || src->output || uses_here > 1 ||
+                  readers[s].size() > static_cast<size_t>(uses_here) || gap_of_source.count(s) > 0;
+    if (!shared) return Way::kWriteGap;
+    if (allow_read_gap && src != nullptr && !src->output && uses_here == 1 && gap_of_source.count(s) == 0 &&
+        ReadGapReadersOnly(net, readers[s], l.id, s)) {
+      return Way::kReadGap;
+    }
+    return Way::kCopy;
+  };
+  // Copies, as the hand-written MAX78002 networks do (ai87-cifar100-mobilenet-v2-0.5.yaml), unless
+  // they would take the network past the chip's layer limit: then read_gap wherever the chip and
+  // the readers allow it (as ai87-pascalvoc-fpndetector.yaml does, 116 layers instead of 136).
+  bool allow_read_gap = false;
+  if (net.spec().support_read_gap) {
+    std::unordered_map<int, int> dry;
+    size_t copies = 0;
+    for (const Layer& l : net.layers) {
+      if (l.operands < 2) continue;
+      for (int s : l.inputs) {
+        Way w = way(l, s, dry, false);
+        if (w == Way::kCopy) ++copies;
+        if (w == Way::kWriteGap) dry[s] = l.operands - 1;
+      }
+    }
+    allow_read_gap = net.layers.size() + copies > static_cast<size_t>(net.spec().max_layers);
+  }
   std::unordered_map<int, int> gap_of_source;  // source id -> write_gap already applied
   for (Layer& l : net.layers) {
     if (l.operands < 2) continue;
@@ -174,12 +227,18 @@ void InsertWriteGaps(Network& net) {
     for (size_t k = 0; k < l.inputs.size(); ++k) {
       int s = l.inputs[k];
       Layer* src = s == kNetworkInput ? nullptr : net.Find(s);
-      int uses_here = static_cast<int>(std::count(l.inputs.begin(), l.inputs.end(), s));
-      bool shared = src == nullptr || src->output || uses_here > 1 ||
-                    readers[s].size() > static_cast<size_t>(uses_here) || gap_of_source.count(s) > 0;
-      if (!shared) {
+      Way w = way(l, s, gap_of_source, allow_read_gap);
+      if (w == Way::kWriteGap) {
         src->write_gap = gap;
         gap_of_source[s] = gap;
+        continue;
+      }
+      if (w == Way::kReadGap) {
+        src->write_gap = gap;
+        gap_of_source[s] = gap;
+        for (int r : readers[s]) {
+          if (r != l.id) net.Find(r)->read_gap = gap;
+        }
         continue;
       }
       Layer g;

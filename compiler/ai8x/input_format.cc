@@ -91,6 +91,21 @@ void ChooseInputFormatAndStreaming(Network& net, const Ai8xOptions& options) {
     fail("the last streaming layer's output does not fit either");
     return;
   }
+  // The first layer after the prefix reads the last streaming layer's whole output. When that
+  // input and its own output fit no instance together and cannot lie in different instances
+  // (their maps need more than the 16 instances between them), it streams too, as the
+  // hand-written ai87-pascalvoc-fpndetector.yaml streams layers 0-5 (a 64-channel 128x160 map
+  // fills an instance).
+  for (;;) {
+    int nx = k + 1;
+    if (nx + 1 >= static_cast<int>(net.layers.size()) || nx + 1 > spec.max_stream_layers) break;
+    const Layer& l = net.layers[nx];
+    bool chained = l.inputs.size() == 1 && l.inputs[0] == net.layers[k].id && l.operands == 1 && !l.flatten &&
+                   (spec.support_streaming_passthrough || l.op != OpKind::kNone);
+    int instances = (ComputePasses(l.in_shape.c).processors + 3) / 4 + (ComputePasses(l.out_shape.c).processors + 3) / 4;
+    if (!chained || instances <= spec.num_data_instances || DataInBytes(net, l) + DataOutBytes(net, l) <= inst) break;
+    k = nx;
+  }
   if (c > 16) {
     fail("the first layer has " + std::to_string(c) + " input channels; the FIFO takes at most 16 (HWC)");
     return;

@@ -100,6 +100,9 @@ struct LayerDef {
   bool one_d = false;         ///< 1-D data (Conv1d / Linear); printed as (C, L)
 
   int write_gap = 0;           ///< InsertWriteGaps: interleaved output for an element-wise reader
+  /// InsertWriteGaps: reads a producer's interleaved output in place (`read_gap`, MAX78002:
+  /// SUPPORT_MULTIPASS_STRIDE) instead of through a `gap_*` copy; equals that producer's write_gap.
+  int read_gap = 0;
   bool output = false;        ///< its data leaves the accelerator (`output: true`)
   bool gap_layer = false;     ///< inserted write_gap passthrough
   bool in_dim = false;        ///< the data is reshaped between producer and layer: emit `in_dim`

@@ -57,9 +57,12 @@ void CutHostTail(Network& net);
 /// conv/linear layers by position, and the YAML's layer order is the execution order, so the two
 /// must agree. Compares the conv/linear layers' Layer::weight_position (their weight initializers'
 /// model order, torch: state_dict = module definition order) with the layer order; layers without a
-/// position (exporter-generated weight names, hand-built networks) are skipped. When they disagree:
-/// one AI8X_WEIGHT_ORDER error naming the first two layers (and ONNX nodes) out of order — no
-/// reordering of the YAML can fix it; the modules must be defined in the order they are called.
+/// position (exporter-generated weight names, hand-built networks) are skipped, and so are layers
+/// applying an earlier layer's module again (`weight_source`, WeightSource in resources.h). When
+/// they disagree and the izer reads a quantized checkpoint (qat exports), independent branches are
+/// reordered into weight order where a topological order allows it (one info AI8X_WEIGHT_ORDER);
+/// otherwise one AI8X_WEIGHT_ORDER error names the first two layers (and ONNX nodes) out of order:
+/// the modules must be defined in the order they are called.
 void CheckWeightOrder(Network& net);
 
 /// ApplyStructureOverrides (compiler/ai8x/overrides.cc) — applies LayerOverride entries whose key

@@ -80,6 +80,47 @@ inline int64_t KernLen(const Layer& l, uint64_t out_map) {
 /// KernLen with the layer's own output map.
 inline int64_t KernelWords(const Network& /*net*/, const Layer& l) { return KernLen(l, l.placed.output_processors); }
 
+/// Whether the izer stores the kernels of `a` and `b` once (izer/kdedup.py `deduplicate`, on unless
+/// ai8xize.py runs with --no-deduplicate-weights): equal contents and shape, equal `quantization`,
+/// equal processor maps (compared by the caller: placed.processors, or the shared map of an
+/// allocation group). Kiln knows contents are equal when both layers read the same weight
+/// initializer the same way (one module applied several times, e.g. the FPN heads of
+/// ai87fpndetector); kernels equal by coincidence are counted twice, which only overestimates.
+inline bool SameKernels(const Layer& a, const Layer& b) {
+  return a.has_weights() && b.has_weights() && !a.weight_initializer.empty() &&
+         a.weight_initializer == b.weight_initializer && a.op == b.op && a.kernel_h == b.kernel_h &&
+         a.kernel_w == b.kernel_w && a.groups == b.groups && a.dilation == b.dilation && a.flatten == b.flatten &&
+         a.weight_count == b.weight_count && a.quantization == b.quantization && a.in_shape.c == b.in_shape.c &&
+         a.out_shape.c == b.out_shape.c && a.placed.chw_input == b.placed.chw_input;
+}
+
+/// The earlier layer whose kernels layer `i` reuses (SameKernels on the same processor map: the izer
+/// places no kernels for `i`, kernels.py sees None), or -1.
+inline int KernelTwin(const Network& net, size_t i) {
+  const Layer& l = net.layers[i];
+  if (l.weight_initializer.empty()) return -1;
+  for (size_t j = 0; j < i; ++j) {
+    const Layer& o = net.layers[j];
+    if (o.placed.processors == l.placed.processors && SameKernels(o, l)) return static_cast<int>(j);
+  }
+  return -1;
+}
+
+/// The earlier layer that layer `i` applies again (SameKernels, any processor map), or -1. With a
+/// quantized checkpoint (.pth.tar: the module's weights appear once in its state_dict, which the
+/// izer assigns to the YAML's weight layers in order, izer/checkpoint.py `load`) layer `i` needs
+/// `weight_source: <that layer>` (izer.py copies the weights, yamlcfg.py L600-606); with an ONNX
+/// checkpoint it must not have one (izer/onnxcp.py yields weights per Conv node already, and
+/// izer.py would insert a second copy).
+inline int WeightSource(const Network& net, size_t i) {
+  const Layer& l = net.layers[i];
+  if (l.weight_initializer.empty()) return -1;
+  for (size_t j = 0; j < i; ++j) {
+    if (SameKernels(net.layers[j], l)) return static_cast<int>(j);
+  }
+  return -1;
+}
+
 /// Bias bytes of a layer (one per output channel when it has bias).
 inline int64_t BiasBytes(const Layer& l) { return l.has_bias ? l.out_shape.c : 0; }
 

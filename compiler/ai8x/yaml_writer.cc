@@ -136,6 +136,11 @@ std::string EmitYaml(const Network& net, const Ai8xOptions& options) {
       if (l.pool_dilation != 1) out.Key("pool_dilation", l.pool_dilation);
     }
     if (l.write_gap != 0) out.Key("write_gap", l.write_gap);
+    if (l.read_gap != 0) out.Key("read_gap", l.read_gap);
+    if (net.qat_weight_chains) {
+      int src = WeightSource(net, i);
+      if (src >= 0) out.Key("weight_source", src);
+    }
     uint64_t implied = next != nullptr ? next->placed.processors : DefaultFinalOutputMap(l.out_shape.c);
     if (l.placed.output_processors != implied) out.Key("output_processors", Hex16(l.placed.output_processors));
 

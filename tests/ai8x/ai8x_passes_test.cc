@@ -685,3 +685,211 @@ TEST(Ai8xRules, StreamingMustBeAPrefix) {
 
 }  // namespace
 }  // namespace kiln::ai8x
+
+namespace kiln::ai8x {
+namespace {
+
+// One module applied to several inputs (the FPN heads of ai87fpndetector): a 64->1024 3x3 conv
+// takes 1024 kernel words on every processor, so five applications (5120 words) overflow the
+// 4096-word processors unless the izer stores the kernels once (izer/kdedup.py), which it does
+// for equal kernels on one processor map.
+NetBuilder SharedHeads(bool qat) {
+  NetBuilder b({64, 4, 4}, Chip::kMAX78002);
+  b.net.qat_weight_chains = qat;
+  int trunk = b.Conv("trunk", kNetworkInput, 64);
+  b.L(trunk).weight_initializer = "trunk.op.weight";
+  b.L(trunk).weight_position = 0;
+  int in = trunk;
+  for (int k = 0; k < 5; ++k) {
+    int f = b.Conv("feat" + std::to_string(k), in, 64);
+    b.L(f).weight_initializer = "feat" + std::to_string(k) + ".op.weight";
+    b.L(f).weight_position = k == 0 ? 1 : 2 + k;  // the head module is defined right after feat0
+    int h = b.Conv(k == 0 ? "head" : "head_" + std::to_string(k), f, 1024);
+    b.L(h).weight_initializer = "head.op.weight";
+    b.L(h).weight_position = 2;
+    b.L(h).output = true;
+    in = f;
+  }
+  for (Layer& l : b.net.layers) l.quantization_known = true;
+  return b;
+}
+
+TEST(Ai8xDedup, SharedModuleKernelsAreStoredOnceAndTakenByWeightSource) {
+  for (bool qat : {true, false}) {
+    NetBuilder b = SharedHeads(qat);
+    Ai8xOptions o;
+    o.chip = Chip::kMAX78002;
+    auto r = CompileAi8xNetwork(b.net, o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (const Diagnostic& d : r->diagnostics) {
+      EXPECT_NE(d.severity, Severity::kError) << d.code << " " << d.layer_name << ": " << d.message;
+    }
+    EXPECT_TRUE(r->ok);
+    int heads = 0, shared = 0;
+    for (const Ai8xLayerSummary& l : r->layers) {
+      if (l.name.rfind("head", 0) != 0) continue;
+      ++heads;
+      if (l.kernel_words == 0) ++shared;
+      EXPECT_EQ(l.processors, r->layers[2].processors) << l.name << ": twins share one map";
+    }
+    EXPECT_EQ(heads, 5);
+    EXPECT_EQ(shared, 4) << "the first application holds the kernels";
+    // trunk + 5 feature convs of 64 words each (4-word aligned), one head of 1024 words
+    EXPECT_LT(r->resources.max_kernel_words_used, 2 * 1024);
+    YAML::Node doc = YAML::Load(r->yaml);
+    int sources = 0;
+    for (const auto& l : doc["layers"]) {
+      if (!l["weight_source"]) continue;
+      ++sources;
+      EXPECT_EQ(l["weight_source"].as<int>(), 2) << "the first head is layer 2";
+    }
+    // A quantized checkpoint holds the head's weights once: the izer needs weight_source; its ONNX
+    // reader (non-qat exports) yields them per Conv node, and weight_source would add a copy.
+    EXPECT_EQ(sources, qat ? 4 : 0);
+  }
+}
+
+TEST(Ai8xDedup, DifferentWeightsAreNotShared) {
+  NetBuilder b = SharedHeads(true);
+  for (Layer& l : b.net.layers) {
+    if (l.name == "head_3") l.weight_initializer = "other.op.weight";
+  }
+  Ai8xOptions o;
+  o.chip = Chip::kMAX78002;
+  auto r = CompileAi8xNetwork(b.net, o);
+  ASSERT_TRUE(r.ok());
+  int shared = 0;
+  for (const Ai8xLayerSummary& l : r->layers) shared += l.name.rfind("head", 0) == 0 && l.kernel_words == 0;
+  EXPECT_EQ(shared, 3);
+}
+
+// Two independent branches, exported in the other order than the checkpoint lists their weights.
+NetBuilder SwappedBranches(bool qat) {
+  NetBuilder b({16, 8, 8}, Chip::kMAX78002);
+  b.net.qat_weight_chains = qat;
+  int t = b.Conv("trunk", kNetworkInput, 16);
+  int y = b.Conv("regression", t, 8);  // runs first, its weights listed last
+  int x = b.Conv("classification", t, 8);
+  b.L(t).weight_position = 0;
+  b.L(x).weight_position = 1;
+  b.L(y).weight_position = 2;
+  for (int id : {t, x, y}) {
+    b.L(id).weight_initializer = b.L(id).name + ".op.weight";
+    b.L(id).quantization_known = true;
+  }
+  b.L(x).output = b.L(y).output = true;
+  return b;
+}
+
+TEST(Ai8xWeightOrder, IndependentBranchesRunInCheckpointOrderWithAQuantizedCheckpoint) {
+  NetBuilder b = SwappedBranches(true);
+  CheckWeightOrder(b.net);
+  EXPECT_FALSE(HasError(b.net));
+  EXPECT_TRUE(HasCode(b.net, "AI8X_WEIGHT_ORDER"));  // the info saying so
+  ASSERT_EQ(b.net.layers.size(), 3u);
+  EXPECT_EQ(b.net.layers[1].name, "classification");
+  EXPECT_EQ(b.net.layers[2].name, "regression");
+  // The izer's ONNX reader takes weights in node order: a non-qat export keeps its order and the
+  // mismatch stays an error.
+  NetBuilder f = SwappedBranches(false);
+  CheckWeightOrder(f.net);
+  EXPECT_TRUE(HasError(f.net));
+  EXPECT_EQ(f.net.layers[1].name, "regression");
+}
+
+TEST(Ai8xWeightOrder, AChainOutOfOrderCannotBeReordered) {
+  NetBuilder b({16, 8, 8}, Chip::kMAX78002);
+  b.net.qat_weight_chains = true;
+  int a = b.Conv("a", kNetworkInput, 16);
+  int c = b.Conv("c", a, 16);
+  b.L(a).weight_position = 1;
+  b.L(c).weight_position = 0;
+  for (int id : {a, c}) b.L(id).weight_initializer = b.L(id).name + ".op.weight";
+  CheckWeightOrder(b.net);
+  EXPECT_TRUE(HasError(b.net));
+  EXPECT_EQ(b.net.layers[0].name, "a");
+}
+
+// Residual blocks on MAX78002 (pre read by c1 and by the add): below the layer limit each block's
+// pre goes through a `gap_*` copy as the hand-written MobileNetV2 YAML does; when the copies would
+// pass 128 layers, c1 reads pre's interleaved output with read_gap instead.
+NetBuilder ResidualBlocks(int blocks) {
+  NetBuilder b({16, 8, 8}, Chip::kMAX78002);
+  int in = kNetworkInput;
+  for (int k = 0; k < blocks; ++k) {
+    std::string s = std::to_string(k);
+    int pre = b.Conv("pre" + s, in, 16, 3, 1, true);
+    int c1 = b.Conv("c1_" + s, pre, 16, 3, 1, true);
+    int c2 = b.Conv("c2_" + s, c1, 16, 3, 1, true);
+    in = b.Eltwise("add" + s, pre, c2);
+  }
+  b.Conv("last", in, 16, 3, 1, true);
+  return b;
+}
+
+TEST(Ai8xReadGap, CopiesBelowTheLayerLimitReadGapAboveIt) {
+  NetBuilder small = ResidualBlocks(2);
+  FuseEltwise(small.net);
+  InsertWriteGaps(small.net);
+  int copies = 0, read_gaps = 0;
+  for (const Layer& l : small.net.layers) {
+    copies += l.gap_layer;
+    read_gaps += l.read_gap != 0;
+  }
+  EXPECT_EQ(copies, 2);
+  EXPECT_EQ(read_gaps, 0);
+
+  NetBuilder big = ResidualBlocks(30);  // 121 layers, 151 with copies
+  FuseEltwise(big.net);
+  InsertWriteGaps(big.net);
+  copies = read_gaps = 0;
+  for (const Layer& l : big.net.layers) {
+    copies += l.gap_layer;
+    if (l.read_gap != 0) {
+      ++read_gaps;
+      EXPECT_EQ(l.name.rfind("c1_", 0), 0u) << l.name;
+      EXPECT_EQ(big.net.Find(l.inputs[0])->write_gap, l.read_gap);
+    }
+  }
+  EXPECT_EQ(copies, 0);
+  EXPECT_EQ(read_gaps, 30);
+  EXPECT_LE(big.net.layers.size(), 128u);
+  ChooseInputFormatAndStreaming(big.net, {});
+  AllocateProcessors(big.net, {});
+  PlanDataMemory(big.net);
+  CheckRules(big.net);
+  EXPECT_FALSE(HasError(big.net)) << big.net.diagnostics.front().message;
+  EXPECT_FALSE(HasCode(big.net, "AI8X_WRITE_GAP"));
+  // MAX78000 has no read_gap: the rule says so.
+  big.net.chip = Chip::kMAX78000;
+  CheckRules(big.net);
+  EXPECT_TRUE(HasCode(big.net, "AI8X_WRITE_GAP"));
+}
+
+// ai87fpndetector's stem: 64 channels at 128x160 fill a MAX78002 data-memory instance (80 KiB), so
+// a layer reading such a map and writing another cannot hold both: the streaming prefix goes on
+// until an input and its output fit together (layers 0-3 here, as the hand-written YAML streams
+// its stem).
+TEST(Ai8xStreaming, PrefixGoesOnWhileInputAndOutputCannotShareAnInstance) {
+  NetBuilder b({3, 256, 320}, Chip::kMAX78002);
+  int c0 = b.Conv("c0", kNetworkInput, 64);
+  int p0 = b.Pool("p0", c0, 2);
+  int c1 = b.Conv("c1", p0, 64);
+  int c2 = b.Conv("c2", c1, 64);
+  int p2 = b.Pool("p2", c2, 2);
+  int c3 = b.Conv("c3", p2, 64);
+  b.Conv("c4", c3, 64);
+  FusePooling(b.net);
+  ASSERT_EQ(b.net.layers.size(), 5u);
+  ChooseInputFormatAndStreaming(b.net, {});
+  std::vector<bool> streaming;
+  for (const Layer& l : b.net.layers) streaming.push_back(l.placed.streaming);
+  EXPECT_EQ(streaming, (std::vector<bool>{true, true, true, true, false}));
+  AllocateProcessors(b.net, {});
+  PlanDataMemory(b.net);
+  CheckRules(b.net);
+  EXPECT_FALSE(HasCode(b.net, "AI8X_DATA_MEMORY"));
+}
+
+}  // namespace
+}  // namespace kiln::ai8x

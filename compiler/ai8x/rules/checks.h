@@ -26,6 +26,7 @@ void CheckOutputSize(RuleContext& c, const Layer& l, size_t i);
 // eltwise.cc
 void CheckNotWithConv1d(RuleContext& c, const Layer& l, size_t i);
 void CheckOperands(RuleContext& c, const Layer& l, size_t i);
+void CheckReadGap(RuleContext& c, const Layer& l, size_t i);
 // processors.cc
 void CheckProcessorMaps(RuleContext& c, const Layer& l, size_t i);
 void CheckPassthroughMap(RuleContext& c, const Layer& l, size_t i);

@@ -1,6 +1,6 @@
 // Rule family "eltwise" (AI8X_ELTWISE, AI8X_WRITE_GAP): element-wise operands (yamlcfg.py L411-417,
 // max7800x.py L504-506, L525-528, L759-768, L984-990, L2074-2080; docs/specs/ai8x-izer-rules.md
-// §1.6).
+// §1.6), and `read_gap` readers of an interleaved operand (izer.py L262-266, max7800x.py L687-692).
 #include "compiler/ai8x/rules/checks.h"
 
 namespace kiln::ai8x::rules {
@@ -58,6 +58,20 @@ void CheckOperands(RuleContext& c, const Layer& l, size_t) {
     Err(net, code::kEltwise, l,
         std::string("on ") + spec.name +
             " element-wise operations must be in a separate layer from convolutions with bias (max7800x.py L2074-2080)");
+  }
+}
+
+void CheckReadGap(RuleContext& c, const Layer& l, size_t) {
+  if (l.read_gap == 0) return;
+  const Layer* p = l.inputs.size() == 1 ? c.net.Find(l.inputs[0]) : nullptr;
+  if (!c.spec.support_read_gap) {
+    Err(c.net, code::kWriteGap, l, std::string("`read_gap` must be 0 on ") + c.spec.name + " (max7800x.py L687-689)");
+  } else if (ComputePasses(l.in_shape.c).passes > 1) {
+    Err(c.net, code::kWriteGap, l, "`read_gap` must be 0 on a multi-pass input (max7800x.py L690-692)");
+  } else if (p == nullptr || p->write_gap != l.read_gap) {
+    Err(c.net, code::kWriteGap, l,
+        "`read_gap` " + std::to_string(l.read_gap) + " does not match the `write_gap` of the layer that made its input " +
+            "(izer.py L262-266)");
   }
 }
 

@@ -1,5 +1,6 @@
 // Rule family "kernel memory" (AI8X_KERNEL_MEMORY): izer/kernels.py L221-330 with the first fit of
-// compiler/ai8x/kernel_memory.h (4-word aligned start, same start on all processors of a layer).
+// compiler/ai8x/kernel_memory.h (4-word aligned start, same start on all processors of a layer);
+// a layer whose kernels the izer deduplicates (KernelTwin, compiler/ai8x/resources.h) takes none.
 #include "compiler/ai8x/passes.h"
 #include "compiler/ai8x/rules/checks.h"
 
@@ -21,8 +22,9 @@ std::string LayersWithoutBitsOn(const Network& net, const Layer& l, int p) {
 
 }  // namespace
 
-void CheckKernelMemory(RuleContext& c, const Layer& l, size_t) {
+void CheckKernelMemory(RuleContext& c, const Layer& l, size_t i) {
   if (!l.has_weights() || c.net.lift_limits) return;
+  if (KernelTwin(c.net, i) >= 0) return;  // the izer stores its kernels once (izer/kdedup.py)
   int64_t words = KernelWords(c.net, l);
   KernelMemoryMap::Checked placed = c.kernel_memory.PlaceWithin(l.placed.processors, words, c.spec);
   if (placed.overflow < 0) return;

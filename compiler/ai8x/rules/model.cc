@@ -3,6 +3,8 @@
 // AI8X_WEIGHT_ORDER, AI8X_SHAPE, AI8X_RESHAPE, AI8X_HOST_TAIL). Decided while the layers are built
 // (compiler/ai8x/build_layers.cc) and by the FlattenViews, CutHostTail and CheckWeightOrder passes.
 #include <algorithm>
+#include <climits>
+#include <set>
 
 #include "compiler/ai8x/passes.h"
 #include "compiler/ai8x/rules/rules.h"
@@ -169,11 +171,96 @@ void RestateBitsNotDerived(Network& net) {
 
 }  // namespace rules
 
+namespace {
+
+// The model position of the weights layer `i` takes by position, or -1: none, or a layer applying
+// an earlier one's module again (WeightSource, compiler/ai8x/resources.h), which takes its weights
+// by `weight_source` from a quantized checkpoint, or per Conv node from the ONNX file.
+int PositionalWeight(const Network& net, size_t i) {
+  const Layer& l = net.layers[i];
+  if (!l.has_weights() || l.weight_position < 0) return -1;
+  if (WeightSource(net, i) >= 0) return -1;
+  return l.weight_position;
+}
+
+bool InWeightOrder(const Network& net) {
+  int max_pos = -1;
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    int p = PositionalWeight(net, i);
+    if (p < 0) continue;
+    if (p < max_pos) return false;
+    max_pos = p;
+  }
+  return true;
+}
+
+// Another execution order of the layers: Kahn's algorithm over the producer edges, always taking
+// the ready layer below which the smallest positional weight waits (ties: the exported order).
+// Independent branches (the classification and regression heads of ai87fpndetector, which its
+// forward() calls in the other order than its __init__ defines them) then run in weight order.
+std::vector<size_t> WeightOrderSchedule(const Network& net) {
+  const size_t n = net.layers.size();
+  std::vector<int> key(n, INT_MAX), indegree(n, 0);
+  std::vector<std::vector<size_t>> consumers(n);
+  for (size_t i = 0; i < n; ++i) {
+    for (int in : net.layers[i].inputs) {
+      int p = in == kNetworkInput ? -1 : net.IndexOf(in);
+      if (p < 0) continue;
+      consumers[static_cast<size_t>(p)].push_back(i);
+      ++indegree[i];
+    }
+  }
+  for (size_t i = n; i-- > 0;) {  // producers come first in the exported order
+    int own = PositionalWeight(net, i);
+    if (own >= 0) key[i] = own;
+    for (size_t c : consumers[i]) key[i] = std::min(key[i], key[c]);
+  }
+  std::set<std::pair<int, size_t>> ready;
+  for (size_t i = 0; i < n; ++i) {
+    if (indegree[i] == 0) ready.insert({key[i], i});
+  }
+  std::vector<size_t> order;
+  order.reserve(n);
+  while (!ready.empty()) {
+    size_t i = ready.begin()->second;
+    ready.erase(ready.begin());
+    order.push_back(i);
+    for (size_t c : consumers[i]) {
+      if (--indegree[c] == 0) ready.insert({key[c], c});
+    }
+  }
+  return order;
+}
+
+}  // namespace
+
 void CheckWeightOrder(Network& net) {
-  // Conv/linear layers in layer (= execution) order whose weights have a model position.
+  // With a quantized checkpoint (qat exports: the izer cannot read weights behind QAT chains from
+  // the ONNX file) the order of independent branches is free; the izer's ONNX reader
+  // (izer/onnxcp.py) takes weights in node order, so other exports keep theirs.
+  if (net.qat_weight_chains && !InWeightOrder(net)) {
+    std::vector<size_t> order = WeightOrderSchedule(net);
+    if (order.size() == net.layers.size()) {
+      std::vector<Layer> saved = net.layers;
+      std::vector<Layer> reordered;
+      reordered.reserve(order.size());
+      for (size_t i : order) reordered.push_back(net.layers[i]);
+      net.layers = std::move(reordered);
+      net.Reindex();
+      if (InWeightOrder(net)) {
+        net.Report(Severity::kInfo, code::kWeightOrder, nullptr,
+                   "independent branches run in the order the checkpoint lists their weights (state_dict order), "
+                   "not in the exported node order, so that the izer assigns every layer its own weights");
+        return;
+      }
+      net.layers = std::move(saved);
+      net.Reindex();
+    }
+  }
+  // Conv/linear layers in layer (= execution) order whose weights are assigned by position.
   std::vector<const Layer*> w;
-  for (const Layer& l : net.layers) {
-    if (l.has_weights() && l.weight_position >= 0) w.push_back(&l);
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    if (PositionalWeight(net, i) >= 0) w.push_back(&net.layers[i]);
   }
   // Layers whose weights precede those of an earlier-running layer.
   int out_of_order = 0;
@@ -205,8 +292,8 @@ void CheckWeightOrder(Network& net) {
   }
   msg +=
       ". The izer assigns the checkpoint's weights to the YAML's conv/linear layers by position, so it would "
-      "load them into the wrong layers, and the YAML's layer order is the execution order, which cannot be "
-      "changed to match. Define the modules in the model's __init__ in the order forward() calls them (the "
+      "load them into the wrong layers, and the YAML's layer order is an execution order, which no reordering "
+      "of independent branches can make match. Define the modules in the model's __init__ in the order forward() calls them (the "
       "existing checkpoint loads into the reordered model by name with load_state_dict; save it again) and "
       "re-export";
   net.Report(Severity::kError, code::kWeightOrder, second, std::move(msg));

@@ -30,6 +30,7 @@ constexpr Rule kRules[] = {
     Layer_("flatten", "rules/operators.cc", CheckFlatten),
     Layer_("output width and quantization", "rules/operators.cc", CheckOutputWidthAndQuantization),
     Layer_("element-wise operands", "rules/eltwise.cc", CheckOperands),
+    Layer_("read_gap readers", "rules/eltwise.cc", CheckReadGap),
     Layer_("concatenation", "rules/processors.cc", CheckConcat),
     Layer_("data-memory bounds", "rules/data_memory.cc", CheckDataMemoryBounds),
     Layer_("streaming prefix", "rules/streaming.cc", CheckStreaming),
