@@ -46,7 +46,11 @@ void ReportUnevenMultipassConcat(Network& net, const Layer& concat, int passes, 
       "a concatenation of " + std::to_string(concat.in_shape.c) + " channels is read in " + std::to_string(passes) +
           " passes of " + std::to_string(processors) + " channels, so it needs " + std::to_string(passes) +
           " parts of " + std::to_string(processors) +
-          " channels each (pass k is the k-th interleaved word, max7800x.py L451-468)");
+          " channels each (pass k is the k-th interleaved word, max7800x.py L451-468): a part of more channels "
+          "writes several words per pixel, and `write_gap` interleaves its words one by one "
+          "(izer/unload.py: word (pixel * out_expand + pass) * (write_gap + 1)), so its passes cannot sit next "
+          "to each other in the concatenation; what would help: concatenate parts of at most " +
+          std::to_string(processors) + " channels (e.g. split each expand conv in two)");
 }
 
 // Processor counts (max7800x.py L915-941) and CHW input maps (L442-450, izer.py L449-451).
