@@ -337,7 +337,7 @@ int DiskFull() {
     L.acked[id] = "full" + std::to_string(i);
     if (i == 0) {
       // Two more names for the first model, removed by name on the full disk below (step 3).
-      for (const char* alias : {"alias-a", "alias-b"}) {
+      for (const char* alias : {"alias-a", "alias-b", "alias-c"}) {
         grpc::Status ast = UploadBytes(*stub, alias, bytes, &resp);
         CHECK_OR_FAIL(ast.ok() && resp.already_stored(), "naming the first model %s: %d %s", alias,
                       static_cast<int>(ast.error_code()), ast.error_message().c_str());
@@ -406,6 +406,23 @@ int DiskFull() {
   const uint64_t free_after_names = free_bytes();
   CHECK_OR_FAIL(free_after_names < (64u << 10), "the name deletes left %llu bytes free (the reserve was not re-created)",
                 static_cast<unsigned long long>(free_after_names));
+  //    a'. Without a reserve (removed behind kilnd's back, its room filled): a clear refusal
+  //       that names what does free space, and nothing changes.
+  {
+    fs::remove(dir / "data" / "index.reserve");
+    std::ofstream filler(dir / "data" / "filler3", std::ios::binary);
+    while (filler.put('f') && filler.flush()) {
+    }
+  }
+  {
+    grpc::Status st = remove("alias-c");
+    CHECK_OR_FAIL(st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+                      st.error_message().find("delete the model by its id") != std::string::npos &&
+                      st.error_message().find(first_id) != std::string::npos,
+                  "deleting a name on a full disk without reserve: %d %s, want RESOURCE_EXHAUSTED naming the "
+                  "model id to delete", static_cast<int>(st.error_code()), st.error_message().c_str());
+    CHECK_OR_FAIL(resolve("alias-c") == first_id, "a refused name delete changed the name");
+  }
   //    b. By its last name: the model goes, and its space with it.
   std::string by_name_id;
   for (const auto& [id, name] : L.acked) {
@@ -432,6 +449,12 @@ int DiskFull() {
     L.deleted.insert(victim);
   }
   Verify(*stub, dir, L, false);
+  {
+    std::error_code ec;
+    const auto reserve = fs::file_size(dir / "data" / "index.reserve", ec);
+    CHECK_OR_FAIL(!ec && reserve >= (64u << 10), "index.reserve was not re-created once space was freed (%s)",
+                  ec ? ec.message().c_str() : std::to_string(reserve).c_str());
+  }
   std::string small = MakeOnnxBytes(1000, 7);
   L.sizes[Sha256Hex(small)] = small.size();
   kiln::v1::UploadModelResponse resp;
@@ -447,7 +470,8 @@ int DiskFull() {
     Verify(*stub, dir, L, true);
     // The acknowledged name deletes stay done.
     CHECK_OR_FAIL(resolve("alias-a").empty() && resolve("alias-b").empty(), "a deleted name is back after restart");
-    CHECK_OR_FAIL(resolve("full0") == first_id, "full0 no longer names the first model after restart");
+    CHECK_OR_FAIL(resolve("full0") == first_id && resolve("alias-c") == first_id,
+                  "full0 or alias-c no longer names the first model after restart");
     k->Stop();
   }
   k.reset();
