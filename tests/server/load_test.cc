@@ -8,6 +8,7 @@
 // health within 5 s of the load ending, and its peak RSS stays at or below the configured memory
 // budget plus a stated overhead (kPeakRssLimit). Latencies are
 // reported, never asserted (a loaded 2-core machine decides them).
+#include <google/protobuf/descriptor.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -301,8 +302,22 @@ TEST_F(LoadTest, SixtyFourClientsMixingEveryRpc) {
   EXPECT_TRUE(healthy) << "no health answer within 5 s of the load ending";
   EXPECT_LE(peak, kPeakRssLimit);
   EXPECT_GT(peak, 0u) << "no VmHWM read from /proc";
-  // Every RPC of kiln.v1 (15, LookupModel included) plus grpc.health.v1 Check.
-  EXPECT_EQ(stats.ms.size(), 16u) << "every RPC was exercised";
+  // Every method of every kiln.v1 service (from the descriptors, so a new RPC cannot be left out
+  // of the mix) plus grpc.health.v1 Check.
+  size_t methods = 0;
+  for (const char* file : {"kiln/v1/model.proto", "kiln/v1/compile.proto", "kiln/v1/device.proto", "kiln/v1/job.proto"}) {
+    const auto* fd = google::protobuf::DescriptorPool::generated_pool()->FindFileByName(file);
+    ASSERT_NE(fd, nullptr) << file;
+    for (int i = 0; i < fd->service_count(); ++i) {
+      for (int m = 0; m < fd->service(i)->method_count(); ++m) {
+        ++methods;
+        EXPECT_EQ(stats.ms.count(fd->service(i)->method(m)->name()), 1u)
+            << fd->service(i)->method(m)->full_name() << " is not in the load mix";
+      }
+    }
+  }
+  EXPECT_GE(methods, 15u);  // what kiln.v1 declares today
+  EXPECT_EQ(stats.ms.size(), methods + 1) << "every RPC was exercised (and health)";
   EXPECT_EQ(k->Stop(), 0);
 }
 
