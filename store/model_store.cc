@@ -601,6 +601,7 @@ Status ModelStore::Delete(const std::string& id_or_name) {
     // needs the reserve (WriteIndex); without one, say what does free space.
     Status st = WriteIndex(next, /*use_reserve=*/true);
     if (st.code() == StatusCode::kResourceExhausted) {
+      Refused("disk_full");
       return ResourceExhausted("deleting name '" + id_or_name + "' of model " + it->model_id +
                                " (which keeps its other names) needs an index rewrite: " + st.message() +
                                ". Removing a name frees no space; delete the model by its id to free " +

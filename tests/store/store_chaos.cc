@@ -415,7 +415,11 @@ int DiskFull() {
     }
   }
   {
+    const double refused_before = ScrapeMetrics(k->metrics_address())["kiln_rejected_requests_total{reason=\"disk_full\"}"];
     grpc::Status st = remove("alias-c");
+    CHECK_OR_FAIL(ScrapeMetrics(k->metrics_address())["kiln_rejected_requests_total{reason=\"disk_full\"}"] ==
+                      refused_before + 1,
+                  "the refused name delete is not counted as reason disk_full");
     CHECK_OR_FAIL(st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
                       st.error_message().find("delete the model by its id") != std::string::npos &&
                       st.error_message().find(first_id) != std::string::npos,
