@@ -291,9 +291,11 @@ Result<std::unique_ptr<ModelStore>> ModelStore::Open(const ModelStoreOptions& op
   store->models_ = std::move(kept);
   store->total_bytes_ = 0;
   for (const auto& m : store->models_) store->total_bytes_ += m.size_bytes;
+  std::lock_guard<std::mutex> wlock(store->write_mu_);
   if (store->models_.size() != before || !have_index || store->index_legacy_) {
-    std::lock_guard<std::mutex> wlock(store->write_mu_);
     KILN_RETURN_IF_ERROR(store->WriteIndex(store->models_));
+  } else {
+    (void)store->EnsureIndexReserve(fs::file_size(options.dir / "index.yaml", ec));
   }
   return store;
 }
@@ -313,9 +315,56 @@ Status ModelStore::LoadIndex() {
   return Status::Ok();
 }
 
-Status ModelStore::WriteIndex(const std::vector<ModelInfo>& models) {
+// Room kept for one index rewrite: the index, a page of slack, rounded up to 64 KiB steps so
+// that a growing index does not reallocate on every write.
+static uint64_t ReserveBytes(uint64_t index_bytes) {
+  constexpr uint64_t kStep = 64 << 10;
+  return (index_bytes + 4096 + kStep - 1) / kStep * kStep;
+}
+
+bool ModelStore::EnsureIndexReserve(uint64_t index_bytes) {
+  const uint64_t want = ReserveBytes(index_bytes);
+  if (index_reserve_bytes_ >= want) {
+    index_reserve_short_ = false;
+    return true;
+  }
+  fs::path path = options_.dir / "index.reserve";
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  // posix_fallocate allocates the blocks (tmpfs and ext4/xfs natively; glibc writes zeros
+  // elsewhere), so the room is really taken now and really freed by the unlink.
+  const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(want));
+  ::close(fd);
+  if (rc != 0) {
+    struct stat st{};
+    index_reserve_bytes_ = ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
+    return false;
+  }
+  index_reserve_bytes_ = want;
+  index_reserve_short_ = false;
+  return true;
+}
+
+Status ModelStore::WriteIndex(const std::vector<ModelInfo>& models, bool use_reserve) {
   AssertNotOnReactor("ModelStore::WriteIndex");
-  return AtomicWriteFile(options_.dir / "index.yaml", options_.dir / "tmp", internal::SerializeIndex(models));
+  const std::string text = internal::SerializeIndex(models);
+  Status st = AtomicWriteFile(options_.dir / "index.yaml", options_.dir / "tmp", text);
+  if (st.code() == StatusCode::kResourceExhausted && use_reserve && index_reserve_bytes_ > 0) {
+    fs::path reserve = options_.dir / "index.reserve";
+    spdlog::warn("model store: {} is full; a delete gives up {} ({} bytes) to rewrite the index",
+                 options_.dir.string(), reserve.string(), index_reserve_bytes_);
+    ::unlink(reserve.c_str());
+    index_reserve_bytes_ = 0;
+    (void)FsyncDir(options_.dir);  // ext4 reuses freed blocks only once the unlink is committed
+    st = AtomicWriteFile(options_.dir / "index.yaml", options_.dir / "tmp", text);
+  }
+  if (st.ok() && !EnsureIndexReserve(text.size()) && !index_reserve_short_) {
+    index_reserve_short_ = true;  // logged once per shortage
+    spdlog::warn("model store: cannot allocate {} bytes for {} (file system full?); deleting a name "
+                 "on a full disk may fail until space is freed", ReserveBytes(text.size()),
+                 (options_.dir / "index.reserve").string());
+  }
+  return st;
 }
 
 Result<std::unique_ptr<Upload>> ModelStore::BeginUpload(const std::string& name,
@@ -548,8 +597,17 @@ Status ModelStore::Delete(const std::string& id_or_name) {
   bool by_name = it->model_id != id_or_name;
   if (by_name) std::erase(it->names, id_or_name);
   if (by_name && !it->names.empty()) {
-    // Only a name goes: the index write is the commit.
-    KILN_RETURN_IF_ERROR(WriteIndex(next));
+    // Only a name goes: the index write is the commit. It frees no space, so on a full disk it
+    // needs the reserve (WriteIndex); without one, say what does free space.
+    Status st = WriteIndex(next, /*use_reserve=*/true);
+    if (st.code() == StatusCode::kResourceExhausted) {
+      Refused("disk_full");
+      return ResourceExhausted("deleting name '" + id_or_name + "' of model " + it->model_id +
+                               " (which keeps its other names) needs an index rewrite: " + st.message() +
+                               ". Removing a name frees no space; delete the model by its id to free " +
+                               std::to_string(it->size_bytes) + " bytes");
+    }
+    KILN_RETURN_IF_ERROR(st);
     std::lock_guard<std::mutex> lock(mu_);
     models_.swap(next);
     return Status::Ok();
@@ -574,7 +632,7 @@ Status ModelStore::Delete(const std::string& id_or_name) {
     return st;
   }
   KILN_RETURN_IF_ERROR(FsyncDir(object.parent_path()));
-  Status st = WriteIndex(models_);
+  Status st = WriteIndex(models_, /*use_reserve=*/true);
   if (!st.ok()) {
     spdlog::warn("model store: model {} deleted, but the index rewrite failed ({}); the next write "
                  "or start-up drops its entry", removed.model_id, st.ToString());

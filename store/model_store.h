@@ -8,6 +8,9 @@
 //                           last line "# kiln-index-sha256: <hex>" over everything before it
 //                           (store/index_file.h); replaced atomically
 //   LOCK                    flock'ed by the one process that owns the store
+//   index.reserve           preallocated room for one index rewrite (the index's size + 4 KiB,
+//                           in 64 KiB steps), given up only by a delete that finds the disk full,
+//                           so that deletes by name work on a full disk (ModelStore::Delete)
 // Every write goes to a temp file in the same file system, is fsync'ed, renamed over its target,
 // and the directory is fsync'ed, so a crash at any point leaves either the old or the new state.
 // Start-up never deletes model data: objects that no index entry names (a crash between rename
@@ -206,8 +209,11 @@ class ModelStore {
   /// with it when no other name is left. NOT_FOUND if neither matches. Removing a model unlinks
   /// its object first (that frees the space, and makes the delete durable: start-up drops an
   /// entry without object), then rewrites the index; a failed rewrite is logged and retried by
-  /// the next write, so deleting works on a full disk. Removing a name only needs the rewrite
-  /// (RESOURCE_EXHAUSTED on a full disk, nothing changed).
+  /// the next write, so deleting works on a full disk. Removing a name only needs the rewrite:
+  /// when the disk is full, the delete gives up index.reserve, rewrites the index in its room
+  /// and re-creates it (the index shrank, so it fits again); only when no reserve is left (it
+  /// could not be allocated) is that RESOURCE_EXHAUSTED, naming the file system and saying that
+  /// deleting by model id frees space; nothing is changed then.
   Status Delete(const std::string& id_or_name);
   /// Declared bytes of the uploads in flight.
   uint64_t reserved_bytes() const;
@@ -231,8 +237,13 @@ class ModelStore {
   friend class Upload;
   explicit ModelStore(ModelStoreOptions options) : options_(std::move(options)) {}
   Status LoadIndex();
-  // Writes `models` as the index; the caller holds write_mu_ (never mu_).
-  Status WriteIndex(const std::vector<ModelInfo>& models);
+  // Writes `models` as the index; the caller holds write_mu_ (never mu_). With `use_reserve`
+  // (deletes only: their index is never larger than the one on disk), a write that finds the
+  // file system full removes index.reserve and tries once more. Each successful write then
+  // grows or re-creates the reserve to fit the new index (best effort: a full disk may refuse).
+  Status WriteIndex(const std::vector<ModelInfo>& models, bool use_reserve = false);
+  // Makes index.reserve at least ReserveBytes(index_bytes) long; false if the disk refused.
+  bool EnsureIndexReserve(uint64_t index_bytes);
   Status RebuildIndexFromObjects();
   Result<ModelInfo> Publish(Upload* upload, ModelInfo info, bool* already_stored,
                             std::string* replaced_model_id);
@@ -259,6 +270,8 @@ class ModelStore {
   uint64_t uploads_in_flight_ = 0;
   int lock_fd_ = -1;
   bool index_legacy_ = false;      // index.yaml was format 1 (no checksum): rewritten at Open
+  uint64_t index_reserve_bytes_ = 0;  // allocated length of index.reserve; write_mu_
+  bool index_reserve_short_ = false;  // the last EnsureIndexReserve failed (logged once); write_mu_
   mutable std::mutex verified_mu_;
   mutable std::unordered_set<std::string> verified_;  // ids whose bytes this process has checked
 };

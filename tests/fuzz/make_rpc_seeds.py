@@ -32,6 +32,8 @@ seeds = {
  'get_model': (4, s(1,'m')),
  'submit_run': (8, s(1, s(1,'id')+i(5,1))),
  'list_jobs_bad_state': (10, i(1,42)),
+ 'lookup_model': (14, s(1,'m')+s(2,'0'*64)),
+ 'lookup_bad_sha': (14, s(1,'.hidden')+s(2,'ABC')),
 }
 os.makedirs('tests/fuzz/rpc_corpus', exist_ok=True)
 for name,(t,body) in seeds.items():

@@ -1,7 +1,16 @@
 // Runs the RPC request fuzz target (rpc_request_fuzzer.cc) without libFuzzer, in every build:
 //   rpc_fuzz_replay [--seed S] [--runs N] [--max-len L] <file-or-dir>...
 // replays the given inputs, then N generated ones (splitmix64 from S, lengths 2..L) — a fixed
-// structured-generation batch under ctest. Exits 1 when nothing ran.
+// structured-generation batch under ctest. Exits 1 when nothing ran, or when N > 0 and one of the
+// fuzzed request messages received no input.
+//   rpc_fuzz_replay --check-coverage <proto/kiln/v1>
+// the static check that no RPC is forgotten: every *.proto file in that directory must be linked
+// in (the generated descriptor pool knows it as kiln/v1/<file>), and every method of every
+// service it declares must take a request message that the fuzzer dispatches to. Exits 1 with the
+// missing methods otherwise.
+#include <google/protobuf/descriptor.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -12,10 +21,52 @@
 #include <string>
 #include <vector>
 
+#include "tests/fuzz/rpc_request_fuzzer.h"
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
+namespace {
+
+namespace fs = std::filesystem;
+
+int CheckCoverage(const fs::path& proto_dir) {
+  namespace pb = google::protobuf;
+  const std::vector<std::string> fuzzed = KilnFuzzedRequestMessages();
+  int files = 0, methods = 0, missing = 0;
+  for (const auto& e : fs::directory_iterator(proto_dir)) {
+    if (e.path().extension() != ".proto") continue;
+    ++files;
+    const std::string name = "kiln/v1/" + e.path().filename().string();
+    const pb::FileDescriptor* file = pb::DescriptorPool::generated_pool()->FindFileByName(name);
+    if (file == nullptr) {
+      std::fprintf(stderr, "rpc_fuzz_replay: %s is not linked into the fuzzer: include its .pb.h in "
+                   "rpc_request_fuzzer.cc and add its requests to Rows()\n", name.c_str());
+      ++missing;
+      continue;
+    }
+    for (int s = 0; s < file->service_count(); ++s) {
+      const pb::ServiceDescriptor* service = file->service(s);
+      for (int m = 0; m < service->method_count(); ++m) {
+        const pb::MethodDescriptor* method = service->method(m);
+        ++methods;
+        const std::string& request = method->input_type()->full_name();
+        if (std::find(fuzzed.begin(), fuzzed.end(), request) == fuzzed.end()) {
+          std::fprintf(stderr, "rpc_fuzz_replay: %s takes %s, which rpc_request_fuzzer.cc Rows() does not fuzz\n",
+                       method->full_name().c_str(), request.c_str());
+          ++missing;
+        }
+      }
+    }
+  }
+  std::printf("rpc_fuzz_replay --check-coverage: %d proto files, %d methods, %zu fuzzed request messages, %d missing\n",
+              files, methods, fuzzed.size(), missing);
+  return files > 0 && methods > 0 && missing == 0 ? 0 : 1;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  namespace fs = std::filesystem;
+  if (argc == 3 && std::strcmp(argv[1], "--check-coverage") == 0) return CheckCoverage(argv[2]);
   uint64_t seed = 1, runs = 0, max_len = 512;
   std::vector<fs::path> files;
   for (int i = 1; i < argc; ++i) {
@@ -57,5 +108,18 @@ int main(int argc, char** argv) {
     ++done;
   }
   std::printf("rpc_fuzz_replay: %zu inputs without a crash (seed %llu)\n", done, static_cast<unsigned long long>(seed));
-  return done > 0 ? 0 : 1;
+  const std::vector<std::string> fuzzed = KilnFuzzedRequestMessages();
+  bool starved = false;
+  for (size_t i = 0; i < fuzzed.size(); ++i) {
+    uint64_t n = g_kiln_fuzz_row_inputs[i];
+    if (i == 0) {  // the spare indexes go to the first message
+      for (size_t j = fuzzed.size(); j < g_kiln_fuzz_row_inputs.size(); ++j) n += g_kiln_fuzz_row_inputs[j];
+    }
+    std::printf("  %-32s %llu inputs\n", fuzzed[i].c_str(), static_cast<unsigned long long>(n));
+    if (runs > 0 && n == 0) {
+      std::fprintf(stderr, "rpc_fuzz_replay: %s received no input\n", fuzzed[i].c_str());
+      starved = true;
+    }
+  }
+  return done > 0 && !starved ? 0 : 1;
 }

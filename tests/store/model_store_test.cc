@@ -1,6 +1,8 @@
 #include "store/model_store.h"
 
 #include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -156,6 +158,40 @@ TEST_F(ModelStoreTest, DeleteByNameRemovesOnlyThatName) {
   ASSERT_TRUE(store->Delete(Sha256Hex(bytes)).ok());
   EXPECT_EQ(store->Get("y").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(store->model_count(), 0u);
+}
+
+// index.reserve (store/model_store.h): allocated room for one index rewrite, at least the index
+// plus 4 KiB in 64 KiB steps, grown with the index and re-created at start-up.
+TEST_F(ModelStoreTest, IndexReserveFollowsTheIndexSize) {
+  auto allocated = [&] {
+    struct stat st{};
+    return ::stat((dir_ / "index.reserve").c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
+  };
+  auto store = OpenStore();
+  ASSERT_TRUE(Put(*store, "first", testing::MakeOnnxBytes(1000, 1)).ok());
+  EXPECT_EQ(fs::file_size(dir_ / "index.reserve"), 64u << 10);
+  EXPECT_GE(allocated(), 64u << 10) << "the reserve's blocks are allocated, not a sparse file";
+  // Three models with a 30 kB producer_name each (under max_metadata_bytes) take the index past
+  // the first 64 KiB step.
+  for (unsigned i = 0; i < 3; ++i) {
+    onnx::ModelProto m;
+    ASSERT_TRUE(m.ParseFromString(testing::MakeOnnxBytes(100, 100 + i)));
+    m.set_producer_name(std::string(30000, 'p'));
+    auto put = Put(*store, "big-metadata-" + std::to_string(i), m.SerializeAsString());
+    ASSERT_TRUE(put.ok()) << put.status().ToString();
+  }
+  const uint64_t index = fs::file_size(dir_ / "index.yaml");
+  const uint64_t reserve = fs::file_size(dir_ / "index.reserve");
+  EXPECT_GT(index, 64u << 10);
+  EXPECT_GE(reserve, index + 4096);
+  EXPECT_EQ(reserve % (64u << 10), 0u);
+  EXPECT_LT(reserve, index + 4096 + (64u << 10));
+  // Removed behind the store's back: the next start-up allocates it again.
+  store.reset();
+  fs::remove(dir_ / "index.reserve");
+  store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(fs::file_size(dir_ / "index.reserve"), reserve);
 }
 
 TEST_F(ModelStoreTest, RenamingReportsTheReplacedModelAndDedupIgnoresStoreLimit) {

@@ -4,7 +4,8 @@
 //   store_chaos --kills N [--seed S]   kill -9 kilnd N times while 3 clients upload, delete and
 //                                      run models, restarting it on the same store each time;
 //   store_chaos --disk-full            kilnd on a 64 MiB tmpfs: fill it through uploads, then
-//                                      fill the rest with a file, delete to free space, kill -9.
+//                                      fill the rest with a file, delete by name (the model
+//                                      keeping other names), by last name and by id, kill -9.
 //
 // After every attack it asserts: nothing acknowledged is lost (each acknowledged upload is
 // listed under its name with bytes that hash to its id, each acknowledged delete stays deleted),
@@ -334,7 +335,19 @@ int DiskFull() {
       break;
     }
     L.acked[id] = "full" + std::to_string(i);
+    if (i == 0) {
+      // Two more names for the first model, removed by name on the full disk below (step 3).
+      for (const char* alias : {"alias-a", "alias-b", "alias-c"}) {
+        grpc::Status ast = UploadBytes(*stub, alias, bytes, &resp);
+        CHECK_OR_FAIL(ast.ok() && resp.already_stored(), "naming the first model %s: %d %s", alias,
+                      static_cast<int>(ast.error_code()), ast.error_message().c_str());
+      }
+    }
   }
+  const std::string first_id = [&] {
+    for (const auto& [id, name] : L.acked) if (name == "full0") return id;
+    return std::string();
+  }();
   CHECK_OR_FAIL(refused.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED,
                 "upload on a full disk answered %d (%s), want RESOURCE_EXHAUSTED",
                 static_cast<int>(refused.error_code()), refused.error_message().c_str());
@@ -358,19 +371,94 @@ int DiskFull() {
     while (filler.put('f') && filler.flush()) {
     }
   }
+  auto remove = [&](const std::string& id_or_name) {
+    grpc::ClientContext dctx;
+    kiln::v1::DeleteModelRequest del;
+    del.set_model_id(id_or_name);
+    kiln::v1::DeleteModelResponse dresp;
+    return stub->DeleteModel(&dctx, del, &dresp);
+  };
+  auto resolve = [&](const std::string& name) {  // the model id a name points at, "" if none
+    grpc::ClientContext ctx;
+    kiln::v1::GetModelRequest q;
+    q.set_model_id(name);
+    kiln::v1::GetModelResponse r;
+    return stub->GetModel(&ctx, q, &r).ok() ? r.model().model_id() : std::string();
+  };
+  auto free_bytes = [&] {
+    struct statvfs v{};
+    return ::statvfs((dir / "data").c_str(), &v) == 0 ? static_cast<uint64_t>(v.f_bavail) * v.f_frsize : ~0ull;
+  };
+  // Not one page left: without the reserve no index rewrite could be written now.
+  CHECK_OR_FAIL(free_bytes() < 4096, "the tmpfs is not full: %llu bytes free",
+                static_cast<unsigned long long>(free_bytes()));
   // 3. Deleting must work on the full disk, and free space for new uploads.
-  std::string victim = L.acked.begin()->first;
-  grpc::ClientContext dctx;
-  kiln::v1::DeleteModelRequest del;
-  del.set_model_id(victim);
-  kiln::v1::DeleteModelResponse dresp;
-  grpc::Status st = stub->DeleteModel(&dctx, del, &dresp);
+  //    a. By name, the model keeping its other names (frees nothing; the index rewrite uses the
+  //       store's index.reserve, store/model_store.h), twice: the reserve is re-created between.
+  for (const char* alias : {"alias-a", "alias-b"}) {
+    grpc::Status st = remove(alias);
+    CHECK_OR_FAIL(st.ok(), "deleting the name %s on a full disk: %d %s", alias, static_cast<int>(st.error_code()),
+                  st.error_message().c_str());
+    CHECK_OR_FAIL(resolve(alias).empty(), "the deleted name %s still resolves", alias);
+  }
+  CHECK_OR_FAIL(!first_id.empty() && resolve("full0") == first_id, "the model lost its remaining name full0");
+  // Under the reserve's 64 KiB: it was re-created after each of them.
+  const uint64_t free_after_names = free_bytes();
+  CHECK_OR_FAIL(free_after_names < (64u << 10), "the name deletes left %llu bytes free (the reserve was not re-created)",
+                static_cast<unsigned long long>(free_after_names));
+  //    a'. Without a reserve (removed behind kilnd's back, its room filled): a clear refusal
+  //       that names what does free space, and nothing changes.
+  {
+    fs::remove(dir / "data" / "index.reserve");
+    std::ofstream filler(dir / "data" / "filler3", std::ios::binary);
+    while (filler.put('f') && filler.flush()) {
+    }
+  }
+  {
+    const double refused_before = ScrapeMetrics(k->metrics_address())["kiln_rejected_requests_total{reason=\"disk_full\"}"];
+    grpc::Status st = remove("alias-c");
+    CHECK_OR_FAIL(ScrapeMetrics(k->metrics_address())["kiln_rejected_requests_total{reason=\"disk_full\"}"] ==
+                      refused_before + 1,
+                  "the refused name delete is not counted as reason disk_full");
+    CHECK_OR_FAIL(st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+                      st.error_message().find("delete the model by its id") != std::string::npos &&
+                      st.error_message().find(first_id) != std::string::npos,
+                  "deleting a name on a full disk without reserve: %d %s, want RESOURCE_EXHAUSTED naming the "
+                  "model id to delete", static_cast<int>(st.error_code()), st.error_message().c_str());
+    CHECK_OR_FAIL(resolve("alias-c") == first_id, "a refused name delete changed the name");
+  }
+  //    b. By its last name: the model goes, and its space with it.
+  std::string by_name_id;
+  for (const auto& [id, name] : L.acked) {
+    if (name == "full1") by_name_id = id;
+  }
+  if (!by_name_id.empty()) {
+    grpc::Status st = remove("full1");
+    CHECK_OR_FAIL(st.ok(), "deleting the last name full1 on a full disk: %d %s", static_cast<int>(st.error_code()),
+                  st.error_message().c_str());
+    if (st.ok()) {
+      L.acked.erase(by_name_id);
+      L.deleted.insert(by_name_id);
+    }
+  }
+  //    c. By id.
+  std::string victim;
+  for (const auto& [id, name] : L.acked) {
+    if (id != first_id) victim = id;
+  }
+  grpc::Status st = remove(victim);
   CHECK_OR_FAIL(st.ok(), "DeleteModel on a full disk: %d %s", static_cast<int>(st.error_code()), st.error_message().c_str());
   if (st.ok()) {
     L.acked.erase(victim);
     L.deleted.insert(victim);
   }
   Verify(*stub, dir, L, false);
+  {
+    std::error_code ec;
+    const auto reserve = fs::file_size(dir / "data" / "index.reserve", ec);
+    CHECK_OR_FAIL(!ec && reserve >= (64u << 10), "index.reserve was not re-created once space was freed (%s)",
+                  ec ? ec.message().c_str() : std::to_string(reserve).c_str());
+  }
   std::string small = MakeOnnxBytes(1000, 7);
   L.sizes[Sha256Hex(small)] = small.size();
   kiln::v1::UploadModelResponse resp;
@@ -384,12 +472,17 @@ int DiskFull() {
   if (k) {
     stub = kiln::v1::ModelService::NewStub(Channel(*k));
     Verify(*stub, dir, L, true);
+    // The acknowledged name deletes stay done.
+    CHECK_OR_FAIL(resolve("alias-a").empty() && resolve("alias-b").empty(), "a deleted name is back after restart");
+    CHECK_OR_FAIL(resolve("full0") == first_id && resolve("alias-c") == first_id,
+                  "full0 or alias-c no longer names the first model after restart");
     k->Stop();
   }
   k.reset();
   ::umount2((dir / "data").c_str(), MNT_DETACH);
-  std::printf("store_chaos --disk-full: %zu models filled the tmpfs; refusal: %s; %d failures\n", L.acked.size(),
-              refused.error_message().c_str(), g_failures);
+  std::printf("store_chaos --disk-full: %zu models filled the tmpfs; refusal: %s; %llu bytes free after two "
+              "name deletes on the full disk; %d failures\n", L.acked.size(), refused.error_message().c_str(),
+              static_cast<unsigned long long>(free_after_names), g_failures);
   if (g_failures == 0) fs::remove_all(dir);
   return g_failures == 0 ? 0 : 1;
 }
