@@ -28,6 +28,7 @@ struct AdviseArgs {
   std::string level = "exact";
   int max_refine = 48;
   bool quiet = false;
+  bool per_layer_threshold = false;
 };
 
 // TT-NN's Python spellings (ttnn.MathFidelity.LoFi, ttnn.bfloat8_b).
@@ -97,6 +98,7 @@ void PrintJson(const AdviseArgs& a, const api::advisor::AdviseResult& r, const d
   j["schema"] = "kiln.advise/1";
   j["model"] = {{"file", a.model}, {"sha256", r.model_hash}};
   j["target_pcc"] = r.target_pcc;
+  j["per_layer_threshold"] = r.per_layer_threshold;
   nlohmann::ordered_json space = nlohmann::ordered_json::array();
   std::stringstream ss(api::advisor::SearchSpaceName(r.space));
   for (std::string k; std::getline(ss, k, ',');) space.push_back(k);
@@ -161,8 +163,9 @@ std::string RunInputFlags(const AdviseArgs& a) {
 }
 
 void PrintTable(const AdviseArgs& a, const api::advisor::AdviseResult& r, const device::PrecisionConfig& base) {
-  std::printf("advise %s: chained PCC target %.4g over %zu input set(s), space %s, tt-emu %s, seed %llu\n",
-              a.model.c_str(), r.target_pcc, r.input_hashes.size(), api::advisor::SearchSpaceName(r.space).c_str(),
+  std::printf("advise %s: chained PCC target %.4g%s over %zu input set(s), space %s, tt-emu %s, seed %llu\n",
+              a.model.c_str(), r.target_pcc, r.per_layer_threshold ? " and every layer at its tt-metal threshold" : "",
+              r.input_hashes.size(), api::advisor::SearchSpaceName(r.space).c_str(),
               r.tt_emu_level.c_str(), static_cast<unsigned long long>(r.seed));
   size_t w = 5;
   for (const auto& l : r.layers) w = std::max(w, l.name.size());
@@ -247,6 +250,7 @@ int Advise(const AdviseArgs& a) {
   o.seed = a.seed;
   o.tt_emu_level = a.level;
   o.max_refine_runs = a.max_refine;
+  o.per_layer_threshold = a.per_layer_threshold;
   if (!a.quiet) o.progress = [](const std::string& line) { std::cerr << "kiln: advise: " << line << "\n"; };
   auto r = api::advisor::AdviseModel(bytes.str(), std::filesystem::path(a.model).stem().string(), sets, o);
   if (!r.ok()) {
@@ -282,6 +286,8 @@ void AddAdviseCommand(CLI::App& app, ClientOptions& /*options*/, int* exit_code)
   cmd->add_option("--max-refine", a.max_refine, "at most this many single-move chained runs after the path search")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_flag("--per-layer-threshold", a.per_layer_threshold,
+                "also require every layer of the chained run to pass its tt-metal PCC threshold");
   cmd->add_flag("--json", a.json, "JSON (docs/cli-json.md kiln.advise/1)");
   cmd->add_flag("--quiet", a.quiet, "no progress lines on stderr");
   cmd->callback([exit_code] { *exit_code = Advise(a); });

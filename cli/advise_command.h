@@ -3,6 +3,7 @@
 // end-to-end PCC on the given inputs (worst input) meets --target-pcc. Prints a table, or JSON
 // (--json, docs/cli-json.md kiln.advise/1), each with a ready-to-use snippet: TT-NN's Python
 // compute / Conv2dConfig values per layer and the same as `kiln run --layer-precision` flags.
+// --per-layer-threshold: every layer of the chained run must also pass its tt-metal PCC threshold.
 // Inputs: --input NAME=FILE.npy (repeatable); naming an input a second time starts another input
 // set (several sets: the worst one counts); absent inputs are generated with --seed.
 // Exit status: 0 target met (complete search), 1 error, 2 bad command line, 3 no assignment in the

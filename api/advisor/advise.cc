@@ -81,7 +81,8 @@ class Search {
     return model_.substr(0, 16) + "|" + convs_[l] + "|" + configs_[c].Key() + "|" + inputs_hash_[input].substr(0, 16);
   }
   std::string ChainedKey(const Assignment& a, size_t input) const {
-    return model_.substr(0, 16) + "|chained:" + AssignmentHash(a) + "|" + inputs_hash_[input].substr(0, 16);
+    return model_.substr(0, 16) + (opt_.per_layer_threshold ? "|chained+layers:" : "|chained:") + AssignmentHash(a) + "|" +
+           inputs_hash_[input].substr(0, 16);
   }
   double Cost(const Assignment& a) const {
     double s = 0;
@@ -110,8 +111,13 @@ class Search {
 
   Status Reference();
   Status Sweep();
-  // Chained PCC of `a`, worst over the inputs (cached); updates the best feasible answer.
-  Result<double> Chained(const Assignment& a, const char* phase, const char* source);
+  struct Eval {
+    double pcc = 0;          // chained network PCC, worst input
+    bool layers_pass = true; // every compared device layer passed its tt-metal threshold (when asked)
+    bool meets = false;      // pcc >= target (and layers_pass with per_layer_threshold)
+  };
+  // Chained evaluation of `a` over every input (cached); updates the best feasible answer.
+  Result<Eval> Chained(const Assignment& a, const char* phase, const char* source);
   void BuildFronts();
 
   std::shared_ptr<const convplan::ConvPlan> plan_;
@@ -214,18 +220,20 @@ Status Search::Sweep() {
   return Status::Ok();
 }
 
-Result<double> Search::Chained(const Assignment& a, const char* phase, const char* source) {
+Result<Search::Eval> Search::Chained(const Assignment& a, const char* phase, const char* source) {
   double worst = 2.0;
+  bool layers_pass = true;
   for (size_t i = 0; i < inputs_.size(); ++i) {
     const std::string key = ChainedKey(a, i);
     auto it = cache_->chained.find(key);
-    double pcc;
+    AdviseCache::ChainedRun run;
     if (it != cache_->chained.end()) {
       ++result_.cache_hits;
-      pcc = it->second;
+      run = it->second;
     } else {
       CheckBudget(phase);
-      auto r = RunNetwork(runtime::RunMode::kChained, LayerMap(a), i, false);
+      // With per_layer_threshold the reference chain runs alongside, for each layer's verdict.
+      auto r = RunNetwork(runtime::RunMode::kChained, LayerMap(a), i, opt_.per_layer_threshold);
       if (!r.ok()) return r.status().WithContext(std::string("chained run (") + phase + ")");
       const auto& ref = cache_->reference[model_.substr(0, 16) + "|" + inputs_hash_[i].substr(0, 16)];
       std::vector<device::Tensor> dev, gold;
@@ -239,13 +247,19 @@ Result<double> Search::Chained(const Assignment& a, const char* phase, const cha
       }
       auto cmp = runtime::CompareOutputs(dev, gold, 0.0, "graph outputs");
       if (!cmp.ok()) return cmp.status();
-      pcc = std::isfinite(cmp->pcc) ? cmp->pcc : -1.0;
-      cache_->chained[key] = pcc;
+      run.pcc = std::isfinite(cmp->pcc) ? cmp->pcc : -1.0;
+      run.layers_compared = r->compared;
+      run.layers_pass = r->all_pass;
+      cache_->chained[key] = run;
     }
-    worst = std::min(worst, pcc);
+    worst = std::min(worst, run.pcc);
+    // A cached run without the reference chain says nothing about the layers: counted as failing
+    // when asked (a search with per_layer_threshold stores its own, compared, entries).
+    if (opt_.per_layer_threshold) layers_pass = layers_pass && run.layers_compared && run.layers_pass;
   }
+  Eval ev{worst, layers_pass, worst >= opt_.target_pcc && (!opt_.per_layer_threshold || layers_pass)};
   const double cost = Cost(a);
-  if (worst >= opt_.target_pcc && (!best_ || cost < best_cost_ - 1e-12)) {
+  if (ev.meets && (!best_ || cost < best_cost_ - 1e-12)) {
     best_ = a;
     best_cost_ = cost;
     best_pcc_ = worst;
@@ -255,7 +269,7 @@ Result<double> Search::Chained(const Assignment& a, const char* phase, const cha
     most_accurate_ = a;
     most_accurate_pcc_ = worst;
   }
-  return worst;
+  return ev;
 }
 
 void Search::BuildFronts() {
@@ -287,6 +301,7 @@ Result<AdviseResult> Search::Run(const std::vector<runtime::RunInputs>& given) {
   result_.seed = opt_.seed;
   result_.space = opt_.space;
   result_.target_pcc = opt_.target_pcc;
+  result_.per_layer_threshold = opt_.per_layer_threshold;
   result_.tt_emu_level = opt_.tt_emu_level;
   result_.model_hash = model_;
   configs_ = EnumerateConfigs(opt_.space);
@@ -339,7 +354,7 @@ Result<AdviseResult> Search::Run(const std::vector<runtime::RunInputs>& given) {
     const Assignment baseline(convs_.size(), 0);
     auto base_pcc = Chained(baseline, "uniform", "baseline");
     if (!base_pcc.ok()) return base_pcc.status();
-    result_.baseline_pcc = *base_pcc;
+    result_.baseline_pcc = base_pcc->pcc;
     std::vector<int> order(configs_.size());
     for (size_t c = 0; c < configs_.size(); ++c) order[c] = static_cast<int>(c);
     std::vector<double> uniform_cost(configs_.size());
@@ -349,9 +364,9 @@ Result<AdviseResult> Search::Run(const std::vector<runtime::RunInputs>& given) {
       const Assignment u(convs_.size(), c);
       auto p = Chained(u, "uniform", c == 0 ? "baseline" : "uniform");
       if (!p.ok()) return p.status();
-      if (*p >= opt_.target_pcc) {
+      if (p->meets) {
         result_.best_uniform = configs_[c];
-        result_.best_uniform_pcc = *p;
+        result_.best_uniform_pcc = p->pcc;
         result_.best_uniform_cost = uniform_cost[c];
         break;
       }
@@ -391,11 +406,11 @@ Result<AdviseResult> Search::Run(const std::vector<runtime::RunInputs>& given) {
     }
     auto start = Chained(assign(path.front()), "path", "search");
     if (!start.ok()) return start.status();
-    if (*start >= opt_.target_pcc) {
+    if (start->meets) {
       size_t lo = 0, hi = path.size();  // lo meets the target; hi = first known not to (or end)
       auto last = Chained(assign(path.back()), "path", "search");
       if (!last.ok()) return last.status();
-      if (*last >= opt_.target_pcc) {
+      if (last->meets) {
         lo = path.size() - 1;
       } else {
         hi = path.size() - 1;
@@ -403,7 +418,7 @@ Result<AdviseResult> Search::Run(const std::vector<runtime::RunInputs>& given) {
           const size_t mid = lo + (hi - lo) / 2;
           auto p = Chained(assign(path[mid]), "path", "search");
           if (!p.ok()) return p.status();
-          (*p >= opt_.target_pcc ? lo : hi) = mid;
+          (p->meets ? lo : hi) = mid;
         }
       }
     }
@@ -444,7 +459,7 @@ Result<AdviseResult> Search::Run(const std::vector<runtime::RunInputs>& given) {
         auto p = Chained(next, "refine", "search");
         if (!p.ok()) return p.status();
         if (result_.network_runs != runs_before) ++tries;
-        if (*p >= opt_.target_pcc) {
+        if (p->meets) {
           at = next;
         } else {
           frozen.insert(static_cast<size_t>(pick));

@@ -82,6 +82,9 @@ struct AdviseOptions {
   std::string tt_emu_level = "exact";
   /// The knobs outside the space (arch, board, input dtype ...): TT-NN's defaults unless set.
   device::PrecisionConfig base;
+  /// Also require every device layer of the chained run to pass its tt-metal PCC threshold
+  /// (runtime/accuracy.h; the chained runs then compute the fp32 reference chain alongside).
+  bool per_layer_threshold = false;
   /// At most this many single-move tries after the binary search (step 5); 0 = none.
   int max_refine_runs = 48;
   /// Progress lines ("sweep 3/12 HiFi2/bfloat8_b"); may be empty.
@@ -96,7 +99,12 @@ struct AdviseCache {
     std::vector<int64_t> input_shape, output_shape;  ///< the conv's first input and output, NCHW
   };
   std::map<std::string, LayerRun> layers;    ///< "model|layer|config|input hash"
-  std::map<std::string, double> chained;     ///< "model|assignment hash|input hash" -> network PCC
+  struct ChainedRun {
+    double pcc = 0;                ///< graph outputs vs the fp32 reference's
+    bool layers_compared = false;  ///< ran with the reference chain (per_layer_threshold)
+    bool layers_pass = false;      ///< then: every device layer passed its tt-metal threshold
+  };
+  std::map<std::string, ChainedRun> chained;  ///< "model|chained:assignment hash|input hash"
   std::map<std::string, std::vector<std::pair<std::string, device::Tensor>>> reference;  ///< "model|input hash"
 };
 
@@ -133,6 +141,7 @@ struct AdviseResult {
   uint64_t seed = 0;
   SearchSpace space;
   double target_pcc = 0;
+  bool per_layer_threshold = false;
   std::string tt_emu_level;
 };
 

@@ -234,6 +234,36 @@ TEST(Advisor, SameSeedSameAnswer) {
 TEST(Advisor, UnetSmallMeetsTargetNoDearerThanUniform) { CheckNetwork("unet_small", 0.99, 8); }
 TEST(Advisor, MobilenetV2MeetsTargetNoDearerThanUniform) { CheckNetwork("mobilenet_v2_0.5", 0.98, 4); }
 
+// --per-layer-threshold: the advised assignment's chained run passes every layer's tt-metal
+// threshold too (checked by RunConvLocal with the reference chain).
+TEST(Advisor, PerLayerThresholdHoldsInTheChainedRun) {
+  const std::string bytes = testing::ReadCase("unet_small.onnx");
+  const auto input = ShippedInput("unet_small");
+  AdviseOptions o;
+  o.target_pcc = 0.98;
+  o.space = *ParseSearchSpace("weights");
+  o.per_layer_threshold = true;
+  o.max_refine_runs = 2;
+  auto r = AdviseModel(bytes, "unet_small", {input}, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->target_met);
+  kiln::v1::RunConvLayersRequest req;
+  req.set_backend("tt-emu");
+  req.set_tt_emu_level("exact");
+  for (const auto& [name, t] : input) ToProto(name, t, req.add_inputs());
+  for (const auto& l : r->layers) {
+    (*req.mutable_layer_precision())[l.name].set_weights_dtype(ToProto(l.config.weights_dtype));
+  }
+  auto run = RunConvLocal(bytes, "unet_small", req, {});
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_TRUE(run->passed());
+  for (const auto& k : r->cache_keys) {
+    if (k.find("|chained") != std::string::npos) {
+      EXPECT_NE(k.find("|chained+layers:"), std::string::npos) << k;
+    }
+  }
+}
+
 TEST(Advisor, BudgetGivesAPartialAnswer) {
   const std::string bytes = testing::ReadCase("unet_small.onnx");
   AdviseOptions o;
