@@ -178,8 +178,15 @@ Status Search::Sweep() {
         std::map<std::string, device::PrecisionConfig> all;
         for (const auto& n : convs_) all[n] = configs_[c].Apply(opt_.base);
         auto r = RunNetwork(runtime::RunMode::kPerLayer, all, i, true);
-        if (!r.ok()) return r.status().WithContext("per-layer sweep at " + configs_[c].Key());
-        for (const auto& row : r->layers) {
+        if (!r.ok() && r.status().code() == StatusCode::kFailedPrecondition) {
+          // A program TT-NN would refuse (api/run_conv.h): the configuration is out of the
+          // space for this model (PCC -1 on every layer: never on a front above a runnable one).
+          Progress("sweep " + configs_[c].Key() + " skipped: " + r.status().message());
+          for (size_t l = 0; l < convs_.size(); ++l) cache_->layers[LayerKey(l, c, i)] = {-1.0, std::nullopt, {}, {}};
+        } else if (!r.ok()) {
+          return r.status().WithContext("per-layer sweep at " + configs_[c].Key());
+        }
+        for (const auto& row : r.ok() ? r->layers : std::vector<runtime::LayerReport>{}) {
           auto it = std::find(convs_.begin(), convs_.end(), row.name);
           if (it == convs_.end()) continue;
           const size_t l = static_cast<size_t>(it - convs_.begin());
@@ -234,6 +241,12 @@ Result<Search::Eval> Search::Chained(const Assignment& a, const char* phase, con
       CheckBudget(phase);
       // With per_layer_threshold the reference chain runs alongside, for each layer's verdict.
       auto r = RunNetwork(runtime::RunMode::kChained, LayerMap(a), i, opt_.per_layer_threshold);
+      if (!r.ok() && r.status().code() == StatusCode::kFailedPrecondition) {
+        cache_->chained[key] = {-1.0, true, false};  // refused by TT-NN's rules: never an answer
+        worst = -1.0;
+        layers_pass = false;
+        continue;
+      }
       if (!r.ok()) return r.status().WithContext(std::string("chained run (") + phase + ")");
       const auto& ref = cache_->reference[model_.substr(0, 16) + "|" + inputs_hash_[i].substr(0, 16)];
       std::vector<device::Tensor> dev, gold;
@@ -284,11 +297,14 @@ void Search::BuildFronts() {
     // Cheapest first; keep a config only when it is more accurate than every cheaper one.
     double best = -std::numeric_limits<double>::infinity();
     for (int c : idx) {
+      if (pcc_[l][c] <= -1.0) continue;  // refused by TT-NN's rules (Sweep)
       if (pcc_[l][c] > best) {
         front_[l].push_back(c);
         best = pcc_[l][c];
       }
     }
+    // Every configuration refused: the baseline stands in (its chained runs fail: never an answer).
+    if (front_[l].empty()) front_[l].push_back(0);
   }
 }
 

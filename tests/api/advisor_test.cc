@@ -277,5 +277,24 @@ TEST(Advisor, BudgetGivesAPartialAnswer) {
   EXPECT_EQ(r->network_runs, 0);
 }
 
+// A budget that runs out mid-search (unet_small's full search takes ~25 network runs): a partial
+// answer, and whatever it claims was verified.
+TEST(Advisor, BudgetMidSearchStillVerifiesItsAnswer) {
+  const std::string bytes = testing::ReadCase("unet_small.onnx");
+  AdviseOptions o;
+  o.space = *ParseSearchSpace("fidelity,weights");
+  o.target_pcc = 0.99;
+  o.budget_seconds = 3;
+  auto r = AdviseModel(bytes, "unet_small", {ShippedInput("unet_small")}, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->partial);
+  EXPECT_FALSE(r->stopped_in.empty());
+  EXPECT_GT(r->network_runs, 0);
+  EXPECT_EQ(r->layers.size(), 13u);
+  if (r->target_met) {
+    EXPECT_GE(r->network_pcc, 0.99);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::api::advisor
