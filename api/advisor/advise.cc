@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -101,7 +102,7 @@ class Search {
     o.reference = reference_.get();
     o.reference_threads = 0;
     o.prepared = prepared_ref_.get();
-    auto r = runtime::RunConvPlan(*plan_, inputs_[input], *ttemu_, o);
+    auto r = runtime::RunConvPlan(*plan_, inputs_[input], *ttemu_, o, opt_.cancel);
     if (r.ok()) {
       ++result_.network_runs;
       result_.layer_runs += static_cast<int64_t>(convs_.size());
@@ -154,7 +155,7 @@ Status Search::Reference() {
     o.compare_to_reference = false;
     o.input_seed = opt_.seed;
     o.reference_threads = 0;
-    auto r = runtime::RunConvPlan(*plan_, inputs_[i], *reference_, o);
+    auto r = runtime::RunConvPlan(*plan_, inputs_[i], *reference_, o, opt_.cancel);
     if (!r.ok()) return r.status();
     cache_->reference[key] = std::move(r->outputs);
   }
@@ -272,6 +273,9 @@ Result<Search::Eval> Search::Chained(const Assignment& a, const char* phase, con
   }
   Eval ev{worst, layers_pass, worst >= opt_.target_pcc && (!opt_.per_layer_threshold || layers_pass)};
   const double cost = Cost(a);
+  char line[160];
+  std::snprintf(line, sizeof line, "chained %s: pcc %.6f cost %.4f%s", phase, worst, cost, ev.meets ? " meets" : "");
+  Progress(line);
   if (ev.meets && (!best_ || cost < best_cost_ - 1e-12)) {
     best_ = a;
     best_cost_ = cost;

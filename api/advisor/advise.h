@@ -87,8 +87,12 @@ struct AdviseOptions {
   bool per_layer_threshold = false;
   /// At most this many single-move tries after the binary search (step 5); 0 = none.
   int max_refine_runs = 48;
-  /// Progress lines ("sweep 3/12 HiFi2/bfloat8_b"); may be empty.
+  /// Progress lines ("sweep 3/12 HiFi2/bfloat8_b", "chained path 0.99103 cost 0.5607"); may be
+  /// empty.
   std::function<void(const std::string&)> progress;
+  /// Checked inside every run (runtime::RunConvPlan): CANCELLED / DEADLINE_EXCEEDED is the
+  /// search's status (no partial answer: a budget is the way to get one). May be null.
+  const device::CancelToken* cancel = nullptr;
 };
 
 /// Results kept across calls (see the header comment). Not thread-safe: one search at a time.

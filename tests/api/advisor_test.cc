@@ -277,6 +277,19 @@ TEST(Advisor, BudgetGivesAPartialAnswer) {
   EXPECT_EQ(r->network_runs, 0);
 }
 
+// A cancel token ends the search with its status (a cancelled AdviseJob must not run on).
+TEST(Advisor, CancelTokenStopsTheSearch) {
+  const std::string bytes = testing::ReadCase("unet_small.onnx");
+  device::CancelToken token;
+  token.Cancel();
+  AdviseOptions o;
+  o.space = *ParseSearchSpace("weights");
+  o.cancel = &token;
+  auto r = AdviseModel(bytes, "unet_small", {ShippedInput("unet_small")}, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().ToString();
+}
+
 // A budget that runs out mid-search (unet_small's full search takes ~25 network runs): a partial
 // answer, and whatever it claims was verified.
 TEST(Advisor, BudgetMidSearchStillVerifiesItsAnswer) {
