@@ -11,6 +11,10 @@
 #include <sstream>
 
 #include "api/advisor/advise.h"
+#include "api/convert.h"
+#include "api/run_conv.h"
+#include "cli/html_report.h"
+#include "cli/run_report.h"
 #include "device/npy.h"
 
 namespace kiln::cli {
@@ -29,6 +33,7 @@ struct AdviseArgs {
   int max_refine = 48;
   bool quiet = false;
   bool per_layer_threshold = false;
+  std::string report_html;
 };
 
 // TT-NN's Python spellings (ttnn.MathFidelity.LoFi, ttnn.bfloat8_b).
@@ -210,6 +215,14 @@ int Advise(const AdviseArgs& a) {
     std::cerr << "kiln: advise: --tt-emu-level: expected exact or fast, got '" << a.level << "'\n";
     return 2;
   }
+  if (!a.report_html.empty()) {
+    // Before the search: a typo must not cost one.
+    Status w = CheckWritableFile("--report-html", a.report_html);
+    if (!w.ok()) {
+      std::cerr << "kiln: advise: " << w.message() << "\n";
+      return 2;
+    }
+  }
   std::vector<runtime::RunInputs> sets;
   std::vector<std::map<std::string, std::string>> files;
   for (const auto& spec : a.inputs) {
@@ -257,6 +270,42 @@ int Advise(const AdviseArgs& a) {
     std::cerr << "kiln: advise " << a.model << ": " << r.status().ToString() << "\n";
     return 1;
   }
+  if (!a.report_html.empty()) {
+    // The chosen assignment run once more, chained with the fp32 reference alongside (first input
+    // set), through the request API, as the HTML run report (cli/html_report.h).
+    kiln::v1::RunConvLayersRequest req;
+    req.set_backend("tt-emu");
+    req.set_tt_emu_level(a.level);
+    req.set_seed(a.seed);
+    req.set_omit_outputs(true);
+    if (!sets.empty()) {
+      for (const auto& [name, t] : sets[0]) api::ToProto(name, t, req.add_inputs());
+    }
+    for (const auto& l : r->layers) {
+      auto& p = (*req.mutable_layer_precision())[l.name];  // the knobs of the space only
+      p.set_math_fidelity(api::ToProto(l.config.math_fidelity));
+      p.set_weights_dtype(api::ToProto(l.config.weights_dtype));
+      if (l.config.fp32_dest_acc_en) p.set_fp32_dest_acc_en(*l.config.fp32_dest_acc_en);
+      if (l.config.packer_l1_acc) p.set_packer_l1_acc(*l.config.packer_l1_acc);
+      if (l.config.output_dtype) p.set_output_dtype(api::ToProto(*l.config.output_dtype));
+    }
+    auto run = api::RunConvLocal(bytes.str(), std::filesystem::path(a.model).stem().string(), req, {});
+    if (!run.ok()) {
+      std::cerr << "kiln: advise: the run for --report-html: " << run.status().ToString() << "\n";
+      return 1;
+    }
+    ReportOptions ro;
+    ro.report = "html";
+    ro.inputs.known = true;
+    ro.inputs.seed = a.seed;
+    if (!files.empty()) ro.inputs.files = files[0];
+    std::ofstream html(a.report_html, std::ios::binary | std::ios::trunc);
+    html << RunReportHtml({RunConfiguration{req.precision(), std::move(*run)}}, ro);
+    if (!html.good()) {
+      std::cerr << "kiln: advise: cannot write --report-html '" << a.report_html << "'\n";
+      return 1;
+    }
+  }
   if (a.json) {
     PrintJson(a, *r, o.base, files);
   } else {
@@ -288,6 +337,8 @@ void AddAdviseCommand(CLI::App& app, ClientOptions& /*options*/, int* exit_code)
       ->capture_default_str();
   cmd->add_flag("--per-layer-threshold", a.per_layer_threshold,
                 "also require every layer of the chained run to pass its tt-metal PCC threshold");
+  cmd->add_option("--report-html", a.report_html,
+                  "also run the advised assignment (chained, first input set) and write its HTML run report here");
   cmd->add_flag("--json", a.json, "JSON (docs/cli-json.md kiln.advise/1)");
   cmd->add_flag("--quiet", a.quiet, "no progress lines on stderr");
   cmd->callback([exit_code] { *exit_code = Advise(a); });

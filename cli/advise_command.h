@@ -3,6 +3,8 @@
 // end-to-end PCC on the given inputs (worst input) meets --target-pcc. Prints a table, or JSON
 // (--json, docs/cli-json.md kiln.advise/1), each with a ready-to-use snippet: TT-NN's Python
 // compute / Conv2dConfig values per layer and the same as `kiln run --layer-precision` flags.
+// --report-html FILE: the advised assignment run once more (chained, fp32 reference alongside,
+// first input set) and written as the HTML run report (cli/html_report.h).
 // --per-layer-threshold: every layer of the chained run must also pass its tt-metal PCC threshold.
 // Inputs: --input NAME=FILE.npy (repeatable); naming an input a second time starts another input
 // set (several sets: the worst one counts); absent inputs are generated with --seed.

@@ -5,7 +5,12 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "tests/server/kilnd_test_util.h"
@@ -24,8 +29,10 @@ TEST(CliAdviseE2E, JsonAndItsKilnRunFlagsRunAsAdvised) {
   // A small space (weights only) keeps this a few seconds; the search itself is tested in
   // tests/api/advisor_test.cc.
   const std::string input = "input=" + kCases + "unet_small.input.npy";
+  const std::string html = (std::filesystem::temp_directory_path() / ("advise-" + std::to_string(getpid()) + ".html")).string();
   const std::string out = Kiln("advise " + kCases + "unet_small.onnx --local --input " + input +
-                                   " --space weights --target-pcc 0.99 --max-refine 2 --seed 5 --json --quiet",
+                                   " --space weights --target-pcc 0.99 --max-refine 2 --seed 5 --json --quiet"
+                                   " --report-html " + html,
                                &rc);
   ASSERT_EQ(rc, 0) << out;
   const auto doc = nlohmann::json::parse(out);
@@ -72,6 +79,17 @@ TEST(CliAdviseE2E, JsonAndItsKilnRunFlagsRunAsAdvised) {
   // The run compares against the fp32 reference rounded to the bf16 output (tt-metal's rule), the
   // advisor against the fp32 graph output: the same run, PCCs within 1e-4.
   EXPECT_NEAR(head_pcc, pcc, 1e-4);
+
+  // --report-html: the advised assignment's run report, one row per layer, precision per layer.
+  std::ifstream in(html);
+  std::stringstream page;
+  page << in.rdbuf();
+  const std::string h = page.str();
+  std::filesystem::remove(html);
+  EXPECT_NE(h.find("<html"), std::string::npos);
+  size_t rows = 0;
+  for (size_t at = h.find("<tr class=\"layer"); at != std::string::npos; at = h.find("<tr class=\"layer", at + 1)) ++rows;
+  EXPECT_EQ(rows, 17u) << "13 convs, 4 host ops";
 }
 
 TEST(CliAdviseE2E, CommandLineErrorsAreStatus2) {
@@ -81,6 +99,8 @@ TEST(CliAdviseE2E, CommandLineErrorsAreStatus2) {
   out = Kiln("advise " + kCases + "unet_small.onnx --local --space fidelity,speed", &rc);
   EXPECT_EQ(rc, 2) << out;
   out = Kiln("advise " + kCases + "unet_small.onnx --local --target-pcc 1.5", &rc);
+  EXPECT_EQ(rc, 2) << out;
+  out = Kiln("advise " + kCases + "unet_small.onnx --local --report-html /no/such/dir/r.html", &rc);
   EXPECT_EQ(rc, 2) << out;
 }
 
