@@ -4,6 +4,10 @@
 // the fp32 reference backend's outputs.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
 #include "api/advisor/advise.h"
 #include "api/advisor/cost_model.h"
 #include "api/convert.h"
@@ -120,12 +124,23 @@ TEST(AdviseSpace, ParsesAndEnumerates) {
 
 // --- the search on real networks --------------------------------------------------------------
 
-runtime::RunInputs ShippedInput(const std::string& net) {
-  auto t = device::ReadNpy(std::string(KILN_TEST_DATA) + "/conv-cases/" + net + ".input.npy");
+runtime::RunInputs InputFrom(const std::string& path) {
+  auto t = device::ReadNpy(path);
   EXPECT_TRUE(t.ok()) << t.status().ToString();
   runtime::RunInputs in;
   if (t.ok()) in["input"] = *t->ToFloat32();
   return in;
+}
+
+runtime::RunInputs ShippedInput(const std::string& net) {
+  return InputFrom(std::string(KILN_TEST_DATA) + "/conv-cases/" + net + ".input.npy");
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 // The chained PCC of `advice` by an independent exact tt-emu run through the request API
@@ -166,10 +181,10 @@ double VerifyChained(const std::string& net, const std::string& bytes, const run
   return pcc.ok() ? pcc->pcc : -2;
 }
 
-void CheckNetwork(const std::string& net, double target, int max_refine) {
+void CheckModel(const std::string& net, const std::string& bytes, const runtime::RunInputs& input, double target,
+                int max_refine) {
   SCOPED_TRACE(net + " target " + std::to_string(target));
-  const std::string bytes = testing::ReadCase(net + ".onnx");
-  const auto input = ShippedInput(net);
+  ASSERT_FALSE(bytes.empty()) << net;
   AdviseOptions o;
   o.target_pcc = target;
   o.space = *ParseSearchSpace("fidelity,weights");
@@ -231,8 +246,21 @@ TEST(Advisor, SameSeedSameAnswer) {
   EXPECT_EQ(c2->layers[0].config, a->layers[0].config);
 }
 
+void CheckNetwork(const std::string& net, double target, int max_refine) {
+  CheckModel(net, testing::ReadCase(net + ".onnx"), ShippedInput(net), target, max_refine);
+}
+
 TEST(Advisor, UnetSmallMeetsTargetNoDearerThanUniform) { CheckNetwork("unet_small", 0.99, 8); }
 TEST(Advisor, MobilenetV2MeetsTargetNoDearerThanUniform) { CheckNetwork("mobilenet_v2_0.5", 0.98, 4); }
+
+// ResNet-18 at 64×64, exported by scripts/torchvision_models.py (resnet18:64) in a ctest fixture
+// (tests/models/CMakeLists.txt) into $KILN_ADVISOR_RESNET18_DIR; run only from that ctest entry.
+TEST(AdvisorResNet18, MeetsTargetNoDearerThanUniform) {
+  const char* dir = std::getenv("KILN_ADVISOR_RESNET18_DIR");
+  ASSERT_NE(dir, nullptr) << "run through ctest (advisor.resnet18_64): it exports the model first";
+  const std::string base = std::string(dir) + "/resnet18_64";
+  CheckModel("resnet18_64", ReadFile(base + ".onnx"), InputFrom(base + ".input.npy"), 0.99, 4);
+}
 
 // --per-layer-threshold: the advised assignment's chained run passes every layer's tt-metal
 // threshold too (checked by RunConvLocal with the reference chain).
