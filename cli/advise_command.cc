@@ -180,8 +180,14 @@ void PrintTable(const AdviseArgs& a, const api::advisor::AdviseResult& r, const 
     std::printf("%-*s  %-16s  %-12s  %12.6f  %6.4f(%.4f)  %6d\n", static_cast<int>(w), l.name.c_str(), l.op.c_str(),
                 l.config.Key().c_str(), l.isolated_pcc, l.relative_cost, l.baseline_relative_cost, l.pareto_size);
   }
-  std::printf("network: chained PCC %.6f, relative cost %.4f (all-HiFi4-bfloat16 baseline: 1.0000 at PCC %.6f)\n",
-              r.network_pcc, r.relative_cost, r.baseline_pcc);
+  auto pcc_text = [](double v) {
+    char b[32];
+    if (!std::isfinite(v)) return std::string("n/a (not run)");
+    std::snprintf(b, sizeof b, "%.6f", v);
+    return std::string(b);
+  };
+  std::printf("network: chained PCC %s, relative cost %.4f (all-HiFi4-bfloat16 baseline: 1.0000 at PCC %s)\n",
+              pcc_text(r.network_pcc).c_str(), r.relative_cost, pcc_text(r.baseline_pcc).c_str());
   if (r.best_uniform) {
     std::printf("best uniform config meeting the target: %s, relative cost %.4f at PCC %.6f (advised: %.1f%% cheaper)\n",
                 r.best_uniform->Key().c_str(), r.best_uniform_cost, r.best_uniform_pcc,

@@ -499,7 +499,8 @@ Result<AdviseResult> Search::Run(const std::vector<runtime::RunInputs>& given) {
     result_.source = best_ ? best_source_ : "search";
   }
   result_.target_met = best_.has_value();
-  result_.network_pcc = best_ ? best_pcc_ : (most_accurate_ ? most_accurate_pcc_ : 0.0);
+  result_.network_pcc =
+      best_ ? best_pcc_ : (most_accurate_ ? most_accurate_pcc_ : std::numeric_limits<double>::quiet_NaN());
   result_.relative_cost = swept_ ? Cost(*answer) : 0.0;
   for (size_t l = 0; l < convs_.size(); ++l) {
     LayerAdvice la;

@@ -33,6 +33,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -126,11 +127,13 @@ struct AdviseResult {
   std::string model_hash;           ///< SHA-256 of the model bytes
   std::vector<std::string> input_hashes;  ///< SHA-256 of each input set (names, shapes, fp32 values)
   std::vector<LayerAdvice> layers;  ///< the advised assignment, plan order (convs only)
-  double network_pcc = 0;           ///< chained PCC of the assignment, worst input
+  /// Chained PCC of the assignment, worst input; NaN when no chained run finished (partial).
+  double network_pcc = std::numeric_limits<double>::quiet_NaN();
   double relative_cost = 0;         ///< Σ layer cost / Σ baseline cost
   bool target_met = false;
   std::string source;               ///< "search", "uniform" or "baseline"
-  double baseline_pcc = 0;          ///< chained PCC of the all-HiFi4-bfloat16 assignment
+  /// Chained PCC of the all-HiFi4-bfloat16 assignment; NaN when it did not run (partial).
+  double baseline_pcc = std::numeric_limits<double>::quiet_NaN();
   /// The cheapest uniform configuration that meets the target (none: no uniform one does, or
   /// the budget ran out before one was found).
   std::optional<LayerConfig> best_uniform;
