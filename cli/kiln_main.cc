@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "api/version.h"
+#include "cli/advise_command.h"
 #include "cli/client.h"
 #include "cli/compile_command.h"
 #include "cli/model_commands.h"
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
   kiln::cli::AddVectorsCommand(app, &exit_code);
   kiln::cli::AddCompileCommand(app, options, &exit_code);
   kiln::cli::AddRunCommands(app, options, &exit_code);
+  kiln::cli::AddAdviseCommand(app, options, &exit_code);
   // CLI11 reports a mistyped command (`kiln list`) as "A subcommand is required": name it and
   // the commands instead. The first word that is neither an option nor a global option's value
   // is the command.
