@@ -1,4 +1,4 @@
-// The precision advisor (issue 20), in process: the cheapest per-layer TT-NN precision (by the
+// The precision advisor, in process: the cheapest per-layer TT-NN precision (by the
 // estimate of api/advisor/cost_model.h) whose CHAINED end-to-end PCC meets a target on the given
 // inputs (several inputs: the worst one counts). Runs on tt-emu through runtime::RunConvPlan with
 // RunOptions::layer_precision — the map RunConvLayersRequest.layer_precision becomes — so an

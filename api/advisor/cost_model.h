@@ -1,4 +1,4 @@
-// The precision advisor's cost model (issue 20): an ESTIMATE of what one conv layer costs on a
+// The precision advisor's cost model: an ESTIMATE of what one conv layer costs on a
 // Wormhole B0 card at a given precision, from the layer's shapes and the program tt-emu selected
 // for it (device/backends/tt_emu/program.h). It is not a card measurement: nothing here was timed
 // on a card. It is kept in this one file so a measured table can replace it.
@@ -20,7 +20,7 @@
 //    8×16 lane grid without the 16-deep inner product: an assumption, not a source).
 //  * Bytes moved: the weights (Cout × K values) and the bias (Cout) at the weights dtype —
 //    bfloat16 2, bfloat8_b 1.0625, bfloat4_b 0.5625 bytes per value (a 32×32 tile is 2048, 1088,
-//    576 bytes incl. its 64 shared exponents, tt-numerics.md §1), float32 4 — are read once from
+//    576 bytes incl. its 64 shared exponents, docs/specs/tt-numerics.md §1), float32 4 — are read once from
 //    DRAM at 288 B/cycle (n150's 288 GB/s of GDDR6 at the 1 GHz AI clock). The activations stay
 //    sharded in L1 between convs (TT-NN's sharded conv): the input (at the input dtype) and the
 //    output (at the output dtype) move over each core's NoC link at 32 B/cycle, spread over
@@ -34,7 +34,7 @@
 //    effective packer L1 accumulation each such block is packed at the partials dtype and
 //    reloaded (unpacked at the same width plus a 16-cycle copy into Dst per tile,
 //    copy_block_matmul_partials); with it (program.l1_acc_effective, decided by tt-metal's
-//    determine_packer_l1_acc, tt-conv-dataflow.md §5) the packer reads, adds and writes the L1
+//    determine_packer_l1_acc, docs/specs/tt-conv-dataflow.md §5) the packer reads, adds and writes the L1
 //    partials (twice the partials' bytes) and nothing is reloaded.
 //  * Device adds and host ops are not modelled (they do not change with the advised knobs).
 #pragma once
