@@ -38,6 +38,20 @@ CompileServiceImpl::CompileServiceImpl(store::ModelStore* store, sched::Schedule
                         .Register(env.metrics->registry())
                         .Add({})) {}
 
+bool CompileServiceImpl::AnswerFromCache(const std::string& id, const kiln::v1::CompileAi8xRequest& request,
+                                         kiln::v1::CompileAi8xResponse* response,
+                                         std::chrono::steady_clock::time_point start) {
+  auto info = store_->Get(id);
+  if (!info.ok()) return false;
+  auto hit = cache_.Get(api::CompileCacheKey(info->model_id, api::CompileModelName(*info, id), request.options()));
+  if (hit == nullptr) return false;
+  cache_hits_.Increment();
+  *response = *hit;
+  response->set_cache_hit(true);
+  response->set_compile_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return true;
+}
+
 grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerContext* context,
                                                           const kiln::v1::CompileAi8xRequest* request,
                                                           kiln::v1::CompileAi8xResponse* response) {
@@ -54,8 +68,11 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
   // here, from the cache, without a job: no read, no hash, no load, no compile.
   // The model reference is resolved once, here (a short id prefix becomes the id:
   // api/models.h ResolveModelRef); the job reads by what it resolved to.
+  // With a store whose reads block (a shared store's database: store::ModelStore::reads_block),
+  // the lookup and the cache check run in the job instead, off the reactor.
   std::string ref;
-  if (request->model_case() == kiln::v1::CompileAi8xRequest::kModelId) {
+  const bool resolve_in_job = store_->reads_block();
+  if (request->model_case() == kiln::v1::CompileAi8xRequest::kModelId && !resolve_in_job) {
     auto resolved = api::ResolveModelRef(*store_, request->model_id());
     if (!resolved.ok()) {
       count("invalid");
@@ -63,20 +80,10 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
       return reactor;
     }
     ref = std::move(resolved).value();
-    auto start = std::chrono::steady_clock::now();
-    if (auto info = store_->Get(ref); info.ok()) {
-      auto hit = cache_.Get(api::CompileCacheKey(
-          info->model_id, api::CompileModelName(*info, ref), request->options()));
-      if (hit != nullptr) {
-        cache_hits_.Increment();
-        *response = *hit;
-        response->set_cache_hit(true);
-        response->set_compile_seconds(
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-        count(response->ok() ? "ok" : "rule_errors");
-        reactor->Finish(scope->Done(grpc::Status::OK));
-        return reactor;
-      }
+    if (AnswerFromCache(ref, *request, response, std::chrono::steady_clock::now())) {
+      count(response->ok() ? "ok" : "rule_errors");
+      reactor->Finish(scope->Done(grpc::Status::OK));
+      return reactor;
     }
   }
   sched::JobRequest job;
@@ -85,9 +92,21 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
   if (request->model_case() == kiln::v1::CompileAi8xRequest::kModelBytes) {
     job.cost_bytes = static_cast<int64_t>(request->model_bytes().size());
   }
-  job.task = [this, context, request, response, scope, count, ref](sched::JobContext&) -> Status {
+  job.task = [this, context, request, response, scope, count, ref, resolve_in_job](sched::JobContext&) mutable -> Status {
     if (context->IsCancelled()) return Cancelled("cancelled before start");
     auto start = std::chrono::steady_clock::now();
+    if (request->model_case() == kiln::v1::CompileAi8xRequest::kModelId && resolve_in_job) {
+      auto resolved = api::ResolveModelRef(*store_, request->model_id());
+      if (!resolved.ok()) {
+        count("invalid");
+        return resolved.status();
+      }
+      ref = std::move(resolved).value();
+      if (AnswerFromCache(ref, *request, response, start)) {
+        count(response->ok() ? "ok" : "rule_errors");
+        return Status::Ok();
+      }
+    }
     std::string bytes;
     std::string name;
     std::string sha;  // the cache key's model hash

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <set>
 
+#include "api/lanes.h"
 #include "api/models.h"
 #include "common/reactor.h"
 
@@ -19,6 +20,25 @@ class DeviceServiceImpl::RunReactor final : public grpc::ServerUnaryReactor {
   void Start() {
     grpc::Status st = scope_.Begin(*context_);
     if (!st.ok()) return FinishOnce(st);
+    if (!service_->store_->reads_block()) return Resolve();
+    // The store's lookups block (a shared store's database): resolve on the store lane.
+    sched::JobRequest lookup;
+    lookup.lane = api::kStoreLane;
+    lookup.client_id = ClientId(*context_);
+    lookup.task = [this](sched::JobContext&) {
+      Resolve();
+      return Status::Ok();
+    };
+    auto handle = service_->scheduler_->Submit(std::move(lookup));
+    if (!handle.ok()) return FinishOnce(ToGrpc(handle.status()));
+    (*handle)->OnDone([this](const Status& status) {
+      if (!status.ok()) FinishOnce(ToGrpc(status));  // not run (shutdown)
+    });
+  }
+
+ private:
+  // Looks the model up and starts the run's job (which finishes the call).
+  void Resolve() {
     auto ref = api::ResolveModelRef(*service_->store_, request_->model_id());  // api/models.h
     if (!ref.ok()) return FinishOnce(ToGrpc(ref.status()));
     auto info = service_->store_->Get(*ref);
@@ -42,6 +62,7 @@ class DeviceServiceImpl::RunReactor final : public grpc::ServerUnaryReactor {
     if (cancelled) job->Cancel();
   }
 
+ public:
   void OnCancel() override {
     ReactorScope on_reactor;
     std::shared_ptr<api::RunConvJob> job;
