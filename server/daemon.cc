@@ -117,6 +117,7 @@ Status Daemon::StartServices() {
     shared_ = std::move(shared).value();
     spdlog::info("shared state: PostgreSQL {} (schema version {}, was {})", store::pg::RedactUrl(config_.database_url),
                  shared_->schema().after, shared_->schema().before);
+    store_options.blob_cache_bytes = config_.blob_cache_bytes;
     auto store = store::SharedModelStore::Open(&shared_->models(), &shared_->blobs(), store_options);
     if (!store.ok()) return store.status().WithContext("shared model store (spool in " + config_.data_dir + ")");
     store_ = std::move(store).value();

@@ -70,6 +70,9 @@ struct ModelStoreOptions {
   /// "metadata_too_large", and "disk_full" for an upload the file system had no room for. Optional; may run under the store's lock (keep it short, never call
   /// back). kilnd counts it in kiln_rejected_requests_total (server/daemon.cc).
   std::function<void(std::string_view reason)> on_refused;
+  /// Shared store only (store/shared_model_store.h): bytes of this replica's local blob cache in
+  /// DIR/blob-cache (store/blob_cache.h). 0 = no cache: every read goes to the shared store.
+  uint64_t blob_cache_bytes = 0;
 };
 
 /// One upload in progress; Commit() verifies and publishes it. Destroying an Upload that was not

@@ -202,6 +202,12 @@ Result<std::unique_ptr<SharedModelStore>> SharedModelStore::Open(ModelIndex* ind
   store->lock_fd_ = *lock;
   // Spool files of uploads a crash cut short: nothing of them reached the shared store.
   for (const auto& e : fs::directory_iterator(options.dir / "tmp", ec)) fs::remove(e.path(), ec);
+  if (opts.blob_cache_bytes > 0) {
+    auto cache = CachingBlobStore::Open(blobs, options.dir / "blob-cache", opts.blob_cache_bytes);
+    if (!cache.ok()) return cache.status();
+    store->cache_ = std::move(cache).value();
+    store->blobs_ = store->cache_.get();
+  }
   KILN_RETURN_IF_ERROR(store->RefreshTotals());
   return store;
 }

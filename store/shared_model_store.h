@@ -16,7 +16,8 @@
 // bound this replica's spool (its disk and its connections).
 // Delete: ModelIndex::Remove, then the blob when the model went.
 // Reads: every lookup asks the index (reads_block() is true: callers stay off the reactor); a
-// reader streams the blob and checks the SHA-256 at its end.
+// reader streams the blob and checks the SHA-256 at its end, from this replica's blob cache when
+// options.blob_cache_bytes > 0 (DIR/blob-cache, store/blob_cache.h).
 // Thread-safe. DIR holds a LOCK: one process per spool directory.
 #pragma once
 
@@ -25,6 +26,7 @@
 #include <memory>
 #include <mutex>
 
+#include "store/blob_cache.h"
 #include "store/blob_store.h"
 #include "store/model_index.h"
 #include "store/model_store.h"
@@ -53,6 +55,8 @@ class SharedModelStore final : public ModelStore {
   const ModelStoreOptions& options() const override { return options_; }
   void SetOtherBytes(std::function<uint64_t()> fn) override { other_bytes_ = std::move(fn); }
   bool reads_block() const override { return true; }
+  /// The local blob cache (null without one).
+  const CachingBlobStore* blob_cache() const { return cache_.get(); }
 
   ~SharedModelStore() override;
 
@@ -66,7 +70,8 @@ class SharedModelStore final : public ModelStore {
   void ReleaseReservation(uint64_t bytes);
 
   ModelIndex* index_;
-  BlobStore* blobs_;
+  BlobStore* blobs_;  // the shared store's, or cache_ in front of it
+  std::unique_ptr<CachingBlobStore> cache_;
   ModelStoreOptions options_;
   std::function<uint64_t()> other_bytes_;
   int lock_fd_ = -1;

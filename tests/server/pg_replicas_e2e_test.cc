@@ -154,6 +154,9 @@ TEST_F(PgReplicasE2E, UploadThroughAIsListedReadCompiledAndRunThroughB) {
   std::string streamed;
   ASSERT_TRUE(ReadAll(*mb, "mnist", &streamed).ok());
   EXPECT_TRUE(streamed == mnist);
+  // B keeps the bytes in its local blob cache (store/blob_cache.h), checked again on every read.
+  EXPECT_TRUE(fs::exists(dir_ / "b" / "blob-cache" / id));
+  EXPECT_FALSE(fs::exists(dir_ / "a" / "blob-cache" / id));
   {
     grpc::ClientContext ctx;
     kiln::v1::GetModelRequest req;
