@@ -38,12 +38,9 @@ CompileServiceImpl::CompileServiceImpl(store::ModelStore* store, sched::Schedule
                         .Register(env.metrics->registry())
                         .Add({})) {}
 
-bool CompileServiceImpl::AnswerFromCache(const std::string& id, const kiln::v1::CompileAi8xRequest& request,
-                                         kiln::v1::CompileAi8xResponse* response,
+bool CompileServiceImpl::AnswerFromCache(const std::string& key, kiln::v1::CompileAi8xResponse* response,
                                          std::chrono::steady_clock::time_point start) {
-  auto info = store_->Get(id);
-  if (!info.ok()) return false;
-  auto hit = cache_.Get(api::CompileCacheKey(info->model_id, api::CompileModelName(*info, id), request.options()));
+  auto hit = cache_.Get(key);
   if (hit == nullptr) return false;
   cache_hits_.Increment();
   *response = *hit;
@@ -80,7 +77,11 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
       return reactor;
     }
     ref = std::move(resolved).value();
-    if (AnswerFromCache(ref, *request, response, std::chrono::steady_clock::now())) {
+    const auto start = std::chrono::steady_clock::now();
+    auto info = store_->Get(ref);
+    if (info.ok() &&
+        AnswerFromCache(api::CompileCacheKey(info->model_id, api::CompileModelName(*info, ref), request->options()),
+                        response, start)) {
       count(response->ok() ? "ok" : "rule_errors");
       reactor->Finish(scope->Done(grpc::Status::OK));
       return reactor;
@@ -95,18 +96,6 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
   job.task = [this, context, request, response, scope, count, ref, resolve_in_job](sched::JobContext&) mutable -> Status {
     if (context->IsCancelled()) return Cancelled("cancelled before start");
     auto start = std::chrono::steady_clock::now();
-    if (request->model_case() == kiln::v1::CompileAi8xRequest::kModelId && resolve_in_job) {
-      auto resolved = api::ResolveModelRef(*store_, request->model_id());
-      if (!resolved.ok()) {
-        count("invalid");
-        return resolved.status();
-      }
-      ref = std::move(resolved).value();
-      if (AnswerFromCache(ref, *request, response, start)) {
-        count(response->ok() ? "ok" : "rule_errors");
-        return Status::Ok();
-      }
-    }
     std::string bytes;
     std::string name;
     std::string sha;  // the cache key's model hash
@@ -115,11 +104,32 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
       name = "inline";
       sha = Sha256Hex(bytes);
     } else {
-      // One lookup: the reader carries the metadata of the model whose bytes it reads.
+      // One lookup: the reader carries the metadata of the model whose bytes it reads. Resolved
+      // here (resolve_in_job): an id or a name is opened as it is, and only a reference that
+      // names nothing is resolved as an id prefix (api/models.h ResolveModelRef's order), so a
+      // compile costs the shared store one index query.
+      if (resolve_in_job) ref = request->model_id();
       auto reader = store_->OpenReader(ref);
+      if (resolve_in_job && !reader.ok() && reader.status().code() == StatusCode::kNotFound) {
+        auto resolved = api::ResolveModelRef(*store_, ref);
+        if (!resolved.ok()) {
+          count("invalid");
+          return resolved.status();
+        }
+        ref = std::move(resolved).value();
+        reader = store_->OpenReader(ref);
+      }
       if (!reader.ok()) {
         count("invalid");
         return reader.status();
+      }
+      if (resolve_in_job) {  // the cache check the reaction makes for an in-memory index
+        if (AnswerFromCache(api::CompileCacheKey((*reader)->model_id(), api::CompileModelName((*reader)->info(), ref),
+                                                 request->options()),
+                            response, start)) {
+          count(response->ok() ? "ok" : "rule_errors");
+          return Status::Ok();
+        }
       }
       auto all = (*reader)->ReadAll();
       if (!all.ok()) return all.status();
@@ -130,12 +140,7 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
     if (bytes.empty()) return InvalidArgument("request names no model: set model_id or model_bytes");
     scope->AddBytes(bytes.size());
     std::string key = api::CompileCacheKey(sha, name, request->options());
-    if (auto hit = cache_.Get(key)) {  // inline bytes seen before
-      cache_hits_.Increment();
-      *response = *hit;
-      response->set_cache_hit(true);
-      response->set_compile_seconds(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (AnswerFromCache(key, response, start)) {  // inline bytes seen before
       count(response->ok() ? "ok" : "rule_errors");
       return Status::Ok();
     }

@@ -28,10 +28,10 @@ class CompileServiceImpl final : public kiln::v1::CompileService::CallbackServic
                                         kiln::v1::CompileAi8xResponse* response) override;
 
  private:
-  // A stored model's id is its sha256, so a repeated compile is answered from the cache: true
-  // (and *response filled) on a hit. Looks the model up: off the reactor when the store's reads block.
-  bool AnswerFromCache(const std::string& id, const kiln::v1::CompileAi8xRequest& request,
-                       kiln::v1::CompileAi8xResponse* response, std::chrono::steady_clock::time_point start);
+  // The compile cache's answer for `key` (api::CompileCacheKey): true, and *response filled
+  // (cache_hit, compile_seconds since `start`), on a hit.
+  bool AnswerFromCache(const std::string& key, kiln::v1::CompileAi8xResponse* response,
+                       std::chrono::steady_clock::time_point start);
 
   store::ModelStore* store_;
   sched::Scheduler* scheduler_;

@@ -310,8 +310,12 @@ TEST_F(PgReplicasE2E, KillOfAReplicaMidUploadLeavesNothingPartialAnywhere) {
       EXPECT_EQ(got.status().code(), StatusCode::kNotFound) << got.status().ToString();
       EXPECT_TRUE(ListIds(*mb).empty());
     }
-    if (round % 2 == 0) EXPECT_FALSE(got.ok()) << "a half-sent upload was stored (round " << round << ")";
-    if (answered) EXPECT_TRUE(got.ok()) << "an answered upload is not stored: " << got.status().ToString();
+    if (round % 2 == 0) {
+      EXPECT_FALSE(got.ok()) << "a half-sent upload was stored (round " << round << ")";
+    }
+    if (answered) {
+      EXPECT_TRUE(got.ok()) << "an answered upload is not stored: " << got.status().ToString();
+    }
     // In the database: every large object belongs to a committed blob of the right size (the
     // upload's transaction took an unfinished one with it), no model without its blob.
     EXPECT_EQ(Count(url_, "SELECT count(*) FROM pg_largeobject_metadata m"
