@@ -1,4 +1,4 @@
-// The cost of the database path against the embedded one (issue 19's benchmark), through real
+// The cost of the database path against the embedded one (README "Shared state on PostgreSQL"), through real
 // kilnd processes on loopback: one kilnd on its data dir, one on a throwaway PostgreSQL
 // (tests/support/pg_server.h; durability off there, as in the tests, so this measures Kiln's
 // path, not PostgreSQL's fsync). For each:
