@@ -1,6 +1,7 @@
 #include "server/device_service.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <set>
 
@@ -29,10 +30,20 @@ class DeviceServiceImpl::RunReactor final : public grpc::ServerUnaryReactor {
       Resolve();
       return Status::Ok();
     };
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      resolving_ = true;
+    }
     auto handle = service_->scheduler_->Submit(std::move(lookup));
-    if (!handle.ok()) return FinishOnce(ToGrpc(handle.status()));
+    if (!handle.ok()) {
+      Resolved();
+      return FinishOnce(ToGrpc(handle.status()));
+    }
+    // After the task (or instead of it, at shutdown): only then may OnDone delete the reactor,
+    // which Resolve may have finished while it was still running.
     (*handle)->OnDone([this](const Status& status) {
       if (!status.ok()) FinishOnce(ToGrpc(status));  // not run (shutdown)
+      Resolved();
     });
   }
 
@@ -74,9 +85,20 @@ class DeviceServiceImpl::RunReactor final : public grpc::ServerUnaryReactor {
     if (job) job->Cancel();
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      resolved_cv_.wait(lock, [this] { return !resolving_; });
+    }
+    delete this;
+  }
 
  private:
+  void Resolved() {
+    std::lock_guard<std::mutex> lock(mu_);
+    resolving_ = false;
+    resolved_cv_.notify_all();
+  }
   void Complete(const Status& status, int64_t retry_after_ms) {
     if (!status.ok()) {
       // Jobs cut off by the server's own shutdown are not the client's cancellation.
@@ -109,6 +131,8 @@ class DeviceServiceImpl::RunReactor final : public grpc::ServerUnaryReactor {
   std::shared_ptr<api::RunConvJob> job_;
   bool cancelled_ = false;
   bool finished_ = false;
+  bool resolving_ = false;  // the store-lane lookup has not finished with the reactor yet
+  std::condition_variable resolved_cv_;
 };
 
 DeviceServiceImpl::DeviceServiceImpl(store::ModelStore* store, sched::Scheduler* scheduler, int queue_capacity,

@@ -372,6 +372,13 @@ TEST_F(PgReplicasE2E, JobRpcsAreRefusedOnASharedDatabase) {
   // No job store in the replica's data dir: nothing another replica would need.
   EXPECT_FALSE(fs::exists(dir_ / "a" / "jobs"));
   EXPECT_EQ(a->Stop(), 0);
+  // --repair is the embedded store's: refused with a database, nothing started.
+  int rc = 0;
+  const std::string out = RunShell("KILN_DATABASE='" + url_ + "' " + KILND_BINARY + " --repair --data-dir " +
+                                       (dir_ / "a").string() + " 2>&1",
+                                   &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("embedded store"), std::string::npos) << out;
 }
 
 TEST_F(PgReplicasE2E, ASchemaNewerThanKilndCanUseIsRefusedAtStart) {
