@@ -94,7 +94,9 @@ Result<std::string> ResolveModelRef(const store::ModelStore& store, const std::s
                 std::all_of(ref.begin(), ref.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
   if (!prefix) return exact.status();
   // One more than listed: whether there are more.
-  std::vector<store::ModelInfo> hits = store.WithIdPrefix(ref, kMaxPrefixCandidates + 1);
+  auto found = store.WithIdPrefix(ref, kMaxPrefixCandidates + 1);
+  if (!found.ok()) return found.status();
+  const std::vector<store::ModelInfo>& hits = *found;
   if (hits.empty()) return NotFound("no model with id, name or id prefix '" + ref + "'");
   if (hits.size() == 1) return hits[0].model_id;
   std::string list;

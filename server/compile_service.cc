@@ -38,6 +38,17 @@ CompileServiceImpl::CompileServiceImpl(store::ModelStore* store, sched::Schedule
                         .Register(env.metrics->registry())
                         .Add({})) {}
 
+bool CompileServiceImpl::AnswerFromCache(const std::string& key, kiln::v1::CompileAi8xResponse* response,
+                                         std::chrono::steady_clock::time_point start) {
+  auto hit = cache_.Get(key);
+  if (hit == nullptr) return false;
+  cache_hits_.Increment();
+  *response = *hit;
+  response->set_cache_hit(true);
+  response->set_compile_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return true;
+}
+
 grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerContext* context,
                                                           const kiln::v1::CompileAi8xRequest* request,
                                                           kiln::v1::CompileAi8xResponse* response) {
@@ -54,8 +65,11 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
   // here, from the cache, without a job: no read, no hash, no load, no compile.
   // The model reference is resolved once, here (a short id prefix becomes the id:
   // api/models.h ResolveModelRef); the job reads by what it resolved to.
+  // With a store whose reads block (a shared store's database: store::ModelStore::reads_block),
+  // the lookup and the cache check run in the job instead, off the reactor.
   std::string ref;
-  if (request->model_case() == kiln::v1::CompileAi8xRequest::kModelId) {
+  const bool resolve_in_job = store_->reads_block();
+  if (request->model_case() == kiln::v1::CompileAi8xRequest::kModelId && !resolve_in_job) {
     auto resolved = api::ResolveModelRef(*store_, request->model_id());
     if (!resolved.ok()) {
       count("invalid");
@@ -63,20 +77,14 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
       return reactor;
     }
     ref = std::move(resolved).value();
-    auto start = std::chrono::steady_clock::now();
-    if (auto info = store_->Get(ref); info.ok()) {
-      auto hit = cache_.Get(api::CompileCacheKey(
-          info->model_id, api::CompileModelName(*info, ref), request->options()));
-      if (hit != nullptr) {
-        cache_hits_.Increment();
-        *response = *hit;
-        response->set_cache_hit(true);
-        response->set_compile_seconds(
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-        count(response->ok() ? "ok" : "rule_errors");
-        reactor->Finish(scope->Done(grpc::Status::OK));
-        return reactor;
-      }
+    const auto start = std::chrono::steady_clock::now();
+    auto info = store_->Get(ref);
+    if (info.ok() &&
+        AnswerFromCache(api::CompileCacheKey(info->model_id, api::CompileModelName(*info, ref), request->options()),
+                        response, start)) {
+      count(response->ok() ? "ok" : "rule_errors");
+      reactor->Finish(scope->Done(grpc::Status::OK));
+      return reactor;
     }
   }
   sched::JobRequest job;
@@ -85,7 +93,7 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
   if (request->model_case() == kiln::v1::CompileAi8xRequest::kModelBytes) {
     job.cost_bytes = static_cast<int64_t>(request->model_bytes().size());
   }
-  job.task = [this, context, request, response, scope, count, ref](sched::JobContext&) -> Status {
+  job.task = [this, context, request, response, scope, count, ref, resolve_in_job](sched::JobContext&) mutable -> Status {
     if (context->IsCancelled()) return Cancelled("cancelled before start");
     auto start = std::chrono::steady_clock::now();
     std::string bytes;
@@ -96,11 +104,32 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
       name = "inline";
       sha = Sha256Hex(bytes);
     } else {
-      // One lookup: the reader carries the metadata of the model whose bytes it reads.
+      // One lookup: the reader carries the metadata of the model whose bytes it reads. Resolved
+      // here (resolve_in_job): an id or a name is opened as it is, and only a reference that
+      // names nothing is resolved as an id prefix (api/models.h ResolveModelRef's order), so a
+      // compile costs the shared store one index query.
+      if (resolve_in_job) ref = request->model_id();
       auto reader = store_->OpenReader(ref);
+      if (resolve_in_job && !reader.ok() && reader.status().code() == StatusCode::kNotFound) {
+        auto resolved = api::ResolveModelRef(*store_, ref);
+        if (!resolved.ok()) {
+          count("invalid");
+          return resolved.status();
+        }
+        ref = std::move(resolved).value();
+        reader = store_->OpenReader(ref);
+      }
       if (!reader.ok()) {
         count("invalid");
         return reader.status();
+      }
+      if (resolve_in_job) {  // the cache check the reaction makes for an in-memory index
+        if (AnswerFromCache(api::CompileCacheKey((*reader)->model_id(), api::CompileModelName((*reader)->info(), ref),
+                                                 request->options()),
+                            response, start)) {
+          count(response->ok() ? "ok" : "rule_errors");
+          return Status::Ok();
+        }
       }
       auto all = (*reader)->ReadAll();
       if (!all.ok()) return all.status();
@@ -111,12 +140,7 @@ grpc::ServerUnaryReactor* CompileServiceImpl::CompileAi8x(grpc::CallbackServerCo
     if (bytes.empty()) return InvalidArgument("request names no model: set model_id or model_bytes");
     scope->AddBytes(bytes.size());
     std::string key = api::CompileCacheKey(sha, name, request->options());
-    if (auto hit = cache_.Get(key)) {  // inline bytes seen before
-      cache_hits_.Increment();
-      *response = *hit;
-      response->set_cache_hit(true);
-      response->set_compile_seconds(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (AnswerFromCache(key, response, start)) {  // inline bytes seen before
       count(response->ok() ? "ok" : "rule_errors");
       return Status::Ok();
     }

@@ -1,9 +1,12 @@
 // kiln.v1.CompileService: ai8x compiles of stored or inline models, each a job on the
-// scheduler's compile lane (api/lanes.h). The reaction only authenticates and submits.
+// scheduler's compile lane (api/lanes.h). The reaction only authenticates and submits (and, when
+// the store's index is in memory, answers a repeated compile from the cache).
 #pragma once
 
 #include <prometheus/counter.h>
 #include <prometheus/histogram.h>
+
+#include <chrono>
 
 #include "api/compile_cache.h"
 #include "kiln/v1/compile.grpc.pb.h"
@@ -25,6 +28,11 @@ class CompileServiceImpl final : public kiln::v1::CompileService::CallbackServic
                                         kiln::v1::CompileAi8xResponse* response) override;
 
  private:
+  // The compile cache's answer for `key` (api::CompileCacheKey): true, and *response filled
+  // (cache_hit, compile_seconds since `start`), on a hit.
+  bool AnswerFromCache(const std::string& key, kiln::v1::CompileAi8xResponse* response,
+                       std::chrono::steady_clock::time_point start);
+
   store::ModelStore* store_;
   sched::Scheduler* scheduler_;
   ServiceEnv env_;

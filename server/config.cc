@@ -121,6 +121,11 @@ const std::vector<Setting>& Settings() {
        "KILN_DATABASE; never on the command line)",
        [](Config& c, const std::string& v) { c.database_url_file = v; return std::string(); },
        [](const Config& c) { return std::string(Or(c.database_url_file, "(none: embedded store)")); }, "FILE"},
+      {"--blob-cache-bytes", "KILN_BLOB_CACHE_BYTES", nullptr,
+       "with a database: bytes of this replica's local cache of model bytes in the data dir, least "
+       "recently used evicted (0 = no cache)",
+       [](Config& c, const std::string& v) { return ParseU64(v, &c.blob_cache_bytes); },
+       [](const Config& c) { return std::string(std::to_string(c.blob_cache_bytes) + " (0 = no cache)"); }, "BYTES"},
       {"--max-model-bytes", "KILN_MAX_MODEL_BYTES", nullptr,
        "largest accepted model in bytes",
        [](Config& c, const std::string& v) {

@@ -27,6 +27,8 @@ struct Config {
   /// file, or from the environment variable KILN_DATABASE (a Secret as env). Both empty = embedded.
   std::string database_url_file;
   std::string database_url;  ///< loaded from the file or KILN_DATABASE; never printed
+  /// With a database: bytes of this replica's local blob cache (store/blob_cache.h), 0 = none.
+  uint64_t blob_cache_bytes = 1ull << 30;
   uint64_t max_model_bytes = kMaxModelBytes;
   uint64_t max_store_bytes = 64ull << 30;
   // Store limits (store/model_store.h ModelStoreOptions; server/model_service.h).

@@ -18,10 +18,15 @@
 #include "api/version.h"
 #include "common/memory.h"
 #include "server/auth_interceptor.h"
+#include "store/shared_model_store.h"
 
 namespace kiln::server {
 
 namespace {
+// Connections to the shared database: each open ReadModel stream, model read and upload commit
+// holds one while it runs (store/pg/pg_blob_store.h), the store lane's workers bound the rest.
+constexpr size_t kDatabaseConnections = 16;
+
 Result<std::string> ReadFile(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return InvalidArgument(std::string("cannot read ") + what + " file '" + path + "'");
@@ -100,9 +105,27 @@ Status Daemon::StartServices() {
   store_options.max_uploads_in_flight = config_.max_uploads_in_flight;
   store_options.max_upload_bytes_in_flight = config_.max_upload_bytes_in_flight;
   store_options.max_metadata_bytes = config_.max_metadata_bytes;
-  auto store = store::ModelStore::Open(store_options);
-  if (!store.ok()) return store.status().WithContext("model store " + config_.data_dir);
-  store_ = std::move(store).value();
+  if (!config_.database_url.empty()) {
+    // The farm: models in PostgreSQL (store/shared_model_store.h over store/pg/), the data dir
+    // only for this replica's upload spool. Open migrates the schema, or refuses one newer than
+    // this kilnd can use (store/pg/pg_schema.h).
+    store::pg::PgPoolOptions pg;
+    pg.url = config_.database_url;
+    pg.size = kDatabaseConnections;
+    auto shared = store::pg::PgSharedState::Open(pg, static_cast<int>(config_.job_max_attempts));
+    if (!shared.ok()) return shared.status().WithContext("database " + store::pg::RedactUrl(config_.database_url));
+    shared_ = std::move(shared).value();
+    spdlog::info("shared state: PostgreSQL {} (schema version {}, was {})", store::pg::RedactUrl(config_.database_url),
+                 shared_->schema().after, shared_->schema().before);
+    store_options.blob_cache_bytes = config_.blob_cache_bytes;
+    auto store = store::SharedModelStore::Open(&shared_->models(), &shared_->blobs(), store_options);
+    if (!store.ok()) return store.status().WithContext("shared model store (spool in " + config_.data_dir + ")");
+    store_ = std::move(store).value();
+  } else {
+    auto store = store::ModelStore::Open(store_options);
+    if (!store.ok()) return store.status().WithContext("model store " + config_.data_dir);
+    store_ = std::move(store).value();
+  }
   auth_ = std::make_unique<Authenticator>(config_.token);
 
   auto sched_options = api::KilndSchedulerOptions(
@@ -133,27 +156,36 @@ Status Daemon::StartServices() {
   device_service_ = std::make_unique<DeviceServiceImpl>(store_.get(), scheduler_.get(),
                                                         static_cast<int>(config_.device_queue), env,
                                                         static_cast<int64_t>(config_.plan_cache_bytes));
-  auto job_store = store::JobStore::Open(config_.data_dir);
-  if (!job_store.ok()) return job_store.status().WithContext("job store " + config_.data_dir + "/jobs");
-  job_store_ = std::move(job_store).value();
-  store_->SetOtherBytes([js = job_store_.get()] { return static_cast<uint64_t>(js->total_bytes()); });
-  api::JobLimits limits;
-  limits.max_queued = static_cast<int>(config_.job_max_queued);
-  limits.max_queued_per_client = static_cast<int>(config_.job_max_queued_per_client);
-  limits.max_attempts = static_cast<int>(config_.job_max_attempts);
-  limits.max_events = static_cast<int64_t>(config_.job_max_events);
-  limits.max_configurations = static_cast<int>(config_.job_max_configurations);
-  limits.retention_seconds = config_.job_retention_seconds;
-  limits.results_max_bytes = static_cast<int64_t>(config_.job_results_max_bytes);
-  limits.max_result_bytes = static_cast<int64_t>(config_.max_message_bytes);
-  limits.max_store_bytes = static_cast<int64_t>(config_.max_store_bytes);
-  auto jobs = api::JobManager::Create(
-      {store_.get(), job_store_.get(), scheduler_.get(), device_service_->plans(), metrics_->shared_registry(),
-       count_refused},
-      limits);
-  if (!jobs.ok()) return jobs.status().WithContext("jobs");
-  jobs_ = std::move(jobs).value();
-  job_service_ = std::make_unique<JobServiceImpl>(jobs_.get(), env);
+  if (shared_) {
+    // Jobs would live in this replica's data dir, which no other replica sees: refused until the
+    // job queue (store/pg/pg_job_queue.h) serves them (README "Shared state on PostgreSQL").
+    job_service_ = std::make_unique<JobServiceImpl>(
+        nullptr, env,
+        "jobs are not available on a shared database yet (a job would live in one kilnd replica only): "
+        "run jobs on an embedded kilnd (without --database-url-file / KILN_DATABASE)");
+  } else {
+    auto job_store = store::JobStore::Open(config_.data_dir);
+    if (!job_store.ok()) return job_store.status().WithContext("job store " + config_.data_dir + "/jobs");
+    job_store_ = std::move(job_store).value();
+    store_->SetOtherBytes([js = job_store_.get()] { return static_cast<uint64_t>(js->total_bytes()); });
+    api::JobLimits limits;
+    limits.max_queued = static_cast<int>(config_.job_max_queued);
+    limits.max_queued_per_client = static_cast<int>(config_.job_max_queued_per_client);
+    limits.max_attempts = static_cast<int>(config_.job_max_attempts);
+    limits.max_events = static_cast<int64_t>(config_.job_max_events);
+    limits.max_configurations = static_cast<int>(config_.job_max_configurations);
+    limits.retention_seconds = config_.job_retention_seconds;
+    limits.results_max_bytes = static_cast<int64_t>(config_.job_results_max_bytes);
+    limits.max_result_bytes = static_cast<int64_t>(config_.max_message_bytes);
+    limits.max_store_bytes = static_cast<int64_t>(config_.max_store_bytes);
+    auto jobs = api::JobManager::Create(
+        {store_.get(), job_store_.get(), scheduler_.get(), device_service_->plans(), metrics_->shared_registry(),
+         count_refused},
+        limits);
+    if (!jobs.ok()) return jobs.status().WithContext("jobs");
+    jobs_ = std::move(jobs).value();
+    job_service_ = std::make_unique<JobServiceImpl>(jobs_.get(), env);
+  }
 
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!config_.tls_cert.empty()) {
@@ -235,7 +267,7 @@ Status Daemon::StartServices() {
     return metrics_addr.status();
   }
   metrics_address_ = *metrics_addr;
-  spdlog::info("model store {}: {} models, {} bytes", config_.data_dir, store_->model_count(),
+  spdlog::info("model store {}: {} models, {} bytes", shared_ ? "(shared)" : config_.data_dir, store_->model_count(),
                store_->total_bytes());
   spdlog::info("connections: descriptors capped at {} (RLIMIT_NOFILE minus --fd-reserve {})", listener_->fd_cap(),
                config_.fd_reserve);

@@ -1,4 +1,5 @@
-// kilnd's composition root: opens the model store, creates the scheduler (device lanes from
+// kilnd's composition root: opens the model store (embedded in the data dir, or shared on
+// PostgreSQL when a database is configured: the one place that chooses), creates the scheduler (device lanes from
 // --devices, CPU lanes from api/lanes.h), starts the metrics exposer and the gRPC server
 // (callback services, grpc.health.v1, reflection) behind kilnd's own listener (server/listener.h),
 // and drains them on shutdown. docs/security.md lists the limits set here.
@@ -22,6 +23,7 @@
 #include "server/rpc_context.h"
 #include "store/job_store.h"
 #include "store/model_store.h"
+#include "store/pg/pg_store.h"
 
 namespace kiln::server {
 
@@ -46,6 +48,8 @@ class Daemon {
 
   Config config_;
   std::unique_ptr<Metrics> metrics_;
+  // The farm's shared state (a database is configured), before the store that uses it.
+  std::unique_ptr<store::pg::PgSharedState> shared_;
   std::unique_ptr<store::ModelStore> store_;
   std::unique_ptr<Authenticator> auth_;
   Drain drain_;

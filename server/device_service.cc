@@ -1,9 +1,11 @@
 #include "server/device_service.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <set>
 
+#include "api/lanes.h"
 #include "api/models.h"
 #include "common/reactor.h"
 
@@ -19,6 +21,35 @@ class DeviceServiceImpl::RunReactor final : public grpc::ServerUnaryReactor {
   void Start() {
     grpc::Status st = scope_.Begin(*context_);
     if (!st.ok()) return FinishOnce(st);
+    if (!service_->store_->reads_block()) return Resolve();
+    // The store's lookups block (a shared store's database): resolve on the store lane.
+    sched::JobRequest lookup;
+    lookup.lane = api::kStoreLane;
+    lookup.client_id = ClientId(*context_);
+    lookup.task = [this](sched::JobContext&) {
+      Resolve();
+      return Status::Ok();
+    };
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      resolving_ = true;
+    }
+    auto handle = service_->scheduler_->Submit(std::move(lookup));
+    if (!handle.ok()) {
+      Resolved();
+      return FinishOnce(ToGrpc(handle.status()));
+    }
+    // After the task (or instead of it, at shutdown): only then may OnDone delete the reactor,
+    // which Resolve may have finished while it was still running.
+    (*handle)->OnDone([this](const Status& status) {
+      if (!status.ok()) FinishOnce(ToGrpc(status));  // not run (shutdown)
+      Resolved();
+    });
+  }
+
+ private:
+  // Looks the model up and starts the run's job (which finishes the call).
+  void Resolve() {
     auto ref = api::ResolveModelRef(*service_->store_, request_->model_id());  // api/models.h
     if (!ref.ok()) return FinishOnce(ToGrpc(ref.status()));
     auto info = service_->store_->Get(*ref);
@@ -42,6 +73,7 @@ class DeviceServiceImpl::RunReactor final : public grpc::ServerUnaryReactor {
     if (cancelled) job->Cancel();
   }
 
+ public:
   void OnCancel() override {
     ReactorScope on_reactor;
     std::shared_ptr<api::RunConvJob> job;
@@ -53,9 +85,20 @@ class DeviceServiceImpl::RunReactor final : public grpc::ServerUnaryReactor {
     if (job) job->Cancel();
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      resolved_cv_.wait(lock, [this] { return !resolving_; });
+    }
+    delete this;
+  }
 
  private:
+  void Resolved() {
+    std::lock_guard<std::mutex> lock(mu_);
+    resolving_ = false;
+    resolved_cv_.notify_all();
+  }
   void Complete(const Status& status, int64_t retry_after_ms) {
     if (!status.ok()) {
       // Jobs cut off by the server's own shutdown are not the client's cancellation.
@@ -88,6 +131,8 @@ class DeviceServiceImpl::RunReactor final : public grpc::ServerUnaryReactor {
   std::shared_ptr<api::RunConvJob> job_;
   bool cancelled_ = false;
   bool finished_ = false;
+  bool resolving_ = false;  // the store-lane lookup has not finished with the reactor yet
+  std::condition_variable resolved_cv_;
 };
 
 DeviceServiceImpl::DeviceServiceImpl(store::ModelStore* store, sched::Scheduler* scheduler, int queue_capacity,

@@ -5,6 +5,8 @@
 // or a new event arrives; GetJobResult reads output files 1 MiB at a time, like ReadModel.
 #pragma once
 
+#include <string>
+
 #include "api/jobs.h"
 #include "kiln/v1/job.grpc.pb.h"
 #include "server/rpc_context.h"
@@ -13,8 +15,10 @@ namespace kiln::server {
 
 class JobServiceImpl final : public kiln::v1::JobService::CallbackService {
  public:
-  /// `jobs` must outlive the service.
-  JobServiceImpl(api::JobManager* jobs, ServiceEnv env) : jobs_(jobs), env_(env) {}
+  /// `jobs` must outlive the service. Null: every call answers FAILED_PRECONDITION with
+  /// `refusal` (kilnd on a shared database, whose job queue is not wired yet: server/daemon.cc).
+  JobServiceImpl(api::JobManager* jobs, ServiceEnv env, std::string refusal = {})
+      : jobs_(jobs), env_(env), refusal_(std::move(refusal)) {}
 
   grpc::ServerUnaryReactor* SubmitRun(grpc::CallbackServerContext* context, const kiln::v1::SubmitRunRequest* request,
                                       kiln::v1::Job* response) override;
@@ -36,8 +40,12 @@ class JobServiceImpl final : public kiln::v1::JobService::CallbackService {
   void OnStoreLane(grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor,
                    std::shared_ptr<RpcScope> scope, std::function<Status(int64_t* retry_after_ms)> work);
 
+  template <typename T>
+  class RefusedStream;
+
   api::JobManager* jobs_;
   ServiceEnv env_;
+  std::string refusal_;
 };
 
 }  // namespace kiln::server

@@ -44,11 +44,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   spdlog::set_level(spdlog::level::from_str(config->log_level));
-  if (!config->database_url.empty()) {
-    // The shared state (store/pg/) exists, the serving path does not use it yet: refuse rather than
-    // silently serve from the embedded store while the operator expects the farm's database.
-    std::fprintf(stderr, "kilnd: a PostgreSQL database is configured (--database-url-file or KILN_DATABASE), "
-                         "but this kilnd does not serve from it yet (issue 19): start it without one\n");
+  if (repair && !config->database_url.empty()) {
+    std::fprintf(stderr, "kilnd --repair rebuilds an embedded store's index (a data dir); with a database "
+                         "configured there is none to repair: start it without one\n");
     return 2;
   }
   if (repair) {

@@ -209,27 +209,22 @@ class ModelServiceImpl::UploadReactor final
   std::chrono::steady_clock::time_point last_progress_;  // header or last non-empty chunk
 };
 
-// Server-streaming read of a model's bytes in 1 MiB chunks.
+// Server-streaming read of a model's bytes in 1 MiB chunks. Each step (open, then one chunk per
+// write) runs on the reactor, or on the store lane when the store's reads block (RunRead's rule).
 class ModelServiceImpl::ReadReactor final
     : public grpc::ServerWriteReactor<kiln::v1::ReadModelResponse> {
  public:
   ReadReactor(ModelServiceImpl* service, grpc::CallbackServerContext* context,
               const kiln::v1::ReadModelRequest* request)
-      : scope_(service->env_, *context, "/kiln.v1.ModelService/ReadModel") {
+      : service_(service), context_(context), ref_(request->model_id()),
+        scope_(service->env_, *context, "/kiln.v1.ModelService/ReadModel") {
     ReactorScope on_reactor;
     grpc::Status auth = scope_.Begin(*context);
     if (!auth.ok()) {
       Finish(scope_.Done(auth));
       return;
     }
-    auto ref = api::ResolveModelRef(*service->store_, request->model_id());
-    auto reader = ref.ok() ? service->store_->OpenReader(*ref) : Result<std::unique_ptr<store::ModelReader>>(ref.status());
-    if (!reader.ok()) {
-      Finish(scope_.Done(ToGrpc(reader.status())));
-      return;
-    }
-    reader_ = std::move(reader).value();
-    NextWrite();
+    NextStep();
   }
   void OnWriteDone(bool ok) override {
     ReactorScope on_reactor;
@@ -237,35 +232,61 @@ class ModelServiceImpl::ReadReactor final
       Finish(scope_.Done(grpc::Status(grpc::StatusCode::CANCELLED, "stream broken")));
       return;
     }
-    NextWrite();
+    NextStep();
   }
   void OnDone() override { delete this; }
 
  private:
-  void NextWrite() {
+  void NextStep() {
+    if (!service_->store_->reads_block()) {
+      Status st = Step();
+      if (!st.ok()) Finish(scope_.Done(ToGrpc(st)));
+      return;
+    }
+    sched::JobRequest job;
+    job.lane = api::kStoreLane;
+    job.client_id = ClientId(*context_);
+    job.task = [this](sched::JobContext&) { return Step(); };
+    auto handle = service_->env_.scheduler->Submit(std::move(job));
+    if (!handle.ok()) {
+      Finish(scope_.Done(ToGrpc(handle.status())));
+      return;
+    }
+    // A failed step (or one the scheduler never ran) finishes the call; a good one wrote or finished.
+    (*handle)->OnDone([this](const Status& status) {
+      if (!status.ok()) Finish(scope_.Done(ToGrpc(status)));
+    });
+  }
+
+  // Opens the model (first step), then hands out the next chunk or finishes with OK. An error is
+  // returned, not finished: the caller finishes with it.
+  Status Step() {
+    if (!reader_) {
+      auto id = api::ResolveModelRef(*service_->store_, ref_);
+      if (!id.ok()) return id.status();
+      auto reader = service_->store_->OpenReader(*id);
+      if (!reader.ok()) return reader.status();
+      reader_ = std::move(reader).value();
+    }
     if (offset_ >= reader_->size()) {
       Finish(scope_.Done(grpc::Status::OK));
-      return;
+      return Status::Ok();
     }
-    Status st = reader_->ReadAt(offset_, kMaxUploadChunkBytes, response_.mutable_chunk());
-    if (st.ok()) {
-      hash_.Update(response_.chunk().data(), response_.chunk().size());
-      // The last chunk goes out only if all the bytes match the id: a corrupted object ends the
-      // stream with DATA_LOSS instead of completing it.
-      if (offset_ + response_.chunk().size() >= reader_->size()) st = reader_->Verify(hash_.HexDigest());
-    }
-    if (!st.ok()) {
-      Finish(scope_.Done(ToGrpc(st)));
-      return;
-    }
+    // The reader checks the SHA-256 with the last chunk: a corrupted object ends the stream with
+    // DATA_LOSS instead of completing it.
+    KILN_RETURN_IF_ERROR(reader_->Read(kMaxUploadChunkBytes, response_.mutable_chunk()));
+    if (response_.chunk().empty()) return DataLoss("model " + reader_->model_id() + ": bytes end before its size");
     offset_ += response_.chunk().size();
     scope_.AddBytes(response_.chunk().size());
     StartWrite(&response_);
+    return Status::Ok();
   }
 
+  ModelServiceImpl* service_;
+  grpc::CallbackServerContext* context_;
+  std::string ref_;
   RpcScope scope_;
   std::unique_ptr<store::ModelReader> reader_;
-  Sha256 hash_;
   kiln::v1::ReadModelResponse response_;
   uint64_t offset_ = 0;
 };
@@ -330,35 +351,40 @@ grpc::ServerUnaryReactor* ModelServiceImpl::LookupModel(grpc::CallbackServerCont
                                                         kiln::v1::LookupModelResponse* response) {
   ReactorScope on_reactor;
   auto* reactor = context->DefaultReactor();
-  RpcScope scope(env_, *context, "/kiln.v1.ModelService/LookupModel");
-  grpc::Status st = scope.Begin(*context);
-  if (st.ok()) st = Lookup(*request, response);
-  reactor->Finish(scope.Done(st));
+  auto scope = std::make_shared<RpcScope>(env_, *context, "/kiln.v1.ModelService/LookupModel");
+  grpc::Status st = scope->Begin(*context);
+  if (!st.ok()) {
+    reactor->Finish(scope->Done(st));
+    return reactor;
+  }
+  RunRead(*context, reactor, scope, [this, request, response]() { return Lookup(*request, response); });
   return reactor;
 }
 
-grpc::Status ModelServiceImpl::Lookup(const kiln::v1::LookupModelRequest& request,
+Status ModelServiceImpl::Lookup(const kiln::v1::LookupModelRequest& request,
                                       kiln::v1::LookupModelResponse* response) const {
-  // The in-memory index only: answered on the reactor. The checks are UploadHeader's.
+  // The checks are UploadHeader's.
   if (request.name().empty() && request.sha256().empty()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "LookupModel needs a name or a sha256");
+    return InvalidArgument("LookupModel needs a name or a sha256");
   }
   if (!request.name().empty() && !store::IsValidModelName(request.name())) {
-    return ToGrpc(InvalidArgument("model name '" + request.name().substr(0, 160) +
-                                  "' is invalid: use 1-128 characters of [A-Za-z0-9._-], not starting with '.'"));
+    return InvalidArgument("model name '" + request.name().substr(0, 160) +
+                                  "' is invalid: use 1-128 characters of [A-Za-z0-9._-], not starting with '.'");
   }
   if (!request.sha256().empty() && !store::IsModelId(request.sha256())) {
-    return ToGrpc(InvalidArgument("sha256 must be 64 lowercase hex characters, got '" +
-                                  request.sha256().substr(0, 80) + "'"));
+    return InvalidArgument("sha256 must be 64 lowercase hex characters, got '" +
+                                  request.sha256().substr(0, 80) + "'");
   }
   // Each one exactly: a name or an id, never a prefix (store::ModelStore::Get).
-  if (!request.sha256().empty()) {
-    if (auto info = store_->Get(request.sha256()); info.ok()) api::ToProto(*info, response->mutable_by_sha256());
-  }
-  if (!request.name().empty()) {
-    if (auto info = store_->Get(request.name()); info.ok()) api::ToProto(*info, response->mutable_by_name());
-  }
-  return grpc::Status::OK;
+  // Absent is an answer; a store that cannot be read (UNAVAILABLE) is not.
+  auto one = [this](const std::string& key, kiln::v1::Model* out) -> Status {
+    auto info = store_->Get(key);
+    if (info.ok()) api::ToProto(*info, out);
+    return info.ok() || info.status().code() == StatusCode::kNotFound ? Status::Ok() : info.status();
+  };
+  if (!request.sha256().empty()) KILN_RETURN_IF_ERROR(one(request.sha256(), response->mutable_by_sha256()));
+  if (!request.name().empty()) KILN_RETURN_IF_ERROR(one(request.name(), response->mutable_by_name()));
+  return Status::Ok();
 }
 
 grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext* context,
@@ -372,22 +398,24 @@ grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext
     reactor->Finish(scope->Done(st));
     return reactor;
   }
-  auto ref = api::ResolveModelRef(*store_, request->model_id());
-  if (!ref.ok()) {
-    reactor->Finish(scope->Done(ToGrpc(ref.status())));
-    return reactor;
-  }
   if (!request->include_bytes()) {
-    auto info = store_->Get(*ref);
-    if (info.ok()) api::ToProto(*info, response->mutable_model());
-    reactor->Finish(scope->Done(info.ok() ? grpc::Status::OK : ToGrpc(info.status())));
+    RunRead(*context, reactor, scope, [this, ref = request->model_id(), response]() -> Status {
+      auto id = api::ResolveModelRef(*store_, ref);
+      if (!id.ok()) return id.status();
+      auto info = store_->Get(*id);
+      if (!info.ok()) return info.status();
+      api::ToProto(*info, response->mutable_model());
+      return Status::Ok();
+    });
     return reactor;
   }
   // One lookup for the metadata and the bytes (the reader carries both): resolving the name
   // twice could answer one model's bytes under another's id while the name moves. Reading (and,
   // once per process, checking) up to 3 MiB blocks: store lane.
-  RunOnStoreLane(*context, reactor, scope, [this, id = *ref, response, scope]() -> Status {
-    auto reader = store_->OpenReader(id);
+  RunOnStoreLane(*context, reactor, scope, [this, ref = request->model_id(), response, scope]() -> Status {
+    auto id = api::ResolveModelRef(*store_, ref);
+    if (!id.ok()) return id.status();
+    auto reader = store_->OpenReader(*id);
     if (!reader.ok()) return reader.status();
     const store::ModelInfo& info = (*reader)->info();
     if (info.size_bytes > kMaxInlineModelBytes) {
@@ -410,28 +438,33 @@ grpc::ServerUnaryReactor* ModelServiceImpl::ListModels(grpc::CallbackServerConte
                                                        kiln::v1::ListModelsResponse* response) {
   ReactorScope on_reactor;
   auto* reactor = context->DefaultReactor();
-  RpcScope scope(env_, *context, "/kiln.v1.ModelService/ListModels");
-  grpc::Status st = scope.Begin(*context);
-  if (st.ok()) st = ListPage(*request, response);
-  reactor->Finish(scope.Done(st));
+  auto scope = std::make_shared<RpcScope>(env_, *context, "/kiln.v1.ModelService/ListModels");
+  grpc::Status st = scope->Begin(*context);
+  if (!st.ok()) {
+    reactor->Finish(scope->Done(st));
+    return reactor;
+  }
+  RunRead(*context, reactor, scope, [this, request, response]() { return ListPage(*request, response); });
   return reactor;
 }
 
-grpc::Status ModelServiceImpl::ListPage(const kiln::v1::ListModelsRequest& request,
+Status ModelServiceImpl::ListPage(const kiln::v1::ListModelsRequest& request,
                                         kiln::v1::ListModelsResponse* response) const {
   // The token is the last model id of the previous page (ids are ordered); clients treat it as
   // opaque (kiln/v1/model.proto).
   const std::string& token = request.page_token();
   if (!token.empty() && !store::IsModelId(token)) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "page_token is not one this server handed out");
+    return InvalidArgument("page_token is not one this server handed out");
   }
   if (request.page_size() < 0) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "page_size must be >= 0");
+    return InvalidArgument("page_size must be >= 0");
   }
   size_t limit = options_.list_page_size;
   if (request.page_size() > 0) limit = std::min(limit, static_cast<size_t>(request.page_size()));
   // One more than the page: whether a next page exists.
-  std::vector<store::ModelInfo> models = store_->ListAfter(token, limit + 1);
+  auto listed = store_->ListAfter(token, limit + 1);
+  if (!listed.ok()) return listed.status();
+  const std::vector<store::ModelInfo>& models = *listed;
   size_t bytes = 0;
   for (size_t i = 0; i < models.size(); ++i) {
     if (i == limit) {
@@ -447,7 +480,7 @@ grpc::Status ModelServiceImpl::ListPage(const kiln::v1::ListModelsRequest& reque
     }
     *response->add_models() = std::move(m);
   }
-  return grpc::Status::OK;
+  return Status::Ok();
 }
 
 grpc::ServerUnaryReactor* ModelServiceImpl::DeleteModel(grpc::CallbackServerContext* context,
@@ -470,6 +503,15 @@ grpc::ServerUnaryReactor* ModelServiceImpl::DeleteModel(grpc::CallbackServerCont
     return Status::Ok();
   });
   return reactor;
+}
+
+void ModelServiceImpl::RunRead(grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor,
+                               std::shared_ptr<RpcScope> scope, std::function<Status()> work) {
+  if (store_->reads_block()) {
+    RunOnStoreLane(context, reactor, scope, std::move(work));
+    return;
+  }
+  reactor->Finish(scope->Done(ToGrpc(work())));
 }
 
 void ModelServiceImpl::RunOnStoreLane(grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor,

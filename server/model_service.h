@@ -1,6 +1,8 @@
 // kiln.v1.ModelService over the gRPC callback API, backed by store::ModelStore. Reactions only
 // authenticate, stream chunks and read the in-memory index; the store's blocking work (upload
-// commit, DeleteModel's index rewrite, GetModel's inline bytes) runs on the scheduler's store lane.
+// commit, DeleteModel's index rewrite, GetModel's inline bytes) runs on the scheduler's store lane,
+// and so does every lookup of a store whose reads block (a shared store's index is a database:
+// store::ModelStore::reads_block; one rule, ModelServiceImpl::RunRead).
 #pragma once
 
 #include <chrono>
@@ -70,10 +72,13 @@ class ModelServiceImpl final : public kiln::v1::ModelService::CallbackService {
   void RunOnStoreLane(grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor,
                       std::shared_ptr<RpcScope> scope, std::function<Status()> work);
 
-  // LookupModel's answer from the in-memory index (kiln/v1/model.proto, LookupModelRequest).
-  grpc::Status Lookup(const kiln::v1::LookupModelRequest& request, kiln::v1::LookupModelResponse* response) const;
+  // Runs a lookup: on the reactor when the store's reads do not block, else on the store lane.
+  void RunRead(grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor,
+               std::shared_ptr<RpcScope> scope, std::function<Status()> work);
+  // LookupModel's answer from the index (kiln/v1/model.proto, LookupModelRequest).
+  Status Lookup(const kiln::v1::LookupModelRequest& request, kiln::v1::LookupModelResponse* response) const;
   // One page of ListModels (kiln/v1/model.proto, ListModelsRequest).
-  grpc::Status ListPage(const kiln::v1::ListModelsRequest& request, kiln::v1::ListModelsResponse* response) const;
+  Status ListPage(const kiln::v1::ListModelsRequest& request, kiln::v1::ListModelsResponse* response) const;
   // Ends uploads idle for longer than options_.upload_idle_timeout (runs on idle_thread_).
   void SweepIdleUploads();
 

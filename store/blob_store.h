@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "common/sha256.h"
 #include "common/status.h"
 
 namespace kiln::store {
@@ -60,6 +61,31 @@ class BlobReader {
   /// Up to `max` (> 0) next bytes into `out` (replacing its content); empty at the end. The call
   /// that returns the last bytes checks the digest: DATA_LOSS on mismatch.
   virtual Status Read(size_t max, std::string* out) = 0;
+};
+
+/// The one digest check of every reader (FileBlobStore's, PgBlobStore's): an implementation
+/// hands out raw chunks (ReadChunk); Read hashes them and, with the last one, compares the
+/// digest with the key (DATA_LOSS on mismatch, and for a blob shorter than its size).
+class VerifyingBlobReader : public BlobReader {
+ public:
+  uint64_t size() const final { return size_; }
+  Status Read(size_t max, std::string* out) final;
+
+ protected:
+  explicit VerifyingBlobReader(std::string key, uint64_t size = 0) : key_(std::move(key)), size_(size) {}
+  /// Once, before the first Read, when the size is known only after opening.
+  void set_size(uint64_t size) { size_ = size; }
+  const std::string& key() const { return key_; }
+  /// Exactly `n` (> 0) bytes at `offset` (sequential: the previous call's end) into `out`;
+  /// fewer is DATA_LOSS or the implementation's I/O error.
+  virtual Status ReadChunk(uint64_t offset, size_t n, std::string* out) = 0;
+
+ private:
+  std::string key_;
+  uint64_t size_;
+  uint64_t offset_ = 0;
+  Status failed_;
+  Sha256 hash_;
 };
 
 class BlobStore {

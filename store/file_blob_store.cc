@@ -92,41 +92,29 @@ class FileBlobWriter : public BlobWriter {
   Sha256 hash_;
 };
 
-class FileBlobReader : public BlobReader {
+class FileBlobReader final : public VerifyingBlobReader {
  public:
   FileBlobReader(int fd, uint64_t size, std::string key, fs::path path)
-      : fd_(fd), size_(size), key_(std::move(key)), path_(std::move(path)) {}
+      : VerifyingBlobReader(std::move(key), size), fd_(fd), path_(std::move(path)) {}
   ~FileBlobReader() override { ::close(fd_); }
-  uint64_t size() const override { return size_; }
 
-  Status Read(size_t max, std::string* out) override {
-    out->clear();
-    if (offset_ >= size_ || max == 0) return Status::Ok();
-    out->resize(std::min<uint64_t>(max, size_ - offset_));
+ private:
+  Status ReadChunk(uint64_t offset, size_t n, std::string* out) override {
+    out->resize(n);
     size_t got = 0;
-    while (got < out->size()) {
-      ssize_t n = ::pread(fd_, out->data() + got, out->size() - got, static_cast<off_t>(offset_ + got));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return internal::ErrnoStatus("read", path_);
-      if (n == 0) return DataLoss("blob " + key_ + ": file shorter than its " + std::to_string(size_) + " bytes");
-      got += static_cast<size_t>(n);
+    while (got < n) {
+      ssize_t r = ::pread(fd_, out->data() + got, n - got, static_cast<off_t>(offset + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return internal::ErrnoStatus("read", path_);
+      if (r == 0) break;  // shorter than its size: VerifyingBlobReader says DATA_LOSS
+      got += static_cast<size_t>(r);
     }
-    hash_.Update(out->data(), out->size());
-    offset_ += out->size();
-    if (offset_ == size_) {
-      const std::string digest = hash_.HexDigest();
-      if (digest != key_) return DataLoss("blob " + key_ + ": stored bytes hash to " + digest);
-    }
+    out->resize(got);
     return Status::Ok();
   }
 
- private:
   int fd_;
-  uint64_t size_;
-  std::string key_;
   fs::path path_;
-  uint64_t offset_ = 0;
-  Sha256 hash_;
 };
 
 }  // namespace

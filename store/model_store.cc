@@ -1,4 +1,4 @@
-#include "store/model_store.h"
+#include "store/embedded_model_store.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -53,10 +53,45 @@ bool IsValidModelName(const std::string& name) {
   });
 }
 
+namespace internal {
+
+Result<ModelInfo> DescribeUpload(int fd, const fs::path& path, uint64_t size, const std::string& name,
+                                 uint64_t max_metadata_bytes, bool* metadata_too_large) {
+  AssertNotOnReactor("DescribeUpload");
+  if (size == 0) return InvalidArgument("model '" + name + "' is empty");
+  // Parse through a read-only mapping: the bytes are in the page cache already.
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (map == MAP_FAILED) return ErrnoStatus("mmap", path);
+  auto summary = onnx_fe::SummarizeOnnx(map, size);
+  ::munmap(map, size);
+  if (!summary.ok()) return summary.status().WithContext("model '" + name + "'");
+  ModelInfo info;
+  info.opset = summary->opset;
+  info.inputs = summary->inputs;
+  info.outputs = summary->outputs;
+  info.node_count = summary->node_count;
+  info.producer_name = summary->producer_name;
+  uint64_t meta = info.producer_name.size();
+  for (const auto& v : info.inputs) meta += v.size();
+  for (const auto& v : info.outputs) meta += v.size();
+  if (max_metadata_bytes > 0 && meta > max_metadata_bytes) {
+    *metadata_too_large = true;
+    return InvalidArgument("model '" + name + "' carries " + std::to_string(meta) +
+                           " bytes of metadata (producer_name and input and output names); the "
+                           "limit (max_metadata_bytes) is " + std::to_string(max_metadata_bytes));
+  }
+  info.names = {name};
+  info.size_bytes = size;
+  info.created_unix_seconds = NowUnixSeconds();
+  return info;
+}
+
+}  // namespace internal
+
 // ---------------------------------------------------------------------------------------------
 // Upload
 
-Upload::Upload(ModelStore* store, std::string name, uint64_t size, std::string sha256,
+FileUpload::FileUpload(EmbeddedModelStore* store, std::string name, uint64_t size, std::string sha256,
                fs::path tmp_path, int fd)
     : store_(store),
       name_(std::move(name)),
@@ -65,9 +100,9 @@ Upload::Upload(ModelStore* store, std::string name, uint64_t size, std::string s
       tmp_path_(std::move(tmp_path)),
       fd_(fd) {}
 
-Upload::~Upload() { Abort(); }
+FileUpload::~FileUpload() { Abort(); }
 
-void Upload::Abort() {
+void FileUpload::Abort() {
   if (finished_) return;
   finished_ = true;
   if (fd_ >= 0) ::close(fd_);
@@ -78,12 +113,12 @@ void Upload::Abort() {
 
 // The file errors of an upload are RESOURCE_EXHAUSTED exactly when the file system is full
 // (store_files.cc ErrnoStatus): those are refusals, counted as "disk_full".
-Status Upload::DiskFullCounted(Status st) const {
+Status FileUpload::DiskFullCounted(Status st) const {
   if (st.code() == StatusCode::kResourceExhausted) store_->Refused("disk_full");
   return st;
 }
 
-Status Upload::Append(const void* data, size_t size) {
+Status FileUpload::Append(const void* data, size_t size) {
   if (finished_) return FailedPrecondition("upload already finished");
   if (size > declared_size_ - received_) {  // received_ <= declared_size_: no wrap
     return InvalidArgument("upload of '" + name_ + "' sent more than the declared size_bytes " +
@@ -96,7 +131,7 @@ Status Upload::Append(const void* data, size_t size) {
   return Status::Ok();
 }
 
-Result<ModelInfo> Upload::Commit(bool* already_stored, std::string* replaced_model_id) {
+Result<ModelInfo> FileUpload::Commit(bool* already_stored, std::string* replaced_model_id) {
   AssertNotOnReactor("Upload::Commit");
   if (finished_) return FailedPrecondition("upload already finished");
   if (received_ == 0 && declared_size_ > 0) {
@@ -123,45 +158,16 @@ Result<ModelInfo> Upload::Commit(bool* already_stored, std::string* replaced_mod
     Abort();
     return DiskFullCounted(std::move(st));
   }
-  // Parse through a read-only mapping: the bytes are in the page cache already.
-  ModelInfo info;
-  if (declared_size_ > 0) {
-    void* map = ::mmap(nullptr, declared_size_, PROT_READ, MAP_PRIVATE, fd_, 0);
-    if (map == MAP_FAILED) {
-      Status st = ErrnoStatus("mmap", tmp_path_);
-      Abort();
-      return st;
-    }
-    auto summary = onnx_fe::SummarizeOnnx(map, declared_size_);
-    ::munmap(map, declared_size_);
-    if (!summary.ok()) {
-      Abort();
-      return summary.status().WithContext("model '" + name_ + "'");
-    }
-    info.opset = summary->opset;
-    info.inputs = summary->inputs;
-    info.outputs = summary->outputs;
-    info.node_count = summary->node_count;
-    info.producer_name = summary->producer_name;
-    uint64_t meta = info.producer_name.size();
-    for (const auto& v : info.inputs) meta += v.size();
-    for (const auto& v : info.outputs) meta += v.size();
-    const uint64_t cap = store_->options_.max_metadata_bytes;
-    if (cap > 0 && meta > cap) {
-      Abort();
-      store_->Refused("metadata_too_large");
-      return InvalidArgument("model '" + name_ + "' carries " + std::to_string(meta) +
-                             " bytes of metadata (producer_name and input and output names); the "
-                             "limit (max_metadata_bytes) is " + std::to_string(cap));
-    }
-  } else {
+  bool metadata_too_large = false;
+  auto described = DescribeUpload(fd_, tmp_path_, declared_size_, name_, store_->options_.max_metadata_bytes,
+                                  &metadata_too_large);
+  if (!described.ok()) {
     Abort();
-    return InvalidArgument("model '" + name_ + "' is empty");
+    if (metadata_too_large) store_->Refused("metadata_too_large");
+    return described.status();
   }
+  ModelInfo info = std::move(described).value();
   info.model_id = digest;
-  info.names = {name_};
-  info.size_bytes = declared_size_;
-  info.created_unix_seconds = NowUnixSeconds();
   ::close(fd_);
   fd_ = -1;
   auto published = store_->Publish(this, std::move(info), already_stored, replaced_model_id);
@@ -177,13 +183,14 @@ Result<ModelInfo> Upload::Commit(bool* already_stored, std::string* replaced_mod
 // ---------------------------------------------------------------------------------------------
 // ModelReader
 
-ModelReader::~ModelReader() {
+FileModelReader::~FileModelReader() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Status ModelReader::ReadAt(uint64_t offset, size_t max, std::string* out) const {
-  if (max > (1u << 20)) AssertNotOnReactor("ModelReader::ReadAt over 1 MiB");
-  size_t n = offset >= size_ ? 0 : static_cast<size_t>(std::min<uint64_t>(max, size_ - offset));
+Status FileModelReader::ReadAt(uint64_t offset, size_t max, std::string* out) const {
+  if (max > (1u << 20)) AssertNotOnReactor("ModelReader::Read over 1 MiB");
+  const uint64_t total = size();
+  size_t n = offset >= total ? 0 : static_cast<size_t>(std::min<uint64_t>(max, total - offset));
   out->resize(n);
   size_t done = 0;
   while (done < n) {
@@ -198,10 +205,21 @@ Status ModelReader::ReadAt(uint64_t offset, size_t max, std::string* out) const 
   return Status::Ok();
 }
 
-Result<std::string> ModelReader::ReadAll() const {
+Status FileModelReader::Read(size_t max, std::string* out) {
+  KILN_RETURN_IF_ERROR(ReadAt(offset_, max, out));
+  if (out->empty()) return Status::Ok();
+  hash_.Update(out->data(), out->size());
+  offset_ += out->size();
+  // The last chunk goes out only if all the bytes match the id (the streaming reader of
+  // kiln.v1.ModelService.ReadModel ends with DATA_LOSS instead of completing).
+  if (offset_ == size()) return Verify(hash_.HexDigest());
+  return Status::Ok();
+}
+
+Result<std::string> FileModelReader::ReadAll() {
   AssertNotOnReactor("ModelReader::ReadAll");
   std::string out;
-  Status st = ReadAt(0, size_, &out);
+  Status st = ReadAt(0, size(), &out);
   if (!st.ok()) return st;
   if (store_ != nullptr && !store_->IsVerified(model_id())) {
     Sha256 hash;
@@ -211,7 +229,7 @@ Result<std::string> ModelReader::ReadAll() const {
   return out;
 }
 
-Status ModelReader::Verify(const std::string& sha256_hex) const {
+Status FileModelReader::Verify(const std::string& sha256_hex) const {
   if (sha256_hex != model_id()) {
     spdlog::error("model store: object {} has sha256 {} on disk: corrupted", model_id(), sha256_hex);
     return DataLoss("model " + model_id() + ": the stored bytes no longer match their sha256 (" + sha256_hex +
@@ -221,12 +239,12 @@ Status ModelReader::Verify(const std::string& sha256_hex) const {
   return Status::Ok();
 }
 
-bool ModelStore::IsVerified(const std::string& id) const {
+bool EmbeddedModelStore::IsVerified(const std::string& id) const {
   std::lock_guard<std::mutex> lock(verified_mu_);
   return verified_.count(id) > 0;
 }
 
-void ModelStore::MarkVerified(const std::string& id) const {
+void EmbeddedModelStore::MarkVerified(const std::string& id) const {
   std::lock_guard<std::mutex> lock(verified_mu_);
   verified_.insert(id);
 }
@@ -234,17 +252,23 @@ void ModelStore::MarkVerified(const std::string& id) const {
 // ---------------------------------------------------------------------------------------------
 // ModelStore
 
-fs::path ModelStore::ObjectPath(const std::string& id) const { return ObjectPathIn(options_.dir, id); }
+fs::path EmbeddedModelStore::ObjectPath(const std::string& id) const { return ObjectPathIn(options_.dir, id); }
 
-ModelStore::~ModelStore() {
+EmbeddedModelStore::~EmbeddedModelStore() {
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
 }
 
 Result<std::unique_ptr<ModelStore>> ModelStore::Open(const ModelStoreOptions& options) {
+  auto store = EmbeddedModelStore::OpenDir(options);
+  if (!store.ok()) return store.status();
+  return std::unique_ptr<ModelStore>(std::move(store).value());
+}
+
+Result<std::unique_ptr<EmbeddedModelStore>> EmbeddedModelStore::OpenDir(const ModelStoreOptions& options) {
   KILN_RETURN_IF_ERROR(MakeDirs(options.dir));
   ModelStoreOptions opts = options;
   opts.max_model_bytes = std::min<uint64_t>(opts.max_model_bytes, kMaxModelBytes);
-  std::unique_ptr<ModelStore> store(new ModelStore(opts));
+  std::unique_ptr<EmbeddedModelStore> store(new EmbeddedModelStore(opts));
   // One process per store: a second kilnd on the same directory would overwrite the index.
   auto lock = TakeLock(options.dir);
   if (!lock.ok()) return lock.status();
@@ -267,7 +291,7 @@ Result<std::unique_ptr<ModelStore>> ModelStore::Open(const ModelStoreOptions& op
     spdlog::warn("model store: {} is in no index entry; moved to {}", e.path().string(), dest.string());
   }
   // An entry whose object is gone is a delete that unlinked the object and did not get to
-  // rewrite the index (ModelStore::Delete); an object of another size than its entry means the
+  // rewrite the index (EmbeddedModelStore::Delete); an object of another size than its entry means the
   // index cannot be trusted.
   size_t before = store->models_.size();
   std::vector<ModelInfo> kept;
@@ -300,7 +324,7 @@ Result<std::unique_ptr<ModelStore>> ModelStore::Open(const ModelStoreOptions& op
   return store;
 }
 
-Status ModelStore::LoadIndex() {
+Status EmbeddedModelStore::LoadIndex() {
   fs::path path = options_.dir / "index.yaml";
   std::string text = ReadFile(path);
   auto models = internal::ParseIndex(text);
@@ -322,7 +346,7 @@ static uint64_t ReserveBytes(uint64_t index_bytes) {
   return (index_bytes + 4096 + kStep - 1) / kStep * kStep;
 }
 
-bool ModelStore::EnsureIndexReserve(uint64_t index_bytes) {
+bool EmbeddedModelStore::EnsureIndexReserve(uint64_t index_bytes) {
   const uint64_t want = ReserveBytes(index_bytes);
   if (index_reserve_bytes_ >= want) {
     index_reserve_short_ = false;
@@ -345,7 +369,7 @@ bool ModelStore::EnsureIndexReserve(uint64_t index_bytes) {
   return true;
 }
 
-Status ModelStore::WriteIndex(const std::vector<ModelInfo>& models, bool use_reserve) {
+Status EmbeddedModelStore::WriteIndex(const std::vector<ModelInfo>& models, bool use_reserve) {
   AssertNotOnReactor("ModelStore::WriteIndex");
   const std::string text = internal::SerializeIndex(models);
   Status st = AtomicWriteFile(options_.dir / "index.yaml", options_.dir / "tmp", text);
@@ -367,7 +391,7 @@ Status ModelStore::WriteIndex(const std::vector<ModelInfo>& models, bool use_res
   return st;
 }
 
-Result<std::unique_ptr<Upload>> ModelStore::BeginUpload(const std::string& name,
+Result<std::unique_ptr<Upload>> EmbeddedModelStore::BeginUpload(const std::string& name,
                                                         uint64_t size_bytes,
                                                         const std::string& sha256_hex) {
   if (!IsValidModelName(name)) {
@@ -429,16 +453,16 @@ Result<std::unique_ptr<Upload>> ModelStore::BeginUpload(const std::string& name,
     ReleaseReservation(size_bytes);
     return st;
   }
-  return std::unique_ptr<Upload>(new Upload(this, name, size_bytes, sha256_hex, tmp, fd));
+  return std::unique_ptr<Upload>(new FileUpload(this, name, size_bytes, sha256_hex, tmp, fd));
 }
 
-void ModelStore::ReleaseReservation(uint64_t bytes) {
+void EmbeddedModelStore::ReleaseReservation(uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   reserved_bytes_ -= std::min(bytes, reserved_bytes_);
   if (uploads_in_flight_ > 0) --uploads_in_flight_;
 }
 
-Result<ModelInfo> ModelStore::Publish(Upload* upload, ModelInfo info, bool* already_stored,
+Result<ModelInfo> EmbeddedModelStore::Publish(FileUpload* upload, ModelInfo info, bool* already_stored,
                                       std::string* replaced_model_id) {
   std::lock_guard<std::mutex> wlock(write_mu_);
   const std::string& name = upload->name_;
@@ -495,7 +519,7 @@ Result<ModelInfo> ModelStore::Publish(Upload* upload, ModelInfo info, bool* alre
   return result;
 }
 
-Result<ModelInfo> ModelStore::PublishName(Upload* upload, bool* already_stored,
+Result<ModelInfo> EmbeddedModelStore::PublishName(FileUpload* upload, bool* already_stored,
                                           std::string* replaced_model_id) {
   std::lock_guard<std::mutex> wlock(write_mu_);
   const std::string& name = upload->name_;
@@ -524,7 +548,7 @@ Result<ModelInfo> ModelStore::PublishName(Upload* upload, bool* already_stored,
   return result;
 }
 
-std::vector<ModelInfo> ModelStore::WithIdPrefix(const std::string& prefix, size_t limit) const {
+Result<std::vector<ModelInfo>> EmbeddedModelStore::WithIdPrefix(const std::string& prefix, size_t limit) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<ModelInfo> out;
   auto it = std::lower_bound(models_.begin(), models_.end(), prefix,
@@ -535,7 +559,7 @@ std::vector<ModelInfo> ModelStore::WithIdPrefix(const std::string& prefix, size_
   return out;
 }
 
-const ModelInfo* ModelStore::FindLocked(const std::string& id_or_name) const {
+const ModelInfo* EmbeddedModelStore::FindLocked(const std::string& id_or_name) const {
   auto it = std::lower_bound(models_.begin(), models_.end(), id_or_name,
                              [](const ModelInfo& m, const std::string& id) { return m.model_id < id; });
   if (it != models_.end() && it->model_id == id_or_name) return &*it;
@@ -551,14 +575,14 @@ Status NoModel(const std::string& id_or_name) {
 }
 }  // namespace
 
-Result<ModelInfo> ModelStore::Get(const std::string& id_or_name) const {
+Result<ModelInfo> EmbeddedModelStore::Get(const std::string& id_or_name) const {
   std::lock_guard<std::mutex> lock(mu_);
   const ModelInfo* m = FindLocked(id_or_name);
   if (!m) return NoModel(id_or_name);
   return *m;
 }
 
-Result<std::unique_ptr<ModelReader>> ModelStore::OpenReader(const std::string& id_or_name) const {
+Result<std::unique_ptr<ModelReader>> EmbeddedModelStore::OpenReader(const std::string& id_or_name) const {
   ModelInfo info;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -571,15 +595,10 @@ Result<std::unique_ptr<ModelReader>> ModelStore::OpenReader(const std::string& i
   fs::path path = ObjectPath(info.model_id);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno == ENOENT ? NoModel(id_or_name) : ErrnoStatus("open", path);
-  return std::unique_ptr<ModelReader>(new ModelReader(fd, std::move(info), this));
+  return std::unique_ptr<ModelReader>(new FileModelReader(fd, std::move(info), this));
 }
 
-std::vector<ModelInfo> ModelStore::List() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return models_;
-}
-
-std::vector<ModelInfo> ModelStore::ListAfter(const std::string& after_id, size_t limit) const {
+Result<std::vector<ModelInfo>> EmbeddedModelStore::ListAfter(const std::string& after_id, size_t limit) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = std::upper_bound(models_.begin(), models_.end(), after_id,
                              [](const std::string& id, const ModelInfo& m) { return id < m.model_id; });
@@ -588,7 +607,7 @@ std::vector<ModelInfo> ModelStore::ListAfter(const std::string& after_id, size_t
   return std::vector<ModelInfo>(it, it + static_cast<std::ptrdiff_t>(n));
 }
 
-Status ModelStore::Delete(const std::string& id_or_name) {
+Status EmbeddedModelStore::Delete(const std::string& id_or_name) {
   std::lock_guard<std::mutex> wlock(write_mu_);
   std::vector<ModelInfo> next = models_;  // read without mu_: only write_mu_ holders change it
   const ModelInfo* m = FindLocked(id_or_name);
@@ -640,17 +659,17 @@ Status ModelStore::Delete(const std::string& id_or_name) {
   return Status::Ok();
 }
 
-uint64_t ModelStore::reserved_bytes() const {
+uint64_t EmbeddedModelStore::reserved_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return reserved_bytes_;
 }
 
-size_t ModelStore::model_count() const {
+size_t EmbeddedModelStore::model_count() const {
   std::lock_guard<std::mutex> lock(mu_);
   return models_.size();
 }
 
-uint64_t ModelStore::total_bytes() const {
+uint64_t EmbeddedModelStore::total_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return total_bytes_;
 }

@@ -1,6 +1,7 @@
-// Durable, content-addressed store of uploaded ONNX models.
+// Durable, content-addressed store of uploaded ONNX models: the interface (ModelStore, Upload,
+// ModelReader) and the embedded store's rules.
 //
-// On-disk layout under the store directory:
+// Embedded on-disk layout under the store directory:
 //   objects/<sha256>.onnx   model bytes, named by the lowercase hex SHA-256 of their content
 //   tmp/                    uploads in progress (removed at start-up: leftovers of a crash)
 //   orphans/                objects no index entry names, moved aside at start-up (never deleted)
@@ -20,9 +21,6 @@
 // FAILED_PRECONDITION; ModelStore::Repair (`kilnd --repair`) rebuilds it from the objects.
 // Names: a name points at one model; uploading under a taken name moves it (the response says
 // from which id). A name that looks like a model id (64 hex digits) is refused.
-// Locking: mu_ guards the in-memory index and is never held across file I/O; writers (commit,
-// delete) are serialized by write_mu_, which is held across the index rewrite, so readers (Get,
-// List, OpenReader) never wait for the disk. Thread-safe; one process per store (LOCK).
 #pragma once
 
 #include <cstdint>
@@ -75,24 +73,22 @@ struct ModelStoreOptions {
   /// "metadata_too_large", and "disk_full" for an upload the file system had no room for. Optional; may run under the store's lock (keep it short, never call
   /// back). kilnd counts it in kiln_rejected_requests_total (server/daemon.cc).
   std::function<void(std::string_view reason)> on_refused;
+  /// Shared store only (store/shared_model_store.h): bytes of this replica's local blob cache in
+  /// DIR/blob-cache (store/blob_cache.h). 0 = no cache: every read goes to the shared store.
+  uint64_t blob_cache_bytes = 0;
 };
 
-class ModelStore;
-
-/// One upload in progress: bytes go to a temp file; Commit() verifies and publishes them.
-/// Destroying an Upload that was not committed removes its temp file (nothing is stored).
+/// One upload in progress; Commit() verifies and publishes it. Destroying an Upload that was not
+/// committed discards it (nothing is stored).
 class Upload {
  public:
-  ~Upload();
-  Upload(const Upload&) = delete;
-  Upload& operator=(const Upload&) = delete;
-
+  virtual ~Upload() = default;
   /// Appends bytes. INVALID_ARGUMENT when more than the declared size arrives (the header lied;
   /// kiln.v1.UploadModelRequest says so); RESOURCE_EXHAUSTED when the disk is full; INTERNAL on
-  /// another write error (the upload is then dead).
-  Status Append(const void* data, size_t size);
-  uint64_t received_bytes() const { return received_; }
-  uint64_t declared_bytes() const { return declared_size_; }
+  /// another write error (the upload is then dead). Local file I/O only (may run on a reactor).
+  virtual Status Append(const void* data, size_t size) = 0;
+  virtual uint64_t received_bytes() const = 0;
+  virtual uint64_t declared_bytes() const = 0;
 
   /// An upload that ended after its header (no bytes) names the stored model with the declared
   /// sha256 and size: the bytes need not be sent again (already_stored is then true);
@@ -102,67 +98,46 @@ class Upload {
   /// max_metadata_bytes (INVALID_ARGUMENT), then stores the object and maps the
   /// name to it. `already_stored` is set when identical bytes were stored before;
   /// `replaced_model_id` to the model the name pointed at before, when it was another one.
-  Result<ModelInfo> Commit(bool* already_stored = nullptr, std::string* replaced_model_id = nullptr);
+  /// Blocks (fsync, parse, index write or database): never on a reactor.
+  virtual Result<ModelInfo> Commit(bool* already_stored = nullptr, std::string* replaced_model_id = nullptr) = 0;
 
   /// Discards the upload now (idempotent).
-  void Abort();
-
- private:
-  friend class ModelStore;
-  Status DiskFullCounted(Status st) const;
-  Upload(ModelStore* store, std::string name, uint64_t size, std::string sha256,
-         std::filesystem::path tmp_path, int fd);
-
-  ModelStore* store_;
-  std::string name_;
-  uint64_t declared_size_;
-  std::string declared_sha256_;
-  std::filesystem::path tmp_path_;
-  int fd_;
-  uint64_t received_ = 0;
-  Sha256 hash_;
-  bool finished_ = false;
+  virtual void Abort() = 0;
 };
 
-/// Bytes of one model, read while the model existed. Reading is unaffected by a concurrent
-/// delete: the file descriptor keeps the unlinked inode alive until the reader closes it.
-/// Objects are content-addressed, so the bytes are checked against their id (SHA-256): once per
-/// object and process (an upload counts as checked, and an upload of bytes already stored but not
-/// yet checked replaces the object), then trusted, because hashing costs as much as parsing
-/// (~1.8 GB/s here). A mismatch is DATA_LOSS; the object stays on disk until uploaded again.
+/// Bytes of one model, read while the model existed; a concurrent delete does not cut a reader
+/// short. Content-addressed: the bytes are checked against their id (SHA-256); a mismatch is
+/// DATA_LOSS (the embedded store checks once per object and process, store/embedded_model_store.h).
 class ModelReader {
  public:
-  ~ModelReader();
-  ModelReader(const ModelReader&) = delete;
-  ModelReader& operator=(const ModelReader&) = delete;
-  uint64_t size() const { return size_; }
+  virtual ~ModelReader() = default;
+  uint64_t size() const { return info().size_bytes; }
   /// The model id (SHA-256 of the bytes, lowercase hex).
-  const std::string& model_id() const { return info_.model_id; }
+  const std::string& model_id() const { return info().model_id; }
   /// What the store knew of the model when it was opened (same lookup as the bytes: a name that
   /// moves to another model afterwards changes neither).
-  const ModelInfo& info() const { return info_; }
-  /// Reads up to `max` bytes at `offset` into `out` (replacing its content). Unchecked: a
-  /// streaming reader hashes the chunks itself and calls Verify() at the end.
-  Status ReadAt(uint64_t offset, size_t max, std::string* out) const;
-  /// Reads the whole model, checked against its id unless this process already checked it.
-  /// DATA_LOSS when the bytes on disk no longer match.
-  Result<std::string> ReadAll() const;
-  /// Compares the digest of all the bytes read with the id; DATA_LOSS on mismatch.
-  Status Verify(const std::string& sha256_hex) const;
-
- private:
-  friend class ModelStore;
-  ModelReader(int fd, ModelInfo info, const ModelStore* store)
-      : fd_(fd), size_(info.size_bytes), info_(std::move(info)), store_(store) {}
-  int fd_;
-  uint64_t size_;
-  ModelInfo info_;
-  const ModelStore* store_;
+  virtual const ModelInfo& info() const = 0;
+  /// The next up to `max` (> 0) bytes into `out` (replacing its content); empty at the end. The
+  /// call that returns the last bytes checks all of them against the id: DATA_LOSS on mismatch
+  /// (the caller must not hand out what it read).
+  virtual Status Read(size_t max, std::string* out) = 0;
+  /// Reads the whole model (from the start; a fresh reader), checked against its id.
+  virtual Result<std::string> ReadAll() = 0;
 };
 
+/// The model store that api/ and server/ use (kiln.v1.ModelService, compiles and runs of stored
+/// models). Two implementations, chosen in one place (server/daemon.cc):
+///   embedded  ModelStore::Open: one kilnd owns a data dir (layout above,
+///             store/embedded_model_store.h); its index is in memory.
+///   shared    SharedModelStore (store/shared_model_store.h) over a ModelIndex and a BlobStore
+///             (store/model_index.h, store/blob_store.h), e.g. PostgreSQL's (store/pg/): any
+///             number of kilnd replicas on one database see the same models.
+/// Thread-safe.
 class ModelStore {
  public:
-  /// Opens (creating if needed) the store in options.dir: removes leftover temp files, loads the
+  virtual ~ModelStore() = default;
+
+  /// Opens (creating if needed) the embedded store in options.dir: removes leftover temp files, loads the
   /// index (or rebuilds it from the objects when index.yaml is missing), moves unindexed objects
   /// to orphans/, drops entries whose object is gone (a delete unlinks before it rewrites the
   /// index). FAILED_PRECONDITION for an index of an unknown format_version, or one that is
@@ -178,7 +153,7 @@ class ModelStore {
     size_t rejected = 0;          ///< files that do not hash to their name or do not parse (moved to orphans/)
     std::string damaged_index;    ///< where the old index.yaml was moved ("" if there was none)
   };
-  /// Rebuilds index.yaml from objects/ and orphans/: every file that hashes to its name and
+  /// Embedded store: rebuilds index.yaml from objects/ and orphans/: every file that hashes to its name and
   /// parses as ONNX becomes a model; names come from the old index where it still parses and the
   /// name is valid and unique. The old index is kept beside it (index.yaml.damaged-<unix time>).
   /// Nothing is deleted. Needs the LOCK (FAILED_PRECONDITION while kilnd runs on the store).
@@ -188,92 +163,52 @@ class ModelStore {
   /// when `size_bytes` exceeds max_model_bytes, would push the store past max_store_bytes (bytes
   /// already stored under that sha256 and size add nothing), or would exceed
   /// max_uploads_in_flight or max_upload_bytes_in_flight (which count every upload); the message
-  /// gives the stored and reserved bytes.
-  Result<std::unique_ptr<Upload>> BeginUpload(const std::string& name, uint64_t size_bytes,
-                                              const std::string& sha256_hex);
+  /// gives the stored and reserved bytes. Never blocks on the network (runs on a reactor).
+  virtual Result<std::unique_ptr<Upload>> BeginUpload(const std::string& name, uint64_t size_bytes,
+                                                      const std::string& sha256_hex) = 0;
 
   /// Looks a model up by id or by name. NOT_FOUND if neither matches.
-  Result<ModelInfo> Get(const std::string& id_or_name) const;
+  virtual Result<ModelInfo> Get(const std::string& id_or_name) const = 0;
   /// Opens a model's bytes for reading; the reader carries the ModelInfo of the same lookup, so
   /// a caller that needs both resolves the name once. NOT_FOUND if absent.
-  Result<std::unique_ptr<ModelReader>> OpenReader(const std::string& id_or_name) const;
+  virtual Result<std::unique_ptr<ModelReader>> OpenReader(const std::string& id_or_name) const = 0;
   /// Up to `limit` models whose id starts with `prefix`, ordered by id (api::ResolveModelRef
   /// turns a short id into the model id with it).
-  std::vector<ModelInfo> WithIdPrefix(const std::string& prefix, size_t limit) const;
-  /// All models, ordered by id.
-  std::vector<ModelInfo> List() const;
+  virtual Result<std::vector<ModelInfo>> WithIdPrefix(const std::string& prefix, size_t limit) const = 0;
   /// Up to `limit` models (0 = all) whose id is greater than `after_id` ("" = from the start),
   /// ordered by id: one page of ListModels.
-  std::vector<ModelInfo> ListAfter(const std::string& after_id, size_t limit) const;
+  virtual Result<std::vector<ModelInfo>> ListAfter(const std::string& after_id, size_t limit) const = 0;
+  /// All models, ordered by id (tests and tools; empty when the store cannot be read).
+  std::vector<ModelInfo> List() const {
+    auto all = ListAfter("", 0);
+    return all.ok() ? std::move(all).value() : std::vector<ModelInfo>{};
+  }
   /// By model id: removes the model and all its names. By name: removes that name, and the model
-  /// with it when no other name is left. NOT_FOUND if neither matches. Removing a model unlinks
-  /// its object first (that frees the space, and makes the delete durable: start-up drops an
-  /// entry without object), then rewrites the index; a failed rewrite is logged and retried by
-  /// the next write, so deleting works on a full disk. Removing a name only needs the rewrite:
-  /// when the disk is full, the delete gives up index.reserve, rewrites the index in its room
-  /// and re-creates it (the index shrank, so it fits again); only when no reserve is left (it
-  /// could not be allocated) is that RESOURCE_EXHAUSTED, naming the file system and saying that
-  /// deleting by model id frees space; nothing is changed then.
-  Status Delete(const std::string& id_or_name);
-  /// Declared bytes of the uploads in flight.
-  uint64_t reserved_bytes() const;
-
-  size_t model_count() const;
-  uint64_t total_bytes() const;
-  const ModelStoreOptions& options() const { return options_; }
+  /// with it when no other name is left. NOT_FOUND if neither matches. Deleting works on a full
+  /// disk: removing a model frees its bytes first; the embedded store rewrites its index in the
+  /// room of index.reserve (store/embedded_model_store.h), and only when it has none left is a
+  /// name-only delete RESOURCE_EXHAUSTED, naming the file system and saying that deleting by
+  /// model id frees space (nothing is changed then).
+  virtual Status Delete(const std::string& id_or_name) = 0;
+  /// Declared bytes of this process's uploads in flight.
+  virtual uint64_t reserved_bytes() const = 0;
+  /// Models and their bytes (a shared store: as of this process's last change or RefreshTotals).
+  virtual size_t model_count() const = 0;
+  virtual uint64_t total_bytes() const = 0;
+  /// Re-reads model_count / total_bytes (a shared store asks the database; blocks).
+  virtual Status RefreshTotals() { return Status::Ok(); }
+  virtual const ModelStoreOptions& options() const = 0;
   /// Bytes other stores of the data dir hold (the job store's inputs and results,
   /// store/job_store.h), counted against max_store_bytes with the models. Called under the
   /// store's lock: it must not call back into this store. Set once, before uploads start.
-  void SetOtherBytes(std::function<uint64_t()> fn) { other_bytes_ = std::move(fn); }
+  virtual void SetOtherBytes(std::function<uint64_t()> fn) = 0;
+  /// True when lookups (Get, ListAfter, WithIdPrefix, OpenReader, Read) may wait on the network:
+  /// callers then make them off the reactor (server/model_service.cc). The embedded index is in
+  /// memory and its reads are local files.
+  virtual bool reads_block() const = 0;
 
-  /// Index file format written by this version.
+  /// Index file format written by the embedded store.
   static constexpr int kIndexFormatVersion = 2;
-
-  ~ModelStore();
-  ModelStore(const ModelStore&) = delete;
-  ModelStore& operator=(const ModelStore&) = delete;
-
- private:
-  friend class Upload;
-  explicit ModelStore(ModelStoreOptions options) : options_(std::move(options)) {}
-  Status LoadIndex();
-  // Writes `models` as the index; the caller holds write_mu_ (never mu_). With `use_reserve`
-  // (deletes only: their index is never larger than the one on disk), a write that finds the
-  // file system full removes index.reserve and tries once more. Each successful write then
-  // grows or re-creates the reserve to fit the new index (best effort: a full disk may refuse).
-  Status WriteIndex(const std::vector<ModelInfo>& models, bool use_reserve = false);
-  // Makes index.reserve at least ReserveBytes(index_bytes) long; false if the disk refused.
-  bool EnsureIndexReserve(uint64_t index_bytes);
-  Status RebuildIndexFromObjects();
-  Result<ModelInfo> Publish(Upload* upload, ModelInfo info, bool* already_stored,
-                            std::string* replaced_model_id);
-  // An upload that ended after its header: maps its name to the stored model with its declared
-  // sha256 and size (INVALID_ARGUMENT when there is none).
-  Result<ModelInfo> PublishName(Upload* upload, bool* already_stored, std::string* replaced_model_id);
-  void ReleaseReservation(uint64_t bytes);
-  const ModelInfo* FindLocked(const std::string& id_or_name) const;
-  void Refused(std::string_view reason) const {
-    if (options_.on_refused) options_.on_refused(reason);
-  }
-  std::filesystem::path ObjectPath(const std::string& id) const;
-  friend class ModelReader;
-  bool IsVerified(const std::string& id) const;
-  void MarkVerified(const std::string& id) const;
-
-  ModelStoreOptions options_;
-  std::mutex write_mu_;            // serializes index writers; taken before mu_, held across I/O
-  mutable std::mutex mu_;          // guards the fields below; never held across file I/O
-  std::vector<ModelInfo> models_;  // sorted by id; changed only with write_mu_ held too
-  uint64_t total_bytes_ = 0;
-  uint64_t reserved_bytes_ = 0;    // declared sizes of uploads in flight
-  std::function<uint64_t()> other_bytes_;  // SetOtherBytes
-  uint64_t uploads_in_flight_ = 0;
-  int lock_fd_ = -1;
-  bool index_legacy_ = false;      // index.yaml was format 1 (no checksum): rewritten at Open
-  uint64_t index_reserve_bytes_ = 0;  // allocated length of index.reserve; write_mu_
-  bool index_reserve_short_ = false;  // the last EnsureIndexReserve failed (logged once); write_mu_
-  mutable std::mutex verified_mu_;
-  mutable std::unordered_set<std::string> verified_;  // ids whose bytes this process has checked
 };
 
 /// True for a valid model name: 1..128 of [A-Za-z0-9._-], not starting with '.', and not 64

@@ -34,5 +34,11 @@ std::string ReadFile(const std::filesystem::path& path);
 /// The model in `path` if its bytes hash to `id` and parse as ONNX (created = the file's mtime).
 std::optional<ModelInfo> VerifiedObject(const std::filesystem::path& path, const std::string& id);
 void SortById(std::vector<ModelInfo>& models);
+/// The ModelInfo of the `size` uploaded bytes in the file `fd` (`path` for messages), for an
+/// upload under `name`: summarized (compiler/onnx/summary.h; INVALID_ARGUMENT when they do not
+/// parse), metadata within `max_metadata_bytes` (INVALID_ARGUMENT, *metadata_too_large set);
+/// model_id left empty. One rule for the embedded and the shared store (model_store.cc).
+Result<ModelInfo> DescribeUpload(int fd, const std::filesystem::path& path, uint64_t size, const std::string& name,
+                                 uint64_t max_metadata_bytes, bool* metadata_too_large);
 
 }  // namespace kiln::store::internal

@@ -8,7 +8,7 @@
 #include <unordered_set>
 
 #include "store/index_file.h"
-#include "store/model_store.h"
+#include "store/embedded_model_store.h"
 #include "store/store_files.h"
 
 namespace fs = std::filesystem;
@@ -79,7 +79,7 @@ Result<ModelStore::RepairReport> ModelStore::Repair(const ModelStoreOptions& opt
   return report;
 }
 
-Status ModelStore::RebuildIndexFromObjects() {
+Status EmbeddedModelStore::RebuildIndexFromObjects() {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(options_.dir / "objects", ec)) {
     std::string id = e.path().stem().string();

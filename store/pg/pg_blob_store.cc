@@ -135,54 +135,41 @@ class PgBlobWriter : public BlobWriter {
   bool done_ = false;
 };
 
-class PgBlobReader : public BlobReader {
+class PgBlobReader final : public VerifyingBlobReader {
  public:
-  PgBlobReader(PgPool::Lease lease, std::string key) : lease_(std::move(lease)), key_(std::move(key)) {}
+  PgBlobReader(PgPool::Lease lease, std::string key) : VerifyingBlobReader(std::move(key)), lease_(std::move(lease)) {}
   ~PgBlobReader() override { Close(); }
 
   // NOT_FOUND when there is no such blob.
   Status Open() {
     try {
       tx_ = std::make_unique<pqxx::read_transaction>(lease_.conn());
-      pqxx::result r = tx_->exec_prepared("kiln_blob_get", key_);
-      if (r.empty()) return NotFound("blob " + key_ + " not found");
-      size_ = r[0][0].as<uint64_t>();
+      pqxx::result r = tx_->exec_prepared("kiln_blob_get", key());
+      if (r.empty()) return NotFound("blob " + key() + " not found");
+      set_size(r[0][0].as<uint64_t>());
       lo_ = std::make_unique<pqxx::largeobjectaccess>(*tx_, r[0][1].as<pqxx::oid>(), std::ios::in);
       return Status::Ok();
     } catch (const std::exception& e) {
-      return Broken(e, "opening blob " + key_);
+      return Broken(e, "opening blob " + key());
     }
-  }
-
-  uint64_t size() const override { return size_; }
-
-  Status Read(size_t max, std::string* out) override {
-    out->clear();
-    if (!failed_.ok()) return failed_;
-    if (offset_ >= size_ || max == 0) return Status::Ok();
-    out->resize(std::min<uint64_t>({max, size_ - offset_, 64u << 20}));
-    try {
-      size_t got = 0;
-      while (got < out->size()) {
-        const auto n = lo_->read(out->data() + got, out->size() - got);
-        if (n <= 0) {
-          return DataLoss("blob " + key_ + ": large object shorter than its " + std::to_string(size_) + " bytes");
-        }
-        got += static_cast<size_t>(n);
-      }
-    } catch (const std::exception& e) {
-      return Broken(e, "reading blob " + key_);
-    }
-    hash_.Update(out->data(), out->size());
-    offset_ += out->size();
-    if (offset_ == size_) {
-      const std::string digest = hash_.HexDigest();
-      if (digest != key_) return DataLoss("blob " + key_ + ": stored bytes hash to " + digest);
-    }
-    return Status::Ok();
   }
 
  private:
+  Status ReadChunk(uint64_t, size_t n, std::string* out) override {
+    out->resize(n);
+    try {
+      size_t got = 0;
+      while (got < n) {
+        const auto r = lo_->read(out->data() + got, n - got);
+        if (r <= 0) break;  // shorter than its size: VerifyingBlobReader says DATA_LOSS
+        got += static_cast<size_t>(r);
+      }
+      out->resize(got);
+      return Status::Ok();
+    } catch (const std::exception& e) {
+      return Broken(e, "reading blob " + key());
+    }
+  }
   void Close() noexcept {
     try {
       lo_.reset();
@@ -192,20 +179,15 @@ class PgBlobReader : public BlobReader {
   }
   Status Broken(const std::exception& e, const std::string& what) {
     const bool lost = ConnectionLost(e, lease_.conn());
-    failed_ = PgErrorStatus(e, what);  // every later Read returns it
-    if (lost) failed_ = Unavailable(failed_.message());
+    Status st = PgErrorStatus(e, what);
+    if (lost) st = Unavailable(st.message());
     Close();  // before the connection goes: both refer to it
     if (lost) lease_.Discard();
-    return failed_;
+    return st;
   }
   PgPool::Lease lease_;
-  std::string key_;
   std::unique_ptr<pqxx::read_transaction> tx_;
   std::unique_ptr<pqxx::largeobjectaccess> lo_;
-  uint64_t size_ = 0;
-  uint64_t offset_ = 0;
-  Sha256 hash_;
-  Status failed_;
 };
 
 }  // namespace

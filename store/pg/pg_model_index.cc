@@ -99,7 +99,7 @@ Result<ModelIndex::PutResult> PgModelIndex::Put(const ModelInfo& info, const std
 
 Result<ModelInfo> PgModelIndex::Get(const std::string& id_or_name) {
   std::optional<ModelInfo> found;
-  Status st = pool_->Transact("looking up model " + id_or_name.substr(0, 160), [&](pqxx::work& tx) -> Status {
+  Status st = pool_->ReadOne("looking up model " + id_or_name.substr(0, 160), [&](pqxx::nontransaction& tx) -> Status {
     pqxx::result r = tx.exec_prepared(IsModelId(id_or_name) ? "kiln_model_by_id" : "kiln_model_by_name", id_or_name);
     if (!r.empty()) found = FromRow(r[0]);
     return Status::Ok();
@@ -111,7 +111,7 @@ Result<ModelInfo> PgModelIndex::Get(const std::string& id_or_name) {
 
 Result<std::vector<ModelInfo>> PgModelIndex::ListAfter(const std::string& after_id, size_t limit) {
   std::vector<ModelInfo> out;
-  Status st = pool_->Transact("listing models", [&](pqxx::work& tx) -> Status {
+  Status st = pool_->ReadOne("listing models", [&](pqxx::nontransaction& tx) -> Status {
     out.clear();
     for (const auto& row : tx.exec_prepared("kiln_model_list", after_id, static_cast<int64_t>(limit))) {
       out.push_back(FromRow(row));
@@ -146,7 +146,7 @@ Result<ModelIndex::Removed> PgModelIndex::Remove(const std::string& id_or_name) 
 
 Result<ModelIndex::Totals> PgModelIndex::GetTotals() {
   Totals t;
-  Status st = pool_->Transact("counting models", [&](pqxx::work& tx) -> Status {
+  Status st = pool_->ReadOne("counting models", [&](pqxx::nontransaction& tx) -> Status {
     pqxx::row r = tx.exec_prepared1("kiln_model_totals");
     t.models = r[0].as<uint64_t>();
     t.bytes = r[1].as<uint64_t>();
