@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <vector>
 
+#include "store/file_blob_store.h"
 #include "store/store_files.h"
 
 namespace fs = std::filesystem;
@@ -18,31 +19,6 @@ namespace kiln::store {
 
 namespace {
 std::atomic<uint64_t> g_fill_seq{0};
-
-// A cached file, read through the one digest check.
-class LocalBlobReader final : public VerifyingBlobReader {
- public:
-  LocalBlobReader(int fd, uint64_t size, std::string key, fs::path path)
-      : VerifyingBlobReader(std::move(key), size), fd_(fd), path_(std::move(path)) {}
-  ~LocalBlobReader() override { ::close(fd_); }
-
- private:
-  Status ReadChunk(uint64_t offset, size_t n, std::string* out) override {
-    out->resize(n);
-    size_t got = 0;
-    while (got < n) {
-      ssize_t r = ::pread(fd_, out->data() + got, n - got, static_cast<off_t>(offset + got));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return internal::ErrnoStatus("read", path_);
-      if (r == 0) break;
-      got += static_cast<size_t>(r);
-    }
-    out->resize(got);
-    return Status::Ok();
-  }
-  int fd_;
-  fs::path path_;
-};
 }  // namespace
 
 // A hit: the cached copy; one that fails its check leaves the cache.
@@ -150,7 +126,7 @@ Result<std::unique_ptr<BlobReader>> CachingBlobStore::Open(const std::string& sh
       if (fd >= 0) {
         lru_.splice(lru_.begin(), lru_, it->second.lru);
         ++stats_.hits;
-        auto local = std::make_unique<LocalBlobReader>(fd, it->second.size, sha256_hex, path);
+        auto local = NewFileBlobReader(fd, it->second.size, sha256_hex, path);
         return std::unique_ptr<BlobReader>(new CachedReader(this, sha256_hex, std::move(local)));
       }
       stats_.bytes -= it->second.size;

@@ -119,6 +119,10 @@ class FileBlobReader final : public VerifyingBlobReader {
 
 }  // namespace
 
+std::unique_ptr<BlobReader> NewFileBlobReader(int fd, uint64_t size, std::string key, fs::path path) {
+  return std::make_unique<FileBlobReader>(fd, size, std::move(key), std::move(path));
+}
+
 Result<std::unique_ptr<FileBlobStore>> FileBlobStore::OpenDir(const fs::path& dir) {
   std::error_code ec;
   fs::create_directories(dir / "objects", ec);
@@ -153,7 +157,7 @@ Result<std::unique_ptr<BlobReader>> FileBlobStore::Open(const std::string& sha25
     ::close(fd);
     return s;
   }
-  return std::unique_ptr<BlobReader>(new FileBlobReader(fd, static_cast<uint64_t>(st.st_size), sha256_hex, path));
+  return NewFileBlobReader(fd, static_cast<uint64_t>(st.st_size), sha256_hex, path);
 }
 
 Result<uint64_t> FileBlobStore::Size(const std::string& sha256_hex) {

@@ -6,12 +6,19 @@
 // Thread-safe: writers and readers are independent; the file system serializes renames.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <string>
 
 #include "store/blob_store.h"
 
 namespace kiln::store {
+
+/// A verifying reader (VerifyingBlobReader) of the open file `fd` holding blob `key` of `size`
+/// bytes; takes ownership of `fd`. `path` names the file in errors. Also the blob cache's reader
+/// of its local copies (store/blob_cache.h).
+std::unique_ptr<BlobReader> NewFileBlobReader(int fd, uint64_t size, std::string key, std::filesystem::path path);
 
 class FileBlobStore : public BlobStore {
  public:
