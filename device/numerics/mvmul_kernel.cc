@@ -21,16 +21,22 @@ using mvmul_detail::kMaxAlign;
 using mvmul_detail::kZeroExp;
 using mvmul_detail::kZeroExpB;
 
-// §5.4 group term of lanes 8q .. 8q+7 for phase p of the column at `acol` (its lane l of block
-// [K][words][16], see PreparedSrcA), from the group's non-zero SrcB lanes only: a zero SrcB lane
+// §5.4 group term of lanes 8q .. 8q+7 for phase p of one column: `acol` is its lane in k row 0 of
+// its block (PreparedSrcA: `stride` bytes per k, exponent at int16 position, the byte pair of
+// variant v at 64·(1 + v) bytes), from the group's non-zero SrcB lanes only: a zero SrcB lane
 // counts as exponent 0 and product 0, which the model's maximum start value 0 (the G <= 0 test
 // below) and the sum's start value 0 already account for. The alignment shift of a lane,
 // G − ep = max(raw) − raw with raw = exponent(a) + exponent(b), does not depend on the phase.
-FpuTerm GroupScalar(const int16_t* acol, int words, const PreparedSrcB& b, int64_t q, int p) {
+FpuTerm GroupScalar(const int8_t* acol, int pos, int64_t stride, const PreparedSrcB& b, int64_t q, int p) {
   const int n = b.nz_count[static_cast<size_t>(q)];
   const uint8_t* lanes = &b.nz_lane[static_cast<size_t>(q * 8)];
-  const int16_t* bsl = &b.slice2[static_cast<size_t>(((p >> 1) & 1) * b.K)];
-  auto raw = [&](int64_t k) { return int32_t{acol[k * words * 16]} + b.exp[static_cast<size_t>(k)]; };
+  const uint32_t* bpair = &b.pair[static_cast<size_t>(((p >> 1) & 1) * b.K)];
+  auto aexp = [&](int64_t k) {
+    int16_t e;
+    std::memcpy(&e, acol + k * stride + 2 * pos, sizeof e);
+    return int32_t{e};
+  };
+  auto raw = [&](int64_t k) { return aexp(k) + static_cast<int16_t>(b.exp[static_cast<size_t>(k)]); };
   int32_t maxraw = INT32_MIN;
   for (int j = 0; j < n; ++j) maxraw = std::max(maxraw, raw(q * 8 + lanes[j]));
   FpuTerm t;
@@ -40,9 +46,10 @@ FpuTerm GroupScalar(const int16_t* acol, int words, const PreparedSrcB& b, int64
   for (int j = 0; j < n; ++j) {
     const int64_t k = q * 8 + lanes[j];
     const int32_t d = std::min(maxraw - raw(k), kMaxAlign);
-    const int32_t P2 = int32_t{acol[(k * words + 2 + (p & 1)) * 16]} * bsl[k];  // 2·|P|
-    const int32_t R = (P2 + (1 << d)) >> (d + 1);                                // §5.4: (2P + 2^d) >> (d+1)
-    const bool neg = (acol[(k * words + 1) * 16] < 0) != (b.sign[static_cast<size_t>(k)] < 0);
+    const int8_t* ab = acol + k * stride + 64 * (1 + (p & 1)) + 2 * pos;  // (4·slice·s, s)
+    const int32_t P2 = (ab[0] < 0 ? -ab[0] : ab[0]) / 2 * int32_t{static_cast<uint8_t>(bpair[k] & 0xFFu)};  // 2·|P|
+    const int32_t R = (P2 + (1 << d)) >> (d + 1);  // §5.4: (2P + 2^d) >> (d+1)
+    const bool neg = (ab[1] < 0) != (static_cast<int16_t>(b.mult[static_cast<size_t>(k)]) < 0);
     S += neg ? -R : R;
   }
   t.sign = S < 0 ? 1 : 0;
@@ -75,11 +82,12 @@ namespace mvmul_detail {
 
 void RunScalar(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
                int p1, bool fp32_dst, Arch arch, uint32_t* dst) {
-  const int64_t K = a.K, K8 = K / 8;
+  const int64_t K = a.K, K8 = K / 8, stride = int64_t{64} * a.rows;
   for (int64_t o = o0; o < o1; ++o) {
-    const int64_t cb = o / 16;
+    const int64_t cb = o / kMvmulColumnBlock;
+    const int pos = MvmulPositionOfColumn(static_cast<int>(o % kMvmulColumnBlock));
     const uint8_t* wnz = &a.group_nz[static_cast<size_t>(cb * K8)];
-    const int16_t* acol = &a.lanes[static_cast<size_t>(cb * K * a.words * 16 + o % 16)];
+    const int8_t* acol = &a.lanes[static_cast<size_t>(cb * K * stride)];
     uint32_t d = dst[o - o0];
     bool fixed = false;  // d is an MVMUL result (a fixed point of the zero-MVMUL mapping)
     for (int64_t t0 = k0; t0 < k1; t0 += 32) {
@@ -94,8 +102,8 @@ void RunScalar(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t
             fixed = true;
             continue;
           }
-          const FpuTerm g0 = z0 ? FpuTerm{} : GroupScalar(acol, a.words, b, q0, p);
-          const FpuTerm g1 = z1 ? FpuTerm{} : GroupScalar(acol, a.words, b, q1, p);
+          const FpuTerm g0 = z0 ? FpuTerm{} : GroupScalar(acol, pos, stride, b, q0, p);
+          const FpuTerm g1 = z1 ? FpuTerm{} : GroupScalar(acol, pos, stride, b, q1, p);
           d = CombineWithDst(g0, g1, d, fp32_dst, arch);
           fixed = true;
         }
@@ -115,25 +123,29 @@ Result<PreparedSrcA> PrepareSrcA(const uint32_t* a, int64_t cols, int64_t K, Mat
   p.K = K;
   p.phases = NumPhases(fid);
   p.variants = p.phases >= 2 ? 2 : 1;
-  p.words = 2 + p.variants;
-  const int64_t nb = (cols + 15) / 16, K8 = K / 8, W = p.words;
-  p.lanes.assign(static_cast<size_t>(nb * K * W * 16), 0);
+  p.rows = 1 + p.variants;
+  const int64_t nb = (cols + kMvmulColumnBlock - 1) / kMvmulColumnBlock, K8 = K / 8, stride = int64_t{64} * p.rows;
+  p.lanes.assign(static_cast<size_t>(nb * K * stride), 0);
   p.group_nz.assign(static_cast<size_t>(nb * K8), 0);
   for (int64_t cb = 0; cb < nb; ++cb)
     for (int64_t k = 0; k < K; ++k)
-      for (int l = 0; l < 16; ++l) {
-        int16_t* w = &p.lanes[static_cast<size_t>((cb * K + k) * W * 16 + l)];
-        w[0] = static_cast<int16_t>(kZeroExp);
-        w[16] = 1;
-        const int64_t o = cb * 16 + l;
-        if (o >= cols) continue;
-        const uint32_t x = MaskSrcOperand(a[o * K + k], fmt);
-        if (((x >> 23) & 0xFFu) == 0) continue;  // §5.3: a zero lane
-        p.group_nz[static_cast<size_t>(cb * K8 + k / 8)] |= static_cast<uint8_t>(1u << (k % 8));
-        const FpuSlice s0 = SliceA(x, 0);
-        w[0] = static_cast<int16_t>(s0.exp);
-        w[16] = static_cast<int16_t>(s0.sign ? 0x8001 - 0x10000 : 1);
-        for (int v = 0; v < p.variants; ++v) w[16 * (2 + v)] = static_cast<int16_t>(SliceA(x, v).slice);
+      for (int pos = 0; pos < kMvmulColumnBlock; ++pos) {
+        int8_t* row = &p.lanes[static_cast<size_t>((cb * K + k) * stride)];
+        int16_t e = static_cast<int16_t>(kZeroExp);
+        for (int v = 0; v < p.variants; ++v) row[64 * (1 + v) + 2 * pos + 1] = 1;  // zero operand: (0, 1)
+        const int64_t o = cb * kMvmulColumnBlock + MvmulColumnOfPosition(pos);
+        const uint32_t x = o < cols ? MaskSrcOperand(a[o * K + k], fmt) : 0u;
+        if (((x >> 23) & 0xFFu) != 0) {  // §5.3: else a zero lane
+          p.group_nz[static_cast<size_t>(cb * K8 + k / 8)] |= static_cast<uint8_t>(1u << (k % 8));
+          const FpuSlice s0 = SliceA(x, 0);
+          e = static_cast<int16_t>(s0.exp);
+          const int s = s0.sign ? -1 : 1;
+          for (int v = 0; v < p.variants; ++v) {
+            row[64 * (1 + v) + 2 * pos] = static_cast<int8_t>(4 * static_cast<int>(SliceA(x, v).slice) * s);
+            row[64 * (1 + v) + 2 * pos + 1] = static_cast<int8_t>(s);
+          }
+        }
+        std::memcpy(row + 2 * pos, &e, sizeof e);
       }
   return p;
 }
@@ -145,24 +157,35 @@ Status PrepareSrcBRow(const uint32_t* b, int64_t K, MathFidelity fid, SrcFormat 
   p.phases = NumPhases(fid);
   p.variants = p.phases >= 3 ? 2 : 1;
   p.exp.resize(static_cast<size_t>(K));
-  p.sign.resize(static_cast<size_t>(K));
-  p.slice2.resize(static_cast<size_t>(p.variants * K));
+  p.mult.resize(static_cast<size_t>(K));
+  p.pair.resize(static_cast<size_t>(p.variants * K));
   p.nz_count.resize(static_cast<size_t>(K / 8));
   p.nz_lane.resize(static_cast<size_t>(K));
   p.nz_mask.resize(static_cast<size_t>(K / 8));
+  // Two passes, each a tight loop over K: the per-k words, then the groups' live lanes.
+  const uint32_t keep = fmt == SrcFormat::kTf32 ? 0xFFFFE000u : 0xFFFF0000u;  // MaskSrcOperand
+  const bool two = p.variants == 2;
+  uint32_t* exp = p.exp.data();
+  uint32_t* mult = p.mult.data();
+  uint32_t* pair0 = p.pair.data();
+  uint32_t* pair1 = two ? p.pair.data() + K : nullptr;
+  for (int64_t k = 0; k < K; ++k) {
+    const uint32_t x = b[k] & keep;
+    const uint32_t e = (x >> 23) & 0xFFu, sig = 1024u | ((x >> 13) & 0x3FFu);  // §5.2's significand
+    const bool nz = e != 0;
+    exp[k] = (nz ? e : static_cast<uint32_t>(kZeroExpB) & 0xFFFFu) * 0x10001u;
+    mult[k] = (nz && (x >> 31) ? 0xE000u : 0x2000u) * 0x10001u;  // int16 −0x2000 or 0x2000, twice
+    pair0[k] = (0x100u | (nz ? sig >> 4 : 0u)) * 0x10001u;        // SliceB phase 0: the top 7 bits
+    if (two) pair1[k] = (0x100u | (nz ? (sig & 15u) << 3 : 0u)) * 0x10001u;  // phase 2: the low 4
+  }
   for (int64_t q = 0; q < K / 8; ++q) {
     int n = 0;
     unsigned mask = 0;
     for (int l = 0; l < 8; ++l) {
-      const int64_t k = q * 8 + l;
-      const uint32_t x = MaskSrcOperand(b[k], fmt);
-      const int e = static_cast<int>((x >> 23) & 0xFFu);
-      p.exp[static_cast<size_t>(k)] = static_cast<int16_t>(e != 0 ? e : kZeroExpB);
-      p.sign[static_cast<size_t>(k)] = static_cast<int16_t>(e != 0 && (x >> 31) ? -32768 : 0);
-      for (int v = 0; v < p.variants; ++v)
-        p.slice2[static_cast<size_t>(v * K + k)] = static_cast<int16_t>(e != 0 ? 2 * SliceB(x, 2 * v).slice : 0);
-      if (e != 0) p.nz_lane[static_cast<size_t>(q * 8 + n++)] = static_cast<uint8_t>(l);
-      if (e != 0) mask |= 1u << l;
+      const bool nz = (exp[q * 8 + l] & 0xFFFFu) != (static_cast<uint32_t>(kZeroExpB) & 0xFFFFu);
+      p.nz_lane[static_cast<size_t>(q * 8 + n)] = static_cast<uint8_t>(l);
+      n += nz;
+      mask |= static_cast<unsigned>(nz) << l;
     }
     p.nz_mask[static_cast<size_t>(q)] = static_cast<uint8_t>(mask);
     p.nz_count[static_cast<size_t>(q)] = static_cast<uint8_t>(n);

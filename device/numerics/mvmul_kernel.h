@@ -4,10 +4,11 @@
 //   for each output column o: for each 32-deep K tile t0 of [k0, k1): for each phase p:
 //     Dst[o] ← MV(t0 .. t0+15), then Dst[o] ← MV(t0+16 .. t0+31)
 // Three implementations behind one interface: a scalar one (the fallback, and with MvmulPhase the
-// oracle of the tests), an AVX2 one vectorised across 16 output columns in int16 lanes (they
-// share the activation operand, so §5.4's 8-lane maximum becomes a vertical max; the per-lane
-// alignment shift does not depend on the phase, so it is computed once per K tile for all phases),
-// and an AVX-512 one doing the same over two 16-column blocks at once (mvmul_kernel_avx512.cc);
+// oracle of the tests), and two vectorised across the 32 output columns of a block in int16 lanes
+// (they share the activation operand, so §5.4's 8-lane maximum becomes a vertical max; the per-lane
+// alignment does not depend on the phase, so its rounding multiplier is computed once per K tile
+// for all phases): an AVX-512 one (AVX-512F + BW, one block per 512-bit vector,
+// mvmul_kernel_avx512.cc, which derives the lane arithmetic) and an AVX2 one (two 256-bit halves);
 // chosen at run time (__builtin_cpu_supports; the vector code is compiled with target attributes,
 // not -mavx2 / -mavx512f).
 //
@@ -19,7 +20,7 @@
 // Dst, and only once. Results therefore equal the unskipped MvmulPhase chain for every Dst
 // pattern. A 16-lane MVMUL is skipped when both of its 8-lane groups are zero: all SrcB operands of
 // the group zero (shared by all columns), or all SrcA operands of the group zero in every column
-// of a 16-column block. Within a computed MVMUL, a group that is zero in that sense is not summed,
+// of a 32-column block. Within a computed MVMUL, a group that is zero in that sense is not summed,
 // and in a summed group only the lanes non-zero on both sides (SrcB non-zero, and SrcA non-zero in
 // some column of the block) are visited: a zero lane contributes R = 0 and, its raw exponent being
 // below every possible group maximum (kZeroExp, kZeroExpB in mvmul_kernel_impl.h), never raises
@@ -35,8 +36,8 @@
 //   per K block   : dst[0 .. O_pad) = 0 (first block / L1 accumulation) or the reloaded partials,
 //                   then RunKBlock(a, b, kb0, kb1, 0, O_pad, fid, fp32_dst, arch, dst.data());
 //                   kb0, kb1 multiples of 32 (a K block is whole 32-deep tiles).
-// A call may cover any column range [o0, o1) (dst then holds o1 − o0 values); 16-aligned ranges
-// waste no work. Nothing is shared between calls: calls on different rows may run on different
+// A call may cover any column range [o0, o1) (dst then holds o1 − o0 values); ranges on multiples of
+// kMvmulColumnBlock (32) waste no work. Nothing is shared between calls: calls on different rows may run on different
 // threads at once, and a column's result does not depend on how columns or rows are split between
 // calls or threads.
 #pragma once
@@ -51,48 +52,66 @@
 
 namespace kiln::numerics {
 
+/// Columns per SrcA block: the vector paths hold one block's 32 columns in the 32 int16 lanes of a
+/// 512-bit vector (the AVX2 path in two 256-bit halves). Column ranges that start and end on
+/// multiples of kMvmulColumnBlock waste no work.
+inline constexpr int64_t kMvmulColumnBlock = 32;
+
+/// Position of column c (0..31) of a block in its 32 int16 lanes, and back: the order in which the
+/// 128-bit-lane unpacks of a 512-bit vector (mvmul_kernel_avx512.cc) turn the 32 int16 group sums
+/// into two int32 vectors holding columns 0..15 and 16..31 in order. Lane L (0..3) of 128 bits holds
+/// columns 4L..4L+3 in its words 0..3 and 16+4L..16+4L+3 in its words 4..7.
+constexpr int MvmulColumnOfPosition(int pos) { return (pos / 8) * 4 + (pos % 8 < 4 ? pos % 4 : 16 + pos % 4); }
+constexpr int MvmulPositionOfColumn(int c) { return (c % 16) / 4 * 8 + (c < 16 ? 0 : 4) + c % 4; }
+
 /// SrcA operands (weights) of every output column, prepared once per conv.
 ///
-/// Layout: columns in blocks of 16 (the last block padded with zero columns); per block and k,
-/// `words` (2 + variants) rows of 16 int16, one per column: [0] the exponent field of a non-zero
-/// operand, −4096 for a zero one (so its lane exponent never wins §5.4's maximum; its slices are 0);
-/// [1] the sign as 0x0001 / 0x8001; [2 + v] the §5.2 slice magnitude of variant v = phase & 1
-/// (v = 0 only for LoFi, 0 and 1 otherwise).
-/// Memory: 2 · (2 + variants) · K · RoundUp(cols, 16) bytes of lanes plus RoundUp(cols, 16) · K / 128
-/// bytes of masks — 6 bytes per weight for LoFi, 8 for HiFi2..HiFi4 (a 2048→2048 3×3 conv,
-/// K = 18432: 226 MB LoFi, 302 MB HiFi2..4).
+/// Layout: columns in blocks of 32 (the last block padded with zero columns), each block's columns at
+/// the positions of MvmulPositionOfColumn; per block and k, `rows` = 1 + variants rows of 64 bytes:
+///  row 0: 32 int16, the exponent field of a non-zero operand, kZeroExp (−4096) for a zero one (its
+///         lane exponent never wins §5.4's maximum);
+///  row 1 + v, v = phase & 1 (v = 0 only for LoFi): 32 byte pairs (4·slice·s, s), slice the §5.2
+///         magnitude of variant v, s = −1 for a negative operand and +1 otherwise (zero operand:
+///         (0, 1)). With SrcB's pair (b, 1), the unsigned × signed byte dot product of a pair is
+///         s·(4·P + 1), P = slice_a · slice_b (mvmul_kernel_avx512.cc derives the rounding from it).
+/// Memory: 64 · (1 + variants) · K · RoundUp(cols, 32) / 32 bytes of lanes plus RoundUp(cols, 32) · K
+/// / 256 bytes of masks — 4 bytes per weight for LoFi, 6 for HiFi2..HiFi4 (a 2048→2048 3×3 conv,
+/// K = 18432: 151 MB LoFi, 226 MB HiFi2..4).
 struct PreparedSrcA {
   int64_t cols = 0;       ///< output columns (logical)
   int64_t K = 0;          ///< reduction length, a multiple of 32
   int variants = 0;       ///< 1 (LoFi) or 2
-  int words = 0;          ///< 2 + variants
+  int rows = 0;           ///< 64-byte rows per block and k: 1 + variants
   int phases = 0;         ///< NumPhases of the fidelity prepared for
-  std::vector<int16_t> lanes;     ///< [cols/16][K][words][16], see above
-  std::vector<uint8_t> group_nz;  ///< [cols/16][K/8]: bit l set if any of the block's 16 columns has a
+  std::vector<int8_t> lanes;      ///< [cols/32][K][rows][64], see above
+  std::vector<uint8_t> group_nz;  ///< [cols/32][K/8]: bit l set if any of the block's 32 columns has a
                                   ///< non-zero operand in lane l of the 8-lane group (K index 8q + l)
   /// Bytes held by the prepared operands.
-  size_t bytes() const { return lanes.size() * sizeof(int16_t) + group_nz.size(); }
+  size_t bytes() const { return lanes.size() + group_nz.size(); }
 };
 
-/// SrcB operands (one im2col row of activations), prepared once per row.
-/// Memory: 2 · (2 + variants) · K + 9 · K / 8 bytes (under 10 bytes per K element).
+/// SrcB operands (one im2col row of activations), prepared once per row. Each per-k value is a
+/// 32-bit word holding its 16-bit value twice, so that a vector path broadcasts it with one
+/// 32-bit broadcast load.
+/// Memory: 4 · (2 + variants) · K + 9 · K / 8 bytes (under 18 bytes per K element).
 struct PreparedSrcB {
   int64_t K = 0;
   int phases = 0;                ///< NumPhases of the fidelity prepared for
   int variants = 0;              ///< slice variants (v = (phase >> 1) & 1): 1 up to HiFi2, else 2
-  std::vector<int16_t> exp;      ///< [K]: exponent field (−8192 for a zero operand, see PreparedSrcA)
-  std::vector<int16_t> sign;     ///< [K]: 0 or −32768 (0x8000)
-  std::vector<int16_t> slice2;   ///< [variants][K]: twice the §5.2 slice magnitude
+  std::vector<uint32_t> exp;     ///< [K]: exponent field (kZeroExpB = −8192 for a zero operand), twice
+  std::vector<uint32_t> mult;    ///< [K]: the rounding multiplier's base 2^13, negated for a negative
+                                 ///< operand (int16 ±0x2000), twice
+  std::vector<uint32_t> pair;    ///< [variants][K]: bytes (slice, 1) of the §5.2 slice magnitude, twice
   std::vector<uint8_t> nz_count; ///< [K/8]: non-zero operands in the 8-lane group
   std::vector<uint8_t> nz_lane;  ///< [K/8][8]: their offsets in the group, ascending
   std::vector<uint8_t> nz_mask;  ///< [K/8]: bit l set where lane l of the group is non-zero
 };
 
-/// Bytes PrepareSrcA(·, cols, K, fid, ·) holds (PreparedSrcA::bytes() of the result): 2 · (2 + variants)
-/// · K · RoundUp(cols, 16) + RoundUp(cols, 16) · K / 128, variants = 1 for LoFi, else 2.
+/// Bytes PrepareSrcA(·, cols, K, fid, ·) holds (PreparedSrcA::bytes() of the result): 2 · (1 + variants)
+/// · K · RoundUp(cols, 32) + RoundUp(cols, 32) · K / 256, variants = 1 for LoFi, else 2.
 inline int64_t PreparedSrcABytes(int64_t cols, int64_t K, MathFidelity fid) {
-  const int64_t c16 = (cols + 15) / 16 * 16, words = 2 + (NumPhases(fid) >= 2 ? 2 : 1);
-  return 2 * words * K * c16 + c16 * K / 128;
+  const int64_t c32 = (cols + 31) / 32 * 32, rows = 1 + (NumPhases(fid) >= 2 ? 2 : 1);
+  return 2 * rows * K * c32 + c32 * K / 256;
 }
 
 /// Prepares the SrcA operands of `cols` columns, `a[o * K + k]` = column o's weight for k (fp32

@@ -1,12 +1,12 @@
-// The AVX2 path of the exact MVMUL kernel (device/numerics/mvmul_kernel.h): 16 output columns per
-// block, one int16 lane per column for §5.3–§5.4 (lanes, group sums), two 8 × int32 vectors for
-// §5.5 (the combine with Dst). Same results as the scalar path in mvmul_kernel.cc and as
-// numerics::GroupTerm / CombineWithDst (device/numerics/fpu.h), from these identities
-// (§ = docs/specs/tt-numerics.md; P = slice product, |P| <= 31 · 127 < 2^12):
-//  * the lane alignment d = G − ep = max(raw) − raw (raw = exponent(a) + exponent(b)) is the same
-//    for every phase, so its multiplier and the product sign are computed once per K tile;
-//  * R = floor(|P| / 2^d + 1/2) = mulhrs(2|P|, 2^(14−d)) for d <= 14 (multiplier 0 beyond, where
-//    R is 0 anyway): mulhrs gives (x·m + 2^14) >> 15 exactly, all in range (2|P| < 2^13);
+// The AVX2 path of the exact MVMUL kernel (device/numerics/mvmul_kernel.h): each 32-column block of
+// PreparedSrcA as two 256-bit halves of 16 positions (MvmulPositionOfColumn), one int16 lane per
+// column for §5.3–§5.4 (lanes, group sums), two 8 × int32 vectors per half for §5.5 (the combine with
+// Dst). Same results as the scalar path in mvmul_kernel.cc and as numerics::GroupTerm /
+// CombineWithDst (device/numerics/fpu.h), from these identities (§ = docs/specs/tt-numerics.md;
+// P = slice product, |P| <= 31 · 127 < 2^12):
+//  * the lane's R is mulhrs(maddubs((b, 1), (4·a·s_a, s_a)), s_b·2^(13−d)) (mvmul_kernel_avx512.cc
+//    derives it); AVX2 has no 16-bit variable shift, so the multiplier 8192 >> d comes from two
+//    32-bit arithmetic shifts, one per word of each 32-bit lane;
 //  * |S| <= 8 · 3937 < 2^15 fits int16; T = S·2^13 < 2^28 and every aligned value, Dst included,
 //    stays below 2^31 in int32;
 //  * a group term aligned with "ties toward +inf for the signed value" is an arithmetic shift of
@@ -27,35 +27,33 @@ namespace kiln::numerics::mvmul_detail {
 
 namespace {
 
-KILN_AVX2 __m256i Load(const int16_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+KILN_AVX2 __m256i Load(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
-// Per K tile and 8-lane group q of one 16-column block `ablk` ([K][W][16]), over the group's
-// `n` live lanes (non-zero SrcB and SrcA non-zero in some column of the block; the others give
-// R = 0 and never win the maximum, mvmul_kernel.h): the maximum raw exponent, and per live lane j
-// its offset, the doubled SrcB slices, the rounding multiplier 2^(14−d) (0 for d >= 15) and the
-// product sign word (negative where the product is). Branch-free per lane: a column whose SrcA lane
-// is zero has exponent kZeroExp there, so its d gives multiplier 0 and it never wins the maximum.
+// Per K tile and 8-lane group q of one 16-position half `ahalf` of a block (its k row 0, 32 bytes
+// into the 64-byte rows for the second half), over the group's `n` live lanes (non-zero SrcB and
+// SrcA non-zero in some column of the block; the others give R = 0 and never win the maximum,
+// mvmul_kernel.h): the maximum raw exponent, and per live lane j its offset and rounding multiplier
+// s_b·2^(13−d) (0 or −1 for d >= 14). Branch-free per lane: a column whose SrcA lane is zero has
+// exponent kZeroExp there, so it never wins the maximum.
 struct GroupPrep {
   int n = 0;  // live lanes; 0 = the group term is zero in every column
   __m256i maxraw;
   __m256i mult[8];
-  __m256i sign[8];
   int lane[8];
-  int16_t b2[2][8];
 };
 
-template <int W>
-KILN_AVX2 void PrepGroup(const int16_t* ablk, const PreparedSrcB& b, int64_t q, unsigned live, GroupPrep* g) {
+template <int kRows>
+KILN_AVX2 void PrepGroup(const int8_t* ahalf, const PreparedSrcB& b, int64_t q, unsigned live, GroupPrep* g) {
+  constexpr int64_t kStride = 64 * kRows;
   const int64_t kq = q * 8;
-  const int16_t* ag = ablk + kq * W * 16;
+  const int8_t* ag = ahalf + kq * kStride;
   __m256i raw[8];
   __m256i mr = _mm256_set1_epi16(INT16_MIN);
   int n = 0;
   if (live == 0xFFu) {  // dense: lane j at offset j, unrolled
     for (int j = 0; j < 8; ++j) {
       g->lane[j] = j;
-      for (int v = 0; v < b.variants; ++v) g->b2[v][j] = b.slice2[static_cast<size_t>(v * b.K + kq + j)];
-      raw[j] = _mm256_add_epi16(Load(ag + j * W * 16), _mm256_set1_epi16(b.exp[static_cast<size_t>(kq + j)]));
+      raw[j] = _mm256_add_epi16(Load(ag + j * kStride), _mm256_set1_epi32(static_cast<int>(b.exp[static_cast<size_t>(kq + j)])));
       mr = _mm256_max_epi16(mr, raw[j]);
     }
     n = 8;
@@ -63,61 +61,47 @@ KILN_AVX2 void PrepGroup(const int16_t* ablk, const PreparedSrcB& b, int64_t q, 
     for (; live != 0; live &= live - 1, ++n) {
       const int l = __builtin_ctz(live);
       g->lane[n] = l;
-      for (int v = 0; v < b.variants; ++v) g->b2[v][n] = b.slice2[static_cast<size_t>(v * b.K + kq + l)];
-      raw[n] = _mm256_add_epi16(Load(ag + l * W * 16), _mm256_set1_epi16(b.exp[static_cast<size_t>(kq + l)]));
+      raw[n] = _mm256_add_epi16(Load(ag + l * kStride), _mm256_set1_epi32(static_cast<int>(b.exp[static_cast<size_t>(kq + l)])));
       mr = _mm256_max_epi16(mr, raw[n]);
     }
   }
   g->n = n;
   g->maxraw = mr;
-  const __m256i lo_word = _mm256_set1_epi32(0xFFFF), hi_mask = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-  const __m256i c_lo = _mm256_set1_epi32(0x4000), c_hi = _mm256_set1_epi32(0x40000000);
+  const __m256i lo_word = _mm256_set1_epi32(0xFFFF);
   for (int j = 0; j < n; ++j) {
-    // 0 <= d < 2^14 per int16 lane; 0x4000 >> d in each word via two 32-bit variable shifts
-    // (counts of 32 or more give 0; the odd word's spill into the even word is masked off).
+    // 0 <= d < 2^15 per int16 lane; (±8192) >> d in each word via two 32-bit arithmetic shifts
+    // (counts of 32 or more give the sign): the even word from the sign-extended base, the odd one
+    // from the base in the high word, whose spill into the even word the blend drops.
+    const uint32_t m = b.mult[static_cast<size_t>(kq + g->lane[j])];
     const __m256i d = _mm256_sub_epi16(mr, raw[j]);
-    const __m256i even = _mm256_srlv_epi32(c_lo, _mm256_and_si256(d, lo_word));
-    const __m256i odd = _mm256_and_si256(_mm256_srlv_epi32(c_hi, _mm256_srli_epi32(d, 16)), hi_mask);
-    g->mult[j] = _mm256_or_si256(even, odd);
-    const int l = g->lane[j];
-    g->sign[j] = _mm256_xor_si256(Load(ag + l * W * 16 + 16), _mm256_set1_epi16(b.sign[static_cast<size_t>(kq + l)]));
+    const __m256i even = _mm256_srav_epi32(_mm256_set1_epi32(static_cast<int16_t>(m & 0xFFFFu)), _mm256_and_si256(d, lo_word));
+    const __m256i odd = _mm256_srav_epi32(_mm256_set1_epi32(static_cast<int>(m << 16)), _mm256_srli_epi32(d, 16));
+    g->mult[j] = _mm256_blend_epi16(even, odd, 0xAA);
   }
 }
 
-// Live lane j's signed R for a phase: SrcA slice word a_word (2 + v), SrcB slice variant vb.
-template <int W>
-KILN_AVX2 __m256i LaneR(const int16_t* ag, const GroupPrep& g, int j, int a_word, int vb) {
-  const __m256i p2 = _mm256_mullo_epi16(Load(ag + (g.lane[j] * W + a_word) * 16), _mm256_set1_epi16(g.b2[vb][j]));
-  return _mm256_sign_epi16(_mm256_mulhrs_epi16(p2, g.mult[j]), g.sign[j]);
-}
-
-// As LaneR where every lane is live (lane j at offset j).
-template <int W>
-KILN_AVX2 __m256i DenseR(const int16_t* ag, const GroupPrep& g, int j, int a_word, int vb) {
-  const __m256i p2 = _mm256_mullo_epi16(Load(ag + (j * W + a_word) * 16), _mm256_set1_epi16(g.b2[vb][j]));
-  return _mm256_sign_epi16(_mm256_mulhrs_epi16(p2, g.mult[j]), g.sign[j]);
+// Live lane j's signed R for a phase: SrcA byte pairs of row `a_row` (1 + v), SrcB pairs `bpair`.
+template <int kRows>
+KILN_AVX2 __m256i LaneR(const int8_t* ag, const uint32_t* bpair, const GroupPrep& g, int j, int a_row) {
+  const int l = g.lane[j];
+  const __m256i x = _mm256_maddubs_epi16(_mm256_set1_epi32(static_cast<int>(bpair[l])), Load(ag + l * 64 * kRows + 64 * a_row));
+  return _mm256_mulhrs_epi16(x, g.mult[j]);
 }
 
 // §5.4 step 3 for one phase: S over the live lanes of group q, two independent chains (int16 sums
-// are exact in any order: |S| < 2^15, mvmul_kernel_avx2.cc's header).
-template <int W>
-KILN_AVX2 __m256i GroupSum(const int16_t* ablk, int64_t q, int v, int vb, const GroupPrep& g) {
-  const int16_t* ag = ablk + q * 8 * W * 16;
-  const int aw = 2 + v;
-  if (g.n == 8) {  // every lane live (dense data): lane j is offset j, fully unrolled
-    __m256i s0 = _mm256_add_epi16(DenseR<W>(ag, g, 0, aw, vb), DenseR<W>(ag, g, 2, aw, vb));
-    __m256i s1 = _mm256_add_epi16(DenseR<W>(ag, g, 1, aw, vb), DenseR<W>(ag, g, 3, aw, vb));
-    s0 = _mm256_add_epi16(s0, _mm256_add_epi16(DenseR<W>(ag, g, 4, aw, vb), DenseR<W>(ag, g, 6, aw, vb)));
-    s1 = _mm256_add_epi16(s1, _mm256_add_epi16(DenseR<W>(ag, g, 5, aw, vb), DenseR<W>(ag, g, 7, aw, vb)));
-    return _mm256_add_epi16(s0, s1);
-  }
-  __m256i s0 = LaneR<W>(ag, g, 0, aw, vb), s1 = _mm256_setzero_si256();
+// are exact in any order: |S| < 2^15, see the header).
+template <int kRows>
+KILN_AVX2 __m256i GroupSum(const int8_t* ahalf, const PreparedSrcB& b, int64_t q, int v, int vb, const GroupPrep& g) {
+  const int8_t* ag = ahalf + q * 8 * 64 * kRows;
+  const uint32_t* bpair = &b.pair[static_cast<size_t>(vb * b.K + q * 8)];
+  const int ar = 1 + v;
+  __m256i s0 = LaneR<kRows>(ag, bpair, g, 0, ar), s1 = _mm256_setzero_si256();
   int j = 1;
   for (; j + 1 < g.n; j += 2) {
-    s1 = _mm256_add_epi16(s1, LaneR<W>(ag, g, j, aw, vb));
-    s0 = _mm256_add_epi16(s0, LaneR<W>(ag, g, j + 1, aw, vb));
+    s1 = _mm256_add_epi16(s1, LaneR<kRows>(ag, bpair, g, j, ar));
+    s0 = _mm256_add_epi16(s0, LaneR<kRows>(ag, bpair, g, j + 1, ar));
   }
-  if (j < g.n) s1 = _mm256_add_epi16(s1, LaneR<W>(ag, g, j, aw, vb));
+  if (j < g.n) s1 = _mm256_add_epi16(s1, LaneR<kRows>(ag, bpair, g, j, ar));
   return _mm256_add_epi16(s0, s1);
 }
 
@@ -196,58 +180,70 @@ KILN_AVX2 __m256i Hi32(__m256i v) { return _mm256_cvtepi16_epi32(_mm256_extracti
 
 namespace {
 
-template <int W, bool kFp32Dst, bool kWormhole>
-__attribute__((target("avx2"))) void RunAvx2W(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1,
+template <int kRows, bool kFp32Dst, bool kWormhole>
+__attribute__((target("avx2"))) void RunAvx2T(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1,
                                               int64_t o0, int64_t o1, int p0, int p1, uint32_t* dst) {
+  constexpr int64_t kStride = 64 * kRows, kBlk = kMvmulColumnBlock;
   const int64_t K = a.K, K8 = K / 8;
   const __m256i zero = _mm256_setzero_si256();
   GroupPrep g[4];
-  for (int64_t cb = o0 / 16; cb * 16 < o1; ++cb) {
-    const int64_t c_lo = std::max(o0, cb * 16), c_hi = std::min(o1, cb * 16 + 16);
-    alignas(32) uint32_t tmp[16] = {};
-    for (int64_t c = c_lo; c < c_hi; ++c) tmp[c - cb * 16] = dst[c - o0];
-    __m256i D0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(tmp));
-    __m256i D1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(tmp + 8));
-    const int16_t* ablk = &a.lanes[static_cast<size_t>(cb * K * W * 16)];
+  for (int64_t cb = o0 / kBlk; cb * kBlk < o1; ++cb) {
+    const int64_t base = cb * kBlk, c_lo = std::max(o0, base), c_hi = std::min(o1, base + kBlk);
     const uint8_t* wnz = &a.group_nz[static_cast<size_t>(cb * K8)];
-    bool fixed = false;  // D0, D1 hold MVMUL results (fixed points of the zero-MVMUL mapping)
-    for (int64_t t0 = k0; t0 < k1; t0 += 32) {
-      for (int i = 0; i < 4; ++i) {
-        const int64_t q = t0 / 8 + i;
-        const unsigned live = wnz[q] & b.nz_mask[static_cast<size_t>(q)];
-        g[i].n = 0;
-        if (live != 0) PrepGroup<W>(ablk, b, q, live, &g[i]);
+    for (int hh = 0; hh < 2; ++hh) {  // positions 16·hh .. 16·hh + 15
+      // Dst patterns in position order; positions of columns outside [o0, o1) are computed and dropped.
+      alignas(32) uint32_t tmp[16] = {};
+      bool any = false;
+      for (int i = 0; i < 16; ++i) {
+        const int64_t c = base + MvmulColumnOfPosition(16 * hh + i);
+        if (c >= c_lo && c < c_hi) tmp[i] = dst[c - o0], any = true;
       }
-      for (int p = p0; p < p1; ++p) {
-        const __m256i adj = _mm256_set1_epi16(static_cast<int16_t>(PhaseAdjust(p)));
-        for (int h = 0; h < 4; h += 2) {
-          if (g[h].n == 0 && g[h + 1].n == 0) {
-            if (!fixed) {
-              D0 = CombineVec<kFp32Dst, kWormhole>(zero, zero, zero, zero, D0);
-              D1 = CombineVec<kFp32Dst, kWormhole>(zero, zero, zero, zero, D1);
+      if (!any) continue;
+      __m256i D0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(tmp));
+      __m256i D1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(tmp + 8));
+      const int8_t* ahalf = &a.lanes[static_cast<size_t>(cb * K * kStride + 32 * hh)];
+      bool fixed = false;  // D0, D1 hold MVMUL results (fixed points of the zero-MVMUL mapping)
+      for (int64_t t0 = k0; t0 < k1; t0 += 32) {
+        for (int i = 0; i < 4; ++i) {
+          const int64_t q = t0 / 8 + i;
+          const unsigned live = wnz[q] & b.nz_mask[static_cast<size_t>(q)];
+          g[i].n = 0;
+          if (live != 0) PrepGroup<kRows>(ahalf, b, q, live, &g[i]);
+        }
+        for (int p = p0; p < p1; ++p) {
+          const __m256i adj = _mm256_set1_epi16(static_cast<int16_t>(PhaseAdjust(p)));
+          for (int h = 0; h < 4; h += 2) {
+            if (g[h].n == 0 && g[h + 1].n == 0) {
+              if (!fixed) {
+                D0 = CombineVec<kFp32Dst, kWormhole>(zero, zero, zero, zero, D0);
+                D1 = CombineVec<kFp32Dst, kWormhole>(zero, zero, zero, zero, D1);
+              }
+              fixed = true;
+              continue;
             }
+            __m256i E[2] = {zero, zero}, S[2] = {zero, zero};
+            for (int i = 0; i < 2; ++i) {
+              const GroupPrep& gp = g[h + i];
+              if (gp.n == 0) continue;
+              // §5.4 step 1: G = max(raw) + adj; the term is zero where G <= 0.
+              const __m256i G = _mm256_add_epi16(gp.maxraw, adj);
+              const __m256i valid = _mm256_cmpgt_epi16(G, zero);
+              E[i] = _mm256_and_si256(G, valid);
+              S[i] = _mm256_and_si256(GroupSum<kRows>(ahalf, b, t0 / 8 + h + i, p & 1, (p >> 1) & 1, gp), valid);
+            }
+            D0 = CombineVec<kFp32Dst, kWormhole>(Lo32(E[0]), Lo32(S[0]), Lo32(E[1]), Lo32(S[1]), D0);
+            D1 = CombineVec<kFp32Dst, kWormhole>(Hi32(E[0]), Hi32(S[0]), Hi32(E[1]), Hi32(S[1]), D1);
             fixed = true;
-            continue;
           }
-          __m256i E[2] = {zero, zero}, S[2] = {zero, zero};
-          for (int i = 0; i < 2; ++i) {
-            const GroupPrep& gp = g[h + i];
-            if (gp.n == 0) continue;
-            // §5.4 step 1: G = max(raw) + adj; the term is zero where G <= 0.
-            const __m256i G = _mm256_add_epi16(gp.maxraw, adj);
-            const __m256i valid = _mm256_cmpgt_epi16(G, zero);
-            E[i] = _mm256_and_si256(G, valid);
-            S[i] = _mm256_and_si256(GroupSum<W>(ablk, t0 / 8 + h + i, p & 1, (p >> 1) & 1, gp), valid);
-          }
-          D0 = CombineVec<kFp32Dst, kWormhole>(Lo32(E[0]), Lo32(S[0]), Lo32(E[1]), Lo32(S[1]), D0);
-          D1 = CombineVec<kFp32Dst, kWormhole>(Hi32(E[0]), Hi32(S[0]), Hi32(E[1]), Hi32(S[1]), D1);
-          fixed = true;
         }
       }
+      _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), D0);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(tmp + 8), D1);
+      for (int i = 0; i < 16; ++i) {
+        const int64_t c = base + MvmulColumnOfPosition(16 * hh + i);
+        if (c >= c_lo && c < c_hi) dst[c - o0] = tmp[i];
+      }
     }
-    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), D0);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp + 8), D1);
-    for (int64_t c = c_lo; c < c_hi; ++c) dst[c - o0] = tmp[c - cb * 16];
   }
 }
 
@@ -258,9 +254,9 @@ void RunAvx2(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k
   // One instantiation per SrcA layout, Dst format and arch, so the inner loops carry no tests.
   using Fn = void (*)(const PreparedSrcA&, const PreparedSrcB&, int64_t, int64_t, int64_t, int64_t, int, int, uint32_t*);
   static constexpr Fn kFns[2][2][2] = {
-      {{RunAvx2W<3, false, false>, RunAvx2W<3, false, true>}, {RunAvx2W<3, true, false>, RunAvx2W<3, true, true>}},
-      {{RunAvx2W<4, false, false>, RunAvx2W<4, false, true>}, {RunAvx2W<4, true, false>, RunAvx2W<4, true, true>}}};
-  kFns[a.words == 4][fp32_dst][arch == Arch::kWormholeB0](a, b, k0, k1, o0, o1, p0, p1, dst);
+      {{RunAvx2T<2, false, false>, RunAvx2T<2, false, true>}, {RunAvx2T<2, true, false>, RunAvx2T<2, true, true>}},
+      {{RunAvx2T<3, false, false>, RunAvx2T<3, false, true>}, {RunAvx2T<3, true, false>, RunAvx2T<3, true, true>}}};
+  kFns[a.rows == 3][fp32_dst][arch == Arch::kWormholeB0](a, b, k0, k1, o0, o1, p0, p1, dst);
 }
 
 }  // namespace kiln::numerics::mvmul_detail

@@ -1,19 +1,33 @@
-// The AVX-512 path of the exact MVMUL kernel (device/numerics/mvmul_kernel.h), AVX-512F + BW: the
-// AVX2 path's arithmetic (mvmul_kernel_avx2.cc, whose header derives every identity used here) on
-// twice the width. Two 16-column blocks of PreparedSrcA at once in 32 int16 lanes for docs/specs/tt-numerics.md §5.3–§5.4
-// (lanes, group sums), one 16 × int32 vector per block for §5.5 (the combine with Dst), and mask
-// registers where the AVX2 path builds compare vectors and sign words:
-//  * the rounding multiplier 2^(14−d) is one 16-bit variable shift (counts of 16 or more give 0);
-//  * the product sign is a mask (the sign bit of SrcA's 0x0001 / 0x8001 word xor SrcB's 0 / 0x8000,
-//    never 0, so AVX2's psign and a masked negation agree);
-//  * a lane of the union of the two blocks' live lanes that is zero in one block has SrcA exponent
-//    kZeroExp there: it gives R = 0 and never wins the maximum in that block's columns, so a block
-//    computes what it computes alone; and a block whose lanes are all zero in a computed group
-//    gets G < 0, a zero term, i.e. CombineWithDst with two zero terms, which is the zero-MVMUL
-//    mapping the AVX2 and scalar paths apply when they skip it (idempotent once applied).
-// Results are bit-identical to the scalar and AVX2 paths (tests/device/numerics/mvmul_kernel_test.cc
-// runs all three on every vector file and the randomized cases). Compiled for AVX-512 by target
-// attributes only; RunKBlockPhases calls it only where the CPU has AVX-512F and AVX-512BW.
+// The AVX-512 path of the exact MVMUL kernel (device/numerics/mvmul_kernel.h), AVX-512F + BW: one
+// 32-column block of PreparedSrcA per 512-bit vector, one int16 lane per column for
+// docs/specs/tt-numerics.md §5.3–§5.4 (lanes, group sums), two 16 × int32 vectors for §5.5 (the
+// combine with Dst). Results equal the scalar path (mvmul_kernel.cc) and numerics::GroupTerm /
+// CombineWithDst (device/numerics/fpu.h) bit for bit, from these identities (P = slice product,
+// P <= 31 · 127 = 3937 < 2^12; d = G − ep = max(raw) − raw the lane's alignment, raw = exponent(a) +
+// exponent(b)):
+//  * Lane R (§5.4 step 2, R = ±floor(P / 2^d + 1/2), half-up on the magnitude) in two
+//    multiplications: x = maddubs((b, 1), (4·a·s_a, s_a)) = s_a·(4P + 1) (unsigned × signed byte
+//    pairs; |x| <= 15749, no saturation), then R = mulhrs(x, m) with m = s_b·2^(13−d), i.e.
+//    floor(s·(4P + 1) / 2^(d+2) + 1/2), s = s_a·s_b. With P / 2^d = n + f (f a multiple of 2^−d),
+//    the extra 2^−(d+2) turns a tie (f = 1/2) up for s = +1 and down for s = −1 and moves no other
+//    f across an integer, so this is s·floor(P / 2^d + 1/2) exactly. For d >= 14 the true R is 0,
+//    and m = 8192 >> d is 0, or −1 for s_b = −1 (an arithmetic shift), where mulhrs(x, −1) is also
+//    0 (|x| < 2^14). So m = srav_epi16(±8192, d), one shift per lane and K tile for every phase.
+//  * A zero SrcA operand is (0, 1): x = ±1 gives R = 0 for any d, and its exponent kZeroExp never wins
+//    the maximum where another lane is non-zero; a column whose live lanes are all zero gets G <= 0,
+//    a zero term. |S| <= 8 · 3937 < 2^15 fits int16.
+//  * Group term aligned to X (§5.5 step 2, ties toward +inf of the signed value, everything shifted
+//    out for d >= 31): floor(S·2^13 / 2^d + 1/2) = (srav(S·2^16, d) + 4) >> 3 (nested floors; the
+//    arithmetic shift fills with the sign for d >= 32, which also gives 0). S·2^16 is the unpack of
+//    the int16 sums with zero, which is why columns sit at MvmulPositionOfColumn in the block.
+//  * Dst held decoded between MVMULs: exponent X, 2·D (D = 2^23 | mantissa, 0 for a zero Dst) and its
+//    sign as a mask; aligned with ties away: floor(D / 2^dd + 1/2) = ((2D >> dd) + 1) >> 1. After each
+//    MVMUL the state is the decoding of the encoded result: +0 (X = 0, D = 0, sign +), ±Inf (X = 255,
+//    D = 2^23) or a normal value; the Dst patterns are decoded once per call and encoded at its end.
+//  * Step 5 by the int → float conversion, as in mvmul_kernel_avx2.cc (CombineVec): the exponent of
+//    float(v) gives z and the rounding carry together.
+// Compiled for AVX-512 by target attributes only; RunKBlockPhases calls it only where the CPU has
+// AVX-512F and AVX-512BW.
 #if defined(__x86_64__)
 
 #include <immintrin.h>
@@ -29,197 +43,216 @@ namespace kiln::numerics::mvmul_detail {
 
 namespace {
 
-// Columns 0..15 of block cb (`lo`) in the low 16 lanes, of block cb + 1 (`hi`) in the high 16.
-KILN_AVX512 __m512i Load2(const int16_t* lo, const int16_t* hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo))),
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)), 1);
-}
+KILN_AVX512 __m512i Load(const int8_t* p) { return _mm512_loadu_si512(p); }
+KILN_AVX512 __m512i Bcast(uint32_t v) { return _mm512_set1_epi32(static_cast<int>(v)); }
 
-// As mvmul_kernel_avx2.cc's GroupPrep, for the 32 columns of a block pair.
+// Per K tile and 8-lane group q of one block, over the group's `n` live lanes (SrcB non-zero and
+// SrcA non-zero in some column of the block; the others give R = 0 and never win the maximum):
+// the maximum raw exponent per position (int16) and per column (int32, columns 0..15 and 16..31),
+// and per live lane j its offset and rounding multiplier ±2^(13−d).
 struct GroupPrep {
-  int n = 0;  // live lanes (of either block); 0 = the group term is zero in every column
-  __m512i maxraw;
+  int n = 0;  // live lanes; 0 = the group term is zero in every column
+  __m512i maxraw, mr_lo, mr_hi;
   __m512i mult[8];
-  __mmask32 neg[8];
   int lane[8];
-  int16_t b2[2][8];
 };
 
-template <int W>
-KILN_AVX512 void PrepGroup(const int16_t* ablk0, const int16_t* ablk1, const PreparedSrcB& b, int64_t q, unsigned live,
-                           GroupPrep* g) {
+template <int kRows>
+KILN_AVX512 void PrepGroup(const int8_t* ablk, const PreparedSrcB& b, int64_t q, unsigned live, GroupPrep* g) {
+  constexpr int64_t kStride = 64 * kRows;
   const int64_t kq = q * 8;
-  const int16_t* ag0 = ablk0 + kq * W * 16;
-  const int16_t* ag1 = ablk1 + kq * W * 16;
+  const int8_t* ag = ablk + kq * kStride;
   __m512i raw[8];
   __m512i mr = _mm512_set1_epi16(INT16_MIN);
   int n = 0;
-  for (; live != 0; live &= live - 1, ++n) {
-    const int l = __builtin_ctz(live);
-    g->lane[n] = l;
-    for (int v = 0; v < b.variants; ++v) g->b2[v][n] = b.slice2[static_cast<size_t>(v * b.K + kq + l)];
-    raw[n] = _mm512_add_epi16(Load2(ag0 + l * W * 16, ag1 + l * W * 16), _mm512_set1_epi16(b.exp[static_cast<size_t>(kq + l)]));
-    mr = _mm512_max_epi16(mr, raw[n]);
+  if (live == 0xFFu) {  // dense: lane j at offset j, unrolled
+    for (int j = 0; j < 8; ++j) {
+      g->lane[j] = j;
+      raw[j] = _mm512_add_epi16(Load(ag + j * kStride), Bcast(b.exp[static_cast<size_t>(kq + j)]));
+      mr = _mm512_max_epi16(mr, raw[j]);
+    }
+    n = 8;
+  } else {
+    for (; live != 0; live &= live - 1, ++n) {
+      const int l = __builtin_ctz(live);
+      g->lane[n] = l;
+      raw[n] = _mm512_add_epi16(Load(ag + l * kStride), Bcast(b.exp[static_cast<size_t>(kq + l)]));
+      mr = _mm512_max_epi16(mr, raw[n]);
+    }
   }
   g->n = n;
   g->maxraw = mr;
-  const __m512i c = _mm512_set1_epi16(0x4000);
-  for (int j = 0; j < n; ++j) {
-    // 0 <= d < 2^15 per lane (mr is the maximum of the raw values).
-    g->mult[j] = _mm512_srlv_epi16(c, _mm512_sub_epi16(mr, raw[j]));
-    const int l = g->lane[j];
-    const __m512i s = _mm512_xor_si512(Load2(ag0 + l * W * 16 + 16, ag1 + l * W * 16 + 16),
-                                       _mm512_set1_epi16(b.sign[static_cast<size_t>(kq + l)]));
-    g->neg[j] = _mm512_movepi16_mask(s);
+  const __m512i zero = _mm512_setzero_si512();
+  g->mr_lo = _mm512_srai_epi32(_mm512_unpacklo_epi16(zero, mr), 16);
+  g->mr_hi = _mm512_srai_epi32(_mm512_unpackhi_epi16(zero, mr), 16);
+  // 0 <= d < 2^15 per lane (mr is the maximum of the raw values).
+  if (n == 8) {
+    for (int j = 0; j < 8; ++j)
+      g->mult[j] = _mm512_srav_epi16(Bcast(b.mult[static_cast<size_t>(kq + j)]), _mm512_sub_epi16(mr, raw[j]));
+  } else {
+    for (int j = 0; j < n; ++j)
+      g->mult[j] = _mm512_srav_epi16(Bcast(b.mult[static_cast<size_t>(kq + g->lane[j])]), _mm512_sub_epi16(mr, raw[j]));
   }
 }
 
-// Live lane j's signed R for a phase: SrcA slice word a_word (2 + v), SrcB slice variant vb.
-template <int W>
-KILN_AVX512 __m512i LaneR(const int16_t* ag0, const int16_t* ag1, const GroupPrep& g, int j, int a_word, int vb) {
-  const int64_t off = (g.lane[j] * W + a_word) * 16;
-  const __m512i p2 = _mm512_mullo_epi16(Load2(ag0 + off, ag1 + off), _mm512_set1_epi16(g.b2[vb][j]));
-  const __m512i r = _mm512_mulhrs_epi16(p2, g.mult[j]);
-  return _mm512_mask_sub_epi16(r, g.neg[j], _mm512_setzero_si512(), r);
+// The signed R of lane l (offset in the group) with multiplier `mult` for a phase: SrcA byte pairs
+// of row `a_row` (1 + v), SrcB pairs `bpair`.
+template <int kRows>
+KILN_AVX512 __m512i LaneR(const int8_t* ag, const uint32_t* bpair, int l, __m512i mult, int a_row) {
+  const __m512i x = _mm512_maddubs_epi16(Bcast(bpair[l]), Load(ag + l * 64 * kRows + 64 * a_row));
+  return _mm512_mulhrs_epi16(x, mult);
 }
 
-// §5.4 step 3 for one phase: S over the live lanes of group q, two independent chains.
-template <int W>
-KILN_AVX512 __m512i GroupSum(const int16_t* ablk0, const int16_t* ablk1, int64_t q, int v, int vb, const GroupPrep& g) {
-  const int16_t* ag0 = ablk0 + q * 8 * W * 16;
-  const int16_t* ag1 = ablk1 + q * 8 * W * 16;
-  const int aw = 2 + v;
-  __m512i s0 = LaneR<W>(ag0, ag1, g, 0, aw, vb), s1 = _mm512_setzero_si512();
+// §5.4 step 3 for one phase: S over the live lanes of group q, zero where `valid` (G > 0) is not set.
+template <int kRows>
+KILN_AVX512 __m512i GroupSum(const int8_t* ablk, const PreparedSrcB& b, int64_t q, int v, int vb, const GroupPrep& g,
+                             __mmask32 valid) {
+  const int8_t* ag = ablk + q * 8 * 64 * kRows;
+  const uint32_t* bp = &b.pair[static_cast<size_t>(vb * b.K + q * 8)];
+  const int ar = 1 + v;
+  if (g.n == 8) {  // every lane live (dense data): lane j at offset j, fully unrolled
+    __m512i s0 = _mm512_add_epi16(LaneR<kRows>(ag, bp, 0, g.mult[0], ar), LaneR<kRows>(ag, bp, 2, g.mult[2], ar));
+    __m512i s1 = _mm512_add_epi16(LaneR<kRows>(ag, bp, 1, g.mult[1], ar), LaneR<kRows>(ag, bp, 3, g.mult[3], ar));
+    s0 = _mm512_add_epi16(s0, _mm512_add_epi16(LaneR<kRows>(ag, bp, 4, g.mult[4], ar), LaneR<kRows>(ag, bp, 6, g.mult[6], ar)));
+    s1 = _mm512_add_epi16(s1, _mm512_add_epi16(LaneR<kRows>(ag, bp, 5, g.mult[5], ar), LaneR<kRows>(ag, bp, 7, g.mult[7], ar)));
+    return _mm512_maskz_add_epi16(valid, s0, s1);
+  }
+  __m512i s0 = LaneR<kRows>(ag, bp, g.lane[0], g.mult[0], ar), s1 = _mm512_setzero_si512();
   int j = 1;
   for (; j + 1 < g.n; j += 2) {
-    s1 = _mm512_add_epi16(s1, LaneR<W>(ag0, ag1, g, j, aw, vb));
-    s0 = _mm512_add_epi16(s0, LaneR<W>(ag0, ag1, g, j + 1, aw, vb));
+    s1 = _mm512_add_epi16(s1, LaneR<kRows>(ag, bp, g.lane[j], g.mult[j], ar));
+    s0 = _mm512_add_epi16(s0, LaneR<kRows>(ag, bp, g.lane[j + 1], g.mult[j + 1], ar));
   }
-  if (j < g.n) s1 = _mm512_add_epi16(s1, LaneR<W>(ag0, ag1, g, j, aw, vb));
-  return _mm512_add_epi16(s0, s1);
+  if (j < g.n) s1 = _mm512_add_epi16(s1, LaneR<kRows>(ag, bp, g.lane[j], g.mult[j], ar));
+  return _mm512_maskz_add_epi16(valid, s0, s1);
 }
 
-// 2^(n−1) where n > 0, else 0 (variable shifts give 0 for counts above 31).
-KILN_AVX512 __m512i HalfOf(__m512i n) {
-  return _mm512_sllv_epi32(_mm512_set1_epi32(1), _mm512_sub_epi32(n, _mm512_set1_epi32(1)));
-}
+// Decoded Dst of 16 columns (see the header): exponent, 2·D, sign.
+struct DstState {
+  __m512i X, D2;
+  __mmask16 neg;
+};
 
-// As mvmul_kernel_avx2.cc's AlignTerm.
-template <bool kFp32Dst>
-KILN_AVX512 __m512i AlignTerm(__m512i e, __m512i S, __m512i X) {
-  const __m512i d = _mm512_min_epi32(_mm512_sub_epi32(X, e), _mm512_set1_epi32(31));
-  __m512i v = _mm512_srav_epi32(_mm512_add_epi32(_mm512_slli_epi32(S, 13), HalfOf(d)), d);
-  if (!kFp32Dst) v = _mm512_and_si512(_mm512_add_epi32(v, _mm512_set1_epi32(4096)), _mm512_set1_epi32(~0x1FFF));
-  return v;
-}
-
-// As mvmul_kernel_avx2.cc's CombineVec (§5.5, CombineWithDst in device/numerics/fpu.h), for 16
-// columns, with masks for its compare vectors.
-template <bool kFp32Dst, bool kWormhole>
-KILN_AVX512 __m512i CombineVec(__m512i e0, __m512i S0, __m512i e1, __m512i S1, __m512i dst) {
-  const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
+KILN_AVX512 DstState Decode(__m512i dst) {
   const __m512i ed = _mm512_and_si512(_mm512_srli_epi32(dst, 23), _mm512_set1_epi32(0xFF));
-  __m512i D = _mm512_or_si512(_mm512_and_si512(dst, _mm512_set1_epi32(0x7FFFFF)), _mm512_set1_epi32(0x800000));
-  D = _mm512_maskz_mov_epi32(_mm512_cmpneq_epi32_mask(ed, zero), D);
-  __m512i X = _mm512_max_epi32(_mm512_max_epi32(e0, e1), ed);
-  const __m512i dd = _mm512_sub_epi32(X, ed);
-  D = _mm512_srlv_epi32(_mm512_add_epi32(D, HalfOf(dd)), dd);
-  if (!kFp32Dst) D = _mm512_and_si512(_mm512_add_epi32(D, _mm512_set1_epi32(4096)), _mm512_set1_epi32(~0x1FFF));
-  const __m512i sd = _mm512_srai_epi32(dst, 31);
-  const __m512i total =
-      _mm512_add_epi32(_mm512_add_epi32(_mm512_sub_epi32(_mm512_xor_si512(D, sd), sd), AlignTerm<kFp32Dst>(e0, S0, X)),
-                       AlignTerm<kFp32Dst>(e1, S1, X));
-  const __mmask16 is_zero = _mm512_cmpeq_epi32_mask(total, zero);
+  const __m512i D = _mm512_or_si512(_mm512_and_si512(dst, _mm512_set1_epi32(0x7FFFFF)), _mm512_set1_epi32(0x800000));
+  return {ed, _mm512_maskz_slli_epi32(_mm512_test_epi32_mask(ed, ed), D, 1), _mm512_cmplt_epi32_mask(dst, _mm512_setzero_si512())};
+}
+
+KILN_AVX512 __m512i Encode(const DstState& s) {
+  const __m512i r = _mm512_or_si512(_mm512_slli_epi32(s.X, 23),
+                                    _mm512_and_si512(_mm512_srli_epi32(s.D2, 1), _mm512_set1_epi32(0x7FFFFF)));
+  return _mm512_mask_or_epi32(r, s.neg, r, _mm512_set1_epi32(static_cast<int>(0x80000000u)));
+}
+
+// §5.5 for 16 columns: group terms (exponent E, S·2^16; both 0 for a zero term, or S = 0 and E <= 0)
+// combined into the decoded Dst `s`.
+template <bool kFp32Dst, bool kWormhole>
+KILN_AVX512 void Combine(__m512i E0, __m512i S0, __m512i E1, __m512i S1, DstState* s) {
+  const __m512i one = _mm512_set1_epi32(1), four = _mm512_set1_epi32(4), zero = _mm512_setzero_si512();
+  const __m512i X = _mm512_max_epi32(_mm512_max_epi32(E0, E1), s->X);
+  // Step 2 (and 3 for a bf16 Dst): the three terms aligned to X.
+  __m512i T0 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S0, _mm512_sub_epi32(X, E0)), four), 3);
+  __m512i T1 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S1, _mm512_sub_epi32(X, E1)), four), 3);
+  __m512i D = _mm512_srli_epi32(_mm512_add_epi32(_mm512_srlv_epi32(s->D2, _mm512_sub_epi32(X, s->X)), one), 1);
+  if (!kFp32Dst) {
+    const __m512i h = _mm512_set1_epi32(4096), m = _mm512_set1_epi32(~0x1FFF);
+    T0 = _mm512_and_si512(_mm512_add_epi32(T0, h), m);
+    T1 = _mm512_and_si512(_mm512_add_epi32(T1, h), m);
+    D = _mm512_and_si512(_mm512_add_epi32(D, h), m);
+  }
+  // Step 4.
+  const __m512i total = _mm512_add_epi32(_mm512_add_epi32(_mm512_mask_sub_epi32(D, s->neg, zero, D), T0), T1);
   const __mmask16 neg = _mm512_cmplt_epi32_mask(total, zero);
   const __m512i v = _mm512_abs_epi32(total);
-  // Step 5 by the int → float conversion: see mvmul_kernel_avx2.cc (same rounding, MXCSR's RNE).
-  __m512i f;
+  // Step 5 (mvmul_kernel_avx2.cc, CombineVec, derives the conversion's rounding).
+  __m512i f, Xn;
   if (kFp32Dst) {
     const __mmask16 big = _mm512_cmpgt_epi32_mask(v, _mm512_set1_epi32(0xFFFFFF));
-    const __m512i x = _mm512_mask_mov_epi32(v, big, _mm512_or_si512(_mm512_add_epi32(v, v), one));
+    const __m512i x = _mm512_mask_or_epi32(v, big, _mm512_add_epi32(v, v), one);
     f = _mm512_castps_si512(_mm512_cvtepi32_ps(x));
-    X = _mm512_mask_sub_epi32(X, big, X, one);
+    Xn = _mm512_add_epi32(X, _mm512_srli_epi32(f, 23));
+    Xn = _mm512_sub_epi32(Xn, _mm512_mask_blend_epi32(big, _mm512_set1_epi32(150), _mm512_set1_epi32(151)));
+    if (kWormhole) {
+      const __mmask16 quirk = _mm512_mask_cmpeq_epi32_mask(neg, v, one);
+      Xn = _mm512_mask_add_epi32(Xn, quirk, Xn, _mm512_set1_epi32(27));
+    }
   } else {
     f = _mm512_castps_si512(_mm512_cvtepi32_ps(v));
     f = _mm512_and_si512(_mm512_add_epi32(f, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+    Xn = _mm512_sub_epi32(_mm512_add_epi32(X, _mm512_srli_epi32(f, 23)), _mm512_set1_epi32(150));
   }
-  X = _mm512_add_epi32(X, _mm512_sub_epi32(_mm512_srli_epi32(f, 23), _mm512_set1_epi32(150)));
-  if (kWormhole && kFp32Dst) {
-    const __mmask16 quirk = neg & _mm512_cmpeq_epi32_mask(v, one);
-    X = _mm512_mask_add_epi32(X, quirk, X, _mm512_set1_epi32(27));
+  // Step 6, as the decoding of the encoded result: 2·(2^23 | mantissa) = ((f << 1) & 0xFFFFFE) | 2^24.
+  s->X = Xn;
+  s->D2 = _mm512_ternarylogic_epi32(_mm512_slli_epi32(f, 1), _mm512_set1_epi32(0xFFFFFE), _mm512_set1_epi32(0x1000000), 0xEA);
+  s->neg = neg;
+  const __mmask16 flush = _mm512_cmpeq_epi32_mask(v, zero) | _mm512_cmplt_epi32_mask(Xn, one);
+  const __mmask16 inf = _mm512_cmpgt_epi32_mask(Xn, _mm512_set1_epi32(254));
+  if (__builtin_expect((flush | inf) != 0, 0)) {
+    s->X = _mm512_mask_mov_epi32(_mm512_mask_mov_epi32(s->X, flush, zero), inf, _mm512_set1_epi32(255));
+    s->D2 = _mm512_mask_mov_epi32(_mm512_mask_mov_epi32(s->D2, flush, zero), inf, _mm512_set1_epi32(0x1000000));
+    s->neg = static_cast<__mmask16>(neg & ~flush);
   }
-  // Step 6.
-  const __m512i s32 = _mm512_maskz_mov_epi32(neg, _mm512_set1_epi32(static_cast<int>(0x80000000u)));
-  __m512i r = _mm512_or_si512(_mm512_or_si512(s32, _mm512_slli_epi32(X, 23)), _mm512_and_si512(f, _mm512_set1_epi32(0x7FFFFF)));
-  r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epi32_mask(X, _mm512_set1_epi32(254)),
-                            _mm512_or_si512(s32, _mm512_set1_epi32(0x7F800000)));
-  const __mmask16 flush = static_cast<__mmask16>(_mm512_cmplt_epi32_mask(X, one) | is_zero);
-  return _mm512_maskz_mov_epi32(static_cast<__mmask16>(~flush), r);
 }
 
-// The 16 int16 lanes of block cb (Lo) or cb + 1 (Hi) as int32.
-KILN_AVX512 __m512i Lo32(__m512i v) { return _mm512_cvtepi16_epi32(_mm512_castsi512_si256(v)); }
-KILN_AVX512 __m512i Hi32(__m512i v) { return _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(v, 1)); }
-
-template <int W, bool kFp32Dst, bool kWormhole>
-__attribute__((target("avx512f,avx512bw"))) void RunAvx512W(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0,
+template <int kRows, bool kFp32Dst, bool kWormhole>
+__attribute__((target("avx512f,avx512bw"))) void RunAvx512T(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0,
                                                             int64_t k1, int64_t o0, int64_t o1, int p0, int p1,
                                                             uint32_t* dst) {
+  constexpr int64_t kStride = 64 * kRows, kBlk = kMvmulColumnBlock;
   const int64_t K = a.K, K8 = K / 8;
   const __m512i zero = _mm512_setzero_si512();
-  const int64_t cb_end = (o1 + 15) / 16;
   GroupPrep g[4];
-  for (int64_t cb = o0 / 16; cb < cb_end; cb += 2) {
-    // A lone last block is paired with itself; its second copy is neither combined nor stored.
-    const bool pair = cb + 1 < cb_end;
-    const int64_t cb1 = pair ? cb + 1 : cb;
-    const int64_t base = cb * 16;
-    const int64_t c_lo = std::max(o0, base), c_hi = std::min(o1, base + (pair ? 32 : 16));
-    alignas(64) uint32_t tmp[32] = {};
-    for (int64_t c = c_lo; c < c_hi; ++c) tmp[c - base] = dst[c - o0];
-    __m512i D0 = _mm512_load_si512(tmp), D1 = _mm512_load_si512(tmp + 16);
-    const int16_t* ablk0 = &a.lanes[static_cast<size_t>(cb * K * W * 16)];
-    const int16_t* ablk1 = &a.lanes[static_cast<size_t>(cb1 * K * W * 16)];
-    const uint8_t* wnz0 = &a.group_nz[static_cast<size_t>(cb * K8)];
-    const uint8_t* wnz1 = &a.group_nz[static_cast<size_t>(cb1 * K8)];
-    bool fixed = false;  // D0, D1 hold MVMUL results (fixed points of the zero-MVMUL mapping)
+  for (int64_t cb = o0 / kBlk; cb * kBlk < o1; ++cb) {
+    const int64_t base = cb * kBlk, c_lo = std::max(o0, base), c_hi = std::min(o1, base + kBlk);
+    alignas(64) uint32_t tmp[kBlk] = {};
+    std::copy(dst + (c_lo - o0), dst + (c_hi - o0), tmp + (c_lo - base));
+    DstState lo = Decode(_mm512_load_si512(tmp)), hi = Decode(_mm512_load_si512(tmp + 16));
+    const int8_t* ablk = &a.lanes[static_cast<size_t>(cb * K * kStride)];
+    const uint8_t* wnz = &a.group_nz[static_cast<size_t>(cb * K8)];
+    bool fixed = false;  // lo, hi hold MVMUL results (fixed points of the zero-MVMUL mapping)
     for (int64_t t0 = k0; t0 < k1; t0 += 32) {
       for (int i = 0; i < 4; ++i) {
         const int64_t q = t0 / 8 + i;
-        const unsigned live = (wnz0[q] | wnz1[q]) & b.nz_mask[static_cast<size_t>(q)];
+        const unsigned live = wnz[q] & b.nz_mask[static_cast<size_t>(q)];
         g[i].n = 0;
-        if (live != 0) PrepGroup<W>(ablk0, ablk1, b, q, live, &g[i]);
+        if (live != 0) PrepGroup<kRows>(ablk, b, q, live, &g[i]);
       }
       for (int p = p0; p < p1; ++p) {
-        const __m512i adj = _mm512_set1_epi16(static_cast<int16_t>(PhaseAdjust(p)));
+        const int adj = PhaseAdjust(p);
+        const __m512i adj16 = _mm512_set1_epi16(static_cast<int16_t>(adj)), adj32 = _mm512_set1_epi32(adj);
         for (int h = 0; h < 4; h += 2) {
           if (g[h].n == 0 && g[h + 1].n == 0) {
             if (!fixed) {
-              D0 = CombineVec<kFp32Dst, kWormhole>(zero, zero, zero, zero, D0);
-              if (pair) D1 = CombineVec<kFp32Dst, kWormhole>(zero, zero, zero, zero, D1);
+              Combine<kFp32Dst, kWormhole>(zero, zero, zero, zero, &lo);
+              Combine<kFp32Dst, kWormhole>(zero, zero, zero, zero, &hi);
             }
             fixed = true;
             continue;
           }
-          __m512i E[2] = {zero, zero}, S[2] = {zero, zero};
+          __m512i Elo[2] = {zero, zero}, Ehi[2] = {zero, zero}, Slo[2] = {zero, zero}, Shi[2] = {zero, zero};
           for (int i = 0; i < 2; ++i) {
             const GroupPrep& gp = g[h + i];
             if (gp.n == 0) continue;
-            // §5.4 step 1: G = max(raw) + adj; the term is zero where G <= 0.
-            const __m512i G = _mm512_add_epi16(gp.maxraw, adj);
-            const __mmask32 valid = _mm512_cmpgt_epi16_mask(G, zero);
-            E[i] = _mm512_maskz_mov_epi16(valid, G);
-            S[i] = _mm512_maskz_mov_epi16(valid, GroupSum<W>(ablk0, ablk1, t0 / 8 + h + i, p & 1, (p >> 1) & 1, gp));
+            // §5.4 step 1: G = max(raw) + adj; the term is zero where G <= 0 (S = 0 there, and E <= 0
+            // never raises X, which is at least Dst's exponent >= 0).
+            const __mmask32 valid = _mm512_cmpgt_epi16_mask(_mm512_add_epi16(gp.maxraw, adj16), zero);
+            const __m512i S = GroupSum<kRows>(ablk, b, t0 / 8 + h + i, p & 1, (p >> 1) & 1, gp, valid);
+            Slo[i] = _mm512_unpacklo_epi16(zero, S);
+            Shi[i] = _mm512_unpackhi_epi16(zero, S);
+            Elo[i] = _mm512_add_epi32(gp.mr_lo, adj32);
+            Ehi[i] = _mm512_add_epi32(gp.mr_hi, adj32);
           }
-          D0 = CombineVec<kFp32Dst, kWormhole>(Lo32(E[0]), Lo32(S[0]), Lo32(E[1]), Lo32(S[1]), D0);
-          if (pair) D1 = CombineVec<kFp32Dst, kWormhole>(Hi32(E[0]), Hi32(S[0]), Hi32(E[1]), Hi32(S[1]), D1);
+          Combine<kFp32Dst, kWormhole>(Elo[0], Slo[0], Elo[1], Slo[1], &lo);
+          Combine<kFp32Dst, kWormhole>(Ehi[0], Shi[0], Ehi[1], Shi[1], &hi);
           fixed = true;
         }
       }
     }
-    _mm512_store_si512(tmp, D0);
-    _mm512_store_si512(tmp + 16, D1);
-    for (int64_t c = c_lo; c < c_hi; ++c) dst[c - o0] = tmp[c - base];
+    if (!fixed) continue;  // no MVMUL ran: Dst unchanged
+    _mm512_store_si512(tmp, Encode(lo));
+    _mm512_store_si512(tmp + 16, Encode(hi));
+    std::copy(tmp + (c_lo - base), tmp + (c_hi - base), dst + (c_lo - o0));
   }
 }
 
@@ -230,9 +263,9 @@ void RunAvx512(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t
   // One instantiation per SrcA layout, Dst format and arch, so the inner loops carry no tests.
   using Fn = void (*)(const PreparedSrcA&, const PreparedSrcB&, int64_t, int64_t, int64_t, int64_t, int, int, uint32_t*);
   static constexpr Fn kFns[2][2][2] = {
-      {{RunAvx512W<3, false, false>, RunAvx512W<3, false, true>}, {RunAvx512W<3, true, false>, RunAvx512W<3, true, true>}},
-      {{RunAvx512W<4, false, false>, RunAvx512W<4, false, true>}, {RunAvx512W<4, true, false>, RunAvx512W<4, true, true>}}};
-  kFns[a.words == 4][fp32_dst][arch == Arch::kWormholeB0](a, b, k0, k1, o0, o1, p0, p1, dst);
+      {{RunAvx512T<2, false, false>, RunAvx512T<2, false, true>}, {RunAvx512T<2, true, false>, RunAvx512T<2, true, true>}},
+      {{RunAvx512T<3, false, false>, RunAvx512T<3, false, true>}, {RunAvx512T<3, true, false>, RunAvx512T<3, true, true>}}};
+  kFns[a.rows == 3][fp32_dst][arch == Arch::kWormholeB0](a, b, k0, k1, o0, o1, p0, p1, dst);
 }
 
 }  // namespace kiln::numerics::mvmul_detail

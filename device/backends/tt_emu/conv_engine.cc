@@ -252,9 +252,10 @@ class Engine {
   // each chunk runs over every row. Columns are independent, so the chunking changes no bit.
   Status RunExact(const CancelToken* cancel, int threads, std::vector<uint32_t>* out) {
     const EmuGeometry& g = g_;
-    const int64_t per16 = nx::PreparedSrcABytes(16, K_, fid_);
+    constexpr int64_t kBlk = nx::kMvmulColumnBlock;  // chunks of whole kernel blocks (also whole bfp groups of 16)
+    const int64_t per_blk = nx::PreparedSrcABytes(kBlk, K_, fid_);
     const int64_t limit = g_max_prepared_bytes.load(std::memory_order_relaxed);
-    const int64_t chunk = std::max<int64_t>(16, (limit > 0 ? limit : kMaxPreparedSrcABytes) / per16 * 16);
+    const int64_t chunk = std::max<int64_t>(kBlk, (limit > 0 ? limit : kMaxPreparedSrcABytes) / per_blk * kBlk);
     for (int64_t c0 = 0; c0 < g.O; c0 += chunk) {
       const int64_t c1 = std::min(c0 + chunk, g.O_pad);
       auto pa = nx::PrepareSrcA(wdev_.data() + c0 * K_, c1 - c0, K_, fid_, a_fmt());
@@ -293,7 +294,8 @@ class Engine {
         // column spans whose weight slice (kb1 − kb0 deep) stays within kSliceBytes, each span
         // for all rows of the tile.
         constexpr int64_t kSliceBytes = 256 << 10;
-        const int64_t span = std::max<int64_t>(16, kSliceBytes / nx::PreparedSrcABytes(16, kb1 - kb0, fid_) * 16);
+        constexpr int64_t kBlk = nx::kMvmulColumnBlock;
+        const int64_t span = std::max<int64_t>(kBlk, kSliceBytes / nx::PreparedSrcABytes(kBlk, kb1 - kb0, fid_) * kBlk);
         for (int64_t cb = 0; cb < live; cb += span)
           for (int64_t r = 0; r < T; ++r)
             KILN_RETURN_IF_ERROR(nx::RunKBlock(pa, pb[static_cast<size_t>(r)], kb0, kb1, cb, std::min(cb + span, live),

@@ -494,7 +494,7 @@ TEST(MvmulKernelArgs, RejectsBadShapesAndRanges) {
   auto a = PrepareSrcA(w.data(), 2, 64, MathFidelity::kHiFi2, SrcFormat::kBf16);
   ASSERT_TRUE(a.ok());
   ASSERT_TRUE(PrepareSrcBRow(x.data(), 64, MathFidelity::kHiFi2, SrcFormat::kBf16, &b).ok());
-  EXPECT_EQ(a->bytes(), size_t{2 * 4 * 64 * 16 + 64 / 8});  // one 16-column block, 4 words per k
+  EXPECT_EQ(a->bytes(), size_t{64 * 3 * 64 + 64 / 8});  // one 32-column block, 3 rows of 64 bytes per k
   const auto run = [&](int64_t k0, int64_t k1, int64_t o0, int64_t o1, MathFidelity f) {
     return RunKBlock(*a, b, k0, k1, o0, o1, f, true, Arch::kBlackhole, dst.data()).code();
   };

@@ -543,7 +543,7 @@ TEST(TtEmuExact, VectorKernelAndThreadCountDoNotChangeABit) {
 }
 
 // The exact level's bound on prepared weights (conv_engine.h kMaxPreparedSrcABytes): weights
-// prepared and run in chunks of 16 or 32 output columns give what one whole preparation gives, bit
+// prepared and run in chunks of 32 or 64 output columns (whole kernel blocks) give what one whole preparation gives, bit
 // for bit — bfp8 outputs (groups of 16 columns), bias, L1 accumulation, padded output channels,
 // both Dst formats, one and two threads.
 TEST(TtEmuExact, PreparedWeightChunksDoNotChangeABit) {
@@ -565,8 +565,8 @@ TEST(TtEmuExact, PreparedWeightChunksDoNotChangeABit) {
       p.weights_dtype = DeviceDType::kBFloat8B;
       auto whole = tt_emu::Conv2d(x, w, &b, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 1);
       ASSERT_TRUE(whole.ok()) << whole.status().ToString();
-      for (int64_t cols : {16, 32}) {
-        // Bytes of `cols` prepared columns at this K (K <= 9 · 64 here; the bound rounds down to 16s).
+      for (int64_t cols : {32, 64}) {
+        // Bytes of `cols` prepared columns at this K (K <= 9 · 64 here; the bound rounds down to 32s).
         tt_emu::SetMaxPreparedSrcABytesForTesting(nx::PreparedSrcABytes(cols, 640, MF::kHiFi2));
         auto one = tt_emu::Conv2d(x, w, &b, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 1);
         auto two = tt_emu::Conv2d(x, w, &b, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 2);
