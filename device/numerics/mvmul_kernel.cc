@@ -28,8 +28,8 @@ using mvmul_detail::kZeroExpB;
 // below) and the sum's start value 0 already account for. The alignment shift of a lane,
 // G − ep = max(raw) − raw with raw = exponent(a) + exponent(b), does not depend on the phase.
 FpuTerm GroupScalar(const int8_t* acol, int pos, int64_t stride, const PreparedSrcB& b, int64_t q, int p) {
-  const int n = b.nz_count[static_cast<size_t>(q)];
-  const uint8_t* lanes = &b.nz_lane[static_cast<size_t>(q * 8)];
+  int lanes[8], n = 0;
+  for (unsigned m = b.nz_mask[static_cast<size_t>(q)]; m != 0; m &= m - 1) lanes[n++] = __builtin_ctz(m);
   const uint32_t* bpair = &b.pair[static_cast<size_t>(((p >> 1) & 1) * b.K)];
   auto aexp = [&](int64_t k) {
     int16_t e;
@@ -159,36 +159,26 @@ Status PrepareSrcBRow(const uint32_t* b, int64_t K, MathFidelity fid, SrcFormat 
   p.exp.resize(static_cast<size_t>(K));
   p.mult.resize(static_cast<size_t>(K));
   p.pair.resize(static_cast<size_t>(p.variants * K));
-  p.nz_count.resize(static_cast<size_t>(K / 8));
-  p.nz_lane.resize(static_cast<size_t>(K));
   p.nz_mask.resize(static_cast<size_t>(K / 8));
-  // Two passes, each a tight loop over K: the per-k words, then the groups' live lanes.
+#if defined(__x86_64__)
+  if (ActiveMvmulKernel() == MvmulKernelPath::kAvx512) {
+    mvmul_detail::PrepareSrcBRowAvx512(b, fmt, &p);
+    return Status::Ok();
+  }
+#endif
   const uint32_t keep = fmt == SrcFormat::kTf32 ? 0xFFFFE000u : 0xFFFF0000u;  // MaskSrcOperand
   const bool two = p.variants == 2;
-  uint32_t* exp = p.exp.data();
-  uint32_t* mult = p.mult.data();
-  uint32_t* pair0 = p.pair.data();
   uint32_t* pair1 = two ? p.pair.data() + K : nullptr;
   for (int64_t k = 0; k < K; ++k) {
     const uint32_t x = b[k] & keep;
     const uint32_t e = (x >> 23) & 0xFFu, sig = 1024u | ((x >> 13) & 0x3FFu);  // §5.2's significand
     const bool nz = e != 0;
-    exp[k] = (nz ? e : static_cast<uint32_t>(kZeroExpB) & 0xFFFFu) * 0x10001u;
-    mult[k] = (nz && (x >> 31) ? 0xE000u : 0x2000u) * 0x10001u;  // int16 −0x2000 or 0x2000, twice
-    pair0[k] = (0x100u | (nz ? sig >> 4 : 0u)) * 0x10001u;        // SliceB phase 0: the top 7 bits
+    p.exp[k] = (nz ? e : static_cast<uint32_t>(kZeroExpB) & 0xFFFFu) * 0x10001u;
+    p.mult[k] = (nz && (x >> 31) ? 0xE000u : 0x2000u) * 0x10001u;  // int16 −0x2000 or 0x2000, twice
+    p.pair[k] = (0x100u | (nz ? sig >> 4 : 0u)) * 0x10001u;        // SliceB phase 0: the top 7 bits
     if (two) pair1[k] = (0x100u | (nz ? (sig & 15u) << 3 : 0u)) * 0x10001u;  // phase 2: the low 4
-  }
-  for (int64_t q = 0; q < K / 8; ++q) {
-    int n = 0;
-    unsigned mask = 0;
-    for (int l = 0; l < 8; ++l) {
-      const bool nz = (exp[q * 8 + l] & 0xFFFFu) != (static_cast<uint32_t>(kZeroExpB) & 0xFFFFu);
-      p.nz_lane[static_cast<size_t>(q * 8 + n)] = static_cast<uint8_t>(l);
-      n += nz;
-      mask |= static_cast<unsigned>(nz) << l;
-    }
-    p.nz_mask[static_cast<size_t>(q)] = static_cast<uint8_t>(mask);
-    p.nz_count[static_cast<size_t>(q)] = static_cast<uint8_t>(n);
+    if ((k & 7) == 0) p.nz_mask[static_cast<size_t>(k / 8)] = 0;
+    p.nz_mask[static_cast<size_t>(k / 8)] |= static_cast<uint8_t>(nz << (k & 7));
   }
   return Status::Ok();
 }

@@ -93,7 +93,7 @@ struct PreparedSrcA {
 /// SrcB operands (one im2col row of activations), prepared once per row. Each per-k value is a
 /// 32-bit word holding its 16-bit value twice, so that a vector path broadcasts it with one
 /// 32-bit broadcast load.
-/// Memory: 4 · (2 + variants) · K + 9 · K / 8 bytes (under 18 bytes per K element).
+/// Memory: 4 · (2 + variants) · K + K / 8 bytes (under 17 bytes per K element).
 struct PreparedSrcB {
   int64_t K = 0;
   int phases = 0;                ///< NumPhases of the fidelity prepared for
@@ -102,8 +102,6 @@ struct PreparedSrcB {
   std::vector<uint32_t> mult;    ///< [K]: the rounding multiplier's base 2^13, negated for a negative
                                  ///< operand (int16 ±0x2000), twice
   std::vector<uint32_t> pair;    ///< [variants][K]: bytes (slice, 1) of the §5.2 slice magnitude, twice
-  std::vector<uint8_t> nz_count; ///< [K/8]: non-zero operands in the 8-lane group
-  std::vector<uint8_t> nz_lane;  ///< [K/8][8]: their offsets in the group, ascending
   std::vector<uint8_t> nz_mask;  ///< [K/8]: bit l set where lane l of the group is non-zero
 };
 

@@ -33,6 +33,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "device/numerics/fpu.h"
 #include "device/numerics/mvmul_kernel_impl.h"
@@ -257,6 +258,34 @@ __attribute__((target("avx512f,avx512bw"))) void RunAvx512T(const PreparedSrcA& 
 }
 
 }  // namespace
+
+KILN_AVX512 __m512i Twice(__m512i v) { return _mm512_or_si512(_mm512_slli_epi32(v, 16), v); }  // the low word twice
+
+__attribute__((target("avx512f,avx512bw"))) void PrepareSrcBRowAvx512(const uint32_t* b, SrcFormat fmt, PreparedSrcB* out) {
+  PreparedSrcB& p = *out;
+  const int64_t K = p.K;  // a multiple of 32
+  const __m512i keep = _mm512_set1_epi32(static_cast<int>(fmt == SrcFormat::kTf32 ? 0xFFFFE000u : 0xFFFF0000u));
+  const __m512i ff = _mm512_set1_epi32(0xFF), zero = _mm512_setzero_si512(), one00 = _mm512_set1_epi32(0x100);
+  for (int64_t k = 0; k < K; k += 16) {
+    const __m512i x = _mm512_and_si512(_mm512_loadu_si512(b + k), keep);
+    const __m512i e = _mm512_and_si512(_mm512_srli_epi32(x, 23), ff);
+    const __mmask16 nz = _mm512_test_epi32_mask(e, e);
+    const __m512i sig = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(x, 13), _mm512_set1_epi32(0x3FF)),
+                                        _mm512_set1_epi32(1024));  // §5.2's significand
+    _mm512_storeu_si512(p.exp.data() + k, Twice(_mm512_mask_mov_epi32(_mm512_set1_epi32(kZeroExpB & 0xFFFF), nz, e)));
+    const __mmask16 neg = nz & _mm512_cmplt_epi32_mask(x, zero);
+    _mm512_storeu_si512(p.mult.data() + k, _mm512_mask_mov_epi32(_mm512_set1_epi32(0x20002000), neg,
+                                                                _mm512_set1_epi32(static_cast<int>(0xE000E000u))));
+    // SrcB slices (SliceB): phase 0 the top 7 significand bits, phase 2 the low 4 placed high.
+    _mm512_storeu_si512(p.pair.data() + k, Twice(_mm512_mask_or_epi32(one00, nz, one00, _mm512_srli_epi32(sig, 4))));
+    if (p.variants == 2) {
+      const __m512i lo4 = _mm512_slli_epi32(_mm512_and_si512(sig, _mm512_set1_epi32(15)), 3);
+      _mm512_storeu_si512(p.pair.data() + K + k, Twice(_mm512_mask_or_epi32(one00, nz, one00, lo4)));
+    }
+    const uint16_t m = nz;
+    std::memcpy(p.nz_mask.data() + k / 8, &m, sizeof m);  // groups k/8 and k/8 + 1, lane l = bit l
+  }
+}
 
 void RunAvx512(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
                int p1, bool fp32_dst, Arch arch, uint32_t* dst) {

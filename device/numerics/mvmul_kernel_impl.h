@@ -24,6 +24,8 @@ void RunScalar(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t
 #if defined(__x86_64__)
 void RunAvx2(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
              int p1, bool fp32_dst, Arch arch, uint32_t* dst);
+/// PrepareSrcBRow's per-k words and group masks (out's buffers already sized), 16 operands per step.
+void PrepareSrcBRowAvx512(const uint32_t* b, SrcFormat fmt, PreparedSrcB* out);
 void RunAvx512(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
                int p1, bool fp32_dst, Arch arch, uint32_t* dst);
 #endif

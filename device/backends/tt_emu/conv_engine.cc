@@ -27,6 +27,7 @@ namespace nx = kiln::numerics;
 namespace {
 
 std::atomic<int64_t> g_max_prepared_bytes{0};  // 0: kMaxPreparedSrcABytes
+std::atomic<bool> g_fuse_blocks{true};          // SetFuseExactKBlocksForTesting
 
 // Rounds an fp32 value into Dst (fast level): fp32 Dst keeps it (exponent-0 → +0); a bf16 Dst
 // rounds half away from zero to 8 significant bits like §5.5's normaliser.
@@ -276,6 +277,11 @@ class Engine {
     constexpr int64_t kRowTile = 8;
     const EmuGeometry& g = g_;
     const int64_t nb = k_.num_blocks(), nc = c1 - c0, live = std::min(c1, g.O) - c0;
+    // K blocks whose partial spill and reload give back every Dst pattern bit for bit run as one
+    // kernel call over their whole K range (PartialsRoundTripExact), the same bits with no per-block
+    // pack, reload and kernel entry.
+    const bool fuse = PartialsRoundTripExact() && g_fuse_blocks.load(std::memory_order_relaxed);
+    const int64_t runs = fuse ? 1 : nb;
     std::vector<uint32_t> xrow(static_cast<size_t>(K_));
     std::vector<nx::PreparedSrcB> pb(kRowTile);  // buffers reused tile to tile
     std::vector<uint32_t> dst(static_cast<size_t>(kRowTile * nc)), part(dst.size()), l1(dst.size()),
@@ -287,9 +293,10 @@ class Engine {
         Im2colRow(m0 + r, xrow.data());
         KILN_RETURN_IF_ERROR(nx::PrepareSrcBRow(xrow.data(), K_, fid_, b_fmt(), &pb[static_cast<size_t>(r)]));
       }
-      for (int64_t b = 0; b < nb; ++b) {
-        const int64_t kb0 = k_.block_begin[b], kb1 = k_.block_begin[b + 1];
-        for (int64_t r = 0; r < T; ++r) BlockStart(b, nc, &dst[r * nc], &part[r * nc], &l1[r * nc]);
+      for (int64_t run = 0; run < runs; ++run) {
+        const int64_t b_first = fuse ? 0 : run, b = fuse ? nb - 1 : run;  // blocks b_first .. b
+        const int64_t kb0 = k_.block_begin[b_first], kb1 = k_.block_begin[b + 1];
+        for (int64_t r = 0; r < T; ++r) BlockStart(b_first, nc, &dst[r * nc], &part[r * nc], &l1[r * nc]);
         // Every MVMUL of the block, in the card's order (K tiles, phases, two 16-lane halves), over
         // column spans whose weight slice (kb1 − kb0 deep) stays within kSliceBytes, each span
         // for all rows of the tile.
@@ -311,6 +318,20 @@ class Engine {
       }
     }
     return Status::Ok();
+  }
+
+  // Whether packing Dst to the partials CB and reloading it (BlockEnd, then BlockStart of the next
+  // block) returns every pattern an MVMUL chain leaves in Dst unchanged: those are +0, normal values
+  // and ±Inf (device/numerics/mvmul_kernel.h: the fixed points of the zero-MVMUL mapping; a block's
+  // Dst starts as 0 or such a reloaded pattern). Without L1 accumulation that holds for fp32
+  // partials from an fp32 Dst reloaded exactly (§3.3 stores it unchanged; the reload only maps
+  // exponent 0 to +0), and for bf16 or fp32 partials from a bf16 Dst (§3.2 passes non-NaN,
+  // non-zero-exponent values through; a bf16 pattern is its own Tf32 truncation). Rounding packs
+  // (fp32 Dst → bf16, bfp partials) and Tf32 reloads of fp32 Dst values do not.
+  bool PartialsRoundTripExact() const {
+    if (l1acc_) return false;
+    if (fp32_dst_) return part_dt_ == DeviceDType::kFloat32 && !tf32_reload_;
+    return part_dt_ == DeviceDType::kBFloat16 || part_dt_ == DeviceDType::kFloat32;
   }
 
   // Where block b's Dst starts for one row's nc columns: zero, the reloaded partials, or (packer
@@ -626,6 +647,8 @@ class Engine {
 }  // namespace
 
 void SetMaxPreparedSrcABytesForTesting(int64_t bytes) { g_max_prepared_bytes.store(bytes, std::memory_order_relaxed); }
+
+void SetFuseExactKBlocksForTesting(bool fuse) { g_fuse_blocks.store(fuse, std::memory_order_relaxed); }
 
 Status RunConvProgram(const EmuGeometry& g, const ConvProgram& program, const PrecisionConfig& precision,
                       Activation activation, EmuLevel level, const float* x, const float* w, const float* bias,

@@ -585,6 +585,62 @@ TEST(TtEmuExact, PreparedWeightChunksDoNotChangeABit) {
   EXPECT_EQ(compared, 8);
 }
 
+// K blocks fused into one kernel call where the partials' pack and reload give Dst back unchanged
+// (conv_engine.cc PartialsRoundTripExact: bf16 Dst with bf16 or fp32 partials, fp32 Dst with fp32
+// partials reloaded losslessly) give the bits the block-by-block run gives: height sharding (3 K
+// blocks) and block sharding (one K tile per block), bias or not, ReLU, every fidelity; the
+// configurations whose round trip rounds (fp32 Dst with bf16 partials, Tf32 reloads, L1
+// accumulation) run unfused either way and are compared too.
+TEST(TtEmuExact, FusedKBlocksMatchBlockByBlockBits) {
+  std::mt19937 rng(17);
+  Tensor x = MakeTensor({1, 40, 7, 9}, RandBf16(40 * 63, rng));
+  Tensor w = MakeTensor({40, 40, 3, 3}, RandBf16(40 * 40 * 9, rng));
+  Tensor b = MakeTensor({40}, RandBf16(40, rng, 4.0f));
+  struct Cfg {
+    bool fp32;
+    DeviceDType out;
+    PartialReload reload;
+    bool l1;
+  };
+  const Cfg cfgs[] = {{false, DeviceDType::kBFloat16, PartialReload::kRecorded, false},
+                      {false, DeviceDType::kFloat32, PartialReload::kTf32, false},
+                      {true, DeviceDType::kFloat32, PartialReload::kLossless, false},
+                      {true, DeviceDType::kFloat32, PartialReload::kTf32, false},
+                      {true, DeviceDType::kBFloat16, PartialReload::kRecorded, false},
+                      {false, DeviceDType::kBFloat16, PartialReload::kRecorded, true}};
+  int compared = 0;
+  for (const Cfg& c : cfgs) {
+    for (ShardLayout layout : {ShardLayout::kHeight, ShardLayout::kBlock}) {
+      for (MF f : {MF::kLoFi, MF::kHiFi2, MF::kHiFi3, MF::kHiFi4}) {
+        for (bool bias : {false, true}) {
+          Conv2dParams cp;
+          cp.pads = {1, 1, 1, 1};
+          cp.activation = bias ? Activation::kRelu : Activation::kNone;
+          PrecisionConfig p;
+          p.math_fidelity = f;
+          p.fp32_dest_acc_en = c.fp32;
+          p.output_dtype = c.out;
+          p.fp32_partial_reload = c.reload;
+          p.packer_l1_acc = c.l1;
+          p.shard_layout = layout;
+          auto fused = tt_emu::Conv2d(x, w, bias ? &b : nullptr, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 2);
+          tt_emu::SetFuseExactKBlocksForTesting(false);
+          auto blocks = tt_emu::Conv2d(x, w, bias ? &b : nullptr, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 1);
+          tt_emu::SetFuseExactKBlocksForTesting(true);
+          ASSERT_TRUE(fused.ok()) << fused.status().ToString();
+          ASSERT_TRUE(blocks.ok()) << blocks.status().ToString();
+          for (int64_t i = 0; i < fused->num_elements(); ++i)
+            ASSERT_EQ(nx::FloatBits(fused->data<float>()[i]), nx::FloatBits(blocks->data<float>()[i]))
+                << "fp32=" << c.fp32 << " out=" << DeviceDTypeName(c.out) << " layout=" << ShardLayoutName(layout)
+                << " " << MathFidelityName(f) << " bias=" << bias << " i=" << i;
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 6 * 2 * 4 * 2);
+}
+
 TEST(TtEmuFast, AgreesWithExact) {
   std::mt19937 rng(11);
   Tensor x = MakeTensor({1, 64, 8, 8}, RandBf16(64 * 64, rng));
