@@ -152,22 +152,27 @@ template <bool kFp32Dst, bool kWormhole>
 KILN_AVX512 void Combine(__m512i E0, __m512i S0, __m512i E1, __m512i S1, DstState* s) {
   const __m512i one = _mm512_set1_epi32(1), four = _mm512_set1_epi32(4), zero = _mm512_setzero_si512();
   const __m512i X = _mm512_max_epi32(_mm512_max_epi32(E0, E1), s->X);
-  // Step 2 (and 3 for a bf16 Dst): the three terms aligned to X.
-  __m512i T0 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S0, _mm512_sub_epi32(X, E0)), four), 3);
-  __m512i T1 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S1, _mm512_sub_epi32(X, E1)), four), 3);
-  __m512i D = _mm512_srli_epi32(_mm512_add_epi32(_mm512_srlv_epi32(s->D2, _mm512_sub_epi32(X, s->X)), one), 1);
-  if (!kFp32Dst) {
-    const __m512i h = _mm512_set1_epi32(4096), m = _mm512_set1_epi32(~0x1FFF);
-    T0 = _mm512_and_si512(_mm512_add_epi32(T0, h), m);
-    T1 = _mm512_and_si512(_mm512_add_epi32(T1, h), m);
-    D = _mm512_and_si512(_mm512_add_epi32(D, h), m);
+  const __m512i d0 = _mm512_sub_epi32(X, E0), d1 = _mm512_sub_epi32(X, E1), dd = _mm512_sub_epi32(X, s->X);
+  __m512i f, Xn, total;
+  if (kFp32Dst) {
+    // Step 2: the three terms aligned to X.
+    const __m512i T0 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S0, d0), four), 3);
+    const __m512i T1 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S1, d1), four), 3);
+    const __m512i D = _mm512_srli_epi32(_mm512_add_epi32(_mm512_srlv_epi32(s->D2, dd), one), 1);
+    total = _mm512_add_epi32(_mm512_add_epi32(_mm512_mask_sub_epi32(D, s->neg, zero, D), T0), T1);
+  } else {
+    // Steps 2 and 3 in units of 2^13 (every bf16-Dst term is a multiple of it), each alignment and
+    // its pre-rounding as one floor: (floor((y + 4) / 8) + 4096) / 8192 floored is (y + 32772) >> 16
+    // for a group term, ((2D >> dd) + 1 + 8192) >> 14 for Dst.
+    const __m512i T0 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S0, d0), _mm512_set1_epi32(32772)), 16);
+    const __m512i T1 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S1, d1), _mm512_set1_epi32(32772)), 16);
+    const __m512i D = _mm512_srli_epi32(_mm512_add_epi32(_mm512_srlv_epi32(s->D2, dd), _mm512_set1_epi32(8193)), 14);
+    total = _mm512_add_epi32(_mm512_add_epi32(_mm512_mask_sub_epi32(D, s->neg, zero, D), T0), T1);
   }
   // Step 4.
-  const __m512i total = _mm512_add_epi32(_mm512_add_epi32(_mm512_mask_sub_epi32(D, s->neg, zero, D), T0), T1);
   const __mmask16 neg = _mm512_cmplt_epi32_mask(total, zero);
   const __m512i v = _mm512_abs_epi32(total);
   // Step 5 (mvmul_kernel_avx2.cc, CombineVec, derives the conversion's rounding).
-  __m512i f, Xn;
   if (kFp32Dst) {
     const __mmask16 big = _mm512_cmpgt_epi32_mask(v, _mm512_set1_epi32(0xFFFFFF));
     const __m512i x = _mm512_mask_or_epi32(v, big, _mm512_add_epi32(v, v), one);
@@ -179,9 +184,10 @@ KILN_AVX512 void Combine(__m512i E0, __m512i S0, __m512i E1, __m512i S1, DstStat
       Xn = _mm512_mask_add_epi32(Xn, quirk, Xn, _mm512_set1_epi32(27));
     }
   } else {
+    // v counts units of 2^13 (below 2^19: exact as a float); half-up to 8 significant bits.
     f = _mm512_castps_si512(_mm512_cvtepi32_ps(v));
     f = _mm512_and_si512(_mm512_add_epi32(f, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
-    Xn = _mm512_sub_epi32(_mm512_add_epi32(X, _mm512_srli_epi32(f, 23)), _mm512_set1_epi32(150));
+    Xn = _mm512_sub_epi32(_mm512_add_epi32(X, _mm512_srli_epi32(f, 23)), _mm512_set1_epi32(150 - 13));
   }
   // Step 6, as the decoding of the encoded result: 2·(2^23 | mantissa) = ((f << 1) & 0xFFFFFE) | 2^24.
   s->X = Xn;
@@ -231,21 +237,26 @@ __attribute__((target("avx512f,avx512bw"))) void RunAvx512T(const PreparedSrcA& 
             fixed = true;
             continue;
           }
-          __m512i Elo[2] = {zero, zero}, Ehi[2] = {zero, zero}, Slo[2] = {zero, zero}, Shi[2] = {zero, zero};
-          for (int i = 0; i < 2; ++i) {
-            const GroupPrep& gp = g[h + i];
-            if (gp.n == 0) continue;
-            // §5.4 step 1: G = max(raw) + adj; the term is zero where G <= 0 (S = 0 there, and E <= 0
-            // never raises X, which is at least Dst's exponent >= 0).
-            const __mmask32 valid = _mm512_cmpgt_epi16_mask(_mm512_add_epi16(gp.maxraw, adj16), zero);
-            const __m512i S = GroupSum<kRows>(ablk, b, t0 / 8 + h + i, p & 1, (p >> 1) & 1, gp, valid);
-            Slo[i] = _mm512_unpacklo_epi16(zero, S);
-            Shi[i] = _mm512_unpackhi_epi16(zero, S);
-            Elo[i] = _mm512_add_epi32(gp.mr_lo, adj32);
-            Ehi[i] = _mm512_add_epi32(gp.mr_hi, adj32);
+          // §5.4 step 1: G = max(raw) + adj; the term is zero where G <= 0 (S = 0 there, and E <= 0
+          // never raises X, which is at least Dst's exponent >= 0). A group with no live lane is
+          // the zero term everywhere: E = 0, S = 0.
+          const GroupPrep& g0 = g[h];
+          const GroupPrep& g1 = g[h + 1];
+          __m512i S0 = zero, S1 = zero, E0lo = zero, E0hi = zero, E1lo = zero, E1hi = zero;
+          if (g0.n != 0) {
+            const __mmask32 valid = _mm512_cmpgt_epi16_mask(_mm512_add_epi16(g0.maxraw, adj16), zero);
+            S0 = GroupSum<kRows>(ablk, b, t0 / 8 + h, p & 1, (p >> 1) & 1, g0, valid);
+            E0lo = _mm512_add_epi32(g0.mr_lo, adj32);
+            E0hi = _mm512_add_epi32(g0.mr_hi, adj32);
           }
-          Combine<kFp32Dst, kWormhole>(Elo[0], Slo[0], Elo[1], Slo[1], &lo);
-          Combine<kFp32Dst, kWormhole>(Ehi[0], Shi[0], Ehi[1], Shi[1], &hi);
+          if (g1.n != 0) {
+            const __mmask32 valid = _mm512_cmpgt_epi16_mask(_mm512_add_epi16(g1.maxraw, adj16), zero);
+            S1 = GroupSum<kRows>(ablk, b, t0 / 8 + h + 1, p & 1, (p >> 1) & 1, g1, valid);
+            E1lo = _mm512_add_epi32(g1.mr_lo, adj32);
+            E1hi = _mm512_add_epi32(g1.mr_hi, adj32);
+          }
+          Combine<kFp32Dst, kWormhole>(E0lo, _mm512_unpacklo_epi16(zero, S0), E1lo, _mm512_unpacklo_epi16(zero, S1), &lo);
+          Combine<kFp32Dst, kWormhole>(E0hi, _mm512_unpackhi_epi16(zero, S0), E1hi, _mm512_unpackhi_epi16(zero, S1), &hi);
           fixed = true;
         }
       }
