@@ -128,6 +128,44 @@ KILN_AVX512 __m512i GroupSum(const int8_t* ablk, const PreparedSrcB& b, int64_t 
   return _mm512_maskz_add_epi16(valid, s0, s1);
 }
 
+// One phase alone (LoFi, or a phase range of one): PrepGroup and GroupSum in one pass over the
+// group's live lanes, the multipliers kept in registers. Returns S (zero where G <= 0) and the
+// group's exponent E = max(raw) + adj per column (int32, columns 0..15 and 16..31).
+template <int kRows>
+KILN_AVX512 __m512i SinglePhaseGroup(const int8_t* ablk, const PreparedSrcB& b, int64_t q, unsigned live, int p,
+                                     __m512i* E_lo, __m512i* E_hi) {
+  constexpr int64_t kStride = 64 * kRows;
+  const int64_t kq = q * 8;
+  const int8_t* ag = ablk + kq * kStride;
+  const uint32_t* bp = &b.pair[static_cast<size_t>(((p >> 1) & 1) * b.K + kq)];
+  const int ar = 1 + (p & 1);
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i raw[8];
+  int lane[8];
+  __m512i mr = _mm512_set1_epi16(INT16_MIN);
+  int n = 0;
+  for (; live != 0; live &= live - 1, ++n) {
+    const int l = __builtin_ctz(live);
+    lane[n] = l;
+    raw[n] = _mm512_add_epi16(Load(ag + l * kStride), Bcast(b.exp[static_cast<size_t>(kq + l)]));
+    mr = _mm512_max_epi16(mr, raw[n]);
+  }
+  __m512i s0 = zero, s1 = zero;
+  for (int j = 0; j < n; ++j) {
+    const int l = lane[j];
+    const __m512i m = _mm512_srav_epi16(Bcast(b.mult[static_cast<size_t>(kq + l)]), _mm512_sub_epi16(mr, raw[j]));
+    const __m512i R = LaneR<kRows>(ag, bp, l, m, ar);
+    if (j & 1) s1 = _mm512_add_epi16(s1, R);
+    else s0 = _mm512_add_epi16(s0, R);
+  }
+  const int adj = PhaseAdjust(p);
+  const __mmask32 valid = _mm512_cmpgt_epi16_mask(_mm512_add_epi16(mr, _mm512_set1_epi16(static_cast<int16_t>(adj))), zero);
+  const __m512i adj32 = _mm512_set1_epi32(adj);
+  *E_lo = _mm512_add_epi32(_mm512_srai_epi32(_mm512_unpacklo_epi16(zero, mr), 16), adj32);
+  *E_hi = _mm512_add_epi32(_mm512_srai_epi32(_mm512_unpackhi_epi16(zero, mr), 16), adj32);
+  return _mm512_maskz_add_epi16(valid, s0, s1);
+}
+
 // Decoded Dst of 16 columns (see the header): exponent, 2·D, sign.
 struct DstState {
   __m512i X, D2;
@@ -218,7 +256,30 @@ __attribute__((target("avx512f,avx512bw"))) void RunAvx512T(const PreparedSrcA& 
     const int8_t* ablk = &a.lanes[static_cast<size_t>(cb * K * kStride)];
     const uint8_t* wnz = &a.group_nz[static_cast<size_t>(cb * K8)];
     bool fixed = false;  // lo, hi hold MVMUL results (fixed points of the zero-MVMUL mapping)
-    for (int64_t t0 = k0; t0 < k1; t0 += 32) {
+    if (p1 - p0 == 1) {  // one phase: no multipliers kept across phases
+      for (int64_t t0 = k0; t0 < k1; t0 += 32) {
+        for (int h = 0; h < 4; h += 2) {
+          const int64_t q = t0 / 8 + h;
+          const unsigned live0 = wnz[q] & b.nz_mask[static_cast<size_t>(q)];
+          const unsigned live1 = wnz[q + 1] & b.nz_mask[static_cast<size_t>(q + 1)];
+          if (live0 == 0 && live1 == 0) {
+            if (!fixed) {
+              Combine<kFp32Dst, kWormhole>(zero, zero, zero, zero, &lo);
+              Combine<kFp32Dst, kWormhole>(zero, zero, zero, zero, &hi);
+            }
+            fixed = true;
+            continue;
+          }
+          __m512i S0 = zero, S1 = zero, E0lo = zero, E0hi = zero, E1lo = zero, E1hi = zero;
+          if (live0 != 0) S0 = SinglePhaseGroup<kRows>(ablk, b, q, live0, p0, &E0lo, &E0hi);
+          if (live1 != 0) S1 = SinglePhaseGroup<kRows>(ablk, b, q + 1, live1, p0, &E1lo, &E1hi);
+          Combine<kFp32Dst, kWormhole>(E0lo, _mm512_unpacklo_epi16(zero, S0), E1lo, _mm512_unpacklo_epi16(zero, S1), &lo);
+          Combine<kFp32Dst, kWormhole>(E0hi, _mm512_unpackhi_epi16(zero, S0), E1hi, _mm512_unpackhi_epi16(zero, S1), &hi);
+          fixed = true;
+        }
+      }
+    }
+    for (int64_t t0 = k0; t0 < k1 && p1 - p0 > 1; t0 += 32) {
       for (int i = 0; i < 4; ++i) {
         const int64_t q = t0 / 8 + i;
         const unsigned live = wnz[q] & b.nz_mask[static_cast<size_t>(q)];
