@@ -212,6 +212,16 @@ Status RunKBlockPhases(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0,
   return Status::Ok();
 }
 
+void ElwaddRow(const uint32_t* a, const uint32_t* b, int64_t n, const FpuConfig& cfg, uint32_t* out) {
+#if defined(__x86_64__)
+  if (ActiveMvmulKernel() == MvmulKernelPath::kAvx512) {
+    mvmul_detail::ElwaddRowAvx512(a, b, n, cfg, out);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) out[i] = Elwadd(a[i], b[i], 0, false, cfg);
+}
+
 Status RunKBlock(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1,
                  MathFidelity fid, bool fp32_dst, Arch arch, uint32_t* dst) {
   return RunKBlockPhases(a, b, k0, k1, o0, o1, 0, NumPhases(fid), fp32_dst, arch, dst);

@@ -48,6 +48,7 @@
 
 #include "common/status.h"
 #include "device/numerics/formats.h"
+#include "device/numerics/fpu.h"
 #include "device/numerics/types.h"
 
 namespace kiln::numerics {
@@ -137,6 +138,12 @@ Status RunKBlock(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64
 /// tests/data/tt-vectors/mvmul.jsonl). RunKBlock(fid) = RunKBlockPhases(0, NumPhases(fid)).
 Status RunKBlockPhases(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1,
                        int phase_begin, int phase_end, bool fp32_dst, Arch arch, uint32_t* dst);
+
+/// The conv's fused bias add over a row: out[i] = Elwadd(a[i], b[i], 0, /*accumulate=*/false, cfg)
+/// (device/numerics/fpu.h, docs/specs/tt-numerics.md §6: SrcA a, SrcB b, a zero Dst), for i in
+/// [0, n), on the path RunKBlock takes (16 values per step on AVX-512, the scalar model elsewhere);
+/// `out` may be `a` or `b`.
+void ElwaddRow(const uint32_t* a, const uint32_t* b, int64_t n, const FpuConfig& cfg, uint32_t* out);
 
 /// The implementation RunKBlock uses; all give identical results.
 enum class MvmulKernelPath { kScalar, kAvx2, kAvx512 };

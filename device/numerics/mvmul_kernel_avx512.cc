@@ -359,6 +359,47 @@ __attribute__((target("avx512f,avx512bw"))) void PrepareSrcBRowAvx512(const uint
   }
 }
 
+template <bool kFp32Dst, bool kWormhole>
+__attribute__((target("avx512f,avx512bw"))) void ElwaddRowAvx512T(const uint32_t* a, const uint32_t* b, int64_t n,
+                                                                  uint32_t keep_a, uint32_t keep_b, uint32_t* out) {
+  const __m512i zero = _mm512_setzero_si512(), ff = _mm512_set1_epi32(0xFF), one = _mm512_set1_epi32(1);
+  const __m512i k18 = _mm512_set1_epi32(0x3FFFF), m10 = _mm512_set1_epi32(0x3FF), hidden = _mm512_set1_epi32(1024);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 in = n - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    __m512i x = _mm512_and_si512(_mm512_maskz_loadu_epi32(in, a + i), _mm512_set1_epi32(static_cast<int>(keep_a)));
+    __m512i y = _mm512_and_si512(_mm512_maskz_loadu_epi32(in, b + i), _mm512_set1_epi32(static_cast<int>(keep_b)));
+    // §6 step 1: an exponent-0 operand is 0; step 2: |x| >= |y| on the 18 exponent and mantissa bits.
+    x = _mm512_maskz_mov_epi32(_mm512_test_epi32_mask(_mm512_srli_epi32(x, 23), ff), x);
+    y = _mm512_maskz_mov_epi32(_mm512_test_epi32_mask(_mm512_srli_epi32(y, 23), ff), y);
+    const __mmask16 swap = _mm512_cmpgt_epu32_mask(_mm512_and_si512(_mm512_srli_epi32(y, 13), k18),
+                                                   _mm512_and_si512(_mm512_srli_epi32(x, 13), k18));
+    const __m512i hi = _mm512_mask_blend_epi32(swap, x, y), lo = _mm512_mask_blend_epi32(swap, y, x);
+    const __m512i ea = _mm512_and_si512(_mm512_srli_epi32(hi, 23), ff), eb = _mm512_and_si512(_mm512_srli_epi32(lo, 23), ff);
+    // Step 3; step 4 as ((2B >> d) + 1) >> 1 (d = 0 keeps B; d >= 12 gives 0 as B < 2^11).
+    const __m512i A = _mm512_maskz_or_epi32(_mm512_test_epi32_mask(ea, ea), _mm512_and_si512(_mm512_srli_epi32(hi, 13), m10), hidden);
+    __m512i B = _mm512_maskz_or_epi32(_mm512_test_epi32_mask(eb, eb), _mm512_and_si512(_mm512_srli_epi32(lo, 13), m10), hidden);
+    B = _mm512_srli_epi32(_mm512_add_epi32(_mm512_srlv_epi32(_mm512_add_epi32(B, B), _mm512_sub_epi32(ea, eb)), one), 1);
+    // Step 5: T = A ± B with the sign of the larger operand; then §5.5 as the one term of an MVMUL
+    // combine with a zero Dst (S·2^16 = ±T·2^16).
+    const __mmask16 sa = _mm512_cmplt_epi32_mask(hi, zero), sb = _mm512_cmplt_epi32_mask(lo, zero);
+    __m512i T = _mm512_mask_sub_epi32(_mm512_add_epi32(A, B), sa ^ sb, A, B);
+    T = _mm512_mask_sub_epi32(T, sa, zero, T);
+    DstState st{zero, zero, 0};
+    Combine<kFp32Dst, kWormhole>(ea, _mm512_slli_epi32(T, 16), zero, zero, &st);
+    _mm512_mask_storeu_epi32(out + i, in, Encode(st));
+  }
+}
+
+void ElwaddRowAvx512(const uint32_t* a, const uint32_t* b, int64_t n, const FpuConfig& cfg, uint32_t* out) {
+  const uint32_t ka = MaskSrcOperand(0xFFFFFFFFu, cfg.a_fmt), kb = MaskSrcOperand(0xFFFFFFFFu, cfg.b_fmt);
+  const bool wh = cfg.arch == Arch::kWormholeB0;
+  if (cfg.fp32_dst) {
+    (wh ? ElwaddRowAvx512T<true, true> : ElwaddRowAvx512T<true, false>)(a, b, n, ka, kb, out);
+  } else {
+    (wh ? ElwaddRowAvx512T<false, true> : ElwaddRowAvx512T<false, false>)(a, b, n, ka, kb, out);
+  }
+}
+
 void RunAvx512(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
                int p1, bool fp32_dst, Arch arch, uint32_t* dst) {
   // One instantiation per SrcA layout, Dst format and arch, so the inner loops carry no tests.

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "device/numerics/fpu.h"
 #include "device/numerics/mvmul_kernel.h"
 
 namespace kiln::numerics::mvmul_detail {
@@ -26,6 +27,8 @@ void RunAvx2(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k
              int p1, bool fp32_dst, Arch arch, uint32_t* dst);
 /// PrepareSrcBRow's per-k words and group masks (out's buffers already sized), 16 operands per step.
 void PrepareSrcBRowAvx512(const uint32_t* b, SrcFormat fmt, PreparedSrcB* out);
+/// ElwaddRow on 16 values per step.
+void ElwaddRowAvx512(const uint32_t* a, const uint32_t* b, int64_t n, const FpuConfig& cfg, uint32_t* out);
 void RunAvx512(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
                int p1, bool fp32_dst, Arch arch, uint32_t* dst);
 #endif

@@ -370,8 +370,11 @@ class Engine {
     if (has_bias_) {
       const nx::FpuConfig elw_cfg{fp32_dst_, arch_, SrcFmtOf(epi_dt, fp32_dst_), SrcFmtOf(wdt_, fp32_dst_)};
       const uint32_t* src = l1acc_ ? l1 : part;
-      for (int64_t o = 0; o < nc; ++o)
-        dst[o] = nx::Elwadd(UnpackToSrc(src[o], epi_dt, fp32_dst_), bdev_[c0 + o], 0, false, elw_cfg);
+      if (epi_dt == DeviceDType::kFloat32) {  // the stored partials as the unpacker reads them
+        for (int64_t o = 0; o < nc; ++o) dst[o] = UnpackToSrc(src[o], epi_dt, fp32_dst_);
+        src = dst;
+      }
+      nx::ElwaddRow(src, &bdev_[c0], nc, elw_cfg, dst);
     }
     if (sfpu_) {
       // SFPU activation after the last block (or the bias add), in the form the conv epilogue
