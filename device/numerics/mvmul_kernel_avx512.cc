@@ -184,58 +184,78 @@ KILN_AVX512 __m512i Encode(const DstState& s) {
   return _mm512_mask_or_epi32(r, s.neg, r, _mm512_set1_epi32(static_cast<int>(0x80000000u)));
 }
 
+// The combine's constants, made once per call and hidden from the optimiser (an empty asm), so that
+// the loops keep them in registers or reload them from the stack instead of rebuilding each one
+// (mov + broadcast) per MVMUL.
+struct CombineConsts {
+  __m512i zero, one, four, t_round, d_round, big, e150, e151, e27, b_round, b_mask, e137, m_mask, hidden, e253;
+};
+
+KILN_AVX512 __m512i Opaque(int v) {
+  __m512i x = _mm512_set1_epi32(v);
+  asm("" : "+v"(x));
+  return x;
+}
+
+KILN_AVX512 CombineConsts MakeCombineConsts() {
+  return {_mm512_setzero_si512(), Opaque(1), Opaque(4), Opaque(32772), Opaque(8193), Opaque(0xFFFFFF), Opaque(150),
+          Opaque(151), Opaque(27), Opaque(0x8000), Opaque(static_cast<int>(0xFFFF0000u)), Opaque(150 - 13),
+          Opaque(0xFFFFFE), Opaque(0x1000000), Opaque(253)};
+}
+
 // §5.5 for 16 columns: group terms (exponent E, S·2^16; both 0 for a zero term, or S = 0 and E <= 0)
 // combined into the decoded Dst `s`.
 template <bool kFp32Dst, bool kWormhole>
-KILN_AVX512 void Combine(__m512i E0, __m512i S0, __m512i E1, __m512i S1, DstState* s) {
-  const __m512i one = _mm512_set1_epi32(1), four = _mm512_set1_epi32(4), zero = _mm512_setzero_si512();
+KILN_AVX512 void Combine(__m512i E0, __m512i S0, __m512i E1, __m512i S1, DstState* s, const CombineConsts& c) {
   const __m512i X = _mm512_max_epi32(_mm512_max_epi32(E0, E1), s->X);
   const __m512i d0 = _mm512_sub_epi32(X, E0), d1 = _mm512_sub_epi32(X, E1), dd = _mm512_sub_epi32(X, s->X);
   __m512i f, Xn, total;
   if (kFp32Dst) {
     // Step 2: the three terms aligned to X.
-    const __m512i T0 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S0, d0), four), 3);
-    const __m512i T1 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S1, d1), four), 3);
-    const __m512i D = _mm512_srli_epi32(_mm512_add_epi32(_mm512_srlv_epi32(s->D2, dd), one), 1);
-    total = _mm512_add_epi32(_mm512_add_epi32(_mm512_mask_sub_epi32(D, s->neg, zero, D), T0), T1);
+    const __m512i T0 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S0, d0), c.four), 3);
+    const __m512i T1 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S1, d1), c.four), 3);
+    const __m512i D = _mm512_srli_epi32(_mm512_add_epi32(_mm512_srlv_epi32(s->D2, dd), c.one), 1);
+    total = _mm512_add_epi32(_mm512_add_epi32(_mm512_mask_sub_epi32(D, s->neg, c.zero, D), T0), T1);
   } else {
     // Steps 2 and 3 in units of 2^13 (every bf16-Dst term is a multiple of it), each alignment and
     // its pre-rounding as one floor: (floor((y + 4) / 8) + 4096) / 8192 floored is (y + 32772) >> 16
     // for a group term, ((2D >> dd) + 1 + 8192) >> 14 for Dst.
-    const __m512i T0 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S0, d0), _mm512_set1_epi32(32772)), 16);
-    const __m512i T1 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S1, d1), _mm512_set1_epi32(32772)), 16);
-    const __m512i D = _mm512_srli_epi32(_mm512_add_epi32(_mm512_srlv_epi32(s->D2, dd), _mm512_set1_epi32(8193)), 14);
-    total = _mm512_add_epi32(_mm512_add_epi32(_mm512_mask_sub_epi32(D, s->neg, zero, D), T0), T1);
+    const __m512i T0 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S0, d0), c.t_round), 16);
+    const __m512i T1 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S1, d1), c.t_round), 16);
+    const __m512i D = _mm512_srli_epi32(_mm512_add_epi32(_mm512_srlv_epi32(s->D2, dd), c.d_round), 14);
+    total = _mm512_add_epi32(_mm512_add_epi32(_mm512_mask_sub_epi32(D, s->neg, c.zero, D), T0), T1);
   }
   // Step 4.
-  const __mmask16 neg = _mm512_cmplt_epi32_mask(total, zero);
+  const __mmask16 neg = _mm512_cmplt_epi32_mask(total, c.zero);
   const __m512i v = _mm512_abs_epi32(total);
   // Step 5 (mvmul_kernel_avx2.cc, CombineVec, derives the conversion's rounding).
   if (kFp32Dst) {
-    const __mmask16 big = _mm512_cmpgt_epi32_mask(v, _mm512_set1_epi32(0xFFFFFF));
-    const __m512i x = _mm512_mask_or_epi32(v, big, _mm512_add_epi32(v, v), one);
+    const __mmask16 big = _mm512_cmpgt_epi32_mask(v, c.big);
+    const __m512i x = _mm512_mask_or_epi32(v, big, _mm512_add_epi32(v, v), c.one);
     f = _mm512_castps_si512(_mm512_cvtepi32_ps(x));
     Xn = _mm512_add_epi32(X, _mm512_srli_epi32(f, 23));
-    Xn = _mm512_sub_epi32(Xn, _mm512_mask_blend_epi32(big, _mm512_set1_epi32(150), _mm512_set1_epi32(151)));
+    Xn = _mm512_sub_epi32(Xn, _mm512_mask_blend_epi32(big, c.e150, c.e151));
     if (kWormhole) {
-      const __mmask16 quirk = _mm512_mask_cmpeq_epi32_mask(neg, v, one);
-      Xn = _mm512_mask_add_epi32(Xn, quirk, Xn, _mm512_set1_epi32(27));
+      const __mmask16 quirk = _mm512_mask_cmpeq_epi32_mask(neg, v, c.one);
+      Xn = _mm512_mask_add_epi32(Xn, quirk, Xn, c.e27);
     }
   } else {
     // v counts units of 2^13 (below 2^19: exact as a float); half-up to 8 significant bits.
     f = _mm512_castps_si512(_mm512_cvtepi32_ps(v));
-    f = _mm512_and_si512(_mm512_add_epi32(f, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
-    Xn = _mm512_sub_epi32(_mm512_add_epi32(X, _mm512_srli_epi32(f, 23)), _mm512_set1_epi32(150 - 13));
+    f = _mm512_and_si512(_mm512_add_epi32(f, c.b_round), c.b_mask);
+    Xn = _mm512_sub_epi32(_mm512_add_epi32(X, _mm512_srli_epi32(f, 23)), c.e137);
   }
   // Step 6, as the decoding of the encoded result: 2·(2^23 | mantissa) = ((f << 1) & 0xFFFFFE) | 2^24.
   s->X = Xn;
-  s->D2 = _mm512_ternarylogic_epi32(_mm512_slli_epi32(f, 1), _mm512_set1_epi32(0xFFFFFE), _mm512_set1_epi32(0x1000000), 0xEA);
+  s->D2 = _mm512_ternarylogic_epi32(_mm512_slli_epi32(f, 1), c.m_mask, c.hidden, 0xEA);
   s->neg = neg;
-  const __mmask16 flush = _mm512_cmpeq_epi32_mask(v, zero) | _mm512_cmplt_epi32_mask(Xn, one);
-  const __mmask16 inf = _mm512_cmpgt_epi32_mask(Xn, _mm512_set1_epi32(254));
-  if (__builtin_expect((flush | inf) != 0, 0)) {
-    s->X = _mm512_mask_mov_epi32(_mm512_mask_mov_epi32(s->X, flush, zero), inf, _mm512_set1_epi32(255));
-    s->D2 = _mm512_mask_mov_epi32(_mm512_mask_mov_epi32(s->D2, flush, zero), inf, _mm512_set1_epi32(0x1000000));
+  // +0 where the total is 0 or Xn <= 0, ±Inf where Xn >= 255: one unsigned range test for both.
+  const __mmask16 odd = _mm512_testn_epi32_mask(v, v) | _mm512_cmpgt_epu32_mask(_mm512_sub_epi32(Xn, c.one), c.e253);
+  if (__builtin_expect(odd != 0, 0)) {
+    const __mmask16 flush = _mm512_testn_epi32_mask(v, v) | _mm512_cmplt_epi32_mask(Xn, c.one);
+    const __mmask16 inf = static_cast<__mmask16>(odd & ~flush);
+    s->X = _mm512_mask_mov_epi32(_mm512_mask_mov_epi32(s->X, flush, c.zero), inf, _mm512_set1_epi32(255));
+    s->D2 = _mm512_mask_mov_epi32(_mm512_mask_mov_epi32(s->D2, flush, c.zero), inf, c.hidden);
     s->neg = static_cast<__mmask16>(neg & ~flush);
   }
 }
@@ -247,6 +267,7 @@ __attribute__((target("avx512f,avx512bw"))) void RunAvx512T(const PreparedSrcA& 
   constexpr int64_t kStride = 64 * kRows, kBlk = kMvmulColumnBlock;
   const int64_t K = a.K, K8 = K / 8;
   const __m512i zero = _mm512_setzero_si512();
+  const CombineConsts cc = MakeCombineConsts();
   GroupPrep g[4];
   for (int64_t cb = o0 / kBlk; cb * kBlk < o1; ++cb) {
     const int64_t base = cb * kBlk, c_lo = std::max(o0, base), c_hi = std::min(o1, base + kBlk);
@@ -264,8 +285,8 @@ __attribute__((target("avx512f,avx512bw"))) void RunAvx512T(const PreparedSrcA& 
           const unsigned live1 = wnz[q + 1] & b.nz_mask[static_cast<size_t>(q + 1)];
           if (live0 == 0 && live1 == 0) {
             if (!fixed) {
-              Combine<kFp32Dst, kWormhole>(zero, zero, zero, zero, &lo);
-              Combine<kFp32Dst, kWormhole>(zero, zero, zero, zero, &hi);
+              Combine<kFp32Dst, kWormhole>(zero, zero, zero, zero, &lo, cc);
+              Combine<kFp32Dst, kWormhole>(zero, zero, zero, zero, &hi, cc);
             }
             fixed = true;
             continue;
@@ -273,8 +294,8 @@ __attribute__((target("avx512f,avx512bw"))) void RunAvx512T(const PreparedSrcA& 
           __m512i S0 = zero, S1 = zero, E0lo = zero, E0hi = zero, E1lo = zero, E1hi = zero;
           if (live0 != 0) S0 = SinglePhaseGroup<kRows>(ablk, b, q, live0, p0, &E0lo, &E0hi);
           if (live1 != 0) S1 = SinglePhaseGroup<kRows>(ablk, b, q + 1, live1, p0, &E1lo, &E1hi);
-          Combine<kFp32Dst, kWormhole>(E0lo, _mm512_unpacklo_epi16(zero, S0), E1lo, _mm512_unpacklo_epi16(zero, S1), &lo);
-          Combine<kFp32Dst, kWormhole>(E0hi, _mm512_unpackhi_epi16(zero, S0), E1hi, _mm512_unpackhi_epi16(zero, S1), &hi);
+          Combine<kFp32Dst, kWormhole>(E0lo, _mm512_unpacklo_epi16(zero, S0), E1lo, _mm512_unpacklo_epi16(zero, S1), &lo, cc);
+          Combine<kFp32Dst, kWormhole>(E0hi, _mm512_unpackhi_epi16(zero, S0), E1hi, _mm512_unpackhi_epi16(zero, S1), &hi, cc);
           fixed = true;
         }
       }
@@ -292,8 +313,8 @@ __attribute__((target("avx512f,avx512bw"))) void RunAvx512T(const PreparedSrcA& 
         for (int h = 0; h < 4; h += 2) {
           if (g[h].n == 0 && g[h + 1].n == 0) {
             if (!fixed) {
-              Combine<kFp32Dst, kWormhole>(zero, zero, zero, zero, &lo);
-              Combine<kFp32Dst, kWormhole>(zero, zero, zero, zero, &hi);
+              Combine<kFp32Dst, kWormhole>(zero, zero, zero, zero, &lo, cc);
+              Combine<kFp32Dst, kWormhole>(zero, zero, zero, zero, &hi, cc);
             }
             fixed = true;
             continue;
@@ -316,8 +337,8 @@ __attribute__((target("avx512f,avx512bw"))) void RunAvx512T(const PreparedSrcA& 
             E1lo = _mm512_add_epi32(g1.mr_lo, adj32);
             E1hi = _mm512_add_epi32(g1.mr_hi, adj32);
           }
-          Combine<kFp32Dst, kWormhole>(E0lo, _mm512_unpacklo_epi16(zero, S0), E1lo, _mm512_unpacklo_epi16(zero, S1), &lo);
-          Combine<kFp32Dst, kWormhole>(E0hi, _mm512_unpackhi_epi16(zero, S0), E1hi, _mm512_unpackhi_epi16(zero, S1), &hi);
+          Combine<kFp32Dst, kWormhole>(E0lo, _mm512_unpacklo_epi16(zero, S0), E1lo, _mm512_unpacklo_epi16(zero, S1), &lo, cc);
+          Combine<kFp32Dst, kWormhole>(E0hi, _mm512_unpackhi_epi16(zero, S0), E1hi, _mm512_unpackhi_epi16(zero, S1), &hi, cc);
           fixed = true;
         }
       }
@@ -363,6 +384,7 @@ template <bool kFp32Dst, bool kWormhole>
 __attribute__((target("avx512f,avx512bw"))) void ElwaddRowAvx512T(const uint32_t* a, const uint32_t* b, int64_t n,
                                                                   uint32_t keep_a, uint32_t keep_b, uint32_t* out) {
   const __m512i zero = _mm512_setzero_si512(), ff = _mm512_set1_epi32(0xFF), one = _mm512_set1_epi32(1);
+  const CombineConsts cc = MakeCombineConsts();
   const __m512i k18 = _mm512_set1_epi32(0x3FFFF), m10 = _mm512_set1_epi32(0x3FF), hidden = _mm512_set1_epi32(1024);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 in = n - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
@@ -385,7 +407,7 @@ __attribute__((target("avx512f,avx512bw"))) void ElwaddRowAvx512T(const uint32_t
     __m512i T = _mm512_mask_sub_epi32(_mm512_add_epi32(A, B), sa ^ sb, A, B);
     T = _mm512_mask_sub_epi32(T, sa, zero, T);
     DstState st{zero, zero, 0};
-    Combine<kFp32Dst, kWormhole>(ea, _mm512_slli_epi32(T, 16), zero, zero, &st);
+    Combine<kFp32Dst, kWormhole>(ea, _mm512_slli_epi32(T, 16), zero, zero, &st, cc);
     _mm512_mask_storeu_epi32(out + i, in, Encode(st));
   }
 }
