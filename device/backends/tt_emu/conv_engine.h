@@ -46,8 +46,8 @@ inline constexpr int64_t kMaxPreparedSrcABytes = int64_t{64} << 20;
 /// Tests: replaces kMaxPreparedSrcABytes for calls that start afterwards (0 restores it), so that
 /// the column chunking runs on small convs.
 void SetMaxPreparedSrcABytesForTesting(int64_t bytes);
-/// Tests: false makes the exact level run every K block as its own kernel call with the partials'
-/// pack and reload between blocks, also where that round trip is exact and blocks are fused (the
+/// Tests: false makes the exact level run every K block as its own kernel call, and both levels pack
+/// and reload the partials between blocks, also where that round trip is exact and skipped (the
 /// default, true); the outputs must not differ by a bit.
 void SetFuseExactKBlocksForTesting(bool fuse);
 

@@ -585,12 +585,13 @@ TEST(TtEmuExact, PreparedWeightChunksDoNotChangeABit) {
   EXPECT_EQ(compared, 8);
 }
 
-// K blocks fused into one kernel call where the partials' pack and reload give Dst back unchanged
-// (conv_engine.cc PartialsRoundTripExact: bf16 Dst with bf16 or fp32 partials, fp32 Dst with fp32
-// partials reloaded losslessly) give the bits the block-by-block run gives: height sharding (3 K
-// blocks) and block sharding (one K tile per block), bias or not, ReLU, every fidelity; the
-// configurations whose round trip rounds (fp32 Dst with bf16 partials, Tf32 reloads, L1
-// accumulation) run unfused either way and are compared too.
+// K blocks fused into one kernel call (the fast level: Dst kept between blocks) where the
+// partials' pack and reload give Dst back unchanged (conv_engine.cc PartialsRoundTripExact: bf16 Dst
+// with bf16 or fp32 partials, fp32 Dst with fp32 partials reloaded losslessly) give the bits the
+// block-by-block run gives, on both levels: height sharding (3 K blocks) and block sharding (one K
+// tile per block), bias or not, ReLU, every fidelity; the configurations whose round trip rounds
+// (fp32 Dst with bf16 partials, Tf32 reloads, L1 accumulation) run unfused either way and are
+// compared too.
 TEST(TtEmuExact, FusedKBlocksMatchBlockByBlockBits) {
   std::mt19937 rng(17);
   Tensor x = MakeTensor({1, 40, 7, 9}, RandBf16(40 * 63, rng));
@@ -623,22 +624,24 @@ TEST(TtEmuExact, FusedKBlocksMatchBlockByBlockBits) {
           p.fp32_partial_reload = c.reload;
           p.packer_l1_acc = c.l1;
           p.shard_layout = layout;
-          auto fused = tt_emu::Conv2d(x, w, bias ? &b : nullptr, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 2);
-          tt_emu::SetFuseExactKBlocksForTesting(false);
-          auto blocks = tt_emu::Conv2d(x, w, bias ? &b : nullptr, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 1);
-          tt_emu::SetFuseExactKBlocksForTesting(true);
-          ASSERT_TRUE(fused.ok()) << fused.status().ToString();
-          ASSERT_TRUE(blocks.ok()) << blocks.status().ToString();
-          for (int64_t i = 0; i < fused->num_elements(); ++i)
-            ASSERT_EQ(nx::FloatBits(fused->data<float>()[i]), nx::FloatBits(blocks->data<float>()[i]))
-                << "fp32=" << c.fp32 << " out=" << DeviceDTypeName(c.out) << " layout=" << ShardLayoutName(layout)
-                << " " << MathFidelityName(f) << " bias=" << bias << " i=" << i;
-          ++compared;
+          for (tt_emu::EmuLevel level : {tt_emu::EmuLevel::kExact, tt_emu::EmuLevel::kFast}) {
+            auto fused = tt_emu::Conv2d(x, w, bias ? &b : nullptr, cp, p, level, nullptr, nullptr, 2);
+            tt_emu::SetFuseExactKBlocksForTesting(false);
+            auto blocks = tt_emu::Conv2d(x, w, bias ? &b : nullptr, cp, p, level, nullptr, nullptr, 1);
+            tt_emu::SetFuseExactKBlocksForTesting(true);
+            ASSERT_TRUE(fused.ok()) << fused.status().ToString();
+            ASSERT_TRUE(blocks.ok()) << blocks.status().ToString();
+            for (int64_t i = 0; i < fused->num_elements(); ++i)
+              ASSERT_EQ(nx::FloatBits(fused->data<float>()[i]), nx::FloatBits(blocks->data<float>()[i]))
+                  << tt_emu::EmuLevelName(level) << " fp32=" << c.fp32 << " out=" << DeviceDTypeName(c.out)
+                  << " layout=" << ShardLayoutName(layout) << " " << MathFidelityName(f) << " bias=" << bias << " i=" << i;
+            ++compared;
+          }
         }
       }
     }
   }
-  EXPECT_EQ(compared, 6 * 2 * 4 * 2);
+  EXPECT_EQ(compared, 6 * 2 * 4 * 2 * 2);
 }
 
 TEST(TtEmuFast, AgreesWithExact) {
