@@ -1,5 +1,6 @@
-// Internal to device/numerics/mvmul_kernel*.cc: the two implementations of RunKBlockPhases behind
-// the dispatch in mvmul_kernel.cc. Arguments are already validated there (see mvmul_kernel.h).
+// Internal to device/numerics/mvmul_kernel*.cc: the three implementations of RunKBlockPhases, and
+// the AVX-512 forms of PrepareSrcBRow and ElwaddRow, behind the dispatch in mvmul_kernel.cc.
+// Arguments are already validated there (see mvmul_kernel.h).
 // Section numbers (§) cite docs/specs/tt-numerics.md.
 #pragma once
 
