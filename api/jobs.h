@@ -3,7 +3,8 @@
 // the backend's device lane of the scheduler), one configuration after another. An advise job
 // (SubmitAdvise) is the precision advisor's search (api/advisor/advise.h) as one job on a tt-emu
 // device lane worker: its steps are events, its answer (kiln.v1.AdviseResult) the result of its one
-// configuration; its fp32 reference runs on the scheduler's reference lane.
+// configuration; its fp32 reference runs on the scheduler's reference lane. It reserves nothing of
+// the memory budget (--memory-budget): the search plans the model on the device, after admission.
 //
 // Queue and fairness
 // * Jobs wait in the manager's own queue, not the scheduler's: per backend, per client (the job's
