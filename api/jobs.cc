@@ -12,6 +12,7 @@
 #include <random>
 #include <utility>
 
+#include "api/advisor/advise_proto.h"
 #include "api/convert.h"
 #include "api/models.h"
 #include "device/backends/builtin.h"
@@ -54,6 +55,7 @@ void LogIfError(const Status& s, const std::string& job_id) {
 kiln::v1::Job ToJob(const store::JobRecord& r) {
   kiln::v1::Job j;
   j.set_job_id(r.job_id);
+  j.set_kind(static_cast<kiln::v1::JobKind>(r.kind));
   j.set_state(static_cast<kiln::v1::JobState>(r.state));
   if (r.created_ms) SetTime(r.created_ms, j.mutable_created());
   if (r.started_ms) SetTime(r.started_ms, j.mutable_started());
@@ -66,7 +68,11 @@ kiln::v1::Job ToJob(const store::JobRecord& r) {
   p->set_configurations_total(r.configurations);
   p->set_layers_done(r.layers_done);
   p->set_layers_total(r.layers_total);
-  p->set_current_layer(r.current_layer);
+  if (r.kind == kiln::v1::JOB_KIND_ADVISE) {
+    p->set_step(r.current_layer);  // the store's one progress text (store/job_store.h)
+  } else {
+    p->set_current_layer(r.current_layer);
+  }
   j.set_attempt(r.attempt);
   if (r.error_code != 0 || !r.error_message.empty()) {
     j.mutable_error()->set_code(r.error_code);
@@ -156,12 +162,14 @@ class JobManager::LiveJob {
  public:
   std::mutex mu;
   store::JobRecord rec;
-  kiln::v1::SubmitRunRequest request;  // inputs restored
+  kiln::v1::SubmitRunRequest request;  // inputs restored (run jobs)
+  kiln::v1::SubmitAdviseRequest advise;  // inputs restored (advise jobs)
   store::ModelInfo model;
   int configuration = 0;
   kiln::v1::RunConvLayersRequest run;       // the configuration's request
   kiln::v1::RunConvLayersResponse response;  // its response
   std::shared_ptr<RunConvJob> job;
+  std::shared_ptr<sched::JobHandle> search;  // an advise job's search on its device
   bool cancel_requested = false;
   SteadyClock::time_point started;
 };
@@ -197,14 +205,17 @@ JobManager::~JobManager() {
   // Jobs still running (a kilnd whose start failed after recovery started them) are cancelled and
   // waited for: their completions use this object. They stay RUNNING in the store (EndJob).
   std::vector<std::shared_ptr<RunConvJob>> running;
+  std::vector<std::shared_ptr<sched::JobHandle>> searches;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [id, live] : live_) {
       std::lock_guard<std::mutex> l(live->mu);
       if (live->job) running.push_back(live->job);
+      if (live->search) searches.push_back(live->search);
     }
   }
   for (auto& j : running) j->Cancel();
+  for (auto& j : searches) j->Cancel();
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return live_.empty(); });
 }
@@ -382,15 +393,10 @@ Result<kiln::v1::Job> JobManager::Submit(const kiln::v1::SubmitRunRequest& reque
     if (auto v = FromProto(t); !v.ok()) return v.status().WithContext("run.inputs");
     input_bytes += static_cast<int64_t>(t.raw_data().size());
   }
-  auto ref = ResolveModelRef(*env_.models, run.model_id());  // api/models.h: a short id prefix too
-  auto model = ref.ok() ? env_.models->Get(*ref) : Result<store::ModelInfo>(ref.status());
   const std::string backend = run.backend().empty() ? device::DefaultBackendName() : run.backend();
   store::JobRecord rec;
-  rec.job_id = NewJobId();
-  rec.state = kiln::v1::QUEUED;
-  rec.created_ms = NowMs();
+  rec.kind = kiln::v1::JOB_KIND_RUN;
   rec.backend = backend;
-  rec.client = client;
   rec.idempotency_key = request.idempotency_key();
   for (const auto& [k, v] : request.labels()) rec.labels[k] = v;
   rec.configurations = std::max(1, request.sweep_size());
@@ -398,6 +404,68 @@ Result<kiln::v1::Job> JobManager::Submit(const kiln::v1::SubmitRunRequest& reque
   std::vector<std::string_view> inputs;
   for (int k = 0; k < run.inputs_size(); ++k) inputs.push_back(run.inputs(k).raw_data());
   for (auto& t : *stored.mutable_run()->mutable_inputs()) t.clear_raw_data();
+  return Admit(std::move(rec), run.model_id(), client, inputs, input_bytes,
+               [&stored](const std::string& model_id) {
+                 stored.mutable_run()->set_model_id(model_id);
+                 return stored.SerializeAsString();
+               },
+               existed, retry_after_ms);
+}
+
+Result<kiln::v1::Job> JobManager::SubmitAdvise(const kiln::v1::SubmitAdviseRequest& request, const std::string& client,
+                                               bool* existed, int64_t* retry_after_ms) {
+  if (existed) *existed = false;
+  if (retry_after_ms) *retry_after_ms = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Unavailable("kilnd is shutting down; submit again to another replica or later");
+  }
+  KILN_RETURN_IF_ERROR(CheckEnumValues(request));
+  if (request.idempotency_key().size() > 128) return InvalidArgument("idempotency_key: at most 128 bytes");
+  if (!ValidUtf8(request.idempotency_key())) return InvalidArgument("idempotency_key: not UTF-8");
+  KILN_RETURN_IF_ERROR(ValidateLabels(request.labels()));
+  const auto& advise = request.advise();
+  if (advise.model_id().empty()) return InvalidArgument("advise.model_id is empty");
+  // Every option and tensor now, so that a malformed job is refused, not failed.
+  auto spec = advisor::AdviseSpecFromProto(advise, env_.scheduler->DeviceSettings(device::kTtEmuBackend));
+  if (!spec.ok()) return spec.status().WithContext("advise");
+  store::JobRecord rec;
+  rec.kind = kiln::v1::JOB_KIND_ADVISE;
+  rec.backend = device::kTtEmuBackend;  // the search emulates on tt-emu: it holds one of its devices
+  rec.idempotency_key = request.idempotency_key();
+  for (const auto& [k, v] : request.labels()) rec.labels[k] = v;
+  rec.configurations = 1;
+  kiln::v1::SubmitAdviseRequest stored = request;
+  std::vector<std::string_view> inputs;  // every set's tensors in order (StartJob restores them so)
+  int64_t input_bytes = 0;
+  for (const auto& set : advise.input_sets()) {
+    for (const auto& t : set.inputs()) {
+      inputs.push_back(t.raw_data());
+      input_bytes += static_cast<int64_t>(t.raw_data().size());
+    }
+  }
+  for (auto& set : *stored.mutable_advise()->mutable_input_sets()) {
+    for (auto& t : *set.mutable_inputs()) t.clear_raw_data();
+  }
+  return Admit(std::move(rec), advise.model_id(), client, inputs, input_bytes,
+               [&stored](const std::string& model_id) {
+                 stored.mutable_advise()->set_model_id(model_id);
+                 return stored.SerializeAsString();
+               },
+               existed, retry_after_ms);
+}
+
+Result<kiln::v1::Job> JobManager::Admit(store::JobRecord rec, const std::string& model_ref, const std::string& client,
+                                        const std::vector<std::string_view>& inputs, int64_t input_bytes,
+                                        const std::function<std::string(const std::string& model_id)>& request_blob,
+                                        bool* existed, int64_t* retry_after_ms) {
+  auto ref = ResolveModelRef(*env_.models, model_ref);  // api/models.h: a short id prefix too
+  auto model = ref.ok() ? env_.models->Get(*ref) : Result<store::ModelInfo>(ref.status());
+  const std::string backend = rec.backend;
+  rec.job_id = NewJobId();
+  rec.state = kiln::v1::QUEUED;
+  rec.created_ms = NowMs();
+  rec.client = client;
 
   std::unique_lock<std::mutex> lock(mu_);
   // The checks that depend on the queue and the store hold mu_ so that two submissions cannot
@@ -414,7 +482,6 @@ Result<kiln::v1::Job> JobManager::Submit(const kiln::v1::SubmitRunRequest& reque
   }
   if (!model.ok()) return model.status();
   rec.model_id = model->model_id;
-  stored.mutable_run()->set_model_id(model->model_id);
   KILN_RETURN_IF_ERROR(env_.scheduler->CheckBackend(backend));
   if (lanes_.find(backend) == lanes_.end() || lanes_[backend].slots <= 0) {
     return NotFound("backend '" + backend + "' has no devices in this kilnd");
@@ -446,7 +513,7 @@ Result<kiln::v1::Job> JobManager::Submit(const kiln::v1::SubmitRunRequest& reque
                                std::to_string(limits_.max_store_bytes));
     }
   }
-  rec.request = stored.SerializeAsString();
+  rec.request = request_blob(model->model_id);
   bool was = false;
   auto created = env_.jobs->Create(rec, inputs, &was);
   if (!created.ok()) return created.status();
@@ -549,12 +616,15 @@ Result<kiln::v1::Job> JobManager::Cancel(const std::string& job_id) {
   }
   if (live) {
     std::shared_ptr<RunConvJob> job;
+    std::shared_ptr<sched::JobHandle> search;
     {
       std::lock_guard<std::mutex> lock(live->mu);
       live->cancel_requested = true;
       job = live->job;
+      search = live->search;
     }
     if (job) job->Cancel();
+    if (search) search->Cancel();
   }
   return Get(job_id);
 }
@@ -708,11 +778,23 @@ void JobManager::StartJob(const std::string& job_id) {
     return;
   }
   const std::string backend = rec->backend;
-  if (!live->request.ParseFromString(rec->request)) return fail_start(backend, DataLoss("stored request unreadable"));
-  for (int k = 0; k < live->request.run().inputs_size(); ++k) {
-    auto bytes = env_.jobs->ReadInput(job_id, k);
-    if (!bytes.ok()) return fail_start(backend, bytes.status());
-    live->request.mutable_run()->mutable_inputs(k)->set_raw_data(std::move(bytes).value());
+  if (rec->kind == kiln::v1::JOB_KIND_ADVISE) {
+    if (!live->advise.ParseFromString(rec->request)) return fail_start(backend, DataLoss("stored request unreadable"));
+    int k = 0;  // the sets' tensors in order, as SubmitAdvise stored them
+    for (auto& set : *live->advise.mutable_advise()->mutable_input_sets()) {
+      for (auto& t : *set.mutable_inputs()) {
+        auto bytes = env_.jobs->ReadInput(job_id, k++);
+        if (!bytes.ok()) return fail_start(backend, bytes.status());
+        t.set_raw_data(std::move(bytes).value());
+      }
+    }
+  } else {
+    if (!live->request.ParseFromString(rec->request)) return fail_start(backend, DataLoss("stored request unreadable"));
+    for (int k = 0; k < live->request.run().inputs_size(); ++k) {
+      auto bytes = env_.jobs->ReadInput(job_id, k);
+      if (!bytes.ok()) return fail_start(backend, bytes.status());
+      live->request.mutable_run()->mutable_inputs(k)->set_raw_data(std::move(bytes).value());
+    }
   }
   auto model = env_.models->Get(rec->model_id);
   if (!model.ok()) return fail_start(backend, model.status().WithContext("model " + rec->model_id.substr(0, 12)));
@@ -738,6 +820,7 @@ void JobManager::StartJob(const std::string& job_id) {
   }
   Status s = Transition(live->rec, kiln::v1::RUNNING);
   if (!s.ok()) spdlog::warn("job {}: {}", job_id, s.ToString());
+  if (live->rec.kind == kiln::v1::JOB_KIND_ADVISE) return StartAdvise(live);
   StartConfiguration(live);
 }
 
@@ -807,6 +890,30 @@ void JobManager::StartConfiguration(std::shared_ptr<LiveJob> live) {
   if (cancelled_now) job->Cancel();
 }
 
+void JobManager::ConfigurationFailed(std::shared_ptr<LiveJob> live, const Status& status, int64_t retry_after_ms,
+                                     bool cancel_requested, bool stopping) {
+  if (cancel_requested) return EndJob(live, kiln::v1::CANCELLED, Cancelled("cancelled by a client"));
+  if (stopping) return EndJob(live, kiln::v1::RUNNING, status);  // re-run after the restart
+  if (status.code() == StatusCode::kResourceExhausted && retry_after_ms > 0) {
+    // The device queue was full (RunConvLayers calls share it): back to the front of the queue.
+    store::JobRecord rec;
+    {
+      std::lock_guard<std::mutex> lock(live->mu);
+      rec = live->rec;
+    }
+    rec.attempt -= 1;  // not an attempt: it never started
+    LogIfError(Transition(rec, kiln::v1::QUEUED), rec.job_id);
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.erase(rec.job_id);
+    --lanes_[rec.backend].running;
+    retry_at_.emplace(SteadyClock::now() + std::chrono::milliseconds(retry_after_ms), rec.job_id);
+    wake_ = true;
+    cv_.notify_all();
+    return;
+  }
+  return EndJob(live, kiln::v1::FAILED, status);
+}
+
 void JobManager::ConfigurationDone(std::shared_ptr<LiveJob> live, const Status& status, int64_t retry_after_ms) {
   bool cancel_requested, stop;
   {
@@ -818,28 +925,7 @@ void JobManager::ConfigurationDone(std::shared_ptr<LiveJob> live, const Status& 
     std::lock_guard<std::mutex> lock(mu_);
     stop = stopping_;
   }
-  if (!status.ok()) {
-    if (cancel_requested) return EndJob(live, kiln::v1::CANCELLED, Cancelled("cancelled by a client"));
-    if (stop) return EndJob(live, kiln::v1::RUNNING, status);  // re-run after the restart
-    if (status.code() == StatusCode::kResourceExhausted && retry_after_ms > 0) {
-      // The device queue was full (RunConvLayers calls share it): back to the front of the queue.
-      store::JobRecord rec;
-      {
-        std::lock_guard<std::mutex> lock(live->mu);
-        rec = live->rec;
-      }
-      rec.attempt -= 1;  // not an attempt: it never started
-      LogIfError(Transition(rec, kiln::v1::QUEUED), rec.job_id);
-      std::lock_guard<std::mutex> lock(mu_);
-      live_.erase(rec.job_id);
-      --lanes_[rec.backend].running;
-      retry_at_.emplace(SteadyClock::now() + std::chrono::milliseconds(retry_after_ms), rec.job_id);
-      wake_ = true;
-      cv_.notify_all();
-      return;
-    }
-    return EndJob(live, kiln::v1::FAILED, status);
-  }
+  if (!status.ok()) return ConfigurationFailed(live, status, retry_after_ms, cancel_requested, stop);
   // Store the configuration's result: the report as a blob, each output's bytes as a file.
   kiln::v1::RunConvLayersResponse report = live->response;
   std::vector<std::string> outputs;
@@ -884,6 +970,114 @@ void JobManager::ConfigurationDone(std::shared_ptr<LiveJob> live, const Status& 
   if (!u.ok()) spdlog::warn("job {}: {}", rec.job_id, u.ToString());
   live->configuration += 1;
   StartConfiguration(live);
+}
+
+// An advise job: the whole search as one job on a tt-emu device (the model read and planned there,
+// as `kiln advise --local` plans it), its steps as events, its answer as configuration 0's result.
+void JobManager::StartAdvise(std::shared_ptr<LiveJob> live) {
+  bool cancelled, stop;
+  {
+    std::lock_guard<std::mutex> lock(live->mu);
+    cancelled = live->cancel_requested;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop = stopping_;
+  }
+  if (cancelled) return EndJob(live, kiln::v1::CANCELLED, Cancelled("cancelled before the search started"));
+  if (stop) return EndJob(live, kiln::v1::RUNNING, Unavailable("kilnd is shutting down"));
+  if (live->configuration >= live->rec.configurations) return EndJob(live, kiln::v1::SUCCEEDED, Status::Ok());
+  auto spec = advisor::AdviseSpecFromProto(live->advise.advise(), env_.scheduler->DeviceSettings(device::kTtEmuBackend));
+  if (!spec.ok()) return EndJob(live, kiln::v1::FAILED, spec.status().WithContext("advise"));
+  auto search = std::make_shared<advisor::AdviseSpec>(std::move(spec).value());
+  auto result = std::make_shared<advisor::AdviseResult>();
+  sched::JobRequest job;
+  job.lane = live->rec.backend;
+  job.client_id = live->rec.client;
+  for (const auto& set : live->advise.advise().input_sets()) {
+    for (const auto& t : set.inputs()) job.cost_bytes += static_cast<int64_t>(t.raw_data().size());
+  }
+  // The worker's backend is not used: the search makes its own tt-emu at the requested level, as
+  // a run with its own tt_emu_level does; the worker is held so that the search has the device.
+  job.work = [this, live, search, result](device::Backend&, sched::JobContext& ctx) -> Status {
+    store::JobRecord rec;
+    {
+      std::lock_guard<std::mutex> lock(live->mu);
+      live->rec.device = ctx.worker;
+      rec = live->rec;
+    }
+    LogIfError(env_.jobs->Update(rec), rec.job_id);
+    auto reader = env_.models->OpenReader(live->model.model_id);
+    if (!reader.ok()) return reader.status();
+    auto bytes = (*reader)->ReadAll();
+    if (!bytes.ok()) return bytes.status();
+    advisor::AdviseOptions o = search->options;
+    o.cancel = ctx.cancel;
+    o.reference = &env_.scheduler->Reference();
+    o.progress = [this, live](const std::string& step) { AdviseStep(live, step); };
+    const std::string name =
+        live->model.names.empty() ? live->model.model_id.substr(0, 12) : live->model.names.front();
+    auto r = advisor::AdviseModel(*bytes, name, search->inputs, o);
+    if (!r.ok()) return r.status();
+    *result = std::move(r).value();
+    return Status::Ok();
+  };
+  auto handle = env_.scheduler->Submit(std::move(job));
+  if (!handle.ok()) {
+    int64_t ms = 0;
+    if (handle.status().code() == StatusCode::kResourceExhausted) {
+      ms = env_.scheduler->SuggestedRetryAfter(live->rec.backend).count();
+    }
+    return ConfigurationFailed(live, handle.status(), ms, false, stop);
+  }
+  bool cancelled_now;
+  {
+    std::lock_guard<std::mutex> lock(live->mu);
+    live->search = *handle;
+    cancelled_now = live->cancel_requested;
+  }
+  if (cancelled_now) (*handle)->Cancel();
+  (*handle)->OnDone([this, live, result](const Status& status) { AdviseDone(live, status, result); });
+}
+
+void JobManager::AdviseStep(const std::shared_ptr<LiveJob>& live, const std::string& step) {
+  store::JobRecord rec;
+  {
+    std::lock_guard<std::mutex> lock(live->mu);
+    live->rec.current_layer = step;  // JobProgress.step of an advise job (ToJob)
+    rec = live->rec;
+  }
+  LogIfError(env_.jobs->Update(rec), rec.job_id);
+  kiln::v1::JobEvent ev;
+  ev.set_attempt(rec.attempt);
+  ev.set_advise_step(step);
+  AppendEvent(rec, std::move(ev));
+}
+
+void JobManager::AdviseDone(std::shared_ptr<LiveJob> live, const Status& status,
+                            std::shared_ptr<const advisor::AdviseResult> result) {
+  bool cancel_requested, stop;
+  {
+    std::lock_guard<std::mutex> lock(live->mu);
+    cancel_requested = live->cancel_requested;
+    live->search.reset();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop = stopping_;
+  }
+  if (!status.ok()) return ConfigurationFailed(live, status, 0, cancel_requested, stop);
+  kiln::v1::ConfigurationResult cr;
+  advisor::AdviseResultToProto(*result, live->advise.advise().budget_seconds(), cr.mutable_advice());
+  Status put = env_.jobs->PutResult(live->rec.job_id, 0, cr.SerializeAsString(), {});
+  if (!put.ok()) return EndJob(live, kiln::v1::FAILED, put.WithContext("storing the result"));
+  if (results_bytes_) results_bytes_->Set(static_cast<double>(env_.jobs->total_bytes()));
+  {
+    std::lock_guard<std::mutex> lock(live->mu);
+    live->rec.configurations_done = 1;
+  }
+  live->configuration = 1;
+  EndJob(live, kiln::v1::SUCCEEDED, Status::Ok());
 }
 
 void JobManager::EndJob(std::shared_ptr<LiveJob> live, int state, const Status& error) {

@@ -1,6 +1,10 @@
-// kiln::api::JobManager — device-farm jobs (proto/kiln/v1/job.proto): durable in store/job_store.h,
-// run through the same path as RunConvLayers (RunConvJob: plan stage, then the backend's device
-// lane of the scheduler), one configuration after another.
+// kiln::api::JobManager — device-farm jobs (proto/kiln/v1/job.proto): durable in store/job_store.h.
+// A run job (SubmitRun) runs through the same path as RunConvLayers (RunConvJob: plan stage, then
+// the backend's device lane of the scheduler), one configuration after another. An advise job
+// (SubmitAdvise) is the precision advisor's search (api/advisor/advise.h) as one job on a tt-emu
+// device lane worker: its steps are events, its answer (kiln.v1.AdviseResult) the result of its one
+// configuration; its fp32 reference runs on the scheduler's reference lane. It reserves nothing of
+// the memory budget (--memory-budget): the search plans the model on the device, after admission.
 //
 // Queue and fairness
 // * Jobs wait in the manager's own queue, not the scheduler's: per backend, per client (the job's
@@ -64,6 +68,10 @@ class Histogram;
 
 namespace kiln::api {
 
+namespace advisor {
+struct AdviseResult;
+}
+
 struct JobLimits {
   int max_queued = 1024;             ///< --job-max-queued: queued jobs, all clients
   int max_queued_per_client = 256;   ///< --job-max-queued-per-client
@@ -105,6 +113,10 @@ class JobManager {
   /// RESOURCE_EXHAUSTED refusals set `*retry_after_ms` (when given) to the hint in the message.
   Result<kiln::v1::Job> Submit(const kiln::v1::SubmitRunRequest& request, const std::string& client,
                                bool* existed = nullptr, int64_t* retry_after_ms = nullptr);
+  /// An advise job (JobService.SubmitAdvise): validated (api/advisor/advise_proto.h), stored and
+  /// queued on the tt-emu backend as Submit does, with the same limits and errors.
+  Result<kiln::v1::Job> SubmitAdvise(const kiln::v1::SubmitAdviseRequest& request, const std::string& client,
+                                     bool* existed = nullptr, int64_t* retry_after_ms = nullptr);
   Result<kiln::v1::Job> Get(const std::string& job_id) const;
   Result<kiln::v1::ListJobsResponse> List(const kiln::v1::ListJobsRequest& request) const;
   Result<kiln::v1::Job> Cancel(const std::string& job_id);
@@ -137,8 +149,23 @@ class JobManager {
   Status Recover();
   void DispatchLoop();
   void StartJob(const std::string& job_id);
+  // Resolves the model, applies the queue and store limits, stores `rec` (its request blob made by
+  // `request_blob` from the resolved model id) with `inputs`, and queues it: Submit's and
+  // SubmitAdvise's common end.
+  Result<kiln::v1::Job> Admit(store::JobRecord rec, const std::string& model_ref, const std::string& client,
+                              const std::vector<std::string_view>& inputs, int64_t input_bytes,
+                              const std::function<std::string(const std::string& model_id)>& request_blob,
+                              bool* existed, int64_t* retry_after_ms);
   void StartConfiguration(std::shared_ptr<LiveJob> live);
   void ConfigurationDone(std::shared_ptr<LiveJob> live, const Status& status, int64_t retry_after_ms);
+  // A configuration (or an advise search) that ended in error: cancelled, interrupted by the
+  // shutdown (left RUNNING), back in the queue after a full device queue's hint, or FAILED.
+  void ConfigurationFailed(std::shared_ptr<LiveJob> live, const Status& status, int64_t retry_after_ms,
+                           bool cancel_requested, bool stopping);
+  void StartAdvise(std::shared_ptr<LiveJob> live);
+  void AdviseStep(const std::shared_ptr<LiveJob>& live, const std::string& step);
+  void AdviseDone(std::shared_ptr<LiveJob> live, const Status& status,
+                  std::shared_ptr<const advisor::AdviseResult> result);
   void EndJob(std::shared_ptr<LiveJob> live, int state, const Status& error);
   Status Transition(store::JobRecord& rec, int new_state);
   void AppendEvent(const store::JobRecord& rec, kiln::v1::JobEvent event);

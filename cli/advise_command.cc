@@ -6,16 +6,22 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
 #include "api/advisor/advise.h"
+#include "api/advisor/advise_proto.h"
 #include "api/convert.h"
 #include "api/run_conv.h"
 #include "cli/html_report.h"
 #include "cli/run_report.h"
+#include "cli/model_commands.h"
 #include "device/npy.h"
+#include "kiln/v1/device.grpc.pb.h"
+#include "kiln/v1/job.grpc.pb.h"
 
 namespace kiln::cli {
 namespace {
@@ -23,6 +29,7 @@ namespace {
 struct AdviseArgs {
   std::string model;
   bool local = false;
+  bool detach = false;
   double target_pcc = 0.99;
   std::string space = "fidelity,weights";
   double budget = 0;
@@ -202,14 +209,150 @@ void PrintTable(const AdviseArgs& a, const api::advisor::AdviseResult& r, const 
               static_cast<long long>(r.cache_hits));
   std::printf("costs are estimates (api/advisor/cost_model.h), not card measurements\n\n");
   std::printf("TT-NN (Python):\n%s\n", PythonSnippet(r, base).c_str());
-  std::printf("kiln run:\n  kiln run --local %s%s", ShellQuote(a.model).c_str(), RunInputFlags(a).c_str());
+  std::printf("kiln run:\n  kiln run %s%s%s", a.local ? "--local " : "", ShellQuote(a.model).c_str(),
+              RunInputFlags(a).c_str());
   for (const auto& f : LayerPrecisionFlags(r)) std::printf(" \\\n    --layer-precision %s", ShellQuote(f).c_str());
   std::printf("\n");
 }
 
-int Advise(const AdviseArgs& a) {
-  if (!a.local) {
-    std::cerr << "kiln: advise: only --local is built (an AdviseJob on kilnd is not yet); add --local\n";
+// The advised assignment as a run request: chained, with the fp32 reference alongside, on the
+// first input set (the run --report-html writes).
+kiln::v1::RunConvLayersRequest AdvisedRunRequest(const AdviseArgs& a, const api::advisor::AdviseResult& r,
+                                                 const std::vector<runtime::RunInputs>& sets) {
+  kiln::v1::RunConvLayersRequest req;
+  req.set_backend("tt-emu");
+  req.set_tt_emu_level(a.level);
+  req.set_seed(a.seed);
+  req.set_omit_outputs(true);
+  if (!sets.empty()) {
+    for (const auto& [name, t] : sets[0]) api::ToProto(name, t, req.add_inputs());
+  }
+  for (const auto& l : r.layers) {
+    (*req.mutable_layer_precision())[l.name] = api::advisor::LayerConfigToProto(l.config);  // the space's knobs only
+  }
+  return req;
+}
+
+std::string RandomKey() {
+  std::random_device rd;
+  static const char kHex[] = "0123456789abcdef";
+  std::string out = "kiln-cli-advise-";
+  for (int i = 0; i < 32; ++i) out += kHex[rd() % 16];
+  return out;
+}
+
+// The search as an advise job on kilnd: submit (the model stored first when MODEL is a file),
+// watch its steps, fetch its answer. Errors print here; nullopt then, with *rc set.
+std::optional<api::advisor::AdviseResult> AdviseRemote(const ClientOptions& options, const AdviseArgs& a,
+                                                       const std::vector<runtime::RunInputs>& sets,
+                                                       std::string* model_id, int* rc) {
+  *rc = 1;
+  auto id = ModelRefForArg(options, a.model, "");
+  if (!id.ok()) {
+    std::cerr << "kiln: advise: " << id.status().message() << "\n";
+    return std::nullopt;
+  }
+  kiln::v1::SubmitAdviseRequest submit;
+  submit.set_idempotency_key(RandomKey());  // a retried SubmitAdvise (client.cc) never makes a second job
+  auto* req = submit.mutable_advise();
+  req->set_model_id(*id);
+  for (const auto& set : sets) {
+    auto* s = req->add_input_sets();
+    for (const auto& [name, t] : set) api::ToProto(name, t, s->add_inputs());
+  }
+  req->set_target_pcc(a.target_pcc);
+  std::stringstream space(a.space);
+  for (std::string k; std::getline(space, k, ',');) {
+    if (!k.empty()) req->add_space(k);
+  }
+  req->set_budget_seconds(a.budget);
+  req->set_seed(a.seed);
+  req->set_tt_emu_level(a.level);
+  req->set_per_layer_threshold(a.per_layer_threshold);
+  req->set_max_refine_runs(a.max_refine);
+  kiln::v1::Job job;
+  grpc::Status st = CallUnary(options, &kiln::v1::JobService::Stub::SubmitAdvise, submit, &job);
+  if (!st.ok()) {
+    std::cerr << "kiln: advise " << a.model << ": " << Describe(st) << "\n";
+    return std::nullopt;
+  }
+  *model_id = job.model_id();
+  if (a.detach) {
+    std::printf("%s\n", job.job_id().c_str());
+    *rc = 0;
+    return std::nullopt;
+  }
+  // The job id first: Ctrl-C ends this watch, not the job (kiln cancel JOB_ID).
+  std::cerr << "kiln: advise: job " << job.job_id() << " submitted\n";
+  auto channel = Connect(options);
+  if (!channel.ok()) {
+    std::cerr << "kiln: advise: " << channel.status().message() << "\n";
+    return std::nullopt;
+  }
+  auto stub = kiln::v1::JobService::NewStub(*channel);
+  {
+    grpc::ClientContext ctx;
+    ClientOptions no_deadline = options;
+    no_deadline.timeout_seconds = 0;  // a watch lasts as long as the search
+    Prepare(no_deadline, &ctx);
+    kiln::v1::WatchJobRequest w;
+    w.set_job_id(job.job_id());
+    auto reader = stub->WatchJob(&ctx, w);
+    kiln::v1::JobEvent ev;
+    while (reader->Read(&ev)) {
+      if (ev.has_state_change()) {
+        job = ev.state_change();
+        if (!a.quiet) {
+          std::cerr << "kiln: advise: job " << job.job_id() << " " << kiln::v1::JobState_Name(job.state())
+                    << (job.device().empty() ? "" : " on " + job.device()) << "\n";
+        }
+      } else if (ev.event_case() == kiln::v1::JobEvent::kAdviseStep && !a.quiet) {
+        std::cerr << "kiln: advise: " << ev.advise_step() << "\n";
+      }
+    }
+    st = reader->Finish();
+  }
+  if (!st.ok()) {
+    std::cerr << "kiln: advise: watch " << job.job_id() << ": " << Describe(st) << "\n";
+    return std::nullopt;
+  }
+  if (job.state() != kiln::v1::SUCCEEDED) {
+    std::cerr << "kiln: advise: job " << job.job_id() << " " << kiln::v1::JobState_Name(job.state());
+    if (job.has_error()) {
+      std::cerr << ": " << StatusCodeName(static_cast<StatusCode>(job.error().code())) << ": " << job.error().message();
+    }
+    std::cerr << "\n";
+    return std::nullopt;
+  }
+  grpc::ClientContext ctx;
+  Prepare(options, &ctx);
+  kiln::v1::GetJobResultRequest get;
+  get.set_job_id(job.job_id());
+  get.set_omit_outputs(true);
+  auto reader = stub->GetJobResult(&ctx, get);
+  kiln::v1::JobResultChunk chunk;
+  std::optional<kiln::v1::AdviseResult> advice;
+  while (reader->Read(&chunk)) {
+    if (chunk.has_result() && chunk.result().has_advice()) advice = chunk.result().advice();
+  }
+  st = reader->Finish();
+  if (!st.ok() || !advice) {
+    std::cerr << "kiln: advise: result of job " << job.job_id() << ": "
+              << (st.ok() ? std::string("no advice in it (not an advise job?)") : Describe(st)) << "\n";
+    return std::nullopt;
+  }
+  auto r = api::advisor::AdviseResultFromProto(*advice);
+  if (!r.ok()) {
+    std::cerr << "kiln: advise: result of job " << job.job_id() << ": " << r.status().ToString() << "\n";
+    return std::nullopt;
+  }
+  *rc = 0;
+  return std::move(r).value();
+}
+
+int Advise(const ClientOptions& options, const AdviseArgs& a) {
+  if (a.local && a.detach) {
+    std::cerr << "kiln: advise: --detach needs a server (an advise job), not --local\n";
     return 2;
   }
   auto space = api::advisor::ParseSearchSpace(a.space);
@@ -255,13 +398,6 @@ int Advise(const AdviseArgs& a) {
     sets.back()[name] = std::move(*f);
     files.back()[name] = spec.substr(eq + 1);
   }
-  std::ifstream in(a.model, std::ios::binary);
-  if (!in) {
-    std::cerr << "kiln: advise: cannot open '" << a.model << "'\n";
-    return 1;
-  }
-  std::stringstream bytes;
-  bytes << in.rdbuf();
   api::advisor::AdviseOptions o;
   o.target_pcc = a.target_pcc;
   o.space = *space;
@@ -270,32 +406,43 @@ int Advise(const AdviseArgs& a) {
   o.tt_emu_level = a.level;
   o.max_refine_runs = a.max_refine;
   o.per_layer_threshold = a.per_layer_threshold;
-  if (!a.quiet) o.progress = [](const std::string& line) { std::cerr << "kiln: advise: " << line << "\n"; };
-  auto r = api::advisor::AdviseModel(bytes.str(), std::filesystem::path(a.model).stem().string(), sets, o);
-  if (!r.ok()) {
-    std::cerr << "kiln: advise " << a.model << ": " << r.status().ToString() << "\n";
-    return 1;
+  std::optional<api::advisor::AdviseResult> r;
+  std::string bytes, model_id;
+  if (a.local) {
+    std::ifstream in(a.model, std::ios::binary);
+    if (!in) {
+      std::cerr << "kiln: advise: cannot open '" << a.model << "'\n";
+      return 1;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    bytes = ss.str();
+    if (!a.quiet) o.progress = [](const std::string& line) { std::cerr << "kiln: advise: " << line << "\n"; };
+    auto found = api::advisor::AdviseModel(bytes, std::filesystem::path(a.model).stem().string(), sets, o);
+    if (!found.ok()) {
+      std::cerr << "kiln: advise " << a.model << ": " << found.status().ToString() << "\n";
+      return 1;
+    }
+    r = std::move(found).value();
+  } else {
+    int rc = 1;
+    r = AdviseRemote(options, a, sets, &model_id, &rc);
+    if (!r) return rc;
   }
   if (!a.report_html.empty()) {
-    // The chosen assignment run once more, chained with the fp32 reference alongside (first input
-    // set), through the request API, as the HTML run report (cli/html_report.h).
-    kiln::v1::RunConvLayersRequest req;
-    req.set_backend("tt-emu");
-    req.set_tt_emu_level(a.level);
-    req.set_seed(a.seed);
-    req.set_omit_outputs(true);
-    if (!sets.empty()) {
-      for (const auto& [name, t] : sets[0]) api::ToProto(name, t, req.add_inputs());
+    // The chosen assignment run once more through the request API — in process, or on kilnd — as
+    // the HTML run report (cli/html_report.h).
+    kiln::v1::RunConvLayersRequest req = AdvisedRunRequest(a, *r, sets);
+    Result<kiln::v1::RunConvLayersResponse> run = Internal("not run");
+    if (a.local) {
+      run = api::RunConvLocal(bytes, std::filesystem::path(a.model).stem().string(), req, {});
+    } else {
+      req.set_model_id(model_id);
+      kiln::v1::RunConvLayersResponse resp;
+      grpc::Status st = CallUnary(options, &kiln::v1::DeviceService::Stub::RunConvLayers, req, &resp);
+      run = st.ok() ? Result<kiln::v1::RunConvLayersResponse>(std::move(resp))
+                    : Result<kiln::v1::RunConvLayersResponse>(Status(static_cast<StatusCode>(st.error_code()), st.error_message()));
     }
-    for (const auto& l : r->layers) {
-      auto& p = (*req.mutable_layer_precision())[l.name];  // the knobs of the space only
-      p.set_math_fidelity(api::ToProto(l.config.math_fidelity));
-      p.set_weights_dtype(api::ToProto(l.config.weights_dtype));
-      if (l.config.fp32_dest_acc_en) p.set_fp32_dest_acc_en(*l.config.fp32_dest_acc_en);
-      if (l.config.packer_l1_acc) p.set_packer_l1_acc(*l.config.packer_l1_acc);
-      if (l.config.output_dtype) p.set_output_dtype(api::ToProto(*l.config.output_dtype));
-    }
-    auto run = api::RunConvLocal(bytes.str(), std::filesystem::path(a.model).stem().string(), req, {});
     if (!run.ok()) {
       std::cerr << "kiln: advise: the run for --report-html: " << run.status().ToString() << "\n";
       return 1;
@@ -323,11 +470,33 @@ int Advise(const AdviseArgs& a) {
 
 }  // namespace
 
-void AddAdviseCommand(CLI::App& app, ClientOptions& /*options*/, int* exit_code) {
+int PrintAdviceResult(const kiln::v1::AdviseResult& advice, bool json) {
+  auto r = api::advisor::AdviseResultFromProto(advice);
+  if (!r.ok()) {
+    std::cerr << "kiln: result: " << r.status().ToString() << "\n";
+    return 1;
+  }
+  AdviseArgs a;  // what the table and JSON need of the command line, from the answer
+  a.model = advice.model_sha256();  // the stored model's id
+  a.budget = advice.budget_seconds();
+  a.level = advice.tt_emu_level();
+  a.seed = advice.seed();
+  const std::vector<std::map<std::string, std::string>> files(r->input_hashes.size());
+  if (json) {
+    PrintJson(a, *r, device::PrecisionConfig{}, files);
+  } else {
+    PrintTable(a, *r, device::PrecisionConfig{});
+  }
+  if (r->partial) return 4;
+  return r->target_met ? 0 : 3;
+}
+
+void AddAdviseCommand(CLI::App& app, ClientOptions& options, int* exit_code) {
   static AdviseArgs a;
   auto* cmd = app.add_subcommand("advise", "the cheapest per-layer TT-NN precision that meets a PCC target");
   cmd->add_option("MODEL", a.model, "ONNX file")->required();
-  cmd->add_flag("--local", a.local, "search in process on tt-emu (required: no AdviseJob on kilnd yet)");
+  cmd->add_flag("--local", a.local, "search in process on tt-emu (default: an advise job on kilnd)");
+  cmd->add_flag("--detach", a.detach, "submit the advise job, print its id and return (see kiln watch/result)");
   cmd->add_option("--target-pcc", a.target_pcc, "chained end-to-end PCC to meet (worst input)")
       ->check(CLI::Range(1e-9, 1.0))
       ->capture_default_str();
@@ -347,7 +516,7 @@ void AddAdviseCommand(CLI::App& app, ClientOptions& /*options*/, int* exit_code)
                   "also run the advised assignment (chained, first input set) and write its HTML run report here");
   cmd->add_flag("--json", a.json, "JSON (docs/cli-json.md kiln.advise/1)");
   cmd->add_flag("--quiet", a.quiet, "no progress lines on stderr");
-  cmd->callback([exit_code] { *exit_code = Advise(a); });
+  cmd->callback([&options, exit_code] { *exit_code = Advise(options, a); });
 }
 
 }  // namespace kiln::cli

@@ -46,10 +46,11 @@ Result<std::shared_ptr<grpc::Channel>> Connect(const ClientOptions& options) {
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
   // A full job queue answers RESOURCE_EXHAUSTED with the server's grpc-retry-pushback-ms: gRPC's
-  // retry policy waits that long and submits again (`kiln run` always sends an idempotency key, so
-  // a retry never makes a second job).
+  // retry policy waits that long and submits again (`kiln run` and `kiln advise` always send an
+  // idempotency key, so a retry never makes a second job).
   args.SetServiceConfigJSON(R"({"methodConfig": [{
-    "name": [{"service": "kiln.v1.JobService", "method": "SubmitRun"}],
+    "name": [{"service": "kiln.v1.JobService", "method": "SubmitRun"},
+             {"service": "kiln.v1.JobService", "method": "SubmitAdvise"}],
     "retryPolicy": {"maxAttempts": 5, "initialBackoff": "1s", "maxBackoff": "30s", "backoffMultiplier": 2,
                     "retryableStatusCodes": ["RESOURCE_EXHAUSTED", "UNAVAILABLE"]}}]})");
   std::shared_ptr<grpc::ChannelCredentials> creds;

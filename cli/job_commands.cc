@@ -8,12 +8,14 @@
 #include <ctime>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "api/convert.h"
+#include "cli/advise_command.h"
 #include "kiln/v1/job.grpc.pb.h"
 
 namespace kiln::cli {
@@ -80,6 +82,7 @@ nlohmann::ordered_json JobJson(const kiln::v1::Job& j) {
   std::string state = StateName(j.state());
   for (char& c : state) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   o["job_id"] = j.job_id();
+  o["kind"] = j.kind() == kiln::v1::JOB_KIND_ADVISE ? "advise" : "run";
   o["state"] = state;
   o["model_id"] = j.model_id();
   o["backend"] = j.backend();
@@ -90,7 +93,8 @@ nlohmann::ordered_json JobJson(const kiln::v1::Job& j) {
                    {"configurations_total", p.configurations_total()},
                    {"layers_done", p.layers_done()},
                    {"layers_total", p.layers_total()},
-                   {"current_layer", p.current_layer().empty() ? Json(nullptr) : Json(p.current_layer())}};
+                   {"current_layer", p.current_layer().empty() ? Json(nullptr) : Json(p.current_layer())},
+                   {"step", p.step().empty() ? Json(nullptr) : Json(p.step())}};
   o["attempt"] = j.attempt();
   o["created"] = TimeJson(j.created());
   o["started"] = TimeJson(j.started());
@@ -116,7 +120,7 @@ void PrintJobJson(const kiln::v1::Job& j) {
 }
 
 void PrintJob(const kiln::v1::Job& j) {
-  std::printf("job        %s\n", j.job_id().c_str());
+  std::printf("job        %s%s\n", j.job_id().c_str(), j.kind() == kiln::v1::JOB_KIND_ADVISE ? " (advise)" : "");
   std::printf("state      %s%s\n", StateName(j.state()), j.results_expired() ? " (results expired)" : "");
   std::printf("model      %s\n", j.model_id().c_str());
   std::printf("backend    %s%s%s\n", j.backend().c_str(), j.device().empty() ? "" : " on ", j.device().c_str());
@@ -125,6 +129,7 @@ void PrintJob(const kiln::v1::Job& j) {
               static_cast<long long>(p.configurations_done()), static_cast<long long>(p.configurations_total()),
               static_cast<long long>(p.layers_done()), static_cast<long long>(p.layers_total()),
               p.current_layer().empty() ? "" : " ", p.current_layer().c_str());
+  if (!p.step().empty()) std::printf("step       %s\n", p.step().c_str());
   std::printf("attempt    %d\n", j.attempt());
   std::printf("created    %s\nstarted    %s\nfinished   %s\n", Time(j.created()).c_str(), Time(j.started()).c_str(),
               Time(j.finished()).c_str());
@@ -202,6 +207,10 @@ WatchOutcome Watch(const ClientOptions& options, const std::string& job_id, bool
         std::fprintf(stderr, "job %s %s (attempt %d)%s%s\n", job_id.c_str(), StateName(out.job.state()),
                      out.job.attempt(), out.job.device().empty() ? "" : " on ", out.job.device().c_str());
       }
+    } else if (ev.event_case() == kiln::v1::JobEvent::kAdviseStep && progress) {
+      if (bar) std::fputs("\n", stderr);
+      bar = false;
+      std::fprintf(stderr, "advise: %s\n", ev.advise_step().c_str());
     } else if (ev.has_layer() && progress) {
       const auto& l = ev.layer();
       const int width = 30;
@@ -228,8 +237,9 @@ WatchOutcome Watch(const ClientOptions& options, const std::string& job_id, bool
   return out;
 }
 
+// The configurations of a run job; an advise job's answer goes to `*advice` instead.
 Result<std::vector<RunConfiguration>> FetchResult(const ClientOptions& options, const std::string& job_id,
-                                                      bool omit_outputs) {
+                                                      bool omit_outputs, std::optional<kiln::v1::AdviseResult>* advice) {
   auto channel = Connect(options);
   if (!channel.ok()) return channel.status();
   auto stub = kiln::v1::JobService::NewStub(*channel);
@@ -242,7 +252,9 @@ Result<std::vector<RunConfiguration>> FetchResult(const ClientOptions& options, 
   std::vector<RunConfiguration> out;
   kiln::v1::JobResultChunk chunk;
   while (reader->Read(&chunk)) {
-    if (chunk.has_result()) {
+    if (chunk.has_result() && chunk.result().has_advice()) {
+      *advice = chunk.result().advice();
+    } else if (chunk.has_result()) {
       out.push_back({chunk.result().precision(), chunk.result().response()});
     } else if (chunk.has_output()) {
       if (out.empty()) return DataLoss("result stream: output before its configuration");
@@ -269,10 +281,19 @@ int ResultCommand(const ClientOptions& options, const std::vector<std::string>& 
   }
   std::vector<RunConfiguration> all;
   for (const auto& id : job_ids) {
-    auto configs = FetchResult(options, id, false);
+    std::optional<kiln::v1::AdviseResult> advice;
+    auto configs = FetchResult(options, id, false, &advice);
     if (!configs.ok()) {
       std::cerr << "kiln: result " << id << ": " << configs.status().ToString() << "\n";
       return 1;
+    }
+    if (advice) {
+      if (job_ids.size() > 1 || report.report == "html" || !report.out_dir.empty() || !report.report_file.empty()) {
+        std::cerr << "kiln: result " << id << ": an advise job's answer prints alone, as a table or --report json "
+                     "(no --out, --report-file or html: kiln advise --report-html runs it)\n";
+        return 2;
+      }
+      return PrintAdviceResult(*advice, report.report == "json");
     }
     for (auto& c : *configs) all.push_back(std::move(c));
   }

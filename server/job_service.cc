@@ -77,6 +77,26 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitRun(grpc::CallbackServerContext*
   return reactor;
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::SubmitAdvise(grpc::CallbackServerContext* context,
+                                                       const kiln::v1::SubmitAdviseRequest* request,
+                                                       kiln::v1::Job* response) {
+  ReactorScope on_reactor;
+  auto* reactor = context->DefaultReactor();
+  auto scope = std::make_shared<RpcScope>(env_, *context, "/kiln.v1.JobService/SubmitAdvise");
+  grpc::Status st = scope->Begin(*context);
+  if (!st.ok()) {
+    reactor->Finish(scope->Done(st));
+    return reactor;
+  }
+  OnStoreLane(*context, reactor, scope, [this, request, response, client = ClientId(*context)](int64_t* retry) {
+    auto job = jobs_->SubmitAdvise(*request, client, nullptr, retry);
+    if (!job.ok()) return job.status();
+    *response = std::move(job).value();
+    return Status::Ok();
+  });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
                                                  const kiln::v1::GetJobRequest* request, kiln::v1::Job* response) {
   ReactorScope on_reactor;

@@ -22,6 +22,9 @@ class JobServiceImpl final : public kiln::v1::JobService::CallbackService {
 
   grpc::ServerUnaryReactor* SubmitRun(grpc::CallbackServerContext* context, const kiln::v1::SubmitRunRequest* request,
                                       kiln::v1::Job* response) override;
+  grpc::ServerUnaryReactor* SubmitAdvise(grpc::CallbackServerContext* context,
+                                         const kiln::v1::SubmitAdviseRequest* request,
+                                         kiln::v1::Job* response) override;
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context, const kiln::v1::GetJobRequest* request,
                                    kiln::v1::Job* response) override;
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context, const kiln::v1::ListJobsRequest* request,

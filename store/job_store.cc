@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;
 
 // Forward migrations: kMigrations[v] takes a database at version v to v + 1.
 const char* const kMigrations[] = {
@@ -44,6 +44,8 @@ const char* const kMigrations[] = {
     "  blob BLOB NOT NULL, PRIMARY KEY (job_id, sequence));"
     "CREATE TABLE job_results (job_id TEXT NOT NULL, configuration INTEGER NOT NULL, report BLOB NOT NULL,"
     "  outputs INTEGER NOT NULL, PRIMARY KEY (job_id, configuration));",
+    // 1 -> 2: the job's kind (advise jobs); every earlier job is a run (0).
+    "ALTER TABLE jobs ADD COLUMN kind INTEGER NOT NULL DEFAULT 0;",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion);
 
@@ -219,7 +221,7 @@ int64_t TreeBytes(const fs::path& dir) {
 constexpr const char* kJobColumns =
     "job_id, state, created_ms, started_ms, finished_ms, model_id, backend, device, client, idempotency_key,"
     " attempt, error_code, error_message, configurations, configurations_done, layers_done, layers_total,"
-    " current_layer, layers_below_threshold, results_expired, bytes, events, dropped_events, request";
+     " current_layer, layers_below_threshold, results_expired, bytes, events, dropped_events, request, kind";
 
 JobRecord ReadJob(const Stmt& s) {
   JobRecord j;
@@ -247,6 +249,7 @@ JobRecord ReadJob(const Stmt& s) {
   j.events = s.I(21);
   j.dropped_events = s.I(22);
   j.request = s.S(23);
+  j.kind = static_cast<int>(s.I(24));
   return j;
 }
 
@@ -385,14 +388,14 @@ Result<JobRecord> JobStore::Create(JobRecord job, const std::vector<std::string_
   Txn txn(db_);
   KILN_RETURN_IF_ERROR(txn.begun());
   Stmt ins(db_, (std::string("INSERT INTO jobs (") + kJobColumns +
-                 ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+                 ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
                     .c_str());
   ins.Text(1, job.job_id).Int(2, job.state).Int(3, job.created_ms).Int(4, job.started_ms).Int(5, job.finished_ms);
   ins.Text(6, job.model_id).Text(7, job.backend).Text(8, job.device).Text(9, job.client).Text(10, job.idempotency_key);
   ins.Int(11, job.attempt).Int(12, job.error_code).Text(13, job.error_message).Int(14, job.configurations);
   ins.Int(15, job.configurations_done).Int(16, job.layers_done).Int(17, job.layers_total).Text(18, job.current_layer);
   ins.Int(19, job.layers_below_threshold).Int(20, job.results_expired).Int(21, job.bytes).Int(22, job.events);
-  ins.Int(23, job.dropped_events).Blob(24, job.request);
+  ins.Int(23, job.dropped_events).Blob(24, job.request).Int(25, job.kind);
   Status s = ins.Run();
   for (const auto& [k, v] : job.labels) {
     if (!s.ok()) break;

@@ -17,7 +17,7 @@
 // whose schema is newer than this build).
 //
 // Schema versions (schema_version table, forward migrations in job_store.cc Migrate): 1 = the
-// tables above.
+// tables above; 2 = jobs.kind.
 #pragma once
 
 #include <cstdint>
@@ -55,13 +55,14 @@ struct JobRecord {
   int configurations_done = 0;
   int64_t layers_done = 0;
   int64_t layers_total = 0;
-  std::string current_layer;
+  std::string current_layer;    ///< advise jobs: the search's latest step
   int64_t layers_below_threshold = 0;
   bool results_expired = false;
   int64_t bytes = 0;            ///< input and result files of this job on disk
   int64_t events = 0;           ///< events stored (the last sequence number)
   int64_t dropped_events = 0;   ///< events not stored (over the per-job limit)
   std::string request;          ///< opaque: the submitted request without tensor bytes
+  int kind = 0;                 ///< kiln.v1.JobKind's number: 0 a run, 1 an advise job (request's message)
 };
 
 struct JobEventRecord {

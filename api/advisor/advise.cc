@@ -99,7 +99,7 @@ class Search {
     o.precision = opt_.base;
     o.layer_precision = layers;
     o.input_seed = opt_.seed;
-    o.reference = reference_.get();
+    o.reference = ref_;
     o.reference_threads = 0;
     o.prepared = prepared_ref_.get();
     auto r = runtime::RunConvPlan(*plan_, inputs_[input], *ttemu_, o, opt_.cancel);
@@ -127,7 +127,8 @@ class Search {
   AdviseCache* cache_;
   Clock::time_point start_;
   AdviseResult result_;
-  std::unique_ptr<device::Backend> ttemu_, reference_;
+  std::unique_ptr<device::Backend> ttemu_, own_reference_;
+  device::Backend* ref_ = nullptr;  // opt_.reference or own_reference_
   std::unique_ptr<runtime::PreparedConvs> prepared_ref_;
   std::vector<runtime::RunInputs> inputs_;
   std::vector<std::string> inputs_hash_;
@@ -155,7 +156,7 @@ Status Search::Reference() {
     o.compare_to_reference = false;
     o.input_seed = opt_.seed;
     o.reference_threads = 0;
-    auto r = runtime::RunConvPlan(*plan_, inputs_[i], *reference_, o, opt_.cancel);
+    auto r = runtime::RunConvPlan(*plan_, inputs_[i], *ref_, o, opt_.cancel);
     if (!r.ok()) return r.status();
     cache_->reference[key] = std::move(r->outputs);
   }
@@ -360,10 +361,14 @@ Result<AdviseResult> Search::Run(const std::vector<runtime::RunInputs>& given) {
   auto emu = device::DefaultBackendRegistry().Create(device::kTtEmuBackend, bo);
   if (!emu.ok()) return emu.status();
   ttemu_ = std::move(*emu);
-  auto ref = device::DefaultBackendRegistry().Create(device::kReferenceBackend, {});
-  if (!ref.ok()) return ref.status();
-  reference_ = std::move(*ref);
-  prepared_ref_ = std::make_unique<runtime::PreparedConvs>(plan_, *reference_);
+  ref_ = opt_.reference;
+  if (ref_ == nullptr) {
+    auto ref = device::DefaultBackendRegistry().Create(device::kReferenceBackend, {});
+    if (!ref.ok()) return ref.status();
+    own_reference_ = std::move(*ref);
+    ref_ = own_reference_.get();
+  }
+  prepared_ref_ = std::make_unique<runtime::PreparedConvs>(plan_, *ref_);
 
   try {
     if (auto s = Reference(); !s.ok()) return s;

@@ -43,6 +43,7 @@
 #include "api/advisor/cost_model.h"
 #include "common/status.h"
 #include "compiler/convplan/plan.h"
+#include "device/backends/backend.h"
 #include "device/backends/precision.h"
 #include "runtime/inputs.h"
 
@@ -94,6 +95,9 @@ struct AdviseOptions {
   /// Checked inside every run (runtime::RunConvPlan): CANCELLED / DEADLINE_EXCEEDED is the
   /// search's status (no partial answer: a budget is the way to get one). May be null.
   const device::CancelToken* cancel = nullptr;
+  /// The fp32 reference backend; null = a fresh one in process. kilnd passes its scheduler's
+  /// Reference(), so that an advise job's reference runs on the reference lane (sched/scheduler.h).
+  device::Backend* reference = nullptr;
 };
 
 /// Results kept across calls (see the header comment). Not thread-safe: one search at a time.

@@ -273,5 +273,41 @@ TEST(JobStoreTest, IdempotencyOrphansAndSchemaVersion) {
   fs::remove_all(dir);
 }
 
+// Schema 2 added jobs.kind: a version-1 database (made here by undoing that migration) opens
+// migrated, its jobs runs (kind 0); an advise job's kind is kept.
+TEST(JobStoreTest, Version1StoreMigratesAndKeepsKinds) {
+  const fs::path dir = fs::temp_directory_path() / ("kiln-jobstore-kind-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  store::JobRecord rec;
+  rec.job_id = "j-run";
+  rec.model_id = "m";
+  rec.backend = "tt-emu";
+  rec.client = "c";
+  rec.request = "req";
+  {
+    auto js = store::JobStore::Open(dir.string());
+    ASSERT_TRUE(js.ok()) << js.status().ToString();
+    ASSERT_TRUE((*js)->Create(rec, {}, nullptr).ok());
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir / "jobs" / "jobs.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "ALTER TABLE jobs DROP COLUMN kind; DELETE FROM schema_version WHERE version = 2",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto js = store::JobStore::Open(dir.string());
+  ASSERT_TRUE(js.ok()) << js.status().ToString();
+  auto old = (*js)->Get("j-run");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->kind, kiln::v1::JOB_KIND_RUN);
+  rec.job_id = "j-advise";
+  rec.kind = kiln::v1::JOB_KIND_ADVISE;
+  ASSERT_TRUE((*js)->Create(rec, {}, nullptr).ok());
+  auto advise = (*js)->Get("j-advise");
+  ASSERT_TRUE(advise.ok());
+  EXPECT_EQ(advise->kind, kiln::v1::JOB_KIND_ADVISE);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kiln::api

@@ -1,7 +1,9 @@
-// `kiln advise --local` end to end (cli/advise_command.h): the kiln.advise/1 JSON (docs/cli-json.md)
+// `kiln advise` end to end (cli/advise_command.h): the kiln.advise/1 JSON (docs/cli-json.md)
 // records the seed, input hashes and cache keys and carries the TT-NN and `kiln run` snippets; the
 // advised `--layer-precision` flags, run as is by `kiln run --local`, give every conv its advised
-// precision and the advised network PCC; command-line errors are status 2.
+// precision and the advised network PCC; the same search as an advise job on a real kilnd
+// (JobService.SubmitAdvise) gives the same document as --local, and `kiln jobs` / `kiln result`
+// show the job and its answer; command-line errors are status 2.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -92,9 +94,102 @@ TEST(CliAdviseE2E, JsonAndItsKilnRunFlagsRunAsAdvised) {
   EXPECT_EQ(rows, 17u) << "13 convs, 4 host ops";
 }
 
+// The document without what differs between two runs of one search (its wall time) and between
+// an in-process and a job search (the model as given: a file, or a stored model's id).
+nlohmann::json Comparable(nlohmann::json doc) {
+  doc["search"].erase("seconds");
+  doc["model"].erase("file");
+  return doc;
+}
+
+// Equal documents, floating-point numbers within 1e-9: kilnd's fp32 reference runs on its
+// reference lane's threads, the in-process one on all cores (a sum's order may differ).
+void ExpectSameDocument(const nlohmann::json& got, const nlohmann::json& want, const std::string& path = "") {
+  if (got.is_number_float() || want.is_number_float()) {
+    ASSERT_TRUE(got.is_number() && want.is_number()) << path;
+    EXPECT_NEAR(got.get<double>(), want.get<double>(), 1e-9) << path;
+  } else if (got.is_object() && want.is_object()) {
+    EXPECT_EQ(got.size(), want.size()) << path;
+    for (auto it = want.begin(); it != want.end(); ++it) {
+      ASSERT_TRUE(got.contains(it.key())) << path << "." << it.key();
+      ExpectSameDocument(got[it.key()], it.value(), path + "." + it.key());
+    }
+  } else if (got.is_array() && want.is_array()) {
+    ASSERT_EQ(got.size(), want.size()) << path;
+    for (size_t i = 0; i < want.size(); ++i) ExpectSameDocument(got[i], want[i], path + "[" + std::to_string(i) + "]");
+  } else {
+    EXPECT_EQ(got, want) << path;
+  }
+}
+
+class CliAdviseJobE2E : public KilndTest {};
+
+TEST_F(CliAdviseJobE2E, AdviseJobOnKilndGivesTheLocalAnswer) {
+  auto kilnd = StartKilnd({"--devices", "tt-emu:1,reference:1"});
+  int rc = -1;
+  // --space fidelity and two refinement runs keep each search a few seconds on unet_small.
+  const std::string input = "input=" + kCases + "unet_small.input.npy";
+  const std::string search = " --input " + input + " --space fidelity --target-pcc 0.99 --max-refine 2 --seed 7 --json";
+  const std::string local = Kiln("advise " + kCases + "unet_small.onnx --local --quiet" + search, &rc);
+  ASSERT_EQ(rc, 0) << local;
+  const std::string server = "--server " + kilnd->grpc_address() + " ";
+  // The job's steps go to stderr: folded into the output here, then split off at the document.
+  const std::string remote_all =
+      RunShell(std::string(KILN_BINARY) + " " + server + "advise " + kCases + "unet_small.onnx" + search + " 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << remote_all;
+  const size_t doc_at = remote_all.find("{\n");
+  ASSERT_NE(doc_at, std::string::npos) << remote_all;
+  const std::string steps = remote_all.substr(0, doc_at);
+  EXPECT_NE(steps.find("submitted"), std::string::npos) << steps;
+  EXPECT_NE(steps.find("kiln: advise: sweep 1/4 HiFi4/bfloat16"), std::string::npos) << steps;
+  EXPECT_NE(steps.find("SUCCEEDED on tt-emu:0"), std::string::npos) << steps;
+  const auto want = nlohmann::json::parse(local);
+  const auto got = nlohmann::json::parse(remote_all.substr(doc_at));
+  EXPECT_EQ(got["model"]["file"], kCases + "unet_small.onnx");
+  ExpectSameDocument(Comparable(got), Comparable(want));
+  EXPECT_EQ(got["target_met"], true);
+  EXPECT_GE(got["network"]["pcc"].get<double>(), 0.99);
+  EXPECT_EQ(got["space"], nlohmann::json::array({"fidelity"}));
+  EXPECT_EQ(got["layers"].size(), 13u);
+
+  // The job: kind advise, SUCCEEDED, its answer again through `kiln result`.
+  const auto jobs = nlohmann::json::parse(Kiln(server + "jobs --json", &rc));
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(jobs["jobs"].size(), 1u);
+  const auto& job = jobs["jobs"][0];
+  EXPECT_EQ(job["kind"], "advise");
+  EXPECT_EQ(job["state"], "succeeded");
+  EXPECT_EQ(job["backend"], "tt-emu");
+  EXPECT_EQ(job["model_id"], want["model"]["sha256"]);
+  EXPECT_EQ(job["progress"]["configurations_done"], 1);
+  EXPECT_TRUE(job["progress"]["step"].is_string()) << job.dump(1);
+  const std::string id = job["job_id"];
+  const std::string result = Kiln(server + "result " + id + " --report json", &rc);
+  ASSERT_EQ(rc, 0) << result;
+  const auto again = nlohmann::json::parse(result);
+  EXPECT_EQ(again["model"]["file"], want["model"]["sha256"]);  // no file: the stored model's id
+  auto with_files = Comparable(again);
+  with_files["inputs"][0]["files"] = want["inputs"][0]["files"];  // the job keeps tensors, not paths
+  ExpectSameDocument(with_files, Comparable(want));
+  const std::string table = Kiln(server + "result " + id, &rc);
+  EXPECT_EQ(rc, 0) << table;
+  EXPECT_NE(table.find("target met; answer from: "), std::string::npos) << table;
+  EXPECT_NE(table.find("kiln run '" + want["model"]["sha256"].get<std::string>() + "'"), std::string::npos) << table;
+
+  // A search that cannot run fails the job with the advisor's error (tests/data/conv-cases has no
+  // conv-free model: an input the model does not have is refused by the search instead).
+  const std::string bad = RunShell(std::string(KILN_BINARY) + " " + server + "advise " + kCases +
+                                       "unet_small.onnx --input nosuch=" + kCases + "unet_small.input.npy --quiet 2>&1",
+                                   &rc);
+  EXPECT_EQ(rc, 1) << bad;
+  EXPECT_NE(bad.find("FAILED: INVALID_ARGUMENT"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("unknown input 'nosuch'"), std::string::npos) << bad;
+  EXPECT_EQ(kilnd->Stop(), 0);
+}
+
 TEST(CliAdviseE2E, CommandLineErrorsAreStatus2) {
   int rc = -1;
-  std::string out = Kiln("advise " + kCases + "unet_small.onnx", &rc);
+  std::string out = Kiln("advise " + kCases + "unet_small.onnx --local --detach", &rc);
   EXPECT_EQ(rc, 2) << out;
   out = Kiln("advise " + kCases + "unet_small.onnx --local --space fidelity,speed", &rc);
   EXPECT_EQ(rc, 2) << out;

@@ -13,6 +13,7 @@
 // run through PlanCacheKey, SymbolBindings, PrepareConvRun on a small plan (precision and tensor
 // conversion, the memory estimate, CheckRunMemory) and, when small, a real run on the fp32
 // reference backend (input checks of runtime/inputs.h); the sweep's precisions through FromProto;
+// SubmitAdviseRequest's advise through AdviseSpecFromProto (api/advisor/advise_proto.h);
 // CompileAi8xRequest's options through CompileAi8x on a small valid model, and inline model_bytes
 // of up to 4 KiB through CompileAi8x; LookupModelRequest through its name and sha256 checks. The
 // other model-service and job lookups (ids, names, page tokens) are store work and only parsed and
@@ -36,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "api/advisor/advise_proto.h"
 #include "api/compile_ai8x.h"
 #include "api/convert.h"
 #include "api/run_conv.h"
@@ -256,6 +258,11 @@ void SubmitRun(const kiln::v1::SubmitRunRequest& r) {
   Run(r.run());
 }
 
+void SubmitAdvise(const kiln::v1::SubmitAdviseRequest& r) {
+  // JobManager::SubmitAdvise's checks before the store (api/jobs.cc): options, level, tensors.
+  (void)kiln::api::advisor::AdviseSpecFromProto(r.advise(), {});
+}
+
 void Lookup(const kiln::v1::LookupModelRequest& r) {
   // LookupModel's checks before the in-memory index (server/model_service.cc Lookup).
   if (!r.name().empty()) (void)kiln::store::IsValidModelName(r.name());
@@ -294,6 +301,7 @@ const std::vector<Row>& Rows() {
       {WatchJobRequest::descriptor(), Dispatch<WatchJobRequest>},
       {GetJobResultRequest::descriptor(), Dispatch<GetJobResultRequest>},
       {LookupModelRequest::descriptor(), Dispatch<LookupModelRequest, Lookup>},
+      {SubmitAdviseRequest::descriptor(), Dispatch<SubmitAdviseRequest, SubmitAdvise>},
   };
   return rows;
 }

@@ -480,6 +480,56 @@ class JobTest(Base):
         self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.submit, model, {"X": x}, "tt-emu",
                              layer_precision={low: {"input_dtype": "bfloat4_b"}}, contains=low)
 
+    def test_advise_job(self) -> None:
+        """SubmitAdvise through advise(): the answer names every conv with a config the run takes as
+        is, its steps are events, and a malformed request is refused at submission."""
+        model = self.upload_case("sibling_convs")
+        x = case_input("sibling_convs")
+        answer = self.kiln.advise(model, {"X": x}, target_pcc=0.99, space=["fidelity"], max_refine_runs=2, seed=3,
+                                  labels={"suite": "python-advise"})
+        self.assertEqual(list(answer.space), ["fidelity"])
+        self.assertEqual(answer.seed, 3)
+        self.assertEqual(len(answer.input_sha256), 1)
+        self.assertEqual(len(answer.model_sha256), 64)
+        self.assertTrue(answer.target_met)
+        self.assertFalse(answer.partial)
+        self.assertGreaterEqual(answer.network_pcc, 0.99)
+        self.assertLessEqual(answer.relative_cost, 1.0)
+        self.assertGreater(answer.network_runs, 0)
+        probe = self.kiln.run(model, {"X": x}, "tt-emu", omit_outputs=True)
+        convs = [l.name for l in probe.layers if l.op == "conv2d"]
+        self.assertEqual([l.name for l in answer.layers], convs)
+        for l in answer.layers:
+            self.assertNotEqual(l.config.math_fidelity, device_pb2.MATH_FIDELITY_UNSPECIFIED)
+            self.assertEqual(l.config.weights_dtype, device_pb2.BFLOAT16)  # weights not searched
+        # The answer as a run's layer_precision: each conv runs at its advised fidelity.
+        run = self.kiln.run(model, {"X": x}, "tt-emu", omit_outputs=True,
+                            layer_precision={l.name: l.config for l in answer.layers})
+        advised = {l.name: l.config.math_fidelity for l in answer.layers}
+        for l in run.layers:
+            if l.name in advised:
+                self.assertTrue(l.layer_precision_set)
+                self.assertEqual(l.precision.math_fidelity, advised[l.name])
+        job = next(self.kiln.jobs(labels={"suite": "python-advise"}))
+        self.assertEqual(job.kind, job_pb2.JOB_KIND_ADVISE)
+        self.assertEqual(job.state, job_pb2.SUCCEEDED)
+        self.assertEqual(job.backend, "tt-emu")
+        self.assertTrue(job.progress.step)
+        steps = [e.advise_step for e in self.kiln.watch(job.job_id) if e.WhichOneof("event") == "advise_step"]
+        self.assertTrue(steps[0].startswith("sweep 1/4 HiFi4/bfloat16"), steps)
+        self.assertTrue(any(s.startswith("chained ") for s in steps), steps)
+        self.assertEqual(self.kiln.advice(job.job_id), answer)
+        # Refused at submission, before it takes a place in the queue.
+        self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.submit_advise, model, {"X": x},
+                             space=["fidelity", "speed"], contains="speed")
+        self.assertKilnError(grpc.StatusCode.INVALID_ARGUMENT, self.kiln.submit_advise, model, target_pcc=1.5,
+                             contains="target_pcc")
+        self.assertKilnError(grpc.StatusCode.NOT_FOUND, self.kiln.submit_advise, "no-such-model")
+        run_job = self.kiln.submit(model, {"X": x}, "reference")
+        self.kiln.wait(run_job.job_id)
+        self.assertKilnError(grpc.StatusCode.FAILED_PRECONDITION, self.kiln.advice, run_job.job_id,
+                             contains="not an advise job")
+
     def test_cancel_queued_and_running(self) -> None:
         slow = self.upload_case("unet_small")
         running = self.kiln.submit(slow, backend="tt-emu")

@@ -5,6 +5,8 @@
         model = kiln.upload("model.onnx").model_id
         run = kiln.run(model, {"input": x}, backend="tt-emu", precision={"math_fidelity": "HiFi2"})
         run.outputs["output"], run.passed, [(l.name, l.pcc, l.passed) for l in run.layers]
+        advice = kiln.advise(model, {"input": x}, target_pcc=0.99, space=["fidelity", "weights"])
+        {l.name: l.config for l in advice.layers}   # layer_precision for kiln.run
 
 The import name is kiln_client, not kiln: PyPI's `kiln` is an unrelated package, and protoc run
 on proto/kiln/v1 by hand makes a top-level `kiln` package this one must not shadow (the stubs

@@ -1,8 +1,8 @@
 """Client: one gRPC channel to kilnd and thin, typed calls over proto/kiln/v1 (ModelService,
 CompileService, DeviceService, JobService). Requests are built as the C++ CLI builds them (cli/):
 "authorization: Bearer <token>", x-kiln-client as the optional sub-key of this client's queue
-share, uploads in 1 MiB chunks after a header with size and sha256, SubmitRun retried on
-RESOURCE_EXHAUSTED / UNAVAILABLE with an idempotency key, precision values spelled as on the
+share, uploads in 1 MiB chunks after a header with size and sha256, SubmitRun and SubmitAdvise
+retried on RESOURCE_EXHAUSTED / UNAVAILABLE with an idempotency key, precision values spelled as on the
 command line. Every failure is a KilnError."""
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ _CHUNK = 1 << 20  # kiln/v1/model.proto: chunks of at most 1 MiB
 # As the CLI's channel (cli/client.cc): a full job queue answers RESOURCE_EXHAUSTED with
 # grpc-retry-pushback-ms, which gRPC's retry policy honours.
 _SERVICE_CONFIG = json.dumps({"methodConfig": [{
-    "name": [{"service": "kiln.v1.JobService", "method": "SubmitRun"}],
+    "name": [{"service": "kiln.v1.JobService", "method": "SubmitRun"},
+             {"service": "kiln.v1.JobService", "method": "SubmitAdvise"}],
     "retryPolicy": {"maxAttempts": 5, "initialBackoff": "1s", "maxBackoff": "30s", "backoffMultiplier": 2,
                     "retryableStatusCodes": ["RESOURCE_EXHAUSTED", "UNAVAILABLE"]}}]})
 _FINISHED = {job_pb2.SUCCEEDED, job_pb2.FAILED, job_pb2.CANCELLED}
@@ -318,6 +319,63 @@ class Client:
             request.labels[k] = v
         return self._unary(self._jobs.SubmitRun, request)
 
+    def submit_advise(self, model: str, inputs: Union[Mapping[str, Any], Sequence[Mapping[str, Any]], None] = None,
+                      *, target_pcc: float = 0.99, space: Sequence[str] = ("fidelity", "weights"),
+                      budget_seconds: float = 0, seed: int = 0, tt_emu_level: str = "",
+                      per_layer_threshold: bool = False, max_refine_runs: Optional[int] = None,
+                      labels: Optional[Mapping[str, str]] = None,
+                      idempotency_key: Optional[str] = None) -> job_pb2.Job:
+        """Submits a precision-advisor search as a durable job (JobService.SubmitAdvise,
+        kiln/v1/job.proto; the search `kiln advise` runs): the cheapest per-layer precision, by an
+        estimated relative cost (not a card measurement), whose chained end-to-end PCC meets
+        target_pcc. inputs: one input set (graph input name -> array) or a sequence of sets (the
+        worst one counts); absent inputs are seeded random. space: the knobs to vary, of
+        "fidelity", "weights", "dest", "l1acc", "output_dtype". budget_seconds: 0 = none; when
+        spent the answer is the best so far (partial). tt_emu_level: "exact", "fast" or "" (kilnd's).
+        Without an idempotency_key a random one is sent, as submit() does."""
+        request = job_pb2.SubmitAdviseRequest(idempotency_key=idempotency_key or uuid.uuid4().hex)
+        a = request.advise
+        a.model_id = model
+        sets = [] if inputs is None else [inputs] if isinstance(inputs, Mapping) else list(inputs)
+        for one in sets:
+            s = a.input_sets.add()
+            for name, value in one.items():
+                s.inputs.append(to_tensor(name, value))
+        a.target_pcc = target_pcc
+        a.space.extend(space)
+        a.budget_seconds = budget_seconds
+        a.seed = seed
+        a.tt_emu_level = tt_emu_level
+        a.per_layer_threshold = per_layer_threshold
+        if max_refine_runs is not None:
+            a.max_refine_runs = max_refine_runs
+        for k, v in (labels or {}).items():
+            request.labels[k] = v
+        return self._unary(self._jobs.SubmitAdvise, request)
+
+    def advice(self, job_id: str) -> job_pb2.AdviseResult:
+        """A finished advise job's answer (kiln.v1.AdviseResult): per layer its advised config (a
+        Precision that run(..., layer_precision={l.name: l.config for l in answer.layers}) takes
+        as is), isolated PCC and relative cost; the network's chained PCC and cost against the
+        all-HiFi4-bfloat16 baseline (1.0). FAILED_PRECONDITION while the job has not succeeded or
+        when it is not an advise job; NOT_FOUND once retention removed the results."""
+        for chunk in self._stream(self._jobs.GetJobResult, job_pb2.GetJobResultRequest(job_id=job_id,
+                                                                                     omit_outputs=True)):
+            if chunk.HasField("result") and chunk.result.HasField("advice"):
+                return chunk.result.advice
+        raise KilnError(grpc.StatusCode.FAILED_PRECONDITION, f"job {job_id} is not an advise job")
+
+    def advise(self, model: str, inputs: Union[Mapping[str, Any], Sequence[Mapping[str, Any]], None] = None,
+               **options: Any) -> job_pb2.AdviseResult:
+        """submit_advise(model, inputs, **options), then waits for the job and returns advice().
+        A job that did not succeed raises KilnError with its error's code and message."""
+        job = self.submit_advise(model, inputs, **options)
+        end = self.wait(job.job_id)
+        if end.state != job_pb2.SUCCEEDED:
+            code = next((c for c in grpc.StatusCode if c.value[0] == end.error.code), grpc.StatusCode.UNKNOWN)
+            raise KilnError(code, f"advise job {job.job_id} {job_pb2.JobState.Name(end.state)}: {end.error.message}")
+        return self.advice(job.job_id)
+
     def job(self, job_id: str) -> job_pb2.Job:
         return self._unary(self._jobs.GetJob, job_pb2.GetJobRequest(job_id=job_id))
 
@@ -334,7 +392,8 @@ class Client:
             request.page_token = page.next_page_token
 
     def watch(self, job_id: str) -> Iterator[job_pb2.JobEvent]:
-        """The job's events in order (state changes and finished layers), the past ones first,
+        """The job's events in order (state changes, finished layers, an advise job's steps as
+        advise_step), the past ones first,
         until the job ends. Closing the iterator early ends the stream."""
         return self._stream(self._jobs.WatchJob, job_pb2.WatchJobRequest(job_id=job_id))
 
