@@ -158,23 +158,25 @@ class Engine {
     return nx::MaskSrcOperand(t, b_fmt());
   }
 
-  void Prepare(const float* x, const float* w, const float* bias) {
+  void Prepare(const float* x, const float* w, const float* bias, int threads) {
     const EmuGeometry& g = g_;
     const int64_t C16 = (g.C + 15) / 16 * 16;
     // 1. activations: host conversion per pixel in 16-channel groups; then (unless tilized per
-    //    row) the per-element tilize + unpack.
+    //    row) the per-element tilize + unpack. Pixels are independent: split over the threads.
     xdev_.assign(static_cast<size_t>(g.N * g.H * g.W * g.C), 0);
-    std::vector<uint32_t> pix(static_cast<size_t>(C16)), conv(static_cast<size_t>(C16));
     const int64_t HW = g.H * g.W;
-    for (int64_t n = 0; n < g.N; ++n) {
-      for (int64_t s = 0; s < HW; ++s) {
+    (void)Parallel(0, g.N * HW, C16 * 16, threads, [&](int64_t p0, int64_t p1) {
+      std::vector<uint32_t> pix(static_cast<size_t>(C16)), conv(static_cast<size_t>(C16));
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t n = p / HW, s = p % HW;
         std::fill(pix.begin(), pix.end(), 0u);
         for (int64_t c = 0; c < g.C; ++c) pix[c] = nx::FloatBits(x[(n * g.C + c) * HW + s]);
         for (int64_t c0 = 0; c0 < C16; c0 += 16) HostConvertGroup(&pix[c0], 16, p_.input_dtype, &conv[c0]);
-        uint32_t* dstp = &xdev_[static_cast<size_t>((n * HW + s) * g.C)];
+        uint32_t* dstp = &xdev_[static_cast<size_t>(p * g.C)];
         for (int64_t c = 0; c < g.C; ++c) dstp[c] = per_row_tilize_ ? conv[c] : TilizeElement(conv[c]);
       }
-    }
+      return Status::Ok();
+    });
     // 2. weights as [K, Cout_pad] in the program's K order, block-diagonal for groups; stored
     //    o-major wdev_[o*K + k]; converted 16 output channels at a time (one bfp group per K row).
     wdev_.assign(static_cast<size_t>(g.O_pad * K_), 0);
@@ -660,7 +662,7 @@ Status RunConvProgram(const EmuGeometry& g, const ConvProgram& program, const Pr
                       Activation activation, EmuLevel level, const float* x, const float* w, const float* bias,
                       const CancelToken* cancel, int threads, std::vector<uint32_t>* out, EmuStats* stats) {
   Engine eng(g, program, precision, activation, level);
-  eng.Prepare(x, w, bias);
+  eng.Prepare(x, w, bias, threads);
   KILN_RETURN_IF_ERROR(eng.Run(cancel, threads, out));
   if (stats) stats->fast_matmul_seconds = eng.fast_sums_seconds();
   return Status::Ok();
