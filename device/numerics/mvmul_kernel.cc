@@ -115,7 +115,7 @@ void RunScalar(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t
 
 }  // namespace mvmul_detail
 
-Result<PreparedSrcA> PrepareSrcA(const uint32_t* a, int64_t cols, int64_t K, MathFidelity fid, SrcFormat fmt) {
+Result<PreparedSrcA> AllocateSrcA(int64_t cols, int64_t K, MathFidelity fid) {
   if (K <= 0 || K % 32 != 0) return InvalidArgument("PrepareSrcA: K = " + std::to_string(K) + " is not a positive multiple of 32");
   if (cols < 1) return InvalidArgument("PrepareSrcA: cols = " + std::to_string(cols) + " (need at least 1)");
   PreparedSrcA p;
@@ -124,19 +124,30 @@ Result<PreparedSrcA> PrepareSrcA(const uint32_t* a, int64_t cols, int64_t K, Mat
   p.phases = NumPhases(fid);
   p.variants = p.phases >= 2 ? 2 : 1;
   p.rows = 1 + p.variants;
-  const int64_t nb = (cols + kMvmulColumnBlock - 1) / kMvmulColumnBlock, K8 = K / 8, stride = int64_t{64} * p.rows;
-  p.lanes.assign(static_cast<size_t>(nb * K * stride), 0);
-  p.group_nz.assign(static_cast<size_t>(nb * K8), 0);
-  for (int64_t cb = 0; cb < nb; ++cb)
-    for (int64_t k = 0; k < K; ++k)
-      for (int pos = 0; pos < kMvmulColumnBlock; ++pos) {
-        int8_t* row = &p.lanes[static_cast<size_t>((cb * K + k) * stride)];
+  const int64_t nb = (cols + kMvmulColumnBlock - 1) / kMvmulColumnBlock;
+  p.lanes.resize(static_cast<size_t>(nb * K * 64 * p.rows));
+  p.group_nz.resize(static_cast<size_t>(nb * K / 8));
+  return p;
+}
+
+void FillSrcABlocks(const uint32_t* a, SrcFormat fmt, int64_t cb0, int64_t cb1, PreparedSrcA* out) {
+  PreparedSrcA& p = *out;
+  const int64_t K = p.K, K8 = K / 8, stride = int64_t{64} * p.rows;
+  for (int64_t cb = cb0; cb < cb1; ++cb) {
+    int8_t* blk = &p.lanes[static_cast<size_t>(cb * K * stride)];
+    uint8_t* nz = &p.group_nz[static_cast<size_t>(cb * K8)];
+    std::fill(blk, blk + K * stride, int8_t{0});
+    std::fill(nz, nz + K8, uint8_t{0});
+    // Column by column (contiguous reads of its K weights), each into its position of every k row.
+    for (int pos = 0; pos < kMvmulColumnBlock; ++pos) {
+      const int64_t o = cb * kMvmulColumnBlock + MvmulColumnOfPosition(pos);
+      for (int64_t k = 0; k < K; ++k) {
+        int8_t* row = blk + k * stride;
         int16_t e = static_cast<int16_t>(kZeroExp);
         for (int v = 0; v < p.variants; ++v) row[64 * (1 + v) + 2 * pos + 1] = 1;  // zero operand: (0, 1)
-        const int64_t o = cb * kMvmulColumnBlock + MvmulColumnOfPosition(pos);
-        const uint32_t x = o < cols ? MaskSrcOperand(a[o * K + k], fmt) : 0u;
+        const uint32_t x = o < p.cols ? MaskSrcOperand(a[o * K + k], fmt) : 0u;
         if (((x >> 23) & 0xFFu) != 0) {  // §5.3: else a zero lane
-          p.group_nz[static_cast<size_t>(cb * K8 + k / 8)] |= static_cast<uint8_t>(1u << (k % 8));
+          nz[k / 8] |= static_cast<uint8_t>(1u << (k % 8));
           const FpuSlice s0 = SliceA(x, 0);
           e = static_cast<int16_t>(s0.exp);
           const int s = s0.sign ? -1 : 1;
@@ -147,6 +158,14 @@ Result<PreparedSrcA> PrepareSrcA(const uint32_t* a, int64_t cols, int64_t K, Mat
         }
         std::memcpy(row + 2 * pos, &e, sizeof e);
       }
+    }
+  }
+}
+
+Result<PreparedSrcA> PrepareSrcA(const uint32_t* a, int64_t cols, int64_t K, MathFidelity fid, SrcFormat fmt) {
+  auto p = AllocateSrcA(cols, K, fid);
+  if (!p.ok()) return p.status();
+  FillSrcABlocks(a, fmt, 0, (cols + kMvmulColumnBlock - 1) / kMvmulColumnBlock, &*p);
   return p;
 }
 

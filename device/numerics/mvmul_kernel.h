@@ -123,6 +123,14 @@ inline int64_t PreparedSrcABytes(int64_t cols, int64_t K, MathFidelity fid) {
 /// Errors: INVALID_ARGUMENT when K is not a positive multiple of 32 or cols < 1.
 Result<PreparedSrcA> PrepareSrcA(const uint32_t* a, int64_t cols, int64_t K, MathFidelity fid, SrcFormat fmt);
 
+/// PrepareSrcA in two steps, for callers that fill the blocks on several threads: the storage of
+/// `cols` columns (contents unset until filled; the same errors as PrepareSrcA), then blocks
+/// [cb0, cb1) of kMvmulColumnBlock columns filled from `a` (a[o * K + k], as for PrepareSrcA).
+/// Blocks are independent: disjoint ranges may be filled at once. PrepareSrcA = AllocateSrcA, then
+/// FillSrcABlocks over every block.
+Result<PreparedSrcA> AllocateSrcA(int64_t cols, int64_t K, MathFidelity fid);
+void FillSrcABlocks(const uint32_t* a, SrcFormat fmt, int64_t cb0, int64_t cb1, PreparedSrcA* p);
+
 /// Prepares one activation row `b[0 .. K)` (fp32 patterns; masked to `fmt` here) into `out`,
 /// reusing its buffers (no allocation once they are large enough).
 /// Errors: INVALID_ARGUMENT when K is not a positive multiple of 32.

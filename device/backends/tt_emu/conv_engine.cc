@@ -178,27 +178,32 @@ class Engine {
       return Status::Ok();
     });
     // 2. weights as [K, Cout_pad] in the program's K order, block-diagonal for groups; stored
-    //    o-major wdev_[o*K + k]; converted 16 output channels at a time (one bfp group per K row).
+    //    o-major wdev_[o*K + k]; converted 16 output channels at a time (one bfp group per K row),
+    //    groups of 16 channels split over the threads.
     wdev_.assign(static_cast<size_t>(g.O_pad * K_), 0);
-    std::vector<uint32_t> row(16), rowc(16);
-    for (int64_t o0 = 0; o0 < g.O_pad; o0 += 16) {
-      for (int64_t k = 0; k < K_; ++k) {
-        if (ki_[k] < 0) continue;
-        bool any = false;
-        const int64_t c = kc_[k];
-        for (int t = 0; t < 16; ++t) {
-          const int64_t o = o0 + t;
-          row[t] = 0;
-          if (o >= g.O || c / g.Cg != o / g.Og) continue;
-          row[t] = nx::FloatBits(w[((o * g.Cg + (c - (o / g.Og) * g.Cg)) * g.kh + ki_[k]) * g.kw + kj_[k]]);
-          any |= row[t] != 0;
+    (void)Parallel(0, g.O_pad / 16, 16 * K_, threads, [&](int64_t j0, int64_t j1) {
+      std::vector<uint32_t> row(16), rowc(16);
+      for (int64_t o0 = j0 * 16; o0 < j1 * 16; o0 += 16) {
+        for (int64_t k = 0; k < K_; ++k) {
+          if (ki_[k] < 0) continue;
+          bool any = false;
+          const int64_t c = kc_[k];
+          for (int t = 0; t < 16; ++t) {
+            const int64_t o = o0 + t;
+            row[t] = 0;
+            if (o >= g.O || c / g.Cg != o / g.Og) continue;
+            row[t] = nx::FloatBits(w[((o * g.Cg + (c - (o / g.Og) * g.Cg)) * g.kh + ki_[k]) * g.kw + kj_[k]]);
+            any |= row[t] != 0;
+          }
+          if (!any) continue;  // an all-zero group stays zero in every format
+          HostConvertGroup(row.data(), 16, wdt_, rowc.data());
+          for (int t = 0; t < 16; ++t)
+            wdev_[(o0 + t) * K_ + k] = nx::MaskSrcOperand(UnpackToSrc(rowc[t], wdt_, fp32_dst_), a_fmt());
         }
-        if (!any) continue;  // an all-zero group stays zero in every format
-        HostConvertGroup(row.data(), 16, wdt_, rowc.data());
-        for (int t = 0; t < 16; ++t)
-          wdev_[(o0 + t) * K_ + k] = nx::MaskSrcOperand(UnpackToSrc(rowc[t], wdt_, fp32_dst_), a_fmt());
       }
-    }
+      return Status::Ok();
+    });
+    std::vector<uint32_t> row(16), rowc(16);
     // 3. bias row in the weights dtype (prepare_conv_bias_internal: bias_df = weights_df), groups
     //    of 16 output channels, read through SrcB.
     has_bias_ = bias != nullptr;
@@ -261,8 +266,13 @@ class Engine {
     const int64_t chunk = std::max<int64_t>(kBlk, (limit > 0 ? limit : kMaxPreparedSrcABytes) / per_blk * kBlk);
     for (int64_t c0 = 0; c0 < g.O; c0 += chunk) {
       const int64_t c1 = std::min(c0 + chunk, g.O_pad);
-      auto pa = nx::PrepareSrcA(wdev_.data() + c0 * K_, c1 - c0, K_, fid_, a_fmt());
+      auto pa = nx::AllocateSrcA(c1 - c0, K_, fid_);
       KILN_RETURN_IF_ERROR(pa.status());
+      const int64_t nblk = (c1 - c0 + kBlk - 1) / kBlk;
+      (void)Parallel(0, nblk, kBlk * K_, threads, [&](int64_t b0, int64_t b1) {
+        nx::FillSrcABlocks(wdev_.data() + c0 * K_, a_fmt(), b0, b1, &*pa);
+        return Status::Ok();
+      });
       const int64_t per_row = (std::min(c1, g.O) - c0) * K_ * nx::NumPhases(fid_);
       KILN_RETURN_IF_ERROR(Parallel(0, g.M, per_row, threads, [&](int64_t a, int64_t b) {
         return RunRowsExact(*pa, c0, c1, a, b, cancel, out);
