@@ -39,8 +39,8 @@ enum class EmuLevel { kExact, kFast };
 /// Memory of the exact level's prepared weights (numerics::PreparedSrcA, device/numerics/mvmul_kernel.h:
 /// 4 bytes per weight for LoFi, 6 for HiFi2..HiFi4, over K = kh·kw·Cin_padded and Cout_padded, e.g.
 /// 226 MB for a 2048→2048 3×3 conv at HiFi4) is bounded by this per conv call: larger weights are
-/// prepared and run in chunks of output columns (multiples of numerics::kMvmulColumnBlock, 32) of at most this size, one after
-/// another, each over every row. Columns are independent, so the result is the same bit for bit;
+/// prepared and run in chunks of output columns (multiples of numerics::kMvmulColumnBlock, 32) of at
+/// most this size, one after another, each over every row. Columns are independent, so the result is the same bit for bit;
 /// the cost is one more im2col and SrcB preparation per row and chunk.
 inline constexpr int64_t kMaxPreparedSrcABytes = int64_t{64} << 20;
 /// Tests: replaces kMaxPreparedSrcABytes for calls that start afterwards (0 restores it), so that
