@@ -241,6 +241,21 @@ void ElwaddRow(const uint32_t* a, const uint32_t* b, int64_t n, const FpuConfig&
   for (int64_t i = 0; i < n; ++i) out[i] = Elwadd(a[i], b[i], 0, false, cfg);
 }
 
+void AddIntoDstRow(const float* s, int64_t n, bool fp32_dst, uint32_t* dst) {
+#if defined(__x86_64__)
+  if (ActiveMvmulKernel() == MvmulKernelPath::kAvx512) {
+    mvmul_detail::AddIntoDstRowAvx512(s, n, fp32_dst, dst);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u = FloatBits(BitsFloat(dst[i]) + s[i]);
+    u = (u & 0x7FFFFFFFu) > 0x7F800000u ? ((u & 0x80000000u) | 0x7F800000u) : u;  // NaN → ±Inf
+    u = fp32_dst ? u : ((u + 0x8000u) & 0xFFFF0000u);
+    dst[i] = ((u >> 23) & 0xFFu) == 0 ? 0u : u;
+  }
+}
+
 Status RunKBlock(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1,
                  MathFidelity fid, bool fp32_dst, Arch arch, uint32_t* dst) {
   return RunKBlockPhases(a, b, k0, k1, o0, o1, 0, NumPhases(fid), fp32_dst, arch, dst);

@@ -158,6 +158,14 @@ Status RunKBlockPhases(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0,
 /// `out` may be `a` or `b`.
 void ElwaddRow(const uint32_t* a, const uint32_t* b, int64_t n, const FpuConfig& cfg, uint32_t* out);
 
+/// The fast level's Dst update over a row (device/backends/tt_emu/conv_engine.h, EmuLevel::kFast: a K
+/// block's fp32 sum of exact products rounded into Dst): dst[i] ← round(float(dst[i]) + s[i]), the
+/// fp32 add rounding to nearest even, then a NaN → ±Inf, a bf16 Dst (fp32_dst false) rounded half
+/// away from zero to 8 significant bits ((u + 0x8000) & 0xFFFF0000, like §5.5's normaliser), and an
+/// exponent-0 result → +0. Start from dst = +0 for a block that starts Dst from zero. On the path
+/// RunKBlock takes (16 values a step on AVX-512).
+void AddIntoDstRow(const float* s, int64_t n, bool fp32_dst, uint32_t* dst);
+
 /// The implementation RunKBlock uses; all give identical results.
 enum class MvmulKernelPath { kScalar, kAvx2, kAvx512 };
 /// "scalar", "avx2" or "avx512".

@@ -435,6 +435,22 @@ void ElwaddRowAvx512(const uint32_t* a, const uint32_t* b, int64_t n, const FpuC
   }
 }
 
+__attribute__((target("avx512f,avx512bw"))) void AddIntoDstRowAvx512(const float* s, int64_t n, bool fp32_dst,
+                                                                     uint32_t* dst) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u)), ff = _mm512_set1_epi32(0xFF);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 in = n - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 sum = _mm512_add_ps(_mm512_castsi512_ps(_mm512_maskz_loadu_epi32(in, dst + i)), _mm512_maskz_loadu_ps(in, s + i));
+    __m512i u = _mm512_castps_si512(sum);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+    u = _mm512_mask_ternarylogic_epi32(u, nan, sign, inf, 0xEA);  // (u & sign) | inf where NaN
+    if (!fp32_dst) u = _mm512_and_si512(_mm512_add_epi32(u, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+    u = _mm512_maskz_mov_epi32(_mm512_test_epi32_mask(_mm512_srli_epi32(u, 23), ff), u);
+    _mm512_mask_storeu_epi32(dst + i, in, u);
+  }
+}
+
 void RunAvx512(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
                int p1, bool fp32_dst, Arch arch, uint32_t* dst) {
   // One instantiation per SrcA layout, Dst format and arch, so the inner loops carry no tests.

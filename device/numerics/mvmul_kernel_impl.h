@@ -28,6 +28,8 @@ void RunAvx2(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k
              int p1, bool fp32_dst, Arch arch, uint32_t* dst);
 /// PrepareSrcBRow's per-k words and group masks (out's buffers already sized), 16 operands per step.
 void PrepareSrcBRowAvx512(const uint32_t* b, SrcFormat fmt, PreparedSrcB* out);
+/// AddIntoDstRow on 16 values per step.
+void AddIntoDstRowAvx512(const float* s, int64_t n, bool fp32_dst, uint32_t* dst);
 /// ElwaddRow on 16 values per step.
 void ElwaddRowAvx512(const uint32_t* a, const uint32_t* b, int64_t n, const FpuConfig& cfg, uint32_t* out);
 void RunAvx512(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,

@@ -29,15 +29,6 @@ namespace {
 std::atomic<int64_t> g_max_prepared_bytes{0};  // 0: kMaxPreparedSrcABytes
 std::atomic<bool> g_fuse_blocks{true};          // SetFuseExactKBlocksForTesting
 
-// Rounds an fp32 value into Dst (fast level): fp32 Dst keeps it (exponent-0 → +0); a bf16 Dst
-// rounds half away from zero to 8 significant bits like §5.5's normaliser.
-inline uint32_t RoundIntoDst(float v, bool fp32_dst) {
-  uint32_t u = nx::FloatBits(v);
-  u = (u & 0x7FFFFFFFu) > 0x7F800000u ? ((u & 0x80000000u) | 0x7F800000u) : u;  // NaN → ±Inf
-  u = fp32_dst ? u : ((u + 0x8000u) & 0xFFFF0000u);
-  return ((u >> 23) & 0xFFu) == 0 ? 0u : u;
-}
-
 Status MatmulF32(const dnnl::engine& eng, dnnl::stream& strm, const float* src, int64_t M, int64_t Kb, int64_t lda,
                  const float* wei, int64_t N, int64_t ldw_k, float* dst) {
   try {
@@ -614,7 +605,7 @@ class Engine {
     const EmuGeometry& g = g_;
     const int64_t nb = k_.num_blocks(), nc = g.O_pad;
     std::vector<uint32_t> dst(static_cast<size_t>(nc)), part(dst.size()), l1(dst.size()), fin(dst.size());
-    // Where the partials' round trip gives Dst back unchanged (PartialsRoundTripExact; RoundIntoDst
+    // Where the partials' round trip gives Dst back unchanged (PartialsRoundTripExact; AddIntoDstRow
     // leaves +0, normal values or ±Inf), Dst simply stays between blocks.
     const bool keep = PartialsRoundTripExact() && g_fuse_blocks.load(std::memory_order_relaxed);
     for (int64_t m = m_begin; m < m_end; ++m) {
@@ -624,11 +615,9 @@ class Engine {
         const bool from_zero = b == 0 || (l1acc_ && !l1_tail);
         if (!keep || b == 0) BlockStart(b, nc, dst.data(), part.data(), l1.data());
         const float* s = &sums[(b * sums_rows + (m - sums_m0)) * nc];
-        if (from_zero) {
-          for (int64_t o = 0; o < nc; ++o) dst[o] = RoundIntoDst(s[o], fp32_dst_);
-        } else {
-          for (int64_t o = 0; o < nc; ++o) dst[o] = RoundIntoDst(nx::BitsFloat(dst[o]) + s[o], fp32_dst_);
-        }
+        // The block's fp32 sums rounded into Dst (numerics::AddIntoDstRow), from +0 or on top of it.
+        if (from_zero) std::fill(dst.begin(), dst.end(), 0u);
+        nx::AddIntoDstRow(s, nc, fp32_dst_, dst.data());
         if (!keep || b == nb - 1) BlockEnd(b, nc, dst.data(), part.data(), l1.data());
       }
       FinishRow(0, nc, dst.data(), part.data(), l1.data(), fin.data());

@@ -519,6 +519,65 @@ TEST(ElwaddRow, MatchesModelOnEveryPath) {
   EXPECT_GT(compared, 400u * 2);
 }
 
+// AddIntoDstRow (the fast level's rounding of a block's fp32 sums into Dst): hand-checked values
+// (a bf16 Dst rounds half away from zero to 8 significant bits and carries into the exponent; NaN
+// becomes ±Inf; results with exponent 0 become +0; an fp32 Dst keeps the fp32 sum), then every path
+// against the scalar one on random Dst patterns and sums of every class, row lengths ending inside
+// a 16-value step.
+TEST(AddIntoDstRow, RoundsLikeTheFastLevelOnEveryPath) {
+  struct Hand {
+    uint32_t dst;
+    float s;
+    bool fp32;
+    uint32_t want;
+  };
+  const Hand hand[] = {
+      {0x3F800000u, 0.0f, false, 0x3F800000u},                       // 1.0 stays
+      {0x3F800000u, BitsFloat(0x3B800000u), false, 0x3F810000u},     // 1 + 2^-8: half of a bf16 ulp, up
+      {0xBF800000u, -BitsFloat(0x3B800000u), false, 0xBF810000u},    // −(1 + 2^-8): away from zero
+      {0x3F800000u, BitsFloat(0x3B000000u), false, 0x3F800000u},     // 1 + 2^-9: below half, down
+      {0x3FFF8000u, 0.0f, false, 0x40000000u},                       // rounding carries into the exponent
+      {0x00000000u, BitsFloat(0x7FC00000u), false, 0x7F800000u},     // NaN → +Inf
+      {0x00000000u, BitsFloat(0xFFC00001u), true, 0xFF800000u},      // −NaN → −Inf
+      {0x00000000u, BitsFloat(0x00400000u), true, 0x00000000u},      // denormal sum → +0
+      {0x80000000u, -0.0f, true, 0x00000000u},                       // −0 → +0
+      {0x3F800000u, BitsFloat(0x34000000u), true, 0x3F800001u},      // fp32 Dst: 1 + 2^-23 kept
+  };
+  for (MvmulKernelPath path : Paths()) {
+    UsePath use(path);
+    for (const Hand& h : hand) {
+      uint32_t d = h.dst;
+      AddIntoDstRow(&h.s, 1, h.fp32, &d);
+      EXPECT_EQ(Hex(d), Hex(h.want)) << MvmulKernelPathName(path) << " dst " << Hex(h.dst) << " s " << Hex(FloatBits(h.s));
+    }
+  }
+  std::mt19937 rng(707);
+  size_t compared = 0;
+  for (int it = 0; it < 300; ++it) {
+    const int64_t n = 1 + static_cast<int64_t>(rng() % 40);
+    const bool fp32 = rng() % 2;
+    std::vector<uint32_t> dst(static_cast<size_t>(n));
+    std::vector<float> sum(dst.size());
+    for (size_t i = 0; i < dst.size(); ++i) {
+      dst[i] = RandDst(rng, fp32);
+      sum[i] = BitsFloat(rng() % 4 == 0 ? RandOperand(rng, 0.2) : (dst[i] ^ (rng() % 2 ? 0x80000000u : 0u)));
+    }
+    std::vector<uint32_t> want = dst;
+    {
+      UsePath use(MvmulKernelPath::kScalar);
+      AddIntoDstRow(sum.data(), n, fp32, want.data());
+    }
+    for (MvmulKernelPath path : Paths()) {
+      UsePath use(path);
+      std::vector<uint32_t> got = dst;
+      AddIntoDstRow(sum.data(), n, fp32, got.data());
+      for (size_t i = 0; i < got.size(); ++i, ++compared)
+        ASSERT_EQ(Hex(got[i]), Hex(want[i])) << MvmulKernelPathName(path) << " case " << it << " i " << i;
+    }
+  }
+  EXPECT_GT(compared, 300u);
+}
+
 TEST(MvmulKernelArgs, RejectsBadShapesAndRanges) {
   std::vector<uint32_t> w(2 * 64, 0x3F800000u), x(64, 0x3F800000u), dst(2, 0);
   EXPECT_EQ(PrepareSrcA(w.data(), 2, 48, MathFidelity::kLoFi, SrcFormat::kBf16).status().code(), StatusCode::kInvalidArgument);
