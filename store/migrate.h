@@ -51,7 +51,7 @@ struct MigrateReport {
   size_t blobs_restored = 0;     ///< of the present ones: indexed without their bytes, bytes copied
   size_t names_added = 0;        ///< names given in the target (to moved and to present models)
   uint64_t bytes_moved = 0;      ///< bytes copied into the blob store (with a dry run: would be)
-  uint64_t bytes_present = 0;    ///< bytes of the present models' blobs, verified in place
+  uint64_t bytes_present = 0;    ///< bytes the blob store held already (an unindexed blob too), verified in place
   size_t missing_objects = 0;    ///< index entries of the data dir without object (not models: skipped)
 };
 
