@@ -441,6 +441,9 @@ Result<Config> LoadConfig(int argc, char** argv) {
   app.add_flag("--version")->description("print the version and exit");
   app.add_flag("--print-config-markdown")->description("print the settings as README's Markdown table and exit");
   app.add_flag("--repair")->description("rebuild the model store's index from its objects, then exit");
+  app.footer("kilnd migrate --from-data-dir DIR [--dry-run] [settings]: copy the models of an embedded store "
+             "(DIR, read-only; no kilnd may run on it) into the database named by --database-url-file or "
+             "KILN_DATABASE, then exit (README \"Moving an embedded store into PostgreSQL\")");
   const Config defaults;
   std::map<std::string, std::string> flag_values;
   for (const auto& s : Settings()) {

@@ -11,9 +11,15 @@
 #include "server/config.h"
 #include "api/version.h"
 #include "server/daemon.h"
+#include "server/migrate_command.h"
 #include "store/model_store.h"
 
 int main(int argc, char** argv) {
+  // `kilnd migrate --from-data-dir DIR`: a command with flags of its own (server/migrate_command.h).
+  if (argc > 1 && std::strcmp(argv[1], "migrate") == 0) {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("kilnd"));
+    return kiln::server::RunMigrateCommand(argc, argv);
+  }
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--version") == 0) {
       std::printf("kilnd %s\n", kiln::api::KilnVersion());

@@ -39,6 +39,15 @@ const ModelInfo* FileModelIndex::FindLocked(const std::string& id_or_name) const
 }
 
 Result<ModelIndex::PutResult> FileModelIndex::Put(const ModelInfo& info, const std::string& name) {
+  return PutImpl(info, name, /*move_name=*/true);
+}
+
+Result<ModelIndex::PutResult> FileModelIndex::PutIfNameFree(const ModelInfo& info, const std::string& name) {
+  return PutImpl(info, name, /*move_name=*/false);
+}
+
+Result<ModelIndex::PutResult> FileModelIndex::PutImpl(const ModelInfo& info, const std::string& name,
+                                                      bool move_name) {
   if (!IsModelId(info.model_id)) return InvalidArgument("model id '" + info.model_id.substr(0, 80) + "' is not a SHA-256");
   if (!name.empty() && !IsValidModelName(name)) return InvalidArgument("model name '" + name.substr(0, 160) + "' is invalid");
   std::lock_guard<std::mutex> lock(mu_);
@@ -46,7 +55,12 @@ Result<ModelIndex::PutResult> FileModelIndex::Put(const ModelInfo& info, const s
   PutResult result;
   if (!name.empty()) {
     for (auto& m : next) {
-      if (std::erase(m.names, name) > 0 && m.model_id != info.model_id) result.replaced_model_id = m.model_id;
+      if (std::find(m.names.begin(), m.names.end(), name) == m.names.end()) continue;
+      if (m.model_id != info.model_id) {
+        if (!move_name) return NameTaken(name, m.model_id);
+        result.replaced_model_id = m.model_id;
+      }
+      std::erase(m.names, name);
     }
   }
   auto it = std::lower_bound(next.begin(), next.end(), info.model_id,

@@ -21,12 +21,14 @@ class FileModelIndex : public ModelIndex {
   static Result<std::unique_ptr<FileModelIndex>> Open(const std::filesystem::path& dir);
 
   Result<PutResult> Put(const ModelInfo& info, const std::string& name) override;
+  Result<PutResult> PutIfNameFree(const ModelInfo& info, const std::string& name) override;
   Result<ModelInfo> Get(const std::string& id_or_name) override;
   Result<std::vector<ModelInfo>> ListAfter(const std::string& after_id, size_t limit) override;
   Result<Removed> Remove(const std::string& id_or_name) override;
   Result<Totals> GetTotals() override;
 
  private:
+  Result<PutResult> PutImpl(const ModelInfo& info, const std::string& name, bool move_name);
   explicit FileModelIndex(std::filesystem::path dir) : dir_(std::move(dir)) {}
   Status Write(const std::vector<ModelInfo>& models);  // mu_ held
   const ModelInfo* FindLocked(const std::string& id_or_name) const;

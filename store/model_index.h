@@ -36,6 +36,10 @@ class ModelIndex {
   };
   /// Indexes `info` (unless its id is indexed) and points `name` at it ("" = no name).
   virtual Result<PutResult> Put(const ModelInfo& info, const std::string& name) = 0;
+  /// As Put, but never moves a name: ALREADY_EXISTS (naming the name and the model it points at)
+  /// when `name` points at another model; nothing is changed then. Checked in the same atomic
+  /// change as the write (`kilnd migrate`, store/pg/pg_migrate.h, must not take a farm's names).
+  virtual Result<PutResult> PutIfNameFree(const ModelInfo& info, const std::string& name) = 0;
   /// By id or by name.
   virtual Result<ModelInfo> Get(const std::string& id_or_name) = 0;
   /// Up to `limit` (0 = all) models with id > `after_id`, ordered by id; names sorted.
@@ -53,5 +57,11 @@ class ModelIndex {
   };
   virtual Result<Totals> GetTotals() = 0;
 };
+
+/// PutIfNameFree's refusal: ALREADY_EXISTS, naming `name` and the model `owner_id` it points at.
+inline Status NameTaken(const std::string& name, const std::string& owner_id) {
+  return {StatusCode::kAlreadyExists,
+          "name '" + name.substr(0, 160) + "' already points at another model (" + owner_id + ")"};
+}
 
 }  // namespace kiln::store

@@ -65,6 +65,14 @@ PgModelIndex::PgModelIndex(PgPool* pool) : pool_(pool) {
 }
 
 Result<ModelIndex::PutResult> PgModelIndex::Put(const ModelInfo& info, const std::string& name) {
+  return PutImpl(info, name, /*move_name=*/true);
+}
+
+Result<ModelIndex::PutResult> PgModelIndex::PutIfNameFree(const ModelInfo& info, const std::string& name) {
+  return PutImpl(info, name, /*move_name=*/false);
+}
+
+Result<ModelIndex::PutResult> PgModelIndex::PutImpl(const ModelInfo& info, const std::string& name, bool move_name) {
   if (!IsModelId(info.model_id)) return InvalidArgument("model id '" + info.model_id.substr(0, 80) + "' is not a SHA-256");
   if (!name.empty() && !IsValidModelName(name)) return InvalidArgument("model name '" + name.substr(0, 160) + "' is invalid");
   if (info.size_bytes == 0) return InvalidArgument("model " + info.model_id + ": size_bytes 0");
@@ -85,6 +93,7 @@ Result<ModelIndex::PutResult> PgModelIndex::Put(const ModelInfo& info, const std
     if (!name.empty()) {
       pqxx::result owner = tx.exec_prepared("kiln_name_owner", name);
       if (!owner.empty() && owner[0][0].as<std::string>() != info.model_id) {
+        if (!move_name) return NameTaken(name, owner[0][0].as<std::string>());  // rolls back the insert too
         result.replaced_model_id = owner[0][0].as<std::string>();
       }
       tx.exec_prepared("kiln_name_upsert", name, info.model_id);

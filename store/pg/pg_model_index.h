@@ -22,12 +22,14 @@ class PgModelIndex : public ModelIndex {
   explicit PgModelIndex(PgPool* pool);
 
   Result<PutResult> Put(const ModelInfo& info, const std::string& name) override;
+  Result<PutResult> PutIfNameFree(const ModelInfo& info, const std::string& name) override;
   Result<ModelInfo> Get(const std::string& id_or_name) override;
   Result<std::vector<ModelInfo>> ListAfter(const std::string& after_id, size_t limit) override;
   Result<Removed> Remove(const std::string& id_or_name) override;
   Result<Totals> GetTotals() override;
 
  private:
+  Result<PutResult> PutImpl(const ModelInfo& info, const std::string& name, bool move_name);
   PgPool* pool_;
 };
 

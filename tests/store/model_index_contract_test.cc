@@ -79,6 +79,28 @@ TYPED_TEST(ModelIndexContract, ANameMovesAndTheOldModelStays) {
   EXPECT_EQ(index->Put(b, "latest")->replaced_model_id, "");
 }
 
+TYPED_TEST(ModelIndexContract, PutIfNameFreeRefusesANameOfAnotherModelAndChangesNothing) {
+  ModelIndex* index = this->backend_.OpenIndex();
+  const ModelInfo a = Info("a"), b = Info("b");
+  ASSERT_TRUE(index->Put(a, "latest").ok());
+  auto put = index->PutIfNameFree(b, "latest");
+  ASSERT_EQ(put.status().code(), StatusCode::kAlreadyExists) << put.status().ToString();
+  EXPECT_NE(put.status().message().find("'latest'"), std::string::npos) << put.status().message();
+  EXPECT_NE(put.status().message().find(a.model_id), std::string::npos) << put.status().message();
+  // Nothing of the refused Put is stored: not the name's move, not the new model.
+  EXPECT_EQ(index->Get("latest")->model_id, a.model_id);
+  EXPECT_EQ(index->Get(b.model_id).status().code(), StatusCode::kNotFound);
+  // A free name, and the name the model already has, are fine.
+  auto free = index->PutIfNameFree(b, "other");
+  ASSERT_TRUE(free.ok()) << free.status().ToString();
+  EXPECT_FALSE(free->already_indexed);
+  auto same = index->PutIfNameFree(a, "latest");
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_TRUE(same->already_indexed);
+  EXPECT_EQ(same->replaced_model_id, "");
+  EXPECT_EQ(same->info.names, std::vector<std::string>{"latest"});
+}
+
 TYPED_TEST(ModelIndexContract, SecondPutOfAnIdKeepsItsMetadataAndAddsNames) {
   ModelIndex* index = this->backend_.OpenIndex();
   const ModelInfo a = Info("a");
