@@ -19,6 +19,7 @@
 #include "tests/server/kilnd_process.h"
 #include "tests/server/kilnd_test_util.h"
 #include "tests/server/onnx_bytes.h"
+#include "tests/server/pg_kilnd_test.h"
 #include "tests/support/pg_server.h"
 
 namespace fs = std::filesystem;
@@ -55,24 +56,9 @@ std::map<std::string, std::string> DirState(const fs::path& dir) {
   return out;
 }
 
-class PgMigrateE2E : public KilndTest {
+class PgMigrateE2E : public PgKilndTest {
  protected:
-  static void SetUpTestSuite() {
-    auto s = PgServer::Start();
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    server_ = std::move(s).value().release();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override {
-    KilndTest::SetUp();
-    ASSERT_NE(server_, nullptr);
-    auto url = server_->CreateDatabase("migrate");
-    ASSERT_TRUE(url.ok()) << url.status().ToString();
-    url_ = *url;
-  }
+  std::string DatabaseName() const override { return "migrate"; }
 
   // `ENV kilnd migrate --from-data-dir dir_/data ARGS` (ENV: KILN_DATABASE=url_ when empty): stdout
   // and stderr, also appended to kilnd.log (shown on failure, or with KILN_TEST_LOGS=1).
@@ -137,9 +123,6 @@ class PgMigrateE2E : public KilndTest {
     EXPECT_EQ(k->Stop(), 0);
     return listed;
   }
-
-  static inline PgServer* server_ = nullptr;
-  std::string url_;
 };
 
 TEST_F(PgMigrateE2E, EveryModelMovesWithItsIdNamesAndBytesAndASecondRunChangesNothing) {

@@ -23,6 +23,7 @@
 #include "tests/server/kilnd_process.h"
 #include "tests/server/kilnd_test_util.h"
 #include "tests/server/onnx_bytes.h"
+#include "tests/server/pg_kilnd_test.h"
 #include "tests/support/pg_server.h"
 
 namespace fs = std::filesystem;
@@ -38,24 +39,9 @@ int64_t Count(const std::string& url, const std::string& sql) {
   return tx.exec1(sql)[0].as<int64_t>();
 }
 
-class PgReplicasE2E : public KilndTest {
+class PgReplicasE2E : public PgKilndTest {
  protected:
-  static void SetUpTestSuite() {
-    auto s = PgServer::Start();
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    server_ = std::move(s).value().release();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override {
-    KilndTest::SetUp();
-    ASSERT_NE(server_, nullptr);
-    auto url = server_->CreateDatabase("replicas");
-    ASSERT_TRUE(url.ok()) << url.status().ToString();
-    url_ = *url;
-  }
+  std::string DatabaseName() const override { return "replicas"; }
 
   // A replica with its own data dir (its upload spool) on the shared database.
   std::unique_ptr<KilndProcess> Replica(const std::string& name, std::vector<std::string> extra = {}) {
@@ -109,9 +95,6 @@ class PgReplicasE2E : public KilndTest {
     if (!st.ok()) return Status(static_cast<StatusCode>(st.error_code()), st.error_message());
     return resp.model();
   }
-
-  static inline PgServer* server_ = nullptr;
-  std::string url_;
 };
 
 TEST_F(PgReplicasE2E, UploadThroughAIsListedReadCompiledAndRunThroughB) {
