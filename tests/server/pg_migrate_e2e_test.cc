@@ -29,12 +29,6 @@ namespace {
 
 using kiln::v1::ModelService;
 
-int64_t Count(const std::string& url, const std::string& sql) {
-  pqxx::connection c(url);
-  pqxx::work tx(c);
-  return tx.exec1(sql)[0].as<int64_t>();
-}
-
 void Exec(const std::string& url, const std::string& sql) {
   pqxx::connection c(url);
   pqxx::work tx(c);
@@ -82,33 +76,7 @@ class PgMigrateE2E : public PgKilndTest {
     ch.SetMaxReceiveMessageSize(64 << 20);
     return ModelService::NewStub(grpc::CreateCustomChannel(k.grpc_address(), grpc::InsecureChannelCredentials(), ch));
   }
-  static std::vector<kiln::v1::Model> List(ModelService::Stub& stub) {
-    std::vector<kiln::v1::Model> out;
-    std::string token;
-    do {
-      grpc::ClientContext ctx;
-      kiln::v1::ListModelsRequest req;
-      req.set_page_size(2);
-      req.set_page_token(token);
-      kiln::v1::ListModelsResponse resp;
-      grpc::Status st = stub.ListModels(&ctx, req, &resp);
-      EXPECT_TRUE(st.ok()) << st.error_message();
-      if (!st.ok()) break;
-      for (const auto& m : resp.models()) out.push_back(m);
-      token = resp.next_page_token();
-    } while (!token.empty());
-    return out;
-  }
-  static grpc::Status ReadAll(ModelService::Stub& stub, const std::string& ref, std::string* out) {
-    grpc::ClientContext ctx;
-    kiln::v1::ReadModelRequest req;
-    req.set_model_id(ref);
-    auto reader = stub.ReadModel(&ctx, req);
-    kiln::v1::ReadModelResponse chunk;
-    out->clear();
-    while (reader->Read(&chunk)) *out += chunk.chunk();
-    return reader->Finish();
-  }
+  static std::vector<kiln::v1::Model> List(ModelService::Stub& stub) { return ListAll(stub); }
 
   // An embedded kilnd on dir_/data with these models (name -> bytes); returns its listing.
   std::vector<kiln::v1::Model> FillEmbedded(const std::vector<std::pair<std::string, std::string>>& uploads) {

@@ -33,12 +33,6 @@ namespace {
 
 using kiln::v1::ModelService;
 
-int64_t Count(const std::string& url, const std::string& sql) {
-  pqxx::connection c(url);
-  pqxx::work tx(c);
-  return tx.exec1(sql)[0].as<int64_t>();
-}
-
 class PgReplicasE2E : public PgKilndTest {
  protected:
   std::string DatabaseName() const override { return "replicas"; }
@@ -61,30 +55,8 @@ class PgReplicasE2E : public PgKilndTest {
 
   static std::vector<std::string> ListIds(ModelService::Stub& stub) {
     std::vector<std::string> ids;
-    std::string token;
-    do {
-      grpc::ClientContext ctx;
-      kiln::v1::ListModelsRequest req;
-      req.set_page_size(2);  // several pages
-      req.set_page_token(token);
-      kiln::v1::ListModelsResponse resp;
-      grpc::Status st = stub.ListModels(&ctx, req, &resp);
-      EXPECT_TRUE(st.ok()) << st.error_message();
-      if (!st.ok()) break;
-      for (const auto& m : resp.models()) ids.push_back(m.model_id());
-      token = resp.next_page_token();
-    } while (!token.empty());
+    for (const auto& m : ListAll(stub)) ids.push_back(m.model_id());
     return ids;
-  }
-  static grpc::Status ReadAll(ModelService::Stub& stub, const std::string& ref, std::string* out) {
-    grpc::ClientContext ctx;
-    kiln::v1::ReadModelRequest req;
-    req.set_model_id(ref);
-    auto reader = stub.ReadModel(&ctx, req);
-    kiln::v1::ReadModelResponse chunk;
-    out->clear();
-    while (reader->Read(&chunk)) *out += chunk.chunk();
-    return reader->Finish();
   }
   static Result<kiln::v1::Model> Get(ModelService::Stub& stub, const std::string& ref) {
     grpc::ClientContext ctx;
