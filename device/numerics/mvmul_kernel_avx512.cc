@@ -13,7 +13,7 @@
 //    f across an integer, so this is s·floor(P / 2^d + 1/2) exactly. For d >= 14 the true R is 0,
 //    and m = 8192 >> d is 0, or −1 for s_b = −1 (an arithmetic shift), where mulhrs(x, −1) is also
 //    0 (|x| < 2^14). So m = srav_epi16(±8192, d), one shift per lane and K tile for every phase.
-//  * A zero SrcA operand is (0, 1): x = ±1 gives R = 0 for any d, and its exponent kZeroExp never wins
+//  * A zero SrcA operand is (0, 1): x = 1 gives R = mulhrs(1, ±2^(13−d)) = 0 for any d, and its exponent kZeroExp never wins
 //    the maximum where another lane is non-zero; a column whose live lanes are all zero gets G <= 0,
 //    a zero term. |S| <= 8 · 3937 < 2^15 fits int16.
 //  * Group term aligned to X (§5.5 step 2, ties toward +inf of the signed value, everything shifted
@@ -26,8 +26,10 @@
 //    D = 2^23) or a normal value; the Dst patterns are decoded once per call and encoded at its end.
 //  * Step 5 by the int → float conversion, as in mvmul_kernel_avx2.cc (CombineVec): the exponent of
 //    float(v) gives z and the rounding carry together.
-// Compiled for AVX-512 by target attributes only; RunKBlockPhases calls it only where the CPU has
-// AVX-512F and AVX-512BW.
+// Also here, on the same identities: PrepareSrcBRow's words 16 operands a step, the bias ELWADD of a
+// row (§6 as one term of the combine with a zero Dst) and the fast level's Dst rounding of a row.
+// Compiled for AVX-512 by target attributes only; mvmul_kernel.cc calls this file only where the CPU
+// has AVX-512F and AVX-512BW.
 #if defined(__x86_64__)
 
 #include <immintrin.h>
