@@ -13,9 +13,9 @@
 //    f across an integer, so this is s·floor(P / 2^d + 1/2) exactly. For d >= 14 the true R is 0,
 //    and m = 8192 >> d is 0, or −1 for s_b = −1 (an arithmetic shift), where mulhrs(x, −1) is also
 //    0 (|x| < 2^14). So m = srav_epi16(±8192, d), one shift per lane and K tile for every phase.
-//  * A zero SrcA operand is (0, 1): x = 1 gives R = mulhrs(1, ±2^(13−d)) = 0 for any d, and its exponent kZeroExp never wins
-//    the maximum where another lane is non-zero; a column whose live lanes are all zero gets G <= 0,
-//    a zero term. |S| <= 8 · 3937 < 2^15 fits int16.
+//  * A zero SrcA operand is (0, 1): x = 1 gives R = mulhrs(1, ±2^(13−d)) = 0 for any d, and its
+//    exponent kZeroExp never wins the maximum where another lane is non-zero; a column whose live
+//    lanes are all zero gets G <= 0, a zero term. |S| <= 8 · 3937 < 2^15 fits int16.
 //  * Group term aligned to X (§5.5 step 2, ties toward +inf of the signed value, everything shifted
 //    out for d >= 31): floor(S·2^13 / 2^d + 1/2) = (srav(S·2^16, d) + 4) >> 3 (nested floors; the
 //    arithmetic shift fills with the sign for d >= 32, which also gives 0). S·2^16 is the unpack of
