@@ -61,41 +61,56 @@ struct GroupPrep {
   int lane[8];
 };
 
+// The live lanes of the group of K indices kq .. kq+7 at `ag` (`live`: bit l for lane l) at their
+// offsets lane[0 .. n) (lane[j] = j when all 8 are live), and raw[j] = exponent(a) + exponent(b) of
+// lane lane[j] per position; returns n and sets *mr to the maximum of the raw values.
 template <int kRows>
-KILN_AVX512 void PrepGroup(const int8_t* ablk, const PreparedSrcB& b, int64_t q, unsigned live, GroupPrep* g) {
+KILN_AVX512 int RawExponents(const int8_t* ag, const PreparedSrcB& b, int64_t kq, unsigned live, __m512i* raw,
+                             int* lane, __m512i* mr) {
   constexpr int64_t kStride = 64 * kRows;
-  const int64_t kq = q * 8;
-  const int8_t* ag = ablk + kq * kStride;
-  __m512i raw[8];
-  __m512i mr = _mm512_set1_epi16(INT16_MIN);
+  __m512i m = _mm512_set1_epi16(INT16_MIN);
   int n = 0;
   if (live == 0xFFu) {  // dense: lane j at offset j, unrolled
     for (int j = 0; j < 8; ++j) {
-      g->lane[j] = j;
+      lane[j] = j;
       raw[j] = _mm512_add_epi16(Load(ag + j * kStride), Bcast(b.exp[static_cast<size_t>(kq + j)]));
-      mr = _mm512_max_epi16(mr, raw[j]);
+      m = _mm512_max_epi16(m, raw[j]);
     }
     n = 8;
   } else {
     for (; live != 0; live &= live - 1, ++n) {
       const int l = __builtin_ctz(live);
-      g->lane[n] = l;
+      lane[n] = l;
       raw[n] = _mm512_add_epi16(Load(ag + l * kStride), Bcast(b.exp[static_cast<size_t>(kq + l)]));
-      mr = _mm512_max_epi16(mr, raw[n]);
+      m = _mm512_max_epi16(m, raw[n]);
     }
   }
-  g->n = n;
-  g->maxraw = mr;
+  *mr = m;
+  return n;
+}
+
+// The int16 maximum exponents per position as int32 per column (columns 0..15, 16..31), plus `add`.
+KILN_AVX512 void Widen(__m512i mr, __m512i add, __m512i* lo, __m512i* hi) {
   const __m512i zero = _mm512_setzero_si512();
-  g->mr_lo = _mm512_srai_epi32(_mm512_unpacklo_epi16(zero, mr), 16);
-  g->mr_hi = _mm512_srai_epi32(_mm512_unpackhi_epi16(zero, mr), 16);
-  // 0 <= d < 2^15 per lane (mr is the maximum of the raw values).
-  if (n == 8) {
-    for (int j = 0; j < 8; ++j)
-      g->mult[j] = _mm512_srav_epi16(Bcast(b.mult[static_cast<size_t>(kq + j)]), _mm512_sub_epi16(mr, raw[j]));
+  *lo = _mm512_add_epi32(_mm512_srai_epi32(_mm512_unpacklo_epi16(zero, mr), 16), add);
+  *hi = _mm512_add_epi32(_mm512_srai_epi32(_mm512_unpackhi_epi16(zero, mr), 16), add);
+}
+
+// The rounding multiplier of lane l: s_b·2^(13−d), d = mr − raw (0 <= d < 2^15 per position).
+KILN_AVX512 __m512i Multiplier(const PreparedSrcB& b, int64_t k, __m512i mr, __m512i raw) {
+  return _mm512_srav_epi16(Bcast(b.mult[static_cast<size_t>(k)]), _mm512_sub_epi16(mr, raw));
+}
+
+template <int kRows>
+KILN_AVX512 void PrepGroup(const int8_t* ablk, const PreparedSrcB& b, int64_t q, unsigned live, GroupPrep* g) {
+  const int64_t kq = q * 8;
+  __m512i raw[8];
+  g->n = RawExponents<kRows>(ablk + kq * 64 * kRows, b, kq, live, raw, g->lane, &g->maxraw);
+  Widen(g->maxraw, _mm512_setzero_si512(), &g->mr_lo, &g->mr_hi);
+  if (g->n == 8) {
+    for (int j = 0; j < 8; ++j) g->mult[j] = Multiplier(b, kq + j, g->maxraw, raw[j]);
   } else {
-    for (int j = 0; j < n; ++j)
-      g->mult[j] = _mm512_srav_epi16(Bcast(b.mult[static_cast<size_t>(kq + g->lane[j])]), _mm512_sub_epi16(mr, raw[j]));
+    for (int j = 0; j < g->n; ++j) g->mult[j] = Multiplier(b, kq + g->lane[j], g->maxraw, raw[j]);
   }
 }
 
@@ -131,54 +146,59 @@ KILN_AVX512 __m512i GroupSum(const int8_t* ablk, const PreparedSrcB& b, int64_t 
   return _mm512_maskz_add_epi16(valid, s0, s1);
 }
 
-// One phase alone (LoFi, or a phase range of one): PrepGroup and GroupSum in one pass over the
-// group's live lanes, the multipliers kept in registers. Returns S (zero where G <= 0) and the
-// group's exponent E = max(raw) + adj per column (int32, columns 0..15 and 16..31).
+// A group's term for one phase: S (int16 per position, zero where G <= 0) and its exponent E per
+// column (int32, columns 0..15 and 16..31); all zero for a group with no live lane, the zero term
+// (E = 0 never raises X, which is at least Dst's exponent >= 0).
+struct Term {
+  __m512i S, E_lo, E_hi;  // Term{} is all zero
+};
+
+// §5.4 step 1 for a prepared group and phase adjustment adj: G = max(raw) + adj, the term zero where
+// G <= 0 (S = 0 there; E <= 0 never raises X).
 template <int kRows>
-KILN_AVX512 __m512i SinglePhaseGroup(const int8_t* ablk, const PreparedSrcB& b, int64_t q, unsigned live, int p,
-                                     __m512i* E_lo, __m512i* E_hi) {
-  constexpr int64_t kStride = 64 * kRows;
+KILN_AVX512 Term PhaseTerm(const int8_t* ablk, const PreparedSrcB& b, int64_t q, int p, const GroupPrep& g,
+                           __m512i adj16, __m512i adj32) {
+  Term t{};
+  if (g.n == 0) return t;
+  const __mmask32 valid = _mm512_cmpgt_epi16_mask(_mm512_add_epi16(g.maxraw, adj16), _mm512_setzero_si512());
+  t.S = GroupSum<kRows>(ablk, b, q, p & 1, (p >> 1) & 1, g, valid);
+  t.E_lo = _mm512_add_epi32(g.mr_lo, adj32);
+  t.E_hi = _mm512_add_epi32(g.mr_hi, adj32);
+  return t;
+}
+
+// One phase alone (LoFi, or a phase range of one): PrepGroup, GroupSum and PhaseTerm in one pass
+// over the group's live lanes, the multipliers kept in registers.
+template <int kRows>
+KILN_AVX512 Term SinglePhaseTerm(const int8_t* ablk, const PreparedSrcB& b, int64_t q, unsigned live, int p) {
+  Term t{};
+  if (live == 0) return t;
   const int64_t kq = q * 8;
-  const int8_t* ag = ablk + kq * kStride;
+  const int8_t* ag = ablk + kq * 64 * kRows;
   const uint32_t* bp = &b.pair[static_cast<size_t>(((p >> 1) & 1) * b.K + kq)];
   const int ar = 1 + (p & 1);
-  const __m512i zero = _mm512_setzero_si512();
-  __m512i raw[8];
-  __m512i mr = _mm512_set1_epi16(INT16_MIN);
-  __m512i s0 = zero, s1 = zero;
-  auto lane_r = [&](int j, int l) KILN_AVX512_LAMBDA {
-    const __m512i m = _mm512_srav_epi16(Bcast(b.mult[static_cast<size_t>(kq + l)]), _mm512_sub_epi16(mr, raw[j]));
-    return LaneR<kRows>(ag, bp, l, m, ar);
-  };
-  if (live == 0xFFu) {  // dense: lane j at offset j, unrolled (constant offsets, no lane list)
-    for (int j = 0; j < 8; ++j) {
-      raw[j] = _mm512_add_epi16(Load(ag + j * kStride), Bcast(b.exp[static_cast<size_t>(kq + j)]));
-      mr = _mm512_max_epi16(mr, raw[j]);
-    }
+  __m512i raw[8], mr;
+  int lane[8];
+  const int n = RawExponents<kRows>(ag, b, kq, live, raw, lane, &mr);
+  __m512i s0 = _mm512_setzero_si512(), s1 = s0;
+  if (n == 8) {  // constant lane offsets
     for (int j = 0; j < 8; j += 2) {
-      s0 = _mm512_add_epi16(s0, lane_r(j, j));
-      s1 = _mm512_add_epi16(s1, lane_r(j + 1, j + 1));
+      s0 = _mm512_add_epi16(s0, LaneR<kRows>(ag, bp, j, Multiplier(b, kq + j, mr, raw[j]), ar));
+      s1 = _mm512_add_epi16(s1, LaneR<kRows>(ag, bp, j + 1, Multiplier(b, kq + j + 1, mr, raw[j + 1]), ar));
     }
   } else {
-    int lane[8];
-    int n = 0;
-    for (; live != 0; live &= live - 1, ++n) {
-      const int l = __builtin_ctz(live);
-      lane[n] = l;
-      raw[n] = _mm512_add_epi16(Load(ag + l * kStride), Bcast(b.exp[static_cast<size_t>(kq + l)]));
-      mr = _mm512_max_epi16(mr, raw[n]);
-    }
     for (int j = 0; j < n; ++j) {
-      if (j & 1) s1 = _mm512_add_epi16(s1, lane_r(j, lane[j]));
-      else s0 = _mm512_add_epi16(s0, lane_r(j, lane[j]));
+      const __m512i R = LaneR<kRows>(ag, bp, lane[j], Multiplier(b, kq + lane[j], mr, raw[j]), ar);
+      if (j & 1) s1 = _mm512_add_epi16(s1, R);
+      else s0 = _mm512_add_epi16(s0, R);
     }
   }
   const int adj = PhaseAdjust(p);
-  const __mmask32 valid = _mm512_cmpgt_epi16_mask(_mm512_add_epi16(mr, _mm512_set1_epi16(static_cast<int16_t>(adj))), zero);
-  const __m512i adj32 = _mm512_set1_epi32(adj);
-  *E_lo = _mm512_add_epi32(_mm512_srai_epi32(_mm512_unpacklo_epi16(zero, mr), 16), adj32);
-  *E_hi = _mm512_add_epi32(_mm512_srai_epi32(_mm512_unpackhi_epi16(zero, mr), 16), adj32);
-  return _mm512_maskz_add_epi16(valid, s0, s1);
+  const __mmask32 valid =
+      _mm512_cmpgt_epi16_mask(_mm512_add_epi16(mr, _mm512_set1_epi16(static_cast<int16_t>(adj))), _mm512_setzero_si512());
+  Widen(mr, _mm512_set1_epi32(adj), &t.E_lo, &t.E_hi);
+  t.S = _mm512_maskz_add_epi16(valid, s0, s1);
+  return t;
 }
 
 // Decoded Dst of 16 columns (see the header): exponent, 2·D, sign.
@@ -275,13 +295,22 @@ KILN_AVX512 void Combine(__m512i E0, __m512i S0, __m512i E1, __m512i S1, DstStat
   }
 }
 
+// One 16-lane MVMUL of 32 columns: the two group terms combined into the decoded Dst of columns
+// 0..15 (lo) and 16..31 (hi); S·2^16 is the unpack of the int16 sums with zero (MvmulPositionOfColumn).
+template <bool kFp32Dst, bool kWormhole>
+KILN_AVX512 void MvmulInto(const Term& t0, const Term& t1, DstState* lo, DstState* hi, const CombineConsts& c) {
+  Combine<kFp32Dst, kWormhole>(t0.E_lo, _mm512_unpacklo_epi16(c.zero, t0.S), t1.E_lo, _mm512_unpacklo_epi16(c.zero, t1.S),
+                               lo, c);
+  Combine<kFp32Dst, kWormhole>(t0.E_hi, _mm512_unpackhi_epi16(c.zero, t0.S), t1.E_hi, _mm512_unpackhi_epi16(c.zero, t1.S),
+                               hi, c);
+}
+
 template <int kRows, bool kFp32Dst, bool kWormhole>
 __attribute__((target("avx512f,avx512bw"))) void RunAvx512T(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0,
                                                             int64_t k1, int64_t o0, int64_t o1, int p0, int p1,
                                                             uint32_t* dst) {
   constexpr int64_t kStride = 64 * kRows, kBlk = kMvmulColumnBlock;
   const int64_t K = a.K, K8 = K / 8;
-  const __m512i zero = _mm512_setzero_si512();
   const CombineConsts cc = MakeCombineConsts();
   GroupPrep g[4];
   for (int64_t cb = o0 / kBlk; cb * kBlk < o1; ++cb) {
@@ -292,30 +321,26 @@ __attribute__((target("avx512f,avx512bw"))) void RunAvx512T(const PreparedSrcA& 
     const int8_t* ablk = &a.lanes[static_cast<size_t>(cb * K * kStride)];
     const uint8_t* wnz = &a.group_nz[static_cast<size_t>(cb * K8)];
     bool fixed = false;  // lo, hi hold MVMUL results (fixed points of the zero-MVMUL mapping)
-    if (p1 - p0 == 1) {  // one phase: no multipliers kept across phases
-      for (int64_t t0 = k0; t0 < k1; t0 += 32) {
+    // An MVMUL of two zero groups is skipped; before the first computed one it applies §5.5's
+    // mapping once (mvmul_kernel.h), which is the combine of two zero terms.
+    auto mvmul = [&](bool zero, const Term& t0, const Term& t1) KILN_AVX512_LAMBDA {
+      if (!zero || !fixed) MvmulInto<kFp32Dst, kWormhole>(t0, t1, &lo, &hi, cc);
+      fixed = true;
+    };
+    for (int64_t t0 = k0; t0 < k1; t0 += 32) {
+      if (p1 - p0 == 1) {  // one phase: no multipliers kept across phases
         for (int h = 0; h < 4; h += 2) {
           const int64_t q = t0 / 8 + h;
           const unsigned live0 = wnz[q] & b.nz_mask[static_cast<size_t>(q)];
           const unsigned live1 = wnz[q + 1] & b.nz_mask[static_cast<size_t>(q + 1)];
           if (live0 == 0 && live1 == 0) {
-            if (!fixed) {
-              Combine<kFp32Dst, kWormhole>(zero, zero, zero, zero, &lo, cc);
-              Combine<kFp32Dst, kWormhole>(zero, zero, zero, zero, &hi, cc);
-            }
-            fixed = true;
+            mvmul(true, Term{}, Term{});
             continue;
           }
-          __m512i S0 = zero, S1 = zero, E0lo = zero, E0hi = zero, E1lo = zero, E1hi = zero;
-          if (live0 != 0) S0 = SinglePhaseGroup<kRows>(ablk, b, q, live0, p0, &E0lo, &E0hi);
-          if (live1 != 0) S1 = SinglePhaseGroup<kRows>(ablk, b, q + 1, live1, p0, &E1lo, &E1hi);
-          Combine<kFp32Dst, kWormhole>(E0lo, _mm512_unpacklo_epi16(zero, S0), E1lo, _mm512_unpacklo_epi16(zero, S1), &lo, cc);
-          Combine<kFp32Dst, kWormhole>(E0hi, _mm512_unpackhi_epi16(zero, S0), E1hi, _mm512_unpackhi_epi16(zero, S1), &hi, cc);
-          fixed = true;
+          mvmul(false, SinglePhaseTerm<kRows>(ablk, b, q, live0, p0), SinglePhaseTerm<kRows>(ablk, b, q + 1, live1, p0));
         }
+        continue;
       }
-    }
-    for (int64_t t0 = k0; t0 < k1 && p1 - p0 > 1; t0 += 32) {
       for (int i = 0; i < 4; ++i) {
         const int64_t q = t0 / 8 + i;
         const unsigned live = wnz[q] & b.nz_mask[static_cast<size_t>(q)];
@@ -327,34 +352,11 @@ __attribute__((target("avx512f,avx512bw"))) void RunAvx512T(const PreparedSrcA& 
         const __m512i adj16 = _mm512_set1_epi16(static_cast<int16_t>(adj)), adj32 = _mm512_set1_epi32(adj);
         for (int h = 0; h < 4; h += 2) {
           if (g[h].n == 0 && g[h + 1].n == 0) {
-            if (!fixed) {
-              Combine<kFp32Dst, kWormhole>(zero, zero, zero, zero, &lo, cc);
-              Combine<kFp32Dst, kWormhole>(zero, zero, zero, zero, &hi, cc);
-            }
-            fixed = true;
+            mvmul(true, Term{}, Term{});
             continue;
           }
-          // §5.4 step 1: G = max(raw) + adj; the term is zero where G <= 0 (S = 0 there, and E <= 0
-          // never raises X, which is at least Dst's exponent >= 0). A group with no live lane is
-          // the zero term everywhere: E = 0, S = 0.
-          const GroupPrep& g0 = g[h];
-          const GroupPrep& g1 = g[h + 1];
-          __m512i S0 = zero, S1 = zero, E0lo = zero, E0hi = zero, E1lo = zero, E1hi = zero;
-          if (g0.n != 0) {
-            const __mmask32 valid = _mm512_cmpgt_epi16_mask(_mm512_add_epi16(g0.maxraw, adj16), zero);
-            S0 = GroupSum<kRows>(ablk, b, t0 / 8 + h, p & 1, (p >> 1) & 1, g0, valid);
-            E0lo = _mm512_add_epi32(g0.mr_lo, adj32);
-            E0hi = _mm512_add_epi32(g0.mr_hi, adj32);
-          }
-          if (g1.n != 0) {
-            const __mmask32 valid = _mm512_cmpgt_epi16_mask(_mm512_add_epi16(g1.maxraw, adj16), zero);
-            S1 = GroupSum<kRows>(ablk, b, t0 / 8 + h + 1, p & 1, (p >> 1) & 1, g1, valid);
-            E1lo = _mm512_add_epi32(g1.mr_lo, adj32);
-            E1hi = _mm512_add_epi32(g1.mr_hi, adj32);
-          }
-          Combine<kFp32Dst, kWormhole>(E0lo, _mm512_unpacklo_epi16(zero, S0), E1lo, _mm512_unpacklo_epi16(zero, S1), &lo, cc);
-          Combine<kFp32Dst, kWormhole>(E0hi, _mm512_unpackhi_epi16(zero, S0), E1hi, _mm512_unpackhi_epi16(zero, S1), &hi, cc);
-          fixed = true;
+          mvmul(false, PhaseTerm<kRows>(ablk, b, t0 / 8 + h, p, g[h], adj16, adj32),
+                PhaseTerm<kRows>(ablk, b, t0 / 8 + h + 1, p, g[h + 1], adj16, adj32));
         }
       }
     }
