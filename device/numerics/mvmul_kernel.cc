@@ -136,15 +136,17 @@ void FillSrcABlocks(const uint32_t* a, SrcFormat fmt, int64_t cb0, int64_t cb1, 
   for (int64_t cb = cb0; cb < cb1; ++cb) {
     int8_t* blk = &p.lanes[static_cast<size_t>(cb * K * stride)];
     uint8_t* nz = &p.group_nz[static_cast<size_t>(cb * K8)];
-    std::fill(blk, blk + K * stride, int8_t{0});
-    std::fill(nz, nz + K8, uint8_t{0});
+    std::fill(nz, nz + K8, uint8_t{0});  // every byte of the block's rows is written below
     // Column by column (contiguous reads of its K weights), each into its position of every k row.
     for (int pos = 0; pos < kMvmulColumnBlock; ++pos) {
       const int64_t o = cb * kMvmulColumnBlock + MvmulColumnOfPosition(pos);
       for (int64_t k = 0; k < K; ++k) {
         int8_t* row = blk + k * stride;
         int16_t e = static_cast<int16_t>(kZeroExp);
-        for (int v = 0; v < p.variants; ++v) row[64 * (1 + v) + 2 * pos + 1] = 1;  // zero operand: (0, 1)
+        for (int v = 0; v < p.variants; ++v) {  // zero operand: (0, 1)
+          row[64 * (1 + v) + 2 * pos] = 0;
+          row[64 * (1 + v) + 2 * pos + 1] = 1;
+        }
         const uint32_t x = o < p.cols ? MaskSrcOperand(a[o * K + k], fmt) : 0u;
         if (((x >> 23) & 0xFFu) != 0) {  // §5.3: else a zero lane
           nz[k / 8] |= static_cast<uint8_t>(1u << (k % 8));
@@ -185,18 +187,15 @@ Status PrepareSrcBRow(const uint32_t* b, int64_t K, MathFidelity fid, SrcFormat 
     return Status::Ok();
   }
 #endif
-  const uint32_t keep = fmt == SrcFormat::kTf32 ? 0xFFFFE000u : 0xFFFF0000u;  // MaskSrcOperand
-  const bool two = p.variants == 2;
-  uint32_t* pair1 = two ? p.pair.data() + K : nullptr;
+  auto twice = [](uint32_t v16) { return (v16 & 0xFFFFu) * 0x10001u; };
+  std::fill(p.nz_mask.begin(), p.nz_mask.end(), uint8_t{0});
   for (int64_t k = 0; k < K; ++k) {
-    const uint32_t x = b[k] & keep;
-    const uint32_t e = (x >> 23) & 0xFFu, sig = 1024u | ((x >> 13) & 0x3FFu);  // §5.2's significand
-    const bool nz = e != 0;
-    p.exp[k] = (nz ? e : static_cast<uint32_t>(kZeroExpB) & 0xFFFFu) * 0x10001u;
-    p.mult[k] = (nz && (x >> 31) ? 0xE000u : 0x2000u) * 0x10001u;  // int16 −0x2000 or 0x2000, twice
-    p.pair[k] = (0x100u | (nz ? sig >> 4 : 0u)) * 0x10001u;        // SliceB phase 0: the top 7 bits
-    if (two) pair1[k] = (0x100u | (nz ? (sig & 15u) << 3 : 0u)) * 0x10001u;  // phase 2: the low 4
-    if ((k & 7) == 0) p.nz_mask[static_cast<size_t>(k / 8)] = 0;
+    const uint32_t x = MaskSrcOperand(b[k], fmt);
+    const FpuSlice s0 = SliceB(x, 0);  // a zero operand: exponent 0, slice 0
+    const bool nz = s0.exp != 0;
+    p.exp[k] = twice(nz ? static_cast<uint32_t>(s0.exp) : static_cast<uint32_t>(kZeroExpB));
+    p.mult[k] = twice(s0.sign ? 0xE000u : 0x2000u);  // int16 −0x2000 or 0x2000
+    for (int v = 0; v < p.variants; ++v) p.pair[static_cast<size_t>(v * K + k)] = twice(0x100u | SliceB(x, 2 * v).slice);
     p.nz_mask[static_cast<size_t>(k / 8)] |= static_cast<uint8_t>(nz << (k & 7));
   }
   return Status::Ok();
