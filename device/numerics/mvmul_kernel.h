@@ -43,8 +43,9 @@
 // may run on different threads at once, and a column's result does not depend on how columns or
 // rows are split between calls or threads.
 //
-// Speed (bench/tt_emu/RESULTS.md): on the AVX-512 path, per core, about 9.5 GMAC/s at LoFi and 3.9
-// at HiFi4 with a bf16 Dst on the K blocks of a 64→64 3×3 conv (kiln_mvmul_kernel_bench).
+// Speed (bench/tt_emu/RESULTS.md): on the AVX-512 path, per core, 7.4–10.3 GMAC/s at LoFi and
+// 2.9–3.9 at HiFi4 with a bf16 Dst on the K blocks of a 64→64 3×3 conv (kiln_mvmul_kernel_bench,
+// runs of 2026-12-02 on a 2-core Zen 4 VM).
 #pragma once
 
 #include <cstddef>
