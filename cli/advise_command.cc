@@ -7,7 +7,6 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
-#include <random>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -233,14 +232,6 @@ kiln::v1::RunConvLayersRequest AdvisedRunRequest(const AdviseArgs& a, const api:
   return req;
 }
 
-std::string RandomKey() {
-  std::random_device rd;
-  static const char kHex[] = "0123456789abcdef";
-  std::string out = "kiln-cli-advise-";
-  for (int i = 0; i < 32; ++i) out += kHex[rd() % 16];
-  return out;
-}
-
 // The search as an advise job on kilnd: submit (the model stored first when MODEL is a file),
 // watch its steps, fetch its answer. Errors print here; nullopt then, with *rc set.
 std::optional<api::advisor::AdviseResult> AdviseRemote(const ClientOptions& options, const AdviseArgs& a,
@@ -253,7 +244,7 @@ std::optional<api::advisor::AdviseResult> AdviseRemote(const ClientOptions& opti
     return std::nullopt;
   }
   kiln::v1::SubmitAdviseRequest submit;
-  submit.set_idempotency_key(RandomKey());  // a retried SubmitAdvise (client.cc) never makes a second job
+  submit.set_idempotency_key(NewIdempotencyKey("kiln-cli-advise-"));  // a retried SubmitAdvise (client.cc) never makes a second job
   auto* req = submit.mutable_advise();
   req->set_model_id(*id);
   for (const auto& set : sets) {

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 namespace kiln::cli {
@@ -93,6 +94,14 @@ void Prepare(const ClientOptions& options, grpc::ClientContext* context) {
 std::string Describe(const grpc::Status& status) {
   return std::string(StatusCodeName(static_cast<StatusCode>(status.error_code()))) + ": " +
          status.error_message();
+}
+
+std::string NewIdempotencyKey(const std::string& prefix) {
+  std::random_device rd;
+  static const char kHex[] = "0123456789abcdef";
+  std::string out = prefix;
+  for (int i = 0; i < 32; ++i) out += kHex[rd() % 16];
+  return out;
 }
 
 }  // namespace kiln::cli

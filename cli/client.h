@@ -40,6 +40,11 @@ void Prepare(const ClientOptions& options, grpc::ClientContext* context);
 /// "CODE: message" of a failed call.
 std::string Describe(const grpc::Status& status);
 
+/// A fresh idempotency key, `prefix` then 32 random hex digits: a submit carries one so that the
+/// retry policy (client.cc: SubmitRun / SubmitAdvise retried after the server's pushback) can never
+/// make a second job.
+std::string NewIdempotencyKey(const std::string& prefix);
+
 /// One unary call: connect, build the stub, apply token and deadline, call `method`
 /// (e.g. &kiln::v1::ModelService::Stub::GetModel). A channel that cannot be set up (unreadable
 /// CA file) comes back as INVALID_ARGUMENT without contacting the server.

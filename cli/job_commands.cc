@@ -9,7 +9,6 @@
 #include <iostream>
 #include <map>
 #include <optional>
-#include <random>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -53,14 +52,6 @@ std::string Time(const google::protobuf::Timestamp& t) {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
-}
-
-std::string RandomKey() {
-  std::random_device rd;
-  static const char kHex[] = "0123456789abcdef";
-  std::string out = "kiln-cli-";
-  for (int i = 0; i < 32; ++i) out += kHex[rd() % 16];
-  return out;
 }
 
 Result<std::pair<std::string, std::string>> ParseLabel(const std::string& spec) {
@@ -468,7 +459,7 @@ int SubmitAndWatch(const ClientOptions& options, std::vector<kiln::v1::SubmitRun
                    const ReportOptions& report) {
   std::vector<std::string> ids;
   for (auto& request : requests) {
-    if (request.idempotency_key().empty()) request.set_idempotency_key(RandomKey());
+    if (request.idempotency_key().empty()) request.set_idempotency_key(NewIdempotencyKey("kiln-cli-"));
     kiln::v1::Job job;
     grpc::Status st = CallUnary(options, &kiln::v1::JobService::Stub::SubmitRun, request, &job);
     if (!st.ok()) {
