@@ -824,7 +824,7 @@ void JobManager::StartJob(const std::string& job_id) {
   StartConfiguration(live);
 }
 
-void JobManager::StartConfiguration(std::shared_ptr<LiveJob> live) {
+bool JobManager::EndedBeforeStart(const std::shared_ptr<LiveJob>& live, const char* cancelled_message) {
   bool cancelled, stop;
   {
     std::lock_guard<std::mutex> lock(live->mu);
@@ -834,9 +834,20 @@ void JobManager::StartConfiguration(std::shared_ptr<LiveJob> live) {
     std::lock_guard<std::mutex> lock(mu_);
     stop = stopping_;
   }
-  if (cancelled) return EndJob(live, kiln::v1::CANCELLED, Cancelled("cancelled between configurations"));
-  if (stop) return EndJob(live, kiln::v1::RUNNING, Unavailable("kilnd is shutting down"));
-  if (live->configuration >= live->rec.configurations) return EndJob(live, kiln::v1::SUCCEEDED, Status::Ok());
+  if (cancelled) {
+    EndJob(live, kiln::v1::CANCELLED, Cancelled(cancelled_message));
+  } else if (stop) {
+    EndJob(live, kiln::v1::RUNNING, Unavailable("kilnd is shutting down"));
+  } else if (live->configuration >= live->rec.configurations) {
+    EndJob(live, kiln::v1::SUCCEEDED, Status::Ok());
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void JobManager::StartConfiguration(std::shared_ptr<LiveJob> live) {
+  if (EndedBeforeStart(live, "cancelled between configurations")) return;
   live->run = live->request.run();
   if (live->request.sweep_size() > 0) *live->run.mutable_precision() = live->request.sweep(live->configuration);
   live->response.Clear();
@@ -975,18 +986,7 @@ void JobManager::ConfigurationDone(std::shared_ptr<LiveJob> live, const Status& 
 // An advise job: the whole search as one job on a tt-emu device (the model read and planned there,
 // as `kiln advise --local` plans it), its steps as events, its answer as configuration 0's result.
 void JobManager::StartAdvise(std::shared_ptr<LiveJob> live) {
-  bool cancelled, stop;
-  {
-    std::lock_guard<std::mutex> lock(live->mu);
-    cancelled = live->cancel_requested;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop = stopping_;
-  }
-  if (cancelled) return EndJob(live, kiln::v1::CANCELLED, Cancelled("cancelled before the search started"));
-  if (stop) return EndJob(live, kiln::v1::RUNNING, Unavailable("kilnd is shutting down"));
-  if (live->configuration >= live->rec.configurations) return EndJob(live, kiln::v1::SUCCEEDED, Status::Ok());
+  if (EndedBeforeStart(live, "cancelled before the search started")) return;
   auto spec = advisor::AdviseSpecFromProto(live->advise.advise(), env_.scheduler->DeviceSettings(device::kTtEmuBackend));
   if (!spec.ok()) return EndJob(live, kiln::v1::FAILED, spec.status().WithContext("advise"));
   auto search = std::make_shared<advisor::AdviseSpec>(std::move(spec).value());
@@ -1028,7 +1028,7 @@ void JobManager::StartAdvise(std::shared_ptr<LiveJob> live) {
     if (handle.status().code() == StatusCode::kResourceExhausted) {
       ms = env_.scheduler->SuggestedRetryAfter(live->rec.backend).count();
     }
-    return ConfigurationFailed(live, handle.status(), ms, false, stop);
+    return ConfigurationFailed(live, handle.status(), ms, false, false);
   }
   bool cancelled_now;
   {

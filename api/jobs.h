@@ -156,6 +156,10 @@ class JobManager {
                               const std::vector<std::string_view>& inputs, int64_t input_bytes,
                               const std::function<std::string(const std::string& model_id)>& request_blob,
                               bool* existed, int64_t* retry_after_ms);
+  /// Before a configuration (or an advise job's search) starts: ends the job where it was
+  /// cancelled (`cancelled_message`), kilnd is stopping (left RUNNING for the next start) or every
+  /// configuration is done; returns whether it did.
+  bool EndedBeforeStart(const std::shared_ptr<LiveJob>& live, const char* cancelled_message);
   void StartConfiguration(std::shared_ptr<LiveJob> live);
   void ConfigurationDone(std::shared_ptr<LiveJob> live, const Status& status, int64_t retry_after_ms);
   // A configuration (or an advise search) that ended in error: cancelled, interrupted by the
