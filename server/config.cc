@@ -121,6 +121,24 @@ const std::vector<Setting>& Settings() {
        "KILN_DATABASE; never on the command line)",
        [](Config& c, const std::string& v) { c.database_url_file = v; return std::string(); },
        [](const Config& c) { return std::string(Or(c.database_url_file, "(none: embedded store)")); }, "FILE"},
+      {"--role", "KILN_ROLE", nullptr,
+       "server: serve kiln.v1 (with a database, jobs run on the farm's workers); worker: a device host of a "
+       "farm (needs a database): claim and run jobs for --devices, serve only health and metrics",
+       [](Config& c, const std::string& v) {
+         c.role = v;
+         return v == "server" || v == "worker" ? std::string() : std::string("expected server|worker");
+       },
+       [](const Config& c) { return std::string(c.role + " (or worker)"); }, "server|worker"},
+      {"--job-lease-seconds", "KILN_JOB_LEASE_SECONDS", nullptr,
+       "with a database: a worker's claim on a job lasts this long unless renewed; a job whose worker "
+       "died, hung or lost the network is claimed again after it",
+       [](Config& c, const std::string& v) { return ParseSeconds(v, &c.job_lease_seconds, 0.5, 3600); },
+       [](const Config& c) { return Num(c.job_lease_seconds) + " (seconds)"; }, "SECONDS"},
+      {"--job-heartbeat-seconds", "KILN_JOB_HEARTBEAT_SECONDS", nullptr,
+       "with a database: how often a worker renews its leases and reports itself alive (below "
+       "--job-lease-seconds)",
+       [](Config& c, const std::string& v) { return ParseSeconds(v, &c.job_heartbeat_seconds, 0.05, 600); },
+       [](const Config& c) { return Num(c.job_heartbeat_seconds) + " (seconds)"; }, "SECONDS"},
       {"--blob-cache-bytes", "KILN_BLOB_CACHE_BYTES", nullptr,
        "with a database: bytes of this replica's local cache of model bytes in the data dir, least "
        "recently used evicted (0 = no cache)",
@@ -523,6 +541,15 @@ Result<Config> LoadConfig(int argc, char** argv) {
     }
   }
   KILN_RETURN_IF_ERROR(LoadDatabaseUrl(config));
+  if (config.role == "worker" && config.database_url.empty()) {
+    return InvalidArgument("--role worker needs the farm's database (--database-url-file or KILN_DATABASE): a "
+                           "worker claims its jobs there");
+  }
+  if (config.job_heartbeat_seconds >= config.job_lease_seconds) {
+    return InvalidArgument("--job-heartbeat-seconds (" + Num(config.job_heartbeat_seconds) +
+                           ") must be below --job-lease-seconds (" + Num(config.job_lease_seconds) +
+                           "): a lease would expire between two renewals");
+  }
   if (config.tls_cert.empty() != config.tls_key.empty()) {
     return InvalidArgument("--tls-cert and --tls-key must be given together");
   }

@@ -27,6 +27,12 @@ struct Config {
   /// file, or from the environment variable KILN_DATABASE (a Secret as env). Both empty = embedded.
   std::string database_url_file;
   std::string database_url;  ///< loaded from the file or KILN_DATABASE; never printed
+  /// "server": serve kiln.v1 (with a database, jobs go to the shared queue and run on workers);
+  /// "worker": a farm's device worker (needs a database): claims jobs for its --devices from the
+  /// shared queue and runs them; serves only grpc.health.v1 and /metrics (api/job_worker.h).
+  std::string role = "server";
+  double job_lease_seconds = 30;      ///< a worker's claim on a job lasts this long unless renewed
+  double job_heartbeat_seconds = 10;  ///< how often a worker renews its leases (< job_lease_seconds)
   /// With a database: bytes of this replica's local blob cache (store/blob_cache.h), 0 = none.
   uint64_t blob_cache_bytes = 1ull << 30;
   uint64_t max_model_bytes = kMaxModelBytes;

@@ -87,6 +87,7 @@ Status Daemon::Start() {
 }
 
 Status Daemon::StartServices() {
+  if (config_.role == "worker") return Unimplemented("--role worker: the farm's device worker is not built yet");
   metrics_ = std::make_unique<Metrics>(api::KilnVersion());
   // Bind before touching the store: a second kilnd on the same port stops here ("address in use")
   // instead of serving a second view of the data directory (server/listener.h).
