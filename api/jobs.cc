@@ -9,7 +9,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <random>
+#include <set>
+#include <tuple>
 #include <utility>
 
 #include "api/advisor/advise_proto.h"
@@ -172,6 +175,12 @@ class JobManager::LiveJob {
   std::shared_ptr<sched::JobHandle> search;  // an advise job's search on its device
   bool cancel_requested = false;
   SteadyClock::time_point started;
+  // A farm's worker: the claim every write carries, and whether a heartbeat found it lost.
+  std::optional<store::JobClaim> claim;
+  bool lease_lost = false;  // guarded by mu
+  store::JobFence fence() const {
+    return claim ? store::JobFence{claim->attempt, claim->lease_token} : store::JobFence{};
+  }
 };
 
 class PinImpl : public ResultPin {
@@ -189,19 +198,33 @@ Result<std::unique_ptr<JobManager>> JobManager::Create(Env env, JobLimits limits
   if (env.models == nullptr || env.jobs == nullptr || env.scheduler == nullptr || env.plans == nullptr) {
     return InvalidArgument("JobManager: store, job store, scheduler and plan cache are required");
   }
+  if (env.worker && (env.queue == nullptr || env.worker_name.empty())) {
+    return InvalidArgument("JobManager: a worker needs the farm's queue and a worker name");
+  }
   std::unique_ptr<JobManager> m(new JobManager(std::move(env), limits));
-  std::map<std::string, int> slots;
-  for (const auto& d : m->env_.scheduler->Devices()) ++slots[d.backend];
-  for (const auto& [backend, n] : slots) m->lanes_[backend].slots = n;
+  // Lanes are where jobs run: this process's devices, unless it is a farm's serving replica.
+  if (!m->farm() || m->env_.worker) {
+    std::map<std::string, int> slots;
+    for (const auto& d : m->env_.scheduler->Devices()) ++slots[d.backend];
+    for (const auto& [backend, n] : slots) m->lanes_[backend].slots = n;
+  }
   m->InitMetrics();
-  KILN_RETURN_IF_ERROR(m->Recover());
-  m->dispatcher_ = std::thread([p = m.get()] { p->DispatchLoop(); });
+  if (!m->farm()) KILN_RETURN_IF_ERROR(m->Recover());  // a farm's queue re-offers interrupted jobs itself
+  if (m->env_.worker) {
+    m->dispatcher_ = std::thread([p = m.get()] { p->ClaimLoop(); });
+    m->heartbeat_thread_ = std::thread([p = m.get()] { p->HeartbeatLoop(); });
+  } else {
+    m->dispatcher_ = std::thread([p = m.get()] { p->DispatchLoop(); });
+    if (m->farm()) m->events_thread_ = std::thread([p = m.get()] { p->EventLoop(); });
+  }
   return m;
 }
 
 JobManager::~JobManager() {
   Shutdown();
   if (dispatcher_.joinable()) dispatcher_.join();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (events_thread_.joinable()) events_thread_.join();
   // Jobs still running (a kilnd whose start failed after recovery started them) are cancelled and
   // waited for: their completions use this object. They stay RUNNING in the store (EndJob).
   std::vector<std::shared_ptr<RunConvJob>> running;
@@ -245,6 +268,16 @@ void JobManager::InitMetrics() {
                         .Help("Bytes of job inputs and results on disk")
                         .Register(reg)
                         .Add({});
+  late_results_ = &prometheus::BuildCounter()
+                      .Name("kiln_job_late_results_total")
+                      .Help("Job results a worker produced after its lease was lost, discarded (a farm)")
+                      .Register(reg)
+                      .Add({});
+  lease_lost_ = &prometheus::BuildCounter()
+                    .Name("kiln_job_leases_lost_total")
+                    .Help("Running jobs whose lease a worker found expired at a renewal, their run cancelled (a farm)")
+                    .Register(reg)
+                    .Add({});
   results_expired_ = &prometheus::BuildCounter()
                           .Name("kiln_job_results_expired_total")
                           .Help("Jobs whose results retention removed")
@@ -261,14 +294,15 @@ void JobManager::InitMetrics() {
 }
 
 void JobManager::SetStateGauge(int state, int64_t delta) {
-  if (jobs_gauge_ != nullptr) jobs_gauge_->Add({{"state", StateName(state)}}).Increment(static_cast<double>(delta));
+  // A farm's counts change in every process: a replica sets them from the store (DispatchLoop).
+  if (jobs_gauge_ != nullptr && !farm()) jobs_gauge_->Add({{"state", StateName(state)}}).Increment(static_cast<double>(delta));
 }
 
-Status JobManager::Transition(store::JobRecord& rec, int new_state) {
+Status JobManager::Transition(store::JobRecord& rec, int new_state, const store::JobFence& fence) {
   const int old = rec.state;
   rec.state = new_state;
   if (IsFinished(new_state)) rec.finished_ms = NowMs();
-  Status s = env_.jobs->Update(rec);
+  Status s = env_.jobs->Update(rec, fence);
   if (!s.ok()) return s;
   if (old != new_state) {
     SetStateGauge(old, -1);
@@ -277,11 +311,11 @@ Status JobManager::Transition(store::JobRecord& rec, int new_state) {
   kiln::v1::JobEvent ev;
   ev.set_attempt(rec.attempt);
   *ev.mutable_state_change() = ToJob(rec);
-  AppendEvent(rec, std::move(ev));
+  AppendEvent(rec, std::move(ev), fence);
   return Status::Ok();
 }
 
-void JobManager::AppendEvent(const store::JobRecord& rec, kiln::v1::JobEvent event) {
+void JobManager::AppendEvent(const store::JobRecord& rec, kiln::v1::JobEvent event, const store::JobFence& fence) {
   // State changes are always kept (a handful per attempt), so a watcher always sees the end.
   const bool state_change = event.has_state_change();
   if (state_change) {
@@ -291,7 +325,7 @@ void JobManager::AppendEvent(const store::JobRecord& rec, kiln::v1::JobEvent eve
   event.clear_sequence();
   event.clear_time();
   auto seq = env_.jobs->AppendEvent(rec.job_id, NowMs(), event.SerializeAsString(),
-                                    state_change ? 0 : limits_.max_events);
+                                    state_change ? 0 : limits_.max_events, fence);
   if (!seq.ok()) spdlog::warn("job {}: event not stored: {}", rec.job_id, seq.status().ToString());
   Notify(rec.job_id);
 }
@@ -482,25 +516,43 @@ Result<kiln::v1::Job> JobManager::Admit(store::JobRecord rec, const std::string&
   }
   if (!model.ok()) return model.status();
   rec.model_id = model->model_id;
-  KILN_RETURN_IF_ERROR(env_.scheduler->CheckBackend(backend));
-  if (lanes_.find(backend) == lanes_.end() || lanes_[backend].slots <= 0) {
+  if (farm()) {
+    // A farm's jobs run on its workers, which come and go: a backend this build knows is enough,
+    // and the job waits for a worker that has it.
+    const auto& registry = device::DefaultBackendRegistry();
+    if (!registry.Contains(backend)) {
+      std::string known;
+      for (const auto& n : registry.Names()) known += (known.empty() ? "" : ", ") + n;
+      return NotFound("backend '" + backend.substr(0, 64) + "' is not built into kilnd (known: " + known + ")");
+    }
+  } else {
+    KILN_RETURN_IF_ERROR(env_.scheduler->CheckBackend(backend));
+  }
+  if (!farm() && (lanes_.find(backend) == lanes_.end() || lanes_[backend].slots <= 0)) {
     return NotFound("backend '" + backend + "' has no devices in this kilnd");
   }
+  const std::string principal = PrincipalOf(client);
+  int64_t queued_total = queued_total_;
+  int64_t queued_of_client = queued_per_client_[principal];
+  if (farm()) {
+    auto counts = env_.jobs->CountQueued(principal, principal + sched::kSubKeySeparator);
+    if (!counts.ok()) return counts.status();
+    std::tie(queued_total, queued_of_client) = *counts;
+  }
   // A queued job waits for about the mean run time per device; without run times, 1 s per job.
-  const double hint = 1.0 + static_cast<double>(queued_total_) / std::max(1, static_cast<int>(lanes_.size()));
+  const double hint = 1.0 + static_cast<double>(queued_total) / std::max(1, static_cast<int>(lanes_.size()));
   if (retry_after_ms) *retry_after_ms = static_cast<int64_t>(std::max<int64_t>(1, static_cast<int64_t>(hint + 0.5)) * 1000);
   auto refused = [this](std::string_view reason) {
     if (env_.on_refused) env_.on_refused(reason);
   };
-  if (queued_total_ >= limits_.max_queued) {
+  if (queued_total >= limits_.max_queued) {
     refused("job_queue_full");
-    return ResourceExhausted("job queue full: " + std::to_string(queued_total_) + " queued jobs (--job-max-queued " +
+    return ResourceExhausted("job queue full: " + std::to_string(queued_total) + " queued jobs (--job-max-queued " +
                              std::to_string(limits_.max_queued) + "); " + RetryHint(hint));
   }
-  const std::string principal = PrincipalOf(client);
-  if (queued_per_client_[principal] >= limits_.max_queued_per_client) {
+  if (queued_of_client >= limits_.max_queued_per_client) {
     refused("job_queue_per_client");
-    return ResourceExhausted("client '" + principal.substr(0, 64) + "' has " + std::to_string(queued_per_client_[principal]) +
+    return ResourceExhausted("client '" + principal.substr(0, 64) + "' has " + std::to_string(queued_of_client) +
                              " queued jobs (--job-max-queued-per-client " +
                              std::to_string(limits_.max_queued_per_client) + "); " + RetryHint(hint));
   }
@@ -529,13 +581,18 @@ Result<kiln::v1::Job> JobManager::Admit(store::JobRecord rec, const std::string&
     auto seq = env_.jobs->AppendEvent(created->job_id, NowMs(), ev.SerializeAsString(), 0);
     if (!seq.ok()) spdlog::warn("job {}: event not stored: {}", created->job_id, seq.status().ToString());
   }
-  Enqueue(*created, /*front=*/false);
+  if (!farm()) Enqueue(*created, /*front=*/false);  // a farm's store queued it with the row
   SetStateGauge(kiln::v1::QUEUED, 1);
   wake_ = true;
   lock.unlock();
   cv_.notify_all();
   if (results_bytes_) results_bytes_->Set(static_cast<double>(env_.jobs->total_bytes()));
   return ToJob(*created);
+}
+
+Result<std::string> JobManager::ReadOutput(const std::string& job_id, int configuration, int k, int64_t offset,
+                                           int64_t max_bytes) const {
+  return env_.jobs->ReadOutput(job_id, configuration, k, offset, max_bytes);
 }
 
 Result<kiln::v1::Job> JobManager::Get(const std::string& job_id) const {
@@ -579,6 +636,18 @@ Result<kiln::v1::ListJobsResponse> JobManager::List(const kiln::v1::ListJobsRequ
 }
 
 Result<kiln::v1::Job> JobManager::Cancel(const std::string& job_id) {
+  if (farm() && !env_.worker) {
+    bool dequeued = false;
+    auto rec = env_.jobs->RequestCancel(job_id, &dequeued);
+    if (!rec.ok()) return rec.status();
+    if (dequeued) {
+      rec->error_code = static_cast<int>(StatusCode::kCancelled);
+      rec->error_message = "cancelled while queued";
+      if (attempts_) attempts_->Add({{"result", "cancelled"}}).Increment();
+      KILN_RETURN_IF_ERROR(Transition(*rec, kiln::v1::CANCELLED));
+    }
+    return ToJob(*rec);
+  }
   std::shared_ptr<LiveJob> live;
   bool was_queued = false;
   {
@@ -704,9 +773,19 @@ int JobManager::running() const {
 
 void JobManager::DispatchLoop() {
   auto next_retention = SteadyClock::now() + limits_.retention_interval;
+  auto next_sweep = SteadyClock::now();
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     const auto now = SteadyClock::now();
+    if (farm() && now >= next_sweep) {
+      // A farm's replica: every lease period, fail jobs whose last lease expired and refresh the
+      // farm-wide kiln_jobs gauge.
+      lock.unlock();
+      FailAbandoned();
+      lock.lock();
+      next_sweep = SteadyClock::now() + env_.lease;
+      continue;
+    }
     // Jobs whose start was refused by a full device queue come back after the scheduler's hint.
     while (!retry_at_.empty() && retry_at_.begin()->first <= now) {
       auto rec = env_.jobs->Get(retry_at_.begin()->second);
@@ -751,33 +830,49 @@ void JobManager::DispatchLoop() {
     }
     auto until = next_retention;
     if (!retry_at_.empty()) until = std::min(until, retry_at_.begin()->first);
+    if (farm()) until = std::min(until, next_sweep);
     cv_.wait_until(lock, until, [this] { return stopping_ || wake_ || retention_due_; });
     wake_ = false;
   }
 }
 
-void JobManager::StartJob(const std::string& job_id) {
+void JobManager::StartJob(const std::string& job_id, const store::JobClaim* claim) {
   auto live = std::make_shared<LiveJob>();
-  auto fail_start = [&](const std::string& backend, Status error) {
+  if (claim) live->claim = *claim;
+  auto release_lane = [&](const std::string& backend) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       --lanes_[backend].running;
       wake_ = true;
     }
     cv_.notify_all();
+  };
+  auto fail_start = [&](const std::string& backend, Status error) {
+    release_lane(backend);
     auto rec = env_.jobs->Get(job_id);
     if (!rec.ok()) return;
     rec->error_code = static_cast<int>(error.code());
     rec->error_message = error.message();
-    LogIfError(Transition(*rec, kiln::v1::FAILED), job_id);
+    if (claim) rec->attempt = claim->attempt;
+    LogIfError(Transition(*rec, kiln::v1::FAILED, live->fence()), job_id);
     if (attempts_) attempts_->Add({{"result", "failed"}}).Increment();
   };
   auto rec = env_.jobs->Get(job_id);
   if (!rec.ok()) {
     spdlog::error("job {}: cannot start: {}", job_id, rec.status().ToString());
+    if (claim) {
+      // Unreadable now (the database went away between claim and read): give it back.
+      LogIfError(env_.queue->Release(*claim), job_id);
+      release_lane(claim->backend);
+    }
     return;
   }
   const std::string backend = rec->backend;
+  if (claim && IsFinished(rec->state)) {
+    // Ended by a replica between the claim and now (nothing was running): close the entry.
+    LogIfError(env_.queue->Complete(*claim, "").status(), job_id);
+    return release_lane(backend);
+  }
   if (rec->kind == kiln::v1::JOB_KIND_ADVISE) {
     if (!live->advise.ParseFromString(rec->request)) return fail_start(backend, DataLoss("stored request unreadable"));
     int k = 0;  // the sets' tensors in order, as SubmitAdvise stored them
@@ -804,7 +899,7 @@ void JobManager::StartJob(const std::string& job_id) {
     queue_wait_->Add({{"backend", backend}}, prometheus::Histogram::BucketBoundaries{0.01, 0.1, 1, 10, 60, 600, 3600})
         .Observe(std::max(0.0, waited));
   }
-  rec->attempt += 1;
+  rec->attempt = claim ? claim->attempt : rec->attempt + 1;  // a farm counts attempts in its queue
   rec->started_ms = NowMs();
   rec->layers_done = 0;
   rec->layers_total = 0;
@@ -814,11 +909,12 @@ void JobManager::StartJob(const std::string& job_id) {
   live->rec = *rec;
   live->configuration = rec->configurations_done;
   live->started = SteadyClock::now();
+  live->cancel_requested = rec->cancel_requested;  // a farm: cancelled while no worker held it
   {
     std::lock_guard<std::mutex> lock(mu_);
     live_[job_id] = live;
   }
-  Status s = Transition(live->rec, kiln::v1::RUNNING);
+  Status s = Transition(live->rec, kiln::v1::RUNNING, live->fence());
   if (!s.ok()) spdlog::warn("job {}: {}", job_id, s.ToString());
   if (live->rec.kind == kiln::v1::JOB_KIND_ADVISE) return StartAdvise(live);
   StartConfiguration(live);
@@ -866,7 +962,7 @@ void JobManager::StartConfiguration(std::shared_ptr<LiveJob> live) {
       live->rec.device = device;
       rec = live->rec;
     }
-    LogIfError(env_.jobs->Update(rec), rec.job_id);
+    LogIfError(env_.jobs->Update(rec, live->fence()), rec.job_id);
   };
   const int config = live->configuration;
   hooks.on_layer = [this, live, config](size_t index, size_t total, const kiln::v1::LayerReport& row) {
@@ -878,7 +974,7 @@ void JobManager::StartConfiguration(std::shared_ptr<LiveJob> live) {
       live->rec.current_layer = row.name();
       rec = live->rec;
     }
-    LogIfError(env_.jobs->Update(rec), rec.job_id);
+    LogIfError(env_.jobs->Update(rec, live->fence()), rec.job_id);
     kiln::v1::JobEvent ev;
     ev.set_attempt(rec.attempt);
     auto* l = ev.mutable_layer();
@@ -886,7 +982,7 @@ void JobManager::StartConfiguration(std::shared_ptr<LiveJob> live) {
     l->set_index(static_cast<int64_t>(index));
     l->set_total(static_cast<int64_t>(total));
     *l->mutable_report() = row;
-    AppendEvent(rec, std::move(ev));
+    AppendEvent(rec, std::move(ev), live->fence());
   };
   auto job = RunConvJob::Start(
       env, live->model, &live->run, &live->response, live->rec.client, std::nullopt,
@@ -905,6 +1001,9 @@ void JobManager::ConfigurationFailed(std::shared_ptr<LiveJob> live, const Status
                                      bool cancel_requested, bool stopping) {
   if (cancel_requested) return EndJob(live, kiln::v1::CANCELLED, Cancelled("cancelled by a client"));
   if (stopping) return EndJob(live, kiln::v1::RUNNING, status);  // re-run after the restart
+  if (live->claim && status.code() == StatusCode::kResourceExhausted && retry_after_ms > 0) {
+    return EndJob(live, kiln::v1::RUNNING, status);  // a worker gives the job back to the farm's queue
+  }
   if (status.code() == StatusCode::kResourceExhausted && retry_after_ms > 0) {
     // The device queue was full (RunConvLayers calls share it): back to the front of the queue.
     store::JobRecord rec;
@@ -960,7 +1059,7 @@ void JobManager::ConfigurationDone(std::shared_ptr<LiveJob> live, const Status& 
   }
   *cr.mutable_response() = std::move(report);
   std::vector<std::string_view> views(outputs.begin(), outputs.end());
-  Status put = env_.jobs->PutResult(live->rec.job_id, live->configuration, cr.SerializeAsString(), views);
+  Status put = env_.jobs->PutResult(live->rec.job_id, live->configuration, cr.SerializeAsString(), views, live->fence());
   if (!put.ok()) return EndJob(live, kiln::v1::FAILED, put.WithContext("storing the result"));
   int64_t below = 0;
   for (const auto& l : cr.response().layers()) {
@@ -977,7 +1076,7 @@ void JobManager::ConfigurationDone(std::shared_ptr<LiveJob> live, const Status& 
     live->rec.configurations_done = live->configuration + 1;
     rec = live->rec;
   }
-  Status u = env_.jobs->Update(rec);
+  Status u = env_.jobs->Update(rec, live->fence());
   if (!u.ok()) spdlog::warn("job {}: {}", rec.job_id, u.ToString());
   live->configuration += 1;
   StartConfiguration(live);
@@ -1006,7 +1105,7 @@ void JobManager::StartAdvise(std::shared_ptr<LiveJob> live) {
       live->rec.device = ctx.worker;
       rec = live->rec;
     }
-    LogIfError(env_.jobs->Update(rec), rec.job_id);
+    LogIfError(env_.jobs->Update(rec, live->fence()), rec.job_id);
     auto reader = env_.models->OpenReader(live->model.model_id);
     if (!reader.ok()) return reader.status();
     auto bytes = (*reader)->ReadAll();
@@ -1047,11 +1146,11 @@ void JobManager::AdviseStep(const std::shared_ptr<LiveJob>& live, const std::str
     live->rec.current_layer = step;  // JobProgress.step of an advise job (ToJob)
     rec = live->rec;
   }
-  LogIfError(env_.jobs->Update(rec), rec.job_id);
+  LogIfError(env_.jobs->Update(rec, live->fence()), rec.job_id);
   kiln::v1::JobEvent ev;
   ev.set_attempt(rec.attempt);
   ev.set_advise_step(step);
-  AppendEvent(rec, std::move(ev));
+  AppendEvent(rec, std::move(ev), live->fence());
 }
 
 void JobManager::AdviseDone(std::shared_ptr<LiveJob> live, const Status& status,
@@ -1069,7 +1168,7 @@ void JobManager::AdviseDone(std::shared_ptr<LiveJob> live, const Status& status,
   if (!status.ok()) return ConfigurationFailed(live, status, 0, cancel_requested, stop);
   kiln::v1::ConfigurationResult cr;
   advisor::AdviseResultToProto(*result, live->advise.advise().budget_seconds(), cr.mutable_advice());
-  Status put = env_.jobs->PutResult(live->rec.job_id, 0, cr.SerializeAsString(), {});
+  Status put = env_.jobs->PutResult(live->rec.job_id, 0, cr.SerializeAsString(), {}, live->fence());
   if (!put.ok()) return EndJob(live, kiln::v1::FAILED, put.WithContext("storing the result"));
   if (results_bytes_) results_bytes_->Set(static_cast<double>(env_.jobs->total_bytes()));
   {
@@ -1082,17 +1181,32 @@ void JobManager::AdviseDone(std::shared_ptr<LiveJob> live, const Status& status,
 
 void JobManager::EndJob(std::shared_ptr<LiveJob> live, int state, const Status& error) {
   store::JobRecord rec;
+  bool lease_lost;
   {
     std::lock_guard<std::mutex> lock(live->mu);
     rec = live->rec;
+    lease_lost = live->lease_lost;
   }
   const double ran = std::chrono::duration<double>(SteadyClock::now() - live->started).count();
-  if (state == kiln::v1::RUNNING) {
-    // Interrupted by the server's own shutdown: left RUNNING for the next start to re-run.
-    Status u = env_.jobs->Update(rec);
-    if (!u.ok()) spdlog::warn("job {}: {}", rec.job_id, u.ToString());
-    spdlog::info("job {}: interrupted by shutdown in attempt {}; it runs again after the restart", rec.job_id,
+  if (lease_lost) {
+    // The heartbeat found the lease expired and cancelled the run: the job is the queue's again
+    // (another worker may run it now); nothing of this attempt is written.
+    spdlog::warn("job {}: attempt {} ended after its lease was lost; the farm's queue re-offers the job", rec.job_id,
                  rec.attempt);
+  } else if (state == kiln::v1::RUNNING) {
+    // Interrupted by the server's own shutdown: left RUNNING for the next start to re-run.
+    Status u = env_.jobs->Update(rec, live->fence());
+    if (!u.ok()) spdlog::warn("job {}: {}", rec.job_id, u.ToString());
+    if (live->claim) {
+      // A worker: back to the farm's queue at once, for another worker (the attempt not counted).
+      Status r = env_.queue->Release(*live->claim);
+      if (!r.ok()) spdlog::warn("job {}: release: {}", rec.job_id, r.ToString());
+      spdlog::info("job {}: attempt {} released ({}); another worker takes it", rec.job_id, rec.attempt,
+                   error.ToString());
+    } else {
+      spdlog::info("job {}: interrupted by shutdown in attempt {}; it runs again after the restart", rec.job_id,
+                   rec.attempt);
+    }
   } else {
     if (!error.ok()) {
       rec.error_code = static_cast<int>(error.code());
@@ -1104,8 +1218,16 @@ void JobManager::EndJob(std::shared_ptr<LiveJob> live, int state, const Status& 
       run_seconds_->Add({{"backend", rec.backend}}, prometheus::Histogram::BucketBoundaries{0.1, 1, 10, 60, 600, 3600})
           .Observe(ran);
     }
-    Status s = Transition(rec, state);
-    if (!s.ok()) spdlog::warn("job {}: {}", rec.job_id, s.ToString());
+    Status s = Transition(rec, state, live->fence());
+    if (!s.ok() && live->claim && s.code() == StatusCode::kFailedPrecondition) {
+      // The lease expired before the end was written (the worker stalled past it): another
+      // claim owns the job now, so this end is discarded (store/job_store.h "Fencing").
+      late_results_count_.fetch_add(1);
+      if (late_results_) late_results_->Increment();
+      spdlog::warn("job {}: late result of attempt {} discarded: {}", rec.job_id, rec.attempt, s.ToString());
+    } else if (!s.ok()) {
+      spdlog::warn("job {}: {}", rec.job_id, s.ToString());
+    }
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -1115,6 +1237,145 @@ void JobManager::EndJob(std::shared_ptr<LiveJob> live, int state, const Status& 
     retention_due_ = true;
   }
   cv_.notify_all();
+}
+
+void JobManager::FailAbandoned() {
+  auto expired = env_.queue->ExpireLeases();
+  if (!expired.ok()) spdlog::warn("jobs: expiring leases: {}", expired.status().ToString());
+  auto abandoned = env_.jobs->Abandoned();
+  if (!abandoned.ok()) {
+    spdlog::warn("jobs: abandoned jobs: {}", abandoned.status().ToString());
+  } else {
+    for (auto& rec : *abandoned) {
+      rec.error_code = static_cast<int>(StatusCode::kAborted);
+      rec.error_message = "the worker running attempt " + std::to_string(rec.attempt) + " of " +
+                          std::to_string(limits_.max_attempts) +
+                          " (--job-max-attempts) stopped renewing its lease (killed, hung or cut off)";
+      if (attempts_) attempts_->Add({{"result", "interrupted"}}).Increment();
+      LogIfError(Transition(rec, kiln::v1::FAILED), rec.job_id);
+    }
+  }
+  if (jobs_gauge_ != nullptr) {
+    if (auto counts = env_.jobs->CountByState(); counts.ok()) {
+      for (int st = kiln::v1::QUEUED; st <= kiln::v1::CANCELLED; ++st) {
+        auto it = counts->find(st);
+        jobs_gauge_->Add({{"state", StateName(st)}}).Set(it == counts->end() ? 0.0 : static_cast<double>(it->second));
+      }
+    }
+  }
+}
+
+void JobManager::ClaimLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    // One claim per free device, backend by backend; the queue's order is FIFO across the farm.
+    std::vector<std::string> free;
+    for (auto& [backend, lane] : lanes_) {
+      if (lane.running < lane.slots) free.push_back(backend);
+    }
+    if (free.empty()) {
+      cv_.wait(lock, [this] { return stopping_ || wake_; });
+      wake_ = false;
+      continue;
+    }
+    lock.unlock();
+    bool claimed = false;
+    for (const auto& backend : free) {
+      auto claim = env_.queue->Claim(env_.worker_name, {backend}, env_.lease);
+      if (!claim.ok()) {
+        spdlog::warn("jobs: claiming a {} job: {}", backend, claim.status().ToString());
+        break;  // the database is away: wait below, then try again
+      }
+      if (!claim->has_value()) continue;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (stopping_) {
+          // Drained between the claim and now: hand it straight back.
+          LogIfError(env_.queue->Release(**claim), (*claim)->job_id);
+          break;
+        }
+        ++lanes_[backend].running;
+      }
+      claimed = true;
+      StartClaimed(**claim);
+    }
+    if (!claimed) {
+      // Nothing to claim: sleep until NOTIFY says work arrived (or a heartbeat period passes).
+      LogIfError(env_.queue->WaitForWork(std::min<std::chrono::milliseconds>(env_.heartbeat, std::chrono::seconds(1))),
+                 env_.worker_name);
+    }
+    lock.lock();
+  }
+}
+
+void JobManager::StartClaimed(const store::JobClaim& claim) { StartJob(claim.job_id, &claim); }
+
+void JobManager::HeartbeatLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_ || !live_.empty()) {
+    cv_.wait_for(lock, env_.heartbeat, [this] { return stopping_ && live_.empty(); });
+    std::vector<std::shared_ptr<LiveJob>> live;
+    for (auto& [id, l] : live_) live.push_back(l);
+    lock.unlock();
+    for (auto& l : live) {
+      if (!l->claim) continue;
+      Status hb = env_.queue->Heartbeat(*l->claim, env_.lease);
+      bool lost = hb.code() == StatusCode::kFailedPrecondition;
+      bool cancel = false;
+      if (hb.ok()) {
+        auto rec = env_.jobs->Get(l->claim->job_id);
+        cancel = rec.ok() && rec->cancel_requested;
+      } else if (!lost) {
+        // The database is away: the lease runs on; the next period tries again.
+        spdlog::warn("job {}: renewing the lease: {}", l->claim->job_id, hb.ToString());
+        continue;
+      }
+      if (!lost && !cancel) continue;
+      std::shared_ptr<RunConvJob> job;
+      std::shared_ptr<sched::JobHandle> search;
+      {
+        std::lock_guard<std::mutex> g(l->mu);
+        if (lost) {
+          if (l->lease_lost) continue;
+          l->lease_lost = true;
+        } else {
+          if (l->cancel_requested) continue;
+          l->cancel_requested = true;
+        }
+        job = l->job;
+        search = l->search;
+      }
+      if (lost) {
+        if (lease_lost_) lease_lost_->Increment();
+        spdlog::warn("job {}: lease of attempt {} lost ({}); cancelling the run", l->claim->job_id, l->claim->attempt,
+                     hb.message());
+      }
+      if (job) job->Cancel();
+      if (search) search->Cancel();
+    }
+    lock.lock();
+  }
+}
+
+void JobManager::EventLoop() {
+  // Other processes' events arrive as NOTIFY; while notifications are down, each period wakes
+  // every watcher (each reads its job's events after its last sequence, so a spurious wake costs
+  // one query).
+  while (!stopping()) {
+    auto ids = env_.jobs->WaitForEvents(std::chrono::seconds(1));
+    std::set<std::string> wake;
+    if (ids) {
+      wake.insert(ids->begin(), ids->end());
+    } else {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [token, w] : watchers_) wake.insert(w.first);
+    }
+    for (const auto& id : wake) Notify(id);
+    if (!ids) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; });
+    }
+  }
 }
 
 void JobManager::RunRetention() {

@@ -30,12 +30,31 @@
 // `retention_seconds` or, oldest first, while the results total more than `results_max_bytes`;
 // never while a GetJobResult stream holds them (PinResults).
 //
-// Threads: one dispatch thread (start jobs, retry timers, retention); completions run on the
-// scheduler's threads. Every public call is thread-safe and blocks only on the job store (SQLite,
+// A farm (issue 19; Env::queue set, the store a PgJobStore shared by every process): the queue is
+// PostgreSQL's (store/job_queue.h), not this manager's.
+// * A serving replica (worker = false) takes submissions — the store's Create queues them in the
+//   same transaction — and runs none. Limits count the shared store's queued jobs (checked before
+//   the insert: replicas submitting at the same instant may overshoot a limit by one job each).
+//   Cancel dequeues a job no worker holds, else asks its worker (RequestCancel; seen at the next
+//   heartbeat). Watchers hear of other processes' events through the store (WaitForEvents:
+//   LISTEN/NOTIFY, polling each second while that is down). Its dispatch thread fails jobs whose
+//   last attempt's lease expired (Abandoned) and runs retention.
+// * A worker (worker = true) claims jobs of the backends it has devices for, at most one per
+//   device, and runs them exactly as the embedded manager does, every write fenced by its claim
+//   (store/job_store.h JobFence). A heartbeat thread renews its leases every `heartbeat`; a lease
+//   it lost (expired: the worker hung or was cut off, and another may hold the job now) cancels
+//   the run, and its writes are refused; a job's end refused so is a late result
+//   (kiln_job_late_results_total). A cancel request seen at a heartbeat cancels the run. A job
+//   interrupted by the worker's shutdown is released (claimable at once, the attempt not counted).
+//   Attempts are the queue's: a job whose lease expired on its last attempt is FAILED (ABORTED).
+//
+// Threads: one dispatch thread (start jobs, retry timers, retention; a worker's claims); a
+// worker's heartbeat thread; a replica's event listener; completions run on the scheduler's threads. Every public call is thread-safe and blocks only on the job store (SQLite,
 // fsync on writes): servers call them off their reactors (server/job_service.cc uses the store
 // lane).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -54,6 +73,7 @@
 #include "common/status.h"
 #include "kiln/v1/job.pb.h"
 #include "sched/scheduler.h"
+#include "store/job_queue.h"
 #include "store/job_store.h"
 #include "store/model_store.h"
 
@@ -102,6 +122,13 @@ class JobManager {
     /// Called once per Submit refused for a limit ("job_queue_full", "job_queue_per_client",
     /// "store_full"), possibly under the manager's lock; optional (server/daemon.cc counts it).
     std::function<void(std::string_view reason)> on_refused;
+    /// A farm's shared queue (see the header comment); null = embedded.
+    store::JobQueue* queue = nullptr;
+    /// With a queue: a worker (claims and runs jobs) instead of a serving replica.
+    bool worker = false;
+    std::string worker_name;                  ///< the worker's name in the queue (host/pid)
+    std::chrono::milliseconds lease{30000};   ///< --job-lease-seconds
+    std::chrono::milliseconds heartbeat{10000};  ///< --job-heartbeat-seconds
   };
 
   /// Recovers the store's unfinished jobs (see the header comment) and starts the dispatch thread.
@@ -132,6 +159,10 @@ class JobManager {
   /// "results expired"; FAILED_PRECONDITION while the job has not finished.
   Result<std::pair<std::vector<store::JobResultRecord>, std::shared_ptr<ResultPin>>> OpenResults(
       const std::string& job_id);
+  /// Up to `max_bytes` of output k of a configuration's result from `offset` (store/job_store.h
+  /// ReadOutput), for a GetJobResult stream holding OpenResults' pin.
+  Result<std::string> ReadOutput(const std::string& job_id, int configuration, int k, int64_t offset,
+                                 int64_t max_bytes) const;
 
   /// Stops starting jobs and wakes every watcher; running jobs are left to the scheduler's
   /// shutdown (see the header comment). Idempotent.
@@ -139,6 +170,8 @@ class JobManager {
   bool stopping() const;
   /// Jobs running now.
   int running() const;
+  /// Results refused because their lease was no longer current (a worker; 0 elsewhere).
+  uint64_t late_results() const { return late_results_count_.load(); }
   /// Runs retention now (tests; the dispatch thread runs it every retention_interval).
   void RunRetentionForTesting();
 
@@ -148,7 +181,7 @@ class JobManager {
   JobManager(Env env, JobLimits limits);
   Status Recover();
   void DispatchLoop();
-  void StartJob(const std::string& job_id);
+  void StartJob(const std::string& job_id, const store::JobClaim* claim = nullptr);
   // Resolves the model, applies the queue and store limits, stores `rec` (its request blob made by
   // `request_blob` from the resolved model id) with `inputs`, and queues it: Submit's and
   // SubmitAdvise's common end.
@@ -171,8 +204,18 @@ class JobManager {
   void AdviseDone(std::shared_ptr<LiveJob> live, const Status& status,
                   std::shared_ptr<const advisor::AdviseResult> result);
   void EndJob(std::shared_ptr<LiveJob> live, int state, const Status& error);
-  Status Transition(store::JobRecord& rec, int new_state);
-  void AppendEvent(const store::JobRecord& rec, kiln::v1::JobEvent event);
+  Status Transition(store::JobRecord& rec, int new_state, const store::JobFence& fence = {});
+  void AppendEvent(const store::JobRecord& rec, kiln::v1::JobEvent event, const store::JobFence& fence = {});
+  bool farm() const { return env_.queue != nullptr; }
+  // A worker: claims jobs while devices are free, else waits for work (the dispatch thread).
+  void ClaimLoop();
+  // A worker: renews the leases of running jobs, hears cancel requests (its own thread).
+  void HeartbeatLoop();
+  // A replica: wakes the watchers of jobs whose events other processes appended.
+  void EventLoop();
+  // A replica: fails jobs whose last lease expired.
+  void FailAbandoned();
+  void StartClaimed(const store::JobClaim& claim);
   void Notify(const std::string& job_id);
   void RunRetention();
   void Enqueue(const store::JobRecord& rec, bool front);
@@ -203,6 +246,9 @@ class JobManager {
   bool wake_ = false;
   bool retention_due_ = false;  // a job ended: its results may push the total over the limit
   std::thread dispatcher_;
+  std::thread heartbeat_thread_;  // a worker
+  std::thread events_thread_;     // a serving replica of a farm
+  std::atomic<uint64_t> late_results_count_{0};
 
   // Metrics (null without a registry).
   prometheus::Family<prometheus::Gauge>* jobs_gauge_ = nullptr;
@@ -212,6 +258,8 @@ class JobManager {
   prometheus::Family<prometheus::Counter>* below_threshold_ = nullptr;
   prometheus::Gauge* results_bytes_ = nullptr;
   prometheus::Counter* results_expired_ = nullptr;
+  prometheus::Counter* late_results_ = nullptr;
+  prometheus::Counter* lease_lost_ = nullptr;
 };
 
 /// A new job id: "j-" + 26 lowercase Crockford base32 characters (48 bits of Unix milliseconds,

@@ -9,6 +9,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -26,6 +28,13 @@ namespace {
 // Connections to the shared database: each open ReadModel stream, model read and upload commit
 // holds one while it runs (store/pg/pg_blob_store.h), the store lane's workers bound the rest.
 constexpr size_t kDatabaseConnections = 16;
+
+// A worker's name in the farm's queue and logs: host name and process id.
+std::string WorkerName() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "unknown");
+  return std::string(host) + "/" + std::to_string(getpid());
+}
 
 Result<std::string> ReadFile(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
@@ -87,7 +96,7 @@ Status Daemon::Start() {
 }
 
 Status Daemon::StartServices() {
-  if (config_.role == "worker") return Unimplemented("--role worker: the farm's device worker is not built yet");
+  const bool worker = config_.role == "worker";
   metrics_ = std::make_unique<Metrics>(api::KilnVersion());
   // Bind before touching the store: a second kilnd on the same port stops here ("address in use")
   // instead of serving a second view of the data directory (server/listener.h).
@@ -157,36 +166,47 @@ Status Daemon::StartServices() {
   device_service_ = std::make_unique<DeviceServiceImpl>(store_.get(), scheduler_.get(),
                                                         static_cast<int>(config_.device_queue), env,
                                                         static_cast<int64_t>(config_.plan_cache_bytes));
+  api::JobLimits limits;
+  limits.max_queued = static_cast<int>(config_.job_max_queued);
+  limits.max_queued_per_client = static_cast<int>(config_.job_max_queued_per_client);
+  limits.max_attempts = static_cast<int>(config_.job_max_attempts);
+  limits.max_events = static_cast<int64_t>(config_.job_max_events);
+  limits.max_configurations = static_cast<int>(config_.job_max_configurations);
+  limits.retention_seconds = config_.job_retention_seconds;
+  limits.results_max_bytes = static_cast<int64_t>(config_.job_results_max_bytes);
+  limits.max_result_bytes = static_cast<int64_t>(config_.max_message_bytes);
+  limits.max_store_bytes = static_cast<int64_t>(config_.max_store_bytes);
+  api::JobManager::Env job_env;
+  job_env.models = store_.get();
+  job_env.scheduler = scheduler_.get();
+  job_env.plans = device_service_->plans();
+  job_env.metrics = metrics_->shared_registry();
+  job_env.on_refused = count_refused;
   if (shared_) {
-    // Jobs would live in this replica's data dir, which no other replica sees: refused until the
-    // job queue (store/pg/pg_job_queue.h) serves them (README "Shared state on PostgreSQL").
-    job_service_ = std::make_unique<JobServiceImpl>(
-        nullptr, env,
-        "jobs are not available on a shared database yet (a job would live in one kilnd replica only): "
-        "run jobs on an embedded kilnd (without --database-url-file / KILN_DATABASE)");
+    // A farm: jobs, their queue, events and results in PostgreSQL (store/pg/pg_job_store.h); a
+    // serving replica queues them, workers (--role worker) claim and run them (api/jobs.h).
+    job_env.jobs = &shared_->job_store();
+    job_env.queue = &shared_->jobs();
+    job_env.worker = worker;
+    job_env.worker_name = WorkerName();
+    job_env.lease = std::chrono::milliseconds(static_cast<int64_t>(config_.job_lease_seconds * 1000));
+    job_env.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(config_.job_heartbeat_seconds * 1000));
+    limits.max_store_bytes = 0;  // the embedded store's disk limit; a farm's database has its own
+    if (worker) {
+      spdlog::info("worker {}: claiming jobs for {} (lease {} s, heartbeat {} s)", job_env.worker_name,
+                   config_.devices, config_.job_lease_seconds, config_.job_heartbeat_seconds);
+    }
   } else {
     auto job_store = store::JobStore::Open(config_.data_dir);
     if (!job_store.ok()) return job_store.status().WithContext("job store " + config_.data_dir + "/jobs");
     job_store_ = std::move(job_store).value();
     store_->SetOtherBytes([js = job_store_.get()] { return static_cast<uint64_t>(js->total_bytes()); });
-    api::JobLimits limits;
-    limits.max_queued = static_cast<int>(config_.job_max_queued);
-    limits.max_queued_per_client = static_cast<int>(config_.job_max_queued_per_client);
-    limits.max_attempts = static_cast<int>(config_.job_max_attempts);
-    limits.max_events = static_cast<int64_t>(config_.job_max_events);
-    limits.max_configurations = static_cast<int>(config_.job_max_configurations);
-    limits.retention_seconds = config_.job_retention_seconds;
-    limits.results_max_bytes = static_cast<int64_t>(config_.job_results_max_bytes);
-    limits.max_result_bytes = static_cast<int64_t>(config_.max_message_bytes);
-    limits.max_store_bytes = static_cast<int64_t>(config_.max_store_bytes);
-    auto jobs = api::JobManager::Create(
-        {store_.get(), job_store_.get(), scheduler_.get(), device_service_->plans(), metrics_->shared_registry(),
-         count_refused},
-        limits);
-    if (!jobs.ok()) return jobs.status().WithContext("jobs");
-    jobs_ = std::move(jobs).value();
-    job_service_ = std::make_unique<JobServiceImpl>(jobs_.get(), env);
+    job_env.jobs = job_store_.get();
   }
+  auto jobs = api::JobManager::Create(std::move(job_env), limits);
+  if (!jobs.ok()) return jobs.status().WithContext("jobs");
+  jobs_ = std::move(jobs).value();
+  job_service_ = std::make_unique<JobServiceImpl>(jobs_.get(), env);
 
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!config_.tls_cert.empty()) {
@@ -235,10 +255,13 @@ Status Daemon::StartServices() {
   // enforce their own 1 MiB chunk size.
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config_.max_message_bytes));
-  builder.RegisterService(model_service_.get());
-  builder.RegisterService(compile_service_.get());
-  builder.RegisterService(device_service_.get());
-  builder.RegisterService(job_service_.get());
+  if (!worker) {
+    // A worker serves only grpc.health.v1 (its probes) and /metrics; clients talk to replicas.
+    builder.RegisterService(model_service_.get());
+    builder.RegisterService(compile_service_.get());
+    builder.RegisterService(device_service_.get());
+    builder.RegisterService(job_service_.get());
+  }
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<AuthInterceptorFactory>(auth_.get(), metrics_.get()));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
@@ -246,7 +269,7 @@ Status Daemon::StartServices() {
   if (!server_) return Unavailable("gRPC server did not start on " + config_.listen);
   // grpc.health.v1 answers for each registered service by name too (`kiln health --service
   // kiln.v1.DeviceService`), not only for the whole server (""); Shutdown() turns all NOT_SERVING.
-  if (auto* health = server_->GetHealthCheckService()) {
+  if (auto* health = server_->GetHealthCheckService(); health != nullptr && !worker) {
     for (const char* name : {kiln::v1::ModelService::service_full_name(), kiln::v1::CompileService::service_full_name(),
                              kiln::v1::DeviceService::service_full_name(), kiln::v1::JobService::service_full_name()}) {
       health->SetServingStatus(name, true);

@@ -269,7 +269,10 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
  public:
   ResultReactor(JobServiceImpl* service, grpc::CallbackServerContext* context,
                 const kiln::v1::GetJobResultRequest* request)
-      : scope_(service->env_, *context, "/kiln.v1.JobService/GetJobResult"), omit_outputs_(request->omit_outputs()) {
+      : scope_(service->env_, *context, "/kiln.v1.JobService/GetJobResult"),
+        jobs_(service->jobs_),
+        job_id_(request->job_id()),
+        omit_outputs_(request->omit_outputs()) {
     grpc::Status st = scope_.Begin(*context);
     if (!st.ok()) {
       Finish(scope_.Done(st));
@@ -284,10 +287,6 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
     pin_ = std::move(opened->second);
     Next();
   }
-  ~ResultReactor() override {
-    if (fd_ >= 0) close(fd_);
-  }
-
   void OnWriteDone(bool ok) override {
     ReactorScope on_reactor;
     if (!ok) {
@@ -314,26 +313,25 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
         StartWrite(&chunk_);
         return;
       }
-      if (!omit_outputs_ && output_ < r.output_paths.size()) {
-        if (fd_ < 0) {
-          fd_ = open(r.output_paths[output_].c_str(), O_RDONLY | O_CLOEXEC);
-          offset_ = 0;
-          if (fd_ < 0) {
-            Finish(scope_.Done(grpc::Status(grpc::StatusCode::DATA_LOSS,
-                                            "result file missing: " + std::string(std::strerror(errno)))));
-            return;
-          }
+      if (!omit_outputs_ && output_ < r.output_sizes.size()) {
+        if (offset_ == 0 && r.output_sizes[output_] < 0) {
+          Finish(scope_.Done(grpc::Status(grpc::StatusCode::DATA_LOSS, "result file missing")));
+          return;
         }
         const int64_t size = r.output_sizes[output_];
-        const int64_t n = std::min<int64_t>(static_cast<int64_t>(kMaxUploadChunkBytes), std::max<int64_t>(0, size - offset_));
-        auto* out = chunk_.mutable_output();
-        std::string* data = out->mutable_data();
-        data->resize(static_cast<size_t>(n));
-        ssize_t got = n > 0 ? pread(fd_, data->data(), static_cast<size_t>(n), offset_) : 0;
-        if (got != n) {
+        auto bytes = jobs_->ReadOutput(job_id_, r.configuration, static_cast<int>(output_), offset_,
+                                       static_cast<int64_t>(kMaxUploadChunkBytes));
+        if (!bytes.ok()) {
+          Finish(scope_.Done(ToGrpc(bytes.status())));
+          return;
+        }
+        const int64_t n = static_cast<int64_t>(bytes->size());
+        if (n == 0 && offset_ < size) {
           Finish(scope_.Done(grpc::Status(grpc::StatusCode::DATA_LOSS, "result file shorter than recorded")));
           return;
         }
+        auto* out = chunk_.mutable_output();
+        *out->mutable_data() = std::move(bytes).value();
         chunk_.set_configuration(r.configuration);
         out->set_output(static_cast<int32_t>(output_));
         out->set_offset(offset_);
@@ -341,8 +339,7 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
         const bool last = offset_ >= size;
         out->set_last(last);
         if (last) {
-          close(fd_);
-          fd_ = -1;
+          offset_ = 0;
           ++output_;
         }
         scope_.AddBytes(static_cast<uint64_t>(n));
@@ -357,6 +354,8 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
   }
 
   RpcScope scope_;
+  api::JobManager* jobs_;
+  std::string job_id_;
   bool omit_outputs_;
   std::vector<store::JobResultRecord> results_;
   std::shared_ptr<api::ResultPin> pin_;
@@ -364,7 +363,6 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
   size_t config_ = 0;
   size_t output_ = 0;
   bool header_sent_ = false;
-  int fd_ = -1;
   int64_t offset_ = 0;
 };
 

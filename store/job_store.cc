@@ -258,6 +258,12 @@ bool Finished(int state) { return state >= 3; }
 }  // namespace
 
 Result<std::unique_ptr<JobStore>> JobStore::Open(const std::string& data_dir) {
+  auto s = EmbeddedJobStore::Open(data_dir);
+  if (!s.ok()) return s.status();
+  return std::unique_ptr<JobStore>(std::move(s).value());
+}
+
+Result<std::unique_ptr<EmbeddedJobStore>> EmbeddedJobStore::Open(const std::string& data_dir) {
   const std::string dir = (fs::path(data_dir) / "jobs").string();
   KILN_RETURN_IF_ERROR(MakeDirs(dir));
   const std::string path = dir + "/jobs.db";
@@ -268,7 +274,7 @@ Result<std::unique_ptr<JobStore>> JobStore::Open(const std::string& data_dir) {
     sqlite3_close(db);
     return Internal("job store: cannot open " + path + ": " + msg);
   }
-  std::unique_ptr<JobStore> store(new JobStore(dir, db));
+  std::unique_ptr<EmbeddedJobStore> store(new EmbeddedJobStore(dir, db));
   sqlite3_busy_timeout(db, 5000);
   KILN_RETURN_IF_ERROR(Exec(db, "PRAGMA journal_mode=WAL"));
   KILN_RETURN_IF_ERROR(Exec(db, "PRAGMA synchronous=FULL"));
@@ -284,9 +290,9 @@ Result<std::unique_ptr<JobStore>> JobStore::Open(const std::string& data_dir) {
   return store;
 }
 
-JobStore::~JobStore() { sqlite3_close(db_); }
+EmbeddedJobStore::~EmbeddedJobStore() { sqlite3_close(db_); }
 
-Status JobStore::Migrate() {
+Status EmbeddedJobStore::Migrate() {
   KILN_RETURN_IF_ERROR(Exec(db_, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"));
   int64_t version = 0;
   {
@@ -314,7 +320,7 @@ Status JobStore::Migrate() {
 
 // A crash between writing files and committing their row leaves files no row names: the job
 // directories of unknown jobs, and result directories of configurations without a row.
-Status JobStore::RemoveOrphanFiles() {
+Status EmbeddedJobStore::RemoveOrphanFiles() {
   std::set<std::string> jobs;
   std::set<std::pair<std::string, int64_t>> results;
   {
@@ -355,7 +361,7 @@ Status JobStore::RemoveOrphanFiles() {
   return Status::Ok();
 }
 
-Result<JobRecord> JobStore::Create(JobRecord job, const std::vector<std::string_view>& inputs, bool* existed) {
+Result<JobRecord> EmbeddedJobStore::Create(JobRecord job, const std::vector<std::string_view>& inputs, bool* existed) {
   std::lock_guard<std::mutex> lock(mu_);
   if (existed) *existed = false;
   if (!job.idempotency_key.empty()) {
@@ -413,7 +419,7 @@ Result<JobRecord> JobStore::Create(JobRecord job, const std::vector<std::string_
   return job;
 }
 
-Status JobStore::Update(const JobRecord& j) {
+Status EmbeddedJobStore::Update(const JobRecord& j, const JobFence&) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_,
          "UPDATE jobs SET state=?, started_ms=?, finished_ms=?, device=?, attempt=?, error_code=?, error_message=?,"
@@ -428,7 +434,7 @@ Status JobStore::Update(const JobRecord& j) {
   return Status::Ok();
 }
 
-Result<JobRecord> JobStore::GetLocked(const std::string& job_id) const {
+Result<JobRecord> EmbeddedJobStore::GetLocked(const std::string& job_id) const {
   Stmt s(db_, (std::string("SELECT ") + kJobColumns + " FROM jobs WHERE job_id = ?").c_str());
   s.Text(1, job_id);
   Status st;
@@ -444,7 +450,7 @@ Result<JobRecord> JobStore::GetLocked(const std::string& job_id) const {
   return j;
 }
 
-Result<std::vector<JobRecord>> JobStore::JobsOfLocked(SqliteStmt& select_ids) const {
+Result<std::vector<JobRecord>> EmbeddedJobStore::JobsOfLocked(SqliteStmt& select_ids) const {
   if (!select_ids.ok()) return SqlError(db_, "select jobs");
   std::vector<std::string> ids;
   Status st;
@@ -460,12 +466,12 @@ Result<std::vector<JobRecord>> JobStore::JobsOfLocked(SqliteStmt& select_ids) co
   return out;
 }
 
-Result<JobRecord> JobStore::Get(const std::string& job_id) const {
+Result<JobRecord> EmbeddedJobStore::Get(const std::string& job_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   return GetLocked(job_id);
 }
 
-Result<std::optional<JobRecord>> JobStore::FindByIdempotencyKey(const std::string& key) const {
+Result<std::optional<JobRecord>> EmbeddedJobStore::FindByIdempotencyKey(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_, "SELECT job_id FROM jobs WHERE idempotency_key = ?");
   s.Text(1, key);
@@ -479,7 +485,7 @@ Result<std::optional<JobRecord>> JobStore::FindByIdempotencyKey(const std::strin
   return std::optional<JobRecord>(std::move(j).value());
 }
 
-Result<std::vector<JobRecord>> JobStore::List(const JobFilter& f) const {
+Result<std::vector<JobRecord>> EmbeddedJobStore::List(const JobFilter& f) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string sql = std::string("SELECT job_id FROM jobs WHERE 1=1");
   if (f.state != 0) sql += " AND state = ?1";
@@ -507,13 +513,13 @@ Result<std::vector<JobRecord>> JobStore::List(const JobFilter& f) const {
   return JobsOfLocked(s);
 }
 
-Result<std::vector<JobRecord>> JobStore::Unfinished() const {
+Result<std::vector<JobRecord>> EmbeddedJobStore::Unfinished() const {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_, "SELECT job_id FROM jobs WHERE state IN (1, 2) ORDER BY job_id");
   return JobsOfLocked(s);
 }
 
-Result<std::map<int, int64_t>> JobStore::CountByState() const {
+Result<std::map<int, int64_t>> EmbeddedJobStore::CountByState() const {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_, "SELECT state, COUNT(*) FROM jobs GROUP BY state");
   std::map<int, int64_t> out;
@@ -523,8 +529,8 @@ Result<std::map<int, int64_t>> JobStore::CountByState() const {
   return out;
 }
 
-Result<int64_t> JobStore::AppendEvent(const std::string& job_id, int64_t time_ms, std::string_view blob,
-                                      int64_t max_events) {
+Result<int64_t> EmbeddedJobStore::AppendEvent(const std::string& job_id, int64_t time_ms, std::string_view blob,
+                                              int64_t max_events, const JobFence&) {
   std::lock_guard<std::mutex> lock(mu_);
   Txn txn(db_);
   KILN_RETURN_IF_ERROR(txn.begun());
@@ -554,7 +560,7 @@ Result<int64_t> JobStore::AppendEvent(const std::string& job_id, int64_t time_ms
   return seq;
 }
 
-Result<std::vector<JobEventRecord>> JobStore::Events(const std::string& job_id, int64_t after, int limit) const {
+Result<std::vector<JobEventRecord>> EmbeddedJobStore::Events(const std::string& job_id, int64_t after, int limit) const {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_, "SELECT sequence, time_ms, blob FROM job_events WHERE job_id = ? AND sequence > ? ORDER BY sequence LIMIT ?");
   s.Text(1, job_id).Int(2, after).Int(3, limit);
@@ -565,7 +571,7 @@ Result<std::vector<JobEventRecord>> JobStore::Events(const std::string& job_id, 
   return out;
 }
 
-Result<std::string> JobStore::ReadInput(const std::string& job_id, int k) const {
+Result<std::string> EmbeddedJobStore::ReadInput(const std::string& job_id, int k) const {
   const std::string path = dir_ + "/" + job_id + "/inputs/" + std::to_string(k) + ".bin";
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return FileError("cannot open input", path);
@@ -586,8 +592,8 @@ Result<std::string> JobStore::ReadInput(const std::string& job_id, int k) const 
   return out;
 }
 
-Status JobStore::PutResult(const std::string& job_id, int configuration, std::string_view report,
-                           const std::vector<std::string_view>& outputs) {
+Status EmbeddedJobStore::PutResult(const std::string& job_id, int configuration, std::string_view report,
+                                   const std::vector<std::string_view>& outputs, const JobFence&) {
   const std::string cdir = dir_ + "/" + job_id + "/results/" + std::to_string(configuration);
   std::error_code ec;
   const int64_t old_bytes = TreeBytes(cdir);
@@ -623,7 +629,7 @@ Status JobStore::PutResult(const std::string& job_id, int configuration, std::st
   return Status::Ok();
 }
 
-Result<std::vector<JobResultRecord>> JobStore::Results(const std::string& job_id) const {
+Result<std::vector<JobResultRecord>> EmbeddedJobStore::Results(const std::string& job_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_, "SELECT configuration, report, outputs FROM job_results WHERE job_id = ? ORDER BY configuration");
   s.Text(1, job_id);
@@ -640,7 +646,6 @@ Result<std::vector<JobResultRecord>> JobStore::Results(const std::string& job_id
       std::error_code ec;
       const auto size = fs::file_size(path, ec);
       r.output_sizes.push_back(ec ? -1 : static_cast<int64_t>(size));
-      r.output_paths.push_back(std::move(path));
     }
     out.push_back(std::move(r));
   }
@@ -648,7 +653,23 @@ Result<std::vector<JobResultRecord>> JobStore::Results(const std::string& job_id
   return out;
 }
 
-Result<int64_t> JobStore::ExpireResults(const std::string& job_id) {
+Result<std::string> EmbeddedJobStore::ReadOutput(const std::string& job_id, int configuration, int k, int64_t offset,
+                                                 int64_t max_bytes) const {
+  const std::string path =
+      dir_ + "/" + job_id + "/results/" + std::to_string(configuration) + "/" + std::to_string(k) + ".bin";
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return DataLoss("job " + job_id + ": result file missing: " + path + ": " + std::strerror(errno));
+  struct stat sb {};
+  fstat(fd, &sb);
+  const int64_t n = std::max<int64_t>(0, std::min<int64_t>(max_bytes, static_cast<int64_t>(sb.st_size) - offset));
+  std::string out(static_cast<size_t>(n), '\0');
+  const ssize_t got = n > 0 ? pread(fd, out.data(), out.size(), offset) : 0;
+  close(fd);
+  if (got != n) return DataLoss("job " + job_id + ": short read of " + path);
+  return out;
+}
+
+Result<int64_t> EmbeddedJobStore::ExpireResults(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto job = GetLocked(job_id);
   if (!job.ok()) return job.status();
@@ -669,13 +690,13 @@ Result<int64_t> JobStore::ExpireResults(const std::string& job_id) {
   return job->bytes;
 }
 
-Result<std::vector<JobRecord>> JobStore::FinishedWithResults() const {
+Result<std::vector<JobRecord>> EmbeddedJobStore::FinishedWithResults() const {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_, "SELECT job_id FROM jobs WHERE state >= 3 AND results_expired = 0 ORDER BY finished_ms, job_id");
   return JobsOfLocked(s);
 }
 
-int64_t JobStore::total_bytes() const {
+int64_t EmbeddedJobStore::total_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return total_bytes_;
 }

@@ -1,25 +1,35 @@
-// kiln::store::JobStore — the embedded, durable store of device-farm jobs (proto/kiln/v1/job.proto).
+// kiln::store::JobStore — the durable store of device-farm jobs (proto/kiln/v1/job.proto): rows,
+// labels, events, inputs and results. Two implementations pass the same contract suite
+// (tests/store/job_store_contract_test.cc):
+//   EmbeddedJobStore (this file)                   one kilnd: DATA_DIR/jobs, SQLite + files
+//   PgJobStore       (store/pg/pg_job_store.h)     a farm: PostgreSQL, every replica and worker
 //
-// Layout under DATA_DIR/jobs/ (the model store's objects/ is never touched):
+// The store knows no protobuf: requests, events and reports are opaque blobs (api/jobs.cc
+// serializes kiln.v1 messages into them). Thread-safe; every call is a short transaction.
+// Errors: INTERNAL (storage errors, naming the file or statement), RESOURCE_EXHAUSTED (disk full),
+// NOT_FOUND (no such job), FAILED_PRECONDITION (a schema newer than this build; a fenced write
+// whose lease is no longer current), UNAVAILABLE (the database cannot be reached).
+//
+// Fencing (a farm, issue 19): a worker's writes for a job it runs carry its claim (JobFence: the
+// attempt and lease token of store/job_queue.h). PgJobStore checks in the same transaction that the
+// claim is still current (kiln_job_queue), so a worker whose lease expired — killed, hung, cut off
+// — writes nothing more: FAILED_PRECONDITION "lease ... no longer current". A fenced Update to a
+// finished state also completes the queue entry in that transaction: a job has at most one
+// recorded end. The embedded store has one process and no leases: it ignores fences.
+//
+// EmbeddedJobStore layout under DATA_DIR/jobs/ (the model store's objects/ is never touched):
 //   jobs.db                           SQLite 3 (WAL, synchronous=FULL): tables schema_version,
 //                                     jobs, job_labels, job_events, job_results
 //   <job_id>/inputs/<k>.bin           raw bytes of the k-th inline input tensor of the request
 //   <job_id>/results/<c>/<k>.bin      raw bytes of output k of configuration c
 // Files are written, fsync'ed and their directory fsync'ed before the row that names them is
 // committed, so a row never points at a missing or partial file; files without a row (a crash in
-// between) are removed when the store opens.
-//
-// The store knows no protobuf: requests, events and reports are opaque blobs (api/jobs.cc
-// serializes kiln.v1 messages into them). Thread-safe: one connection behind one mutex; every call
-// is a short transaction (no call holds the mutex across more than its own statements and files).
-// Errors: INTERNAL (SQLite or file errors, the message names the file), RESOURCE_EXHAUSTED (the
-// disk is full: ENOSPC / SQLITE_FULL), NOT_FOUND (no such job), FAILED_PRECONDITION (a database
-// whose schema is newer than this build).
-//
+// between) are removed when the store opens. One connection behind one mutex.
 // Schema versions (schema_version table, forward migrations in job_store.cc Migrate): 1 = the
 // tables above; 2 = jobs.kind.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -63,6 +73,14 @@ struct JobRecord {
   int64_t dropped_events = 0;   ///< events not stored (over the per-job limit)
   std::string request;          ///< opaque: the submitted request without tensor bytes
   int kind = 0;                 ///< kiln.v1.JobKind's number: 0 a run, 1 an advise job (request's message)
+  bool cancel_requested = false;  ///< a farm: a client cancelled it while a worker ran it (RequestCancel)
+};
+
+/// A worker's claim on a job (store/job_queue.h JobClaim), carried by its writes. Empty: unfenced.
+struct JobFence {
+  int attempt = 0;
+  std::string lease_token;
+  bool empty() const { return lease_token.empty(); }
 };
 
 struct JobEventRecord {
@@ -74,8 +92,7 @@ struct JobEventRecord {
 struct JobResultRecord {
   int configuration = 0;
   std::string report;                    ///< opaque: the report without output bytes
-  std::vector<std::string> output_paths; ///< absolute paths of the output files, in order
-  std::vector<int64_t> output_sizes;
+  std::vector<int64_t> output_sizes;     ///< bytes of each output, in order (ReadOutput reads them)
 };
 
 struct JobFilter {
@@ -86,62 +103,118 @@ struct JobFilter {
   int limit = 50;
 };
 
-class SqliteStmt;  // a prepared SQLite statement (job_store.cc)
-
 class JobStore {
  public:
-  /// Opens (creating) DATA_DIR/jobs/jobs.db, migrates the schema, removes files without rows.
+  /// The embedded store: opens (creating) DATA_DIR/jobs/jobs.db, migrates the schema, removes
+  /// files without rows (EmbeddedJobStore).
   static Result<std::unique_ptr<JobStore>> Open(const std::string& data_dir);
-  ~JobStore();
-  JobStore(const JobStore&) = delete;
-  JobStore& operator=(const JobStore&) = delete;
+  virtual ~JobStore() = default;
 
-  /// Writes `inputs` (each as <job_id>/inputs/<k>.bin) then inserts `job` (its `bytes` set to the
-  /// input files' total). When `job.idempotency_key` is already used, nothing is written and the
-  /// existing row is returned with `*existed` = true.
-  Result<JobRecord> Create(JobRecord job, const std::vector<std::string_view>& inputs, bool* existed);
+  /// Stores `inputs` then inserts `job` (its `bytes` set to the inputs' total). When
+  /// `job.idempotency_key` is already used, nothing is written and the existing row is returned
+  /// with `*existed` = true.
+  virtual Result<JobRecord> Create(JobRecord job, const std::vector<std::string_view>& inputs, bool* existed) = 0;
   /// Rewrites the mutable fields of an existing row (everything but id, created, client, key,
-  /// request, bytes, events).
-  Status Update(const JobRecord& job);
-  Result<JobRecord> Get(const std::string& job_id) const;
+  /// request, bytes, events, cancel_requested). Fenced by `fence` (see the header comment).
+  virtual Status Update(const JobRecord& job, const JobFence& fence = {}) = 0;
+  virtual Result<JobRecord> Get(const std::string& job_id) const = 0;
   /// The job submitted with `key`, if any.
-  Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key) const;
+  virtual Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key) const = 0;
   /// Newest first (job ids sort by submission time).
-  Result<std::vector<JobRecord>> List(const JobFilter& filter) const;
+  virtual Result<std::vector<JobRecord>> List(const JobFilter& filter) const = 0;
   /// Rows in QUEUED or RUNNING state, oldest first (start-up recovery).
-  Result<std::vector<JobRecord>> Unfinished() const;
+  virtual Result<std::vector<JobRecord>> Unfinished() const = 0;
   /// Counts by state (kiln.v1.JobState number → rows).
-  Result<std::map<int, int64_t>> CountByState() const;
+  virtual Result<std::map<int, int64_t>> CountByState() const = 0;
 
   /// Appends an event with the next sequence number (returned). Past `max_events` per job the
   /// event is not stored and the job's dropped_events grows; the returned sequence is then 0.
-  Result<int64_t> AppendEvent(const std::string& job_id, int64_t time_ms, std::string_view blob,
-                              int64_t max_events);
+  virtual Result<int64_t> AppendEvent(const std::string& job_id, int64_t time_ms, std::string_view blob,
+                                      int64_t max_events, const JobFence& fence = {}) = 0;
   /// Events with sequence > after, at most `limit`, in order.
-  Result<std::vector<JobEventRecord>> Events(const std::string& job_id, int64_t after, int limit) const;
+  virtual Result<std::vector<JobEventRecord>> Events(const std::string& job_id, int64_t after, int limit) const = 0;
 
   /// Raw bytes of input k (as written by Create).
-  Result<std::string> ReadInput(const std::string& job_id, int k) const;
+  virtual Result<std::string> ReadInput(const std::string& job_id, int k) const = 0;
 
-  /// Writes the outputs of configuration `configuration` then its row; replaces an earlier result
-  /// of the same configuration (a re-run). Adds the files' size to the job's `bytes`.
-  Status PutResult(const std::string& job_id, int configuration, std::string_view report,
-                   const std::vector<std::string_view>& outputs);
+  /// Stores the outputs of configuration `configuration` then its row; replaces an earlier result
+  /// of the same configuration (a re-run). Adds the outputs' size to the job's `bytes`.
+  virtual Status PutResult(const std::string& job_id, int configuration, std::string_view report,
+                           const std::vector<std::string_view>& outputs, const JobFence& fence = {}) = 0;
   /// Results in configuration order.
-  Result<std::vector<JobResultRecord>> Results(const std::string& job_id) const;
-  /// Removes the results (rows and files) and marks the job results_expired; inputs go too when
-  /// the job is finished. Returns the bytes freed.
-  Result<int64_t> ExpireResults(const std::string& job_id);
+  virtual Result<std::vector<JobResultRecord>> Results(const std::string& job_id) const = 0;
+  /// Up to `max_bytes` of output k of configuration c from `offset` (DATA_LOSS when it is
+  /// shorter than its recorded size).
+  virtual Result<std::string> ReadOutput(const std::string& job_id, int configuration, int k, int64_t offset,
+                                         int64_t max_bytes) const = 0;
+  /// Removes the results and marks the job results_expired; inputs go too when the job is
+  /// finished. Returns the bytes freed.
+  virtual Result<int64_t> ExpireResults(const std::string& job_id) = 0;
 
   /// Finished jobs with results, oldest finished first (retention candidates).
-  Result<std::vector<JobRecord>> FinishedWithResults() const;
+  virtual Result<std::vector<JobRecord>> FinishedWithResults() const = 0;
   /// Sum of `bytes` over all jobs.
-  int64_t total_bytes() const;
+  virtual int64_t total_bytes() const = 0;
+
+  // --- a farm's (PgJobStore); the embedded store has one process and needs none of these ---
+  /// In one transaction: takes a QUEUED job no worker holds out of the queue (`*dequeued` = true;
+  /// the caller records it CANCELLED), or sets cancel_requested on an unfinished one (its worker
+  /// sees it at its next heartbeat, a later claimer at its start). Returns the row.
+  virtual Result<JobRecord> RequestCancel(const std::string& job_id, bool* dequeued) {
+    (void)dequeued;
+    return Unimplemented("cancel requests are for a farm's shared store (job " + job_id + ")");
+  }
+  /// Queued jobs in all, and those of one principal: clients equal to `principal` or starting
+  /// with `principal_prefix` (the principal and the sub-key separator, sched/scheduler.h).
+  virtual Result<std::pair<int64_t, int64_t>> CountQueued(const std::string& principal,
+                                                          const std::string& principal_prefix) const {
+    (void)principal_prefix;
+    return Unimplemented("queue counts are for a farm's shared store (" + principal + ")");
+  }
+  /// Blocks until events of some jobs were appended by any process (their ids; may repeat), or
+  /// the timeout (empty). std::nullopt: no notifications now (the caller polls).
+  virtual std::optional<std::vector<std::string>> WaitForEvents(std::chrono::milliseconds timeout) {
+    (void)timeout;
+    return std::nullopt;
+  }
+  /// Unfinished jobs whose queue entry failed for good (the lease of the last attempt expired:
+  /// store/job_queue.h ExpireLeases); the caller FAILs them.
+  virtual Result<std::vector<JobRecord>> Abandoned() const { return std::vector<JobRecord>{}; }
+};
+
+class SqliteStmt;  // a prepared SQLite statement (job_store.cc)
+
+class EmbeddedJobStore : public JobStore {
+ public:
+  static Result<std::unique_ptr<EmbeddedJobStore>> Open(const std::string& data_dir);
+  ~EmbeddedJobStore() override;
+  EmbeddedJobStore(const EmbeddedJobStore&) = delete;
+  EmbeddedJobStore& operator=(const EmbeddedJobStore&) = delete;
+
+  Result<JobRecord> Create(JobRecord job, const std::vector<std::string_view>& inputs, bool* existed) override;
+  Status Update(const JobRecord& job, const JobFence& fence = {}) override;
+  Result<JobRecord> Get(const std::string& job_id) const override;
+  Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key) const override;
+  Result<std::vector<JobRecord>> List(const JobFilter& filter) const override;
+  Result<std::vector<JobRecord>> Unfinished() const override;
+  Result<std::map<int, int64_t>> CountByState() const override;
+  Result<int64_t> AppendEvent(const std::string& job_id, int64_t time_ms, std::string_view blob, int64_t max_events,
+                              const JobFence& fence = {}) override;
+  Result<std::vector<JobEventRecord>> Events(const std::string& job_id, int64_t after, int limit) const override;
+  Result<std::string> ReadInput(const std::string& job_id, int k) const override;
+  Status PutResult(const std::string& job_id, int configuration, std::string_view report,
+                   const std::vector<std::string_view>& outputs, const JobFence& fence = {}) override;
+  Result<std::vector<JobResultRecord>> Results(const std::string& job_id) const override;
+  Result<std::string> ReadOutput(const std::string& job_id, int configuration, int k, int64_t offset,
+                                 int64_t max_bytes) const override;
+  Result<int64_t> ExpireResults(const std::string& job_id) override;
+  Result<std::vector<JobRecord>> FinishedWithResults() const override;
+  int64_t total_bytes() const override;
 
   const std::string& dir() const { return dir_; }
 
  private:
-  JobStore(std::string dir, sqlite3* db) : dir_(std::move(dir)), db_(db) {}
+  EmbeddedJobStore(std::string dir, sqlite3* db) : dir_(std::move(dir)), db_(db) {}
   Status Migrate();
   Status RemoveOrphanFiles();
   Result<JobRecord> GetLocked(const std::string& job_id) const;

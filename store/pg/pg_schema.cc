@@ -55,6 +55,75 @@ CREATE TABLE kiln_job_queue (
 );
 CREATE INDEX kiln_job_queue_claimable ON kiln_job_queue (backend, seq) WHERE state IN (1, 2);
 )sql"},
+    // Additive: the jobs themselves (store/pg/pg_job_store.h), beside the queue.
+    {3, 1, R"sql(
+CREATE TABLE kiln_jobs (
+  job_id                 text COLLATE "C" PRIMARY KEY,
+  state                  smallint NOT NULL CHECK (state BETWEEN 1 AND 5),
+  created_ms             bigint NOT NULL DEFAULT 0,
+  started_ms             bigint NOT NULL DEFAULT 0,
+  finished_ms            bigint NOT NULL DEFAULT 0,
+  model_id               text NOT NULL DEFAULT '',
+  backend                text NOT NULL DEFAULT '',
+  device                 text NOT NULL DEFAULT '',
+  client                 text NOT NULL DEFAULT '',
+  idempotency_key        text UNIQUE,
+  attempt                int NOT NULL DEFAULT 0,
+  error_code             int NOT NULL DEFAULT 0,
+  error_message          text NOT NULL DEFAULT '',
+  configurations         int NOT NULL DEFAULT 1,
+  configurations_done    int NOT NULL DEFAULT 0,
+  layers_done            bigint NOT NULL DEFAULT 0,
+  layers_total           bigint NOT NULL DEFAULT 0,
+  current_layer          text NOT NULL DEFAULT '',
+  layers_below_threshold bigint NOT NULL DEFAULT 0,
+  results_expired        boolean NOT NULL DEFAULT false,
+  bytes                  bigint NOT NULL DEFAULT 0,
+  events                 bigint NOT NULL DEFAULT 0,
+  dropped_events         bigint NOT NULL DEFAULT 0,
+  request                bytea NOT NULL,
+  kind                   smallint NOT NULL DEFAULT 0,
+  cancel_requested       boolean NOT NULL DEFAULT false
+);
+CREATE INDEX kiln_jobs_unfinished ON kiln_jobs (state) WHERE state IN (1, 2);
+CREATE INDEX kiln_jobs_model ON kiln_jobs (model_id, job_id);
+CREATE TABLE kiln_job_labels (
+  job_id text COLLATE "C" NOT NULL REFERENCES kiln_jobs (job_id) ON DELETE CASCADE,
+  key    text NOT NULL,
+  value  text NOT NULL,
+  PRIMARY KEY (job_id, key)
+);
+CREATE TABLE kiln_job_inputs (
+  job_id text COLLATE "C" NOT NULL REFERENCES kiln_jobs (job_id) ON DELETE CASCADE,
+  k      int NOT NULL,
+  bytes  bytea NOT NULL,
+  PRIMARY KEY (job_id, k)
+);
+CREATE TABLE kiln_job_events (
+  job_id   text COLLATE "C" NOT NULL REFERENCES kiln_jobs (job_id) ON DELETE CASCADE,
+  sequence bigint NOT NULL,
+  time_ms  bigint NOT NULL,
+  blob     bytea NOT NULL,
+  PRIMARY KEY (job_id, sequence)
+);
+CREATE TABLE kiln_job_results (
+  job_id        text COLLATE "C" NOT NULL REFERENCES kiln_jobs (job_id) ON DELETE CASCADE,
+  configuration int NOT NULL,
+  report        bytea NOT NULL,
+  outputs       int NOT NULL DEFAULT 0,
+  PRIMARY KEY (job_id, configuration)
+);
+CREATE TABLE kiln_job_outputs (
+  job_id        text COLLATE "C" NOT NULL REFERENCES kiln_jobs (job_id) ON DELETE CASCADE,
+  configuration int NOT NULL,
+  k             int NOT NULL,
+  bytes         bytea NOT NULL,
+  PRIMARY KEY (job_id, configuration, k)
+);
+-- Uncompressed out-of-line storage: GetJobResult reads an output in 1 MiB slices (substring),
+-- which then fetches only the slice's TOAST chunks.
+ALTER TABLE kiln_job_outputs ALTER COLUMN bytes SET STORAGE EXTERNAL;
+)sql"},
 };
 constexpr int kKnown = static_cast<int>(sizeof kMigrations / sizeof kMigrations[0]);
 

@@ -11,7 +11,8 @@
 //
 // Version 1: kiln_models, kiln_model_names (store/pg/pg_model_index.h), kiln_blobs
 // (store/pg/pg_blob_store.h). Version 2 (compatible with 1): kiln_job_queue
-// (store/pg/pg_job_queue.h).
+// (store/pg/pg_job_queue.h). Version 3 (compatible with 1): kiln_jobs, kiln_job_labels,
+// kiln_job_inputs, kiln_job_events, kiln_job_results, kiln_job_outputs (store/pg/pg_job_store.h).
 #pragma once
 
 #include "common/status.h"

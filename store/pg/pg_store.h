@@ -1,6 +1,6 @@
 // kiln::store::pg::PgSharedState — the shared state of a farm in one PostgreSQL database (issue
 // 19): the pool (store/pg/pg_pool.h), the schema migrated (store/pg/pg_schema.h), the model index
-// the blob store and the job queue on it. Without a database URL kilnd keeps the embedded store (data dir).
+// the blob store, the job queue and the job store on it. Without a database URL kilnd keeps the embedded store (data dir).
 #pragma once
 
 #include <memory>
@@ -8,6 +8,7 @@
 
 #include "store/pg/pg_blob_store.h"
 #include "store/pg/pg_job_queue.h"
+#include "store/pg/pg_job_store.h"
 #include "store/pg/pg_model_index.h"
 #include "store/pg/pg_pool.h"
 #include "store/pg/pg_schema.h"
@@ -29,6 +30,7 @@ class PgSharedState {
   PgModelIndex& models() { return models_; }
   PgBlobStore& blobs() { return blobs_; }
   PgJobQueue& jobs() { return jobs_; }
+  PgJobStore& job_store() { return job_store_; }
   const SchemaState& schema() const { return schema_; }
 
  private:
@@ -37,11 +39,13 @@ class PgSharedState {
         models_(pool_.get()),
         blobs_(pool_.get()),
         jobs_(pool_.get(), job_max_attempts),
+        job_store_(pool_.get()),
         schema_(schema) {}
   std::unique_ptr<PgPool> pool_;
   PgModelIndex models_;
   PgBlobStore blobs_;
   PgJobQueue jobs_;
+  PgJobStore job_store_;
   SchemaState schema_;
 };
 

@@ -67,7 +67,12 @@ class JobsTest : public ::testing::Test {
     jobs_ = std::move(js).value();
   }
   void StartManager(JobLimits limits = {}) {
-    auto m = JobManager::Create({models_.get(), jobs_.get(), scheduler_.get(), &plans_, nullptr, nullptr}, limits);
+    JobManager::Env env;
+    env.models = models_.get();
+    env.jobs = jobs_.get();
+    env.scheduler = scheduler_.get();
+    env.plans = &plans_;
+    auto m = JobManager::Create(std::move(env), limits);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     manager_ = std::move(m).value();
   }

@@ -1,0 +1,273 @@
+// A farm on loopback (issue 19, api/jobs.h "A farm"): real kilnd replicas and real workers
+// (`kilnd --role worker`) on one real PostgreSQL (tests/support/pg_server.h). Jobs submitted to
+// any replica run on the workers, exactly once each; any replica watches them and serves their
+// results; a worker killed with -9 mid-job, or stopped (SIGSTOP) past its lease, loses the job to
+// another worker, and its late end is discarded; cancel reaches a job through any replica.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <pqxx/pqxx>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "common/sha256.h"
+#include "kiln/v1/job.grpc.pb.h"
+#include "kiln/v1/model.grpc.pb.h"
+#include "tests/server/kilnd_process.h"
+#include "tests/server/kilnd_test_util.h"
+#include "tests/server/pg_kilnd_test.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln::testing {
+namespace {
+
+const std::string kCases = std::string(KILN_TEST_DATA) + "/conv-cases/";
+// Short leases, so that a lost worker's job moves within seconds (the defaults are 30 s / 10 s).
+const std::vector<std::string> kLeaseFlags = {"--job-lease-seconds", "1.5", "--job-heartbeat-seconds", "0.25"};
+
+class PgFarmE2E : public PgKilndTest {
+ protected:
+  std::string DatabaseName() const override { return "farm"; }
+
+  std::unique_ptr<KilndProcess> Process(const std::string& name, std::vector<std::string> args) {
+    std::vector<std::string> all = {"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir",
+                                    (dir_ / name).string(), "--shutdown-grace", "2", "--log-level", "warn"};
+    all.insert(all.end(), kLeaseFlags.begin(), kLeaseFlags.end());
+    all.insert(all.end(), args.begin(), args.end());
+    return std::make_unique<KilndProcess>(KILND_BINARY, all, (dir_ / (name + ".log")).string(),
+                                          std::vector<std::string>{"KILN_DATABASE=" + url_});
+  }
+  std::unique_ptr<KilndProcess> Replica(const std::string& name) { return Process(name, {}); }
+  std::unique_ptr<KilndProcess> Worker(const std::string& name, const std::string& devices = "tt-emu:1") {
+    return Process(name, {"--role", "worker", "--devices", devices});
+  }
+  static std::unique_ptr<kiln::v1::JobService::Stub> Jobs(const KilndProcess& k) {
+    grpc::ChannelArguments ch;
+    ch.SetMaxReceiveMessageSize(256 << 20);
+    return kiln::v1::JobService::NewStub(
+        grpc::CreateCustomChannel(k.grpc_address(), grpc::InsecureChannelCredentials(), ch));
+  }
+  std::string Upload(const KilndProcess& k, const std::string& name) {
+    auto models = kiln::v1::ModelService::NewStub(grpc::CreateChannel(k.grpc_address(), grpc::InsecureChannelCredentials()));
+    kiln::v1::UploadModelResponse resp;
+    grpc::Status st = UploadBytes(*models, name, ReadFileBytes(kCases + name + ".onnx"), &resp);
+    EXPECT_TRUE(st.ok()) << name << ": " << st.error_message();
+    return resp.model().model_id();
+  }
+  static kiln::v1::Job Submit(kiln::v1::JobService::Stub& jobs, const std::string& model, const std::string& client = "") {
+    grpc::ClientContext ctx;
+    if (!client.empty()) ctx.AddMetadata("x-kiln-client", client);
+    kiln::v1::SubmitRunRequest req;
+    req.mutable_run()->set_model_id(model);
+    req.mutable_run()->set_backend("tt-emu");
+    kiln::v1::Job job;
+    grpc::Status st = jobs.SubmitRun(&ctx, req, &job);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return job;
+  }
+  static kiln::v1::Job Get(kiln::v1::JobService::Stub& jobs, const std::string& id) {
+    grpc::ClientContext ctx;
+    kiln::v1::GetJobRequest req;
+    req.set_job_id(id);
+    kiln::v1::Job job;
+    grpc::Status st = jobs.GetJob(&ctx, req, &job);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return job;
+  }
+  static kiln::v1::Job WaitFor(kiln::v1::JobService::Stub& jobs, const std::string& id, int state, int seconds = 120) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    kiln::v1::Job j;
+    while (std::chrono::steady_clock::now() < deadline) {
+      j = Get(jobs, id);
+      if (j.state() == state || (state >= kiln::v1::SUCCEEDED && j.state() >= kiln::v1::SUCCEEDED)) return j;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "job " << id << " still " << j.state() << ", waited for " << state;
+    return j;
+  }
+  // Every event of a job through WatchJob (to its end).
+  static std::vector<kiln::v1::JobEvent> Watch(kiln::v1::JobService::Stub& jobs, const std::string& id) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(180));
+    kiln::v1::WatchJobRequest req;
+    req.set_job_id(id);
+    auto reader = jobs.WatchJob(&ctx, req);
+    std::vector<kiln::v1::JobEvent> out;
+    kiln::v1::JobEvent ev;
+    while (reader->Read(&ev)) out.push_back(ev);
+    grpc::Status st = reader->Finish();
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return out;
+  }
+  // The sha256 of a job's outputs (names and bytes) as GetJobResult streams them.
+  static std::string ResultDigest(kiln::v1::JobService::Stub& jobs, const std::string& id) {
+    grpc::ClientContext ctx;
+    kiln::v1::GetJobResultRequest req;
+    req.set_job_id(id);
+    auto reader = jobs.GetJobResult(&ctx, req);
+    std::string all;
+    kiln::v1::JobResultChunk c;
+    int results = 0;
+    while (reader->Read(&c)) {
+      if (c.has_result()) {
+        ++results;
+        for (const auto& t : c.result().response().outputs()) all += "|" + t.name();
+      } else {
+        all += c.output().data();
+      }
+    }
+    grpc::Status st = reader->Finish();
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(results, 1);
+    return Sha256Hex(all);
+  }
+  static int StateChangesTo(const std::vector<kiln::v1::JobEvent>& events, int state) {
+    int n = 0;
+    for (const auto& e : events) n += e.has_state_change() && e.state_change().state() == state;
+    return n;
+  }
+  std::string Text(const std::string& sql) {
+    pqxx::connection c(url_);
+    pqxx::work tx(c);
+    return tx.exec1(sql)[0].as<std::string>();
+  }
+};
+
+TEST_F(PgFarmE2E, JobsRunOnTheWorkersOnceAndAnyReplicaServesThem) {
+  auto a = Replica("a");
+  auto b = Replica("b");
+  auto w1 = Worker("w1");
+  auto w2 = Worker("w2");
+  auto ja = Jobs(*a);
+  auto jb = Jobs(*b);
+  const std::string quick = Upload(*a, "residual_add_relu");
+  // 16 jobs from 4 clients through both replicas.
+  std::vector<std::string> ids;
+  for (int i = 0; i < 16; ++i) {
+    auto& stub = i % 2 ? *jb : *ja;
+    ids.push_back(Submit(stub, quick, "client-" + std::to_string(i % 4)).job_id());
+  }
+  // Watched through the replica that did not take the submit.
+  const auto events = Watch(*jb, ids[0]);
+  EXPECT_EQ(StateChangesTo(events, kiln::v1::QUEUED), 1);
+  EXPECT_EQ(StateChangesTo(events, kiln::v1::RUNNING), 1);
+  EXPECT_EQ(StateChangesTo(events, kiln::v1::SUCCEEDED), 1);
+  int layers = 0;
+  for (const auto& e : events) layers += e.has_layer();
+  EXPECT_GT(layers, 0);
+  std::string digest;
+  for (const auto& id : ids) {
+    const auto j = WaitFor(*ja, id, kiln::v1::SUCCEEDED);
+    EXPECT_EQ(j.state(), kiln::v1::SUCCEEDED) << id << ": " << j.error().message();
+    EXPECT_EQ(j.attempt(), 1) << id;
+    // The same model and inputs: the same outputs, whichever worker ran it and replica serves it.
+    const std::string d = ResultDigest(id == ids[0] ? *ja : *jb, id);
+    if (digest.empty()) digest = d;
+    EXPECT_EQ(d, digest) << id;
+  }
+  // Both workers took jobs; every queue entry is done, each claimed once.
+  EXPECT_EQ(Count(url_, "SELECT count(DISTINCT worker) FROM kiln_job_queue"), 2);
+  EXPECT_EQ(Count(url_, "SELECT count(*) FROM kiln_job_queue WHERE state = 3 AND attempt = 1"), 16);
+  EXPECT_EQ(Count(url_, "SELECT count(*) FROM kiln_jobs WHERE state = 3"), 16);
+  // Cancel through B: a queued job (no worker has its backend) leaves the queue at once.
+  {
+    grpc::ClientContext ctx;
+    kiln::v1::SubmitRunRequest req;
+    req.mutable_run()->set_model_id(quick);
+    req.mutable_run()->set_backend("reference");
+    kiln::v1::Job queued;
+    ASSERT_TRUE(ja->SubmitRun(&ctx, req, &queued).ok());
+    grpc::ClientContext cctx;
+    kiln::v1::CancelJobRequest creq;
+    creq.set_job_id(queued.job_id());
+    kiln::v1::Job cancelled;
+    ASSERT_TRUE(jb->CancelJob(&cctx, creq, &cancelled).ok());
+    EXPECT_EQ(cancelled.state(), kiln::v1::CANCELLED);
+    EXPECT_EQ(Count(url_, "SELECT count(*) FROM kiln_job_queue WHERE job_id = '" + queued.job_id() + "'"), 0);
+  }
+  EXPECT_EQ(w1->Stop(), 0);
+  EXPECT_EQ(w2->Stop(), 0);
+  EXPECT_EQ(a->Stop(), 0);
+  EXPECT_EQ(b->Stop(), 0);
+}
+
+TEST_F(PgFarmE2E, AKilledWorkersJobCompletesOnceElsewhereAndCancelReachesARunningJob) {
+  auto a = Replica("a");
+  auto ja = Jobs(*a);
+  const std::string slow = Upload(*a, "unet_small");
+  auto w1 = Worker("w1");
+  const std::string id = Submit(*ja, slow).job_id();
+  WaitFor(*ja, id, kiln::v1::RUNNING, 60);
+  const std::string first = Text("SELECT worker FROM kiln_job_queue WHERE job_id = '" + id + "'");
+  ASSERT_EQ(w1->Stop(SIGKILL), 128 + SIGKILL);
+  auto w2 = Worker("w2");
+  const auto j = WaitFor(*ja, id, kiln::v1::SUCCEEDED, 120);
+  EXPECT_EQ(j.state(), kiln::v1::SUCCEEDED) << j.error().message();
+  EXPECT_EQ(j.attempt(), 2);
+  EXPECT_NE(Text("SELECT worker FROM kiln_job_queue WHERE job_id = '" + id + "'"), first);
+  const auto events = Watch(*ja, id);
+  EXPECT_EQ(StateChangesTo(events, kiln::v1::SUCCEEDED), 1);
+  EXPECT_EQ(StateChangesTo(events, kiln::v1::RUNNING), 2);  // one per attempt
+
+  // A job running on w2, cancelled through another replica: w2 hears of it at a heartbeat.
+  auto b = Replica("b");
+  auto jb = Jobs(*b);
+  const std::string running = Submit(*ja, slow).job_id();
+  WaitFor(*ja, running, kiln::v1::RUNNING, 60);
+  grpc::ClientContext ctx;
+  kiln::v1::CancelJobRequest creq;
+  creq.set_job_id(running);
+  kiln::v1::Job resp;
+  ASSERT_TRUE(jb->CancelJob(&ctx, creq, &resp).ok());
+  const auto c = WaitFor(*jb, running, kiln::v1::CANCELLED, 30);
+  EXPECT_EQ(c.state(), kiln::v1::CANCELLED);
+  EXPECT_EQ(Count(url_, "SELECT count(*) FROM kiln_job_queue WHERE state = 3 AND job_id = '" + running + "'"), 1);
+  EXPECT_EQ(w2->Stop(), 0);
+  EXPECT_EQ(a->Stop(), 0);
+  EXPECT_EQ(b->Stop(), 0);
+}
+
+TEST_F(PgFarmE2E, AStoppedWorkerLosesItsLeaseAndItsLateEndIsDiscarded) {
+  auto a = Replica("a");
+  auto ja = Jobs(*a);
+  const std::string slow = Upload(*a, "unet_small");
+  auto w1 = Worker("w1");
+  const std::string id = Submit(*ja, slow).job_id();
+  WaitFor(*ja, id, kiln::v1::RUNNING, 60);
+  // Frozen past its lease (a hung host, a network cut): w2 claims the job and finishes it.
+  ASSERT_EQ(kill(w1->pid(), SIGSTOP), 0);
+  auto w2 = Worker("w2");
+  const auto j = WaitFor(*ja, id, kiln::v1::SUCCEEDED, 120);
+  EXPECT_EQ(j.state(), kiln::v1::SUCCEEDED) << j.error().message();
+  EXPECT_EQ(j.attempt(), 2);
+  const std::string digest = ResultDigest(*ja, id);
+  // w1 wakes up: whatever it finishes is refused (its lease is gone), the job keeps w2's end.
+  ASSERT_EQ(kill(w1->pid(), SIGCONT), 0);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  double late = 0, lost = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto m = ScrapeMetrics(w1->metrics_address());
+    late = m["kiln_job_late_results_total"];
+    lost = m["kiln_job_leases_lost_total"];
+    if (late + lost >= 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GE(late + lost, 1) << "w1 never noticed it lost the lease";
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto after = Get(*ja, id);
+  EXPECT_EQ(after.state(), kiln::v1::SUCCEEDED);
+  EXPECT_EQ(after.attempt(), 2);
+  EXPECT_EQ(ResultDigest(*ja, id), digest);
+  EXPECT_EQ(StateChangesTo(Watch(*ja, id), kiln::v1::SUCCEEDED), 1);
+  EXPECT_EQ(w1->Stop(), 0);
+  EXPECT_EQ(w2->Stop(), 0);
+  EXPECT_EQ(a->Stop(), 0);
+}
+
+}  // namespace
+}  // namespace kiln::testing
