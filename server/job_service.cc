@@ -57,6 +57,17 @@ void JobServiceImpl::OnStoreLane(grpc::CallbackServerContext& context, grpc::Ser
   });
 }
 
+void JobServiceImpl::ReadOnStoreLane(const std::string& client, std::function<Status()> read,
+                                     std::function<void(const Status&)> done) {
+  sched::JobRequest job;
+  job.lane = api::kStoreLane;
+  job.client_id = client;
+  job.task = [read = std::move(read)](sched::JobContext&) { return read(); };
+  auto handle = env_.scheduler->Submit(std::move(job));
+  if (!handle.ok()) return done(handle.status());
+  (*handle)->OnDone(std::move(done));
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitRun(grpc::CallbackServerContext* context,
                                                     const kiln::v1::SubmitRunRequest* request,
                                                     kiln::v1::Job* response) {
@@ -172,34 +183,35 @@ class JobServiceImpl::WatchReactor final : public grpc::ServerWriteReactor<kiln:
     grpc::Status st = scope_.Begin(*context);
     if (!st.ok()) return FinishLocked(st);
     if (job_id_.empty()) return FinishLocked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id is empty"));
-    auto job = service_->jobs_->Get(job_id_);
-    if (!job.ok()) return FinishLocked(ToGrpc(job.status()));
+    client_ = ClientId(*context);
+    // Subscribed before the first read, so that no event falls between them; the first read
+    // checks that the job exists.
     token_ = service_->jobs_->Subscribe(job_id_, [state = state_] {
-      std::lock_guard<std::mutex> lock(state->mu);
+      std::lock_guard<std::recursive_mutex> lock(state->mu);
       if (state->reactor) state->reactor->PumpLocked();
     });
     subscribed_ = true;
-    std::lock_guard<std::mutex> lock(state_->mu);
+    std::lock_guard<std::recursive_mutex> lock(state_->mu);
     PumpLocked();
   }
 
   void OnWriteDone(bool ok) override {
     ReactorScope on_reactor;
-    std::lock_guard<std::mutex> lock(state_->mu);
+    std::lock_guard<std::recursive_mutex> lock(state_->mu);
     writing_ = false;
     if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream broken"));
     PumpLocked();
   }
 
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    std::lock_guard<std::recursive_mutex> lock(state_->mu);
     if (!writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
   }
 
   void OnDone() override {
     if (subscribed_) service_->jobs_->Unsubscribe(token_);
     {
-      std::lock_guard<std::mutex> lock(state_->mu);
+      std::lock_guard<std::recursive_mutex> lock(state_->mu);
       state_->reactor = nullptr;
     }
     delete this;
@@ -207,7 +219,9 @@ class JobServiceImpl::WatchReactor final : public grpc::ServerWriteReactor<kiln:
 
  private:
   struct State {
-    std::mutex mu;
+    // Recursive: a read's completion may run on the thread that asked for it (a refused or an
+    // already finished store-lane job), inside PumpLocked.
+    std::recursive_mutex mu;
     WatchReactor* reactor = nullptr;
   };
 
@@ -215,17 +229,17 @@ class JobServiceImpl::WatchReactor final : public grpc::ServerWriteReactor<kiln:
   void PumpLocked() {
     if (finished_ || writing_) return;
     if (pending_.empty()) {
-      auto events = service_->jobs_->Events(job_id_, last_sequence_, kEventsPerRead);
-      if (!events.ok()) return FinishLocked(ToGrpc(events.status()));
-      for (auto& e : *events) pending_.push_back(std::move(e));
-    }
-    if (pending_.empty()) {
       if (ended_) return FinishLocked(grpc::Status::OK);
       if (service_->jobs_->stopping()) {
         return FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                          "kilnd is shutting down; the job continues after the restart, watch again"));
       }
-      return;  // wait for the next notification
+      if (reading_) {
+        reread_ = true;  // a notification during the read: read again after it
+      } else {
+        ReadLocked();
+      }
+      return;  // the read's completion, or the next notification, pumps again
     }
     current_ = std::move(pending_.front());
     pending_.erase(pending_.begin());
@@ -241,8 +255,51 @@ class JobServiceImpl::WatchReactor final : public grpc::ServerWriteReactor<kiln:
     Finish(scope_.Done(status));
   }
 
+  // The events after last_sequence_, read on the store lane (state_->mu held).
+  void ReadLocked() {
+    reading_ = true;
+    reread_ = false;
+    auto events = std::make_shared<std::vector<kiln::v1::JobEvent>>();
+    api::JobManager* jobs = service_->jobs_;
+    const bool check = !checked_;
+    checked_ = true;
+    const std::string id = job_id_;
+    const int64_t after = last_sequence_;
+    service_->ReadOnStoreLane(
+        client_,
+        [jobs, id, after, check, events]() -> Status {
+          if (check) {
+            auto job = jobs->Get(id);
+            if (!job.ok()) return job.status();
+          }
+          auto read = jobs->Events(id, after, kEventsPerRead);
+          if (!read.ok()) return read.status();
+          *events = std::move(read).value();
+          return Status::Ok();
+        },
+        [state = state_, events](const Status& status) {
+          std::lock_guard<std::recursive_mutex> lock(state->mu);
+          WatchReactor* r = state->reactor;
+          if (r == nullptr) return;
+          r->ReadDoneLocked(status, std::move(*events));
+        });
+  }
+
+  void ReadDoneLocked(const Status& status, std::vector<kiln::v1::JobEvent> events) {
+    reading_ = false;
+    if (!status.ok()) return FinishLocked(ToGrpc(status));
+    const bool again = events.empty() && reread_;
+    for (auto& e : events) pending_.push_back(std::move(e));
+    if (again) return ReadLocked();
+    PumpLocked();
+  }
+
   JobServiceImpl* service_;
   std::string job_id_;
+  std::string client_;
+  bool reading_ = false;
+  bool reread_ = false;
+  bool checked_ = false;
   RpcScope scope_;
   std::shared_ptr<State> state_;
   uint64_t token_ = 0;
@@ -270,6 +327,7 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
   ResultReactor(JobServiceImpl* service, grpc::CallbackServerContext* context,
                 const kiln::v1::GetJobResultRequest* request)
       : scope_(service->env_, *context, "/kiln.v1.JobService/GetJobResult"),
+        service_(service),
         jobs_(service->jobs_),
         job_id_(request->job_id()),
         omit_outputs_(request->omit_outputs()) {
@@ -278,14 +336,21 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
       Finish(scope_.Done(st));
       return;
     }
-    auto opened = service->jobs_->OpenResults(request->job_id());
-    if (!opened.ok()) {
-      Finish(scope_.Done(ToGrpc(opened.status())));
-      return;
-    }
-    results_ = std::move(opened->first);
-    pin_ = std::move(opened->second);
-    Next();
+    // Every store read on the store lane (ReadOnStoreLane); one read or one write at a time.
+    client_ = ClientId(*context);
+    service_->ReadOnStoreLane(
+        client_,
+        [this]() -> Status {
+          auto opened = jobs_->OpenResults(job_id_);
+          if (!opened.ok()) return opened.status();
+          results_ = std::move(opened->first);
+          pin_ = std::move(opened->second);
+          return Status::Ok();
+        },
+        [this](const Status& status) {
+          if (!status.ok()) return Finish(scope_.Done(ToGrpc(status)));
+          Next();
+        });
   }
   void OnWriteDone(bool ok) override {
     ReactorScope on_reactor;
@@ -318,32 +383,20 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
           Finish(scope_.Done(grpc::Status(grpc::StatusCode::DATA_LOSS, "result file missing")));
           return;
         }
-        const int64_t size = r.output_sizes[output_];
-        auto bytes = jobs_->ReadOutput(job_id_, r.configuration, static_cast<int>(output_), offset_,
-                                       static_cast<int64_t>(kMaxUploadChunkBytes));
-        if (!bytes.ok()) {
-          Finish(scope_.Done(ToGrpc(bytes.status())));
-          return;
-        }
-        const int64_t n = static_cast<int64_t>(bytes->size());
-        if (n == 0 && offset_ < size) {
-          Finish(scope_.Done(grpc::Status(grpc::StatusCode::DATA_LOSS, "result file shorter than recorded")));
-          return;
-        }
-        auto* out = chunk_.mutable_output();
-        *out->mutable_data() = std::move(bytes).value();
-        chunk_.set_configuration(r.configuration);
-        out->set_output(static_cast<int32_t>(output_));
-        out->set_offset(offset_);
-        offset_ += n;
-        const bool last = offset_ >= size;
-        out->set_last(last);
-        if (last) {
-          offset_ = 0;
-          ++output_;
-        }
-        scope_.AddBytes(static_cast<uint64_t>(n));
-        StartWrite(&chunk_);
+        auto bytes = std::make_shared<std::string>();
+        service_->ReadOnStoreLane(
+            client_,
+            [this, bytes, configuration = r.configuration]() -> Status {
+              auto read = jobs_->ReadOutput(job_id_, configuration, static_cast<int>(output_), offset_,
+                                            static_cast<int64_t>(kMaxUploadChunkBytes));
+              if (!read.ok()) return read.status();
+              *bytes = std::move(read).value();
+              return Status::Ok();
+            },
+            [this, bytes](const Status& status) {
+              if (!status.ok()) return Finish(scope_.Done(ToGrpc(status)));
+              WriteOutput(std::move(*bytes));
+            });
         return;
       }
       ++config_;
@@ -353,8 +406,35 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
     Finish(scope_.Done(grpc::Status::OK));
   }
 
+  // Sends `data`, the next slice of output output_ of configuration config_.
+  void WriteOutput(std::string data) {
+    const auto& r = results_[config_];
+    const int64_t size = r.output_sizes[output_];
+    const int64_t n = static_cast<int64_t>(data.size());
+    if (n == 0 && offset_ < size) {
+      Finish(scope_.Done(grpc::Status(grpc::StatusCode::DATA_LOSS, "result file shorter than recorded")));
+      return;
+    }
+    auto* out = chunk_.mutable_output();
+    *out->mutable_data() = std::move(data);
+    chunk_.set_configuration(r.configuration);
+    out->set_output(static_cast<int32_t>(output_));
+    out->set_offset(offset_);
+    offset_ += n;
+    const bool last = offset_ >= size;
+    out->set_last(last);
+    if (last) {
+      offset_ = 0;
+      ++output_;
+    }
+    scope_.AddBytes(static_cast<uint64_t>(n));
+    StartWrite(&chunk_);
+  }
+
   RpcScope scope_;
+  JobServiceImpl* service_;
   api::JobManager* jobs_;
+  std::string client_;
   std::string job_id_;
   bool omit_outputs_;
   std::vector<store::JobResultRecord> results_;

@@ -42,6 +42,10 @@ class JobServiceImpl final : public kiln::v1::JobService::CallbackService {
   // Runs `work` on the store lane, then finishes `reactor` with its status.
   void OnStoreLane(grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor,
                    std::shared_ptr<RpcScope> scope, std::function<Status(int64_t* retry_after_ms)> work);
+  // A stream's store read: `read` on the store lane, then `done` with its status on the lane's
+  // completion thread (never the reactor: a farm's store is a database round trip away). A
+  // refused submission (the lane is full) calls `done` at once with that status.
+  void ReadOnStoreLane(const std::string& client, std::function<Status()> read, std::function<void(const Status&)> done);
 
   template <typename T>
   class RefusedStream;

@@ -24,6 +24,7 @@
 
 #include <pqxx/pqxx>
 
+#include "common/reactor.h"
 #include "common/status.h"
 
 namespace kiln::store::pg {
@@ -120,6 +121,7 @@ std::string RedactUrl(const std::string& url);
 // --- template definitions ---
 template <typename Tx, typename Fn>
 Status PgPool::Run(const std::string& what, Fn&& fn, int attempts) {
+  AssertNotOnReactor("a PostgreSQL round trip (store/pg)");  // common/reactor.h
   Status last;
   for (int i = 0; i < attempts; ++i) {
     auto lease = Acquire();

@@ -1,6 +1,6 @@
 // Reactions never block on a shared store either: an in-process kilnd (server::Daemon) on a real
 // PostgreSQL (tests/support/pg_server.h) answers every ModelService RPC, a compile and a run of
-// stored models, with each store lookup off the reactor (store::ModelStore::reads_block; the
+// stored models, a job's watch and result streams (run by an in-process worker), with each store lookup off the reactor (store::ModelStore::reads_block; the
 // shared store's lookups call AssertNotOnReactor, common/reactor.h counts violations).
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include "common/sha256.h"
 #include "kiln/v1/compile.grpc.pb.h"
 #include "kiln/v1/device.grpc.pb.h"
+#include "kiln/v1/job.grpc.pb.h"
 #include "server/daemon.h"
 #include "tests/server/kilnd_test_util.h"
 #include "tests/support/pg_server.h"
@@ -101,6 +102,52 @@ TEST(SharedStoreReactors, EveryModelRpcCompileAndRunLookUpOffTheReactor) {
     kiln::v1::RunConvLayersResponse resp;
     grpc::Status st = devices->RunConvLayers(&ctx, req, &resp);
     ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  {
+    // A job through the farm: a worker (a second Daemon in this process, --role worker) runs it;
+    // the replica's WatchJob and GetJobResult streams read the database off their reactors.
+    server::Config wc = config;
+    wc.role = "worker";
+    wc.data_dir = (dir / "worker").string();
+    server::Daemon worker(wc);
+    ASSERT_TRUE(worker.Start().ok());
+    auto jobs = kiln::v1::JobService::NewStub(channel);
+    kiln::v1::Job job;
+    {
+      grpc::ClientContext ctx;
+      kiln::v1::SubmitRunRequest req;
+      req.mutable_run()->set_model_id("conv");
+      req.mutable_run()->set_backend("reference");
+      ASSERT_TRUE(jobs->SubmitRun(&ctx, req, &job).ok());
+    }
+    {
+      grpc::ClientContext ctx;
+      kiln::v1::WatchJobRequest req;
+      req.set_job_id(job.job_id());
+      auto reader = jobs->WatchJob(&ctx, req);
+      kiln::v1::JobEvent ev;
+      int last_state = 0;
+      while (reader->Read(&ev)) {
+        if (ev.has_state_change()) last_state = ev.state_change().state();
+      }
+      ASSERT_TRUE(reader->Finish().ok());
+      EXPECT_EQ(last_state, kiln::v1::SUCCEEDED);
+    }
+    {
+      grpc::ClientContext ctx;
+      kiln::v1::GetJobResultRequest req;
+      req.set_job_id(job.job_id());
+      auto reader = jobs->GetJobResult(&ctx, req);
+      kiln::v1::JobResultChunk c;
+      int64_t output_bytes = 0;
+      while (reader->Read(&c)) {
+        if (!c.has_result()) output_bytes += static_cast<int64_t>(c.output().data().size());
+      }
+      grpc::Status st = reader->Finish();
+      ASSERT_TRUE(st.ok()) << st.error_message();
+      EXPECT_GT(output_bytes, 0);
+    }
+    worker.Shutdown();
   }
   {
     grpc::ClientContext ctx;
