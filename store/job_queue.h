@@ -4,9 +4,10 @@
 // Implementations:
 //   MemoryJobQueue (store/memory_job_queue.h)   embedded: one process, in memory
 //   PgJobQueue     (store/pg/pg_job_queue.h)    shared: table kiln_job_queue, SKIP LOCKED claims
-// Both pass the same contract suite (tests/store/job_queue_contract_test.cc). Today's JobManager
-// (api/jobs.h) keeps its own in-process queue over the durable JobStore (store/job_store.h);
-// wiring it to a JobQueue is the next step (README "Shared state on PostgreSQL").
+// Both pass the same contract suite (tests/store/job_queue_contract_test.cc). A farm's JobManager
+// (api/jobs.h "A farm") claims, renews, releases and sweeps through PgJobQueue; PgJobStore
+// (store/pg/pg_job_store.h) enqueues with the job's row and completes an entry with the job's end,
+// each in one transaction. The embedded JobManager keeps its own in-process queue.
 //
 // Contract
 // * Enqueue: a job id (unique; ALREADY_EXISTS otherwise), its backend, an opaque payload.
