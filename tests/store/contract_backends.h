@@ -18,6 +18,7 @@
 
 #include "store/file_blob_store.h"
 #include "store/file_model_index.h"
+#include "store/job_store.h"
 #include "store/memory_job_queue.h"
 #include "store/pg/pg_store.h"
 #include "tests/support/pg_server.h"
@@ -67,6 +68,15 @@ class EmbeddedBackend {
     if (!queue_) queue_ = std::make_unique<MemoryJobQueue>(max_attempts);
     return queue_.get();
   }
+  /// The embedded job store (one per data dir: every "instance" is the same store).
+  JobStore* OpenJobStore() {
+    if (!jobs_) {
+      auto s = JobStore::Open(dir_.string());
+      if (!s.ok()) Die(s.status());
+      jobs_ = std::move(s).value();
+    }
+    return jobs_.get();
+  }
   /// Flips the first byte of the stored blob.
   void Corrupt(const std::string& key) {
     const auto path = dir_ / "objects" / (key + ".onnx");
@@ -90,6 +100,7 @@ class EmbeddedBackend {
   std::vector<std::unique_ptr<FileBlobStore>> blobs_;
   std::vector<std::unique_ptr<FileModelIndex>> indexes_;
   std::unique_ptr<MemoryJobQueue> queue_;
+  std::unique_ptr<JobStore> jobs_;
 };
 
 class PgBackend {
@@ -105,6 +116,7 @@ class PgBackend {
   BlobStore* OpenBlobs() { return &Open().blobs(); }
   ModelIndex* OpenIndex() { return &Open().models(); }
   JobQueue* OpenQueue(int max_attempts) { return &Open(max_attempts).jobs(); }
+  JobStore* OpenJobStore() { return &Open().job_store(); }
   void Corrupt(const std::string& key) {
     pqxx::connection c(url_);
     pqxx::work tx(c);
