@@ -178,6 +178,9 @@ class JobManager::LiveJob {
   // A farm's worker: the claim every write carries, and whether a heartbeat found it lost.
   std::optional<store::JobClaim> claim;
   bool lease_lost = false;  // guarded by mu
+  // EndJob has begun (guarded by mu): its end, or its release, may already have closed the
+  // claim, so a renewal refused from now on is not a lost lease.
+  bool ending = false;
   store::JobFence fence() const {
     return claim ? store::JobFence{claim->attempt, claim->lease_token} : store::JobFence{};
   }
@@ -273,6 +276,19 @@ void JobManager::InitMetrics() {
                       .Help("Job results a worker produced after its lease was lost, discarded (a farm)")
                       .Register(reg)
                       .Add({});
+  lease_expiries_ = &prometheus::BuildCounter()
+                        .Name("kiln_job_lease_expiries_total")
+                        .Help("Jobs this worker claimed from a worker whose lease had expired (a farm)")
+                        .Register(reg)
+                        .Add({});
+  farm_workers_ = &prometheus::BuildGauge()
+                       .Name("kiln_farm_workers")
+                       .Help("A farm's workers by their last heartbeat: live (within the lease), lost, draining")
+                       .Register(reg);
+  worker_age_ = &prometheus::BuildGauge()
+                     .Name("kiln_farm_worker_heartbeat_age_seconds")
+                     .Help("Seconds since each farm worker's last heartbeat, by the database's clock")
+                     .Register(reg);
   lease_lost_ = &prometheus::BuildCounter()
                     .Name("kiln_job_leases_lost_total")
                     .Help("Running jobs whose lease a worker found expired at a renewal, their run cancelled (a farm)")
@@ -588,6 +604,23 @@ Result<kiln::v1::Job> JobManager::Admit(store::JobRecord rec, const std::string&
   cv_.notify_all();
   if (results_bytes_) results_bytes_->Set(static_cast<double>(env_.jobs->total_bytes()));
   return ToJob(*created);
+}
+
+bool JobManager::IsLive(const store::WorkerReport& w) const {
+  return w.age_seconds <= std::chrono::duration<double>(env_.lease).count();
+}
+
+Result<JobManager::FarmView> JobManager::Farm() const {
+  if (!farm()) return FailedPrecondition("not a farm: this kilnd has no database");
+  FarmView v;
+  auto workers = env_.queue->Workers(kForgetWorkersAfter);
+  if (!workers.ok()) return workers.status();
+  v.workers = std::move(workers).value();
+  for (const auto& w : v.workers) v.live.push_back(IsLive(w));
+  auto depths = env_.queue->QueueDepths();
+  if (!depths.ok()) return depths.status();
+  v.queues = std::move(depths).value();
+  return v;
 }
 
 Result<std::string> JobManager::ReadOutput(const std::string& job_id, int configuration, int k, int64_t offset,
@@ -1186,6 +1219,7 @@ void JobManager::EndJob(std::shared_ptr<LiveJob> live, int state, const Status& 
     std::lock_guard<std::mutex> lock(live->mu);
     rec = live->rec;
     lease_lost = live->lease_lost;
+    live->ending = true;
   }
   const double ran = std::chrono::duration<double>(SteadyClock::now() - live->started).count();
   if (lease_lost) {
@@ -1232,6 +1266,7 @@ void JobManager::EndJob(std::shared_ptr<LiveJob> live, int state, const Status& 
   {
     std::lock_guard<std::mutex> lock(mu_);
     live_.erase(rec.job_id);
+    if (state != kiln::v1::RUNNING || lease_lost) ++jobs_done_;
     --lanes_[rec.backend].running;
     wake_ = true;
     retention_due_ = true;
@@ -1253,6 +1288,23 @@ void JobManager::FailAbandoned() {
                           " (--job-max-attempts) stopped renewing its lease (killed, hung or cut off)";
       if (attempts_) attempts_->Add({{"result", "interrupted"}}).Increment();
       LogIfError(Transition(rec, kiln::v1::FAILED), rec.job_id);
+    }
+  }
+  if (farm_workers_ != nullptr) {
+    auto workers = env_.queue->Workers(kForgetWorkersAfter);
+    if (workers.ok()) {
+      std::map<std::string, double> live = {{"live", 0}, {"lost", 0}, {"draining", 0}};
+      std::set<std::string> seen;
+      for (const auto& w : *workers) {
+        live[w.draining ? "draining" : IsLive(w) ? "live" : "lost"] += 1;
+        worker_age_->Add({{"worker", w.worker}}).Set(w.age_seconds);
+        seen.insert(w.worker);
+      }
+      for (const auto& [state, n] : live) farm_workers_->Add({{"state", state}}).Set(n);
+      for (const auto& name : worker_series_) {
+        if (!seen.count(name)) worker_age_->Remove(&worker_age_->Add({{"worker", name}}));
+      }
+      worker_series_ = std::move(seen);
     }
   }
   if (jobs_gauge_ != nullptr) {
@@ -1297,6 +1349,7 @@ void JobManager::ClaimLoop() {
         ++lanes_[backend].running;
       }
       claimed = true;
+      if ((*claim)->reclaimed && lease_expiries_) lease_expiries_->Increment();
       StartClaimed(**claim);
     }
     if (!claimed) {
@@ -1311,12 +1364,21 @@ void JobManager::ClaimLoop() {
 void JobManager::StartClaimed(const store::JobClaim& claim) { StartJob(claim.job_id, &claim); }
 
 void JobManager::HeartbeatLoop() {
+  std::string devices;  // what this worker runs, as --devices spells it
+  for (const auto& [backend, lane] : lanes_) {
+    devices += (devices.empty() ? "" : ",") + backend + ":" + std::to_string(lane.slots);
+  }
   std::unique_lock<std::mutex> lock(mu_);
+  bool first = true;
   while (!stopping_ || !live_.empty()) {
-    cv_.wait_for(lock, env_.heartbeat, [this] { return stopping_ && live_.empty(); });
+    if (!first) cv_.wait_for(lock, env_.heartbeat, [this] { return stopping_ && live_.empty(); });
+    first = false;
     std::vector<std::shared_ptr<LiveJob>> live;
     for (auto& [id, l] : live_) live.push_back(l);
+    store::WorkerReport report{env_.worker_name, devices, static_cast<int>(live_.size()),
+                               static_cast<int64_t>(jobs_done_), stopping_};
     lock.unlock();
+    if (Status r = env_.queue->ReportWorker(report); !r.ok()) spdlog::warn("worker: heartbeat report: {}", r.ToString());
     for (auto& l : live) {
       if (!l->claim) continue;
       Status hb = env_.queue->Heartbeat(*l->claim, env_.lease);
@@ -1335,6 +1397,7 @@ void JobManager::HeartbeatLoop() {
       std::shared_ptr<sched::JobHandle> search;
       {
         std::lock_guard<std::mutex> g(l->mu);
+        if (l->ending) continue;  // ended between the copy of live_ and the renewal (not lost)
         if (lost) {
           if (l->lease_lost) continue;
           l->lease_lost = true;
@@ -1355,6 +1418,9 @@ void JobManager::HeartbeatLoop() {
     }
     lock.lock();
   }
+  lock.unlock();
+  // Drained: off the farm's list (a worker killed instead stays listed, its heartbeat ageing).
+  if (Status r = env_.queue->RemoveWorker(env_.worker_name); !r.ok()) spdlog::warn("worker: {}", r.ToString());
 }
 
 void JobManager::EventLoop() {

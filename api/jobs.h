@@ -30,7 +30,7 @@
 // `retention_seconds` or, oldest first, while the results total more than `results_max_bytes`;
 // never while a GetJobResult stream holds them (PinResults).
 //
-// A farm (issue 19; Env::queue set, the store a PgJobStore shared by every process): the queue is
+// A farm (README "Jobs on a farm"; Env::queue set, the store a PgJobStore shared by every process): the queue is
 // PostgreSQL's (store/job_queue.h), not this manager's.
 // * A serving replica (worker = false) takes submissions — the store's Create queues them in the
 //   same transaction — and runs none. Limits count the shared store's queued jobs (checked before
@@ -170,6 +170,14 @@ class JobManager {
   bool stopping() const;
   /// Jobs running now.
   int running() const;
+  /// A farm's workers (from their heartbeats; `live[i]`: workers[i] reported within the lease)
+  /// and its queues, for `kiln devices`. FAILED_PRECONDITION without a database. Blocks on it.
+  struct FarmView {
+    std::vector<store::WorkerReport> workers;
+    std::vector<bool> live;
+    std::vector<store::QueueDepth> queues;
+  };
+  Result<FarmView> Farm() const;
   /// Results refused because their lease was no longer current (a worker; 0 elsewhere).
   uint64_t late_results() const { return late_results_count_.load(); }
   /// Runs retention now (tests; the dispatch thread runs it every retention_interval).
@@ -207,6 +215,9 @@ class JobManager {
   Status Transition(store::JobRecord& rec, int new_state, const store::JobFence& fence = {});
   void AppendEvent(const store::JobRecord& rec, kiln::v1::JobEvent event, const store::JobFence& fence = {});
   bool farm() const { return env_.queue != nullptr; }
+  bool IsLive(const store::WorkerReport& w) const;
+  // Workers silent this long leave the registry (a killed worker's report).
+  static constexpr std::chrono::seconds kForgetWorkersAfter{3600};
   // A worker: claims jobs while devices are free, else waits for work (the dispatch thread).
   void ClaimLoop();
   // A worker: renews the leases of running jobs, hears cancel requests (its own thread).
@@ -249,6 +260,8 @@ class JobManager {
   std::thread heartbeat_thread_;  // a worker
   std::thread events_thread_;     // a serving replica of a farm
   std::atomic<uint64_t> late_results_count_{0};
+  uint64_t jobs_done_ = 0;                // a worker's ended jobs (guarded by mu_)
+  std::set<std::string> worker_series_;  // kiln_farm_worker_heartbeat_age_seconds labels (dispatch thread)
 
   // Metrics (null without a registry).
   prometheus::Family<prometheus::Gauge>* jobs_gauge_ = nullptr;
@@ -260,6 +273,9 @@ class JobManager {
   prometheus::Counter* results_expired_ = nullptr;
   prometheus::Counter* late_results_ = nullptr;
   prometheus::Counter* lease_lost_ = nullptr;
+  prometheus::Counter* lease_expiries_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* farm_workers_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* worker_age_ = nullptr;
 };
 
 /// A new job id: "j-" + 26 lowercase Crockford base32 characters (48 bits of Unix milliseconds,

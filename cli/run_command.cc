@@ -175,6 +175,20 @@ int Devices(const ClientOptions& options, bool json) {
     for (const auto& q : resp.queues()) {
       j["queues"].push_back({{"backend", q.backend()}, {"queued", q.queued()}, {"capacity", q.capacity()}});
     }
+    j["workers"] = nlohmann::ordered_json::array();
+    for (const auto& w : resp.workers()) {
+      j["workers"].push_back({{"name", w.name()},
+                              {"devices", w.devices()},
+                              {"running", w.running()},
+                              {"jobs_done", w.jobs_done()},
+                              {"heartbeat_age_seconds", w.heartbeat_age_seconds()},
+                              {"live", w.live()},
+                              {"draining", w.draining()}});
+    }
+    j["farm_queues"] = nlohmann::ordered_json::array();
+    for (const auto& q : resp.farm_queues()) {
+      j["farm_queues"].push_back({{"backend", q.backend()}, {"queued", q.queued()}, {"claimed", q.claimed()}});
+    }
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -186,6 +200,19 @@ int Devices(const ClientOptions& options, bool json) {
   }
   for (const auto& q : resp.queues()) {
     std::printf("queue %-10s %d/%d\n", q.backend().c_str(), q.queued(), q.capacity());
+  }
+  if (resp.workers_size() > 0 || resp.farm_queues_size() > 0) {
+    // A farm (a kilnd on a database): its workers by their last heartbeat, and its job queues.
+    std::printf("\n%-32s %-24s %-8s %7s %9s %8s\n", "FARM WORKER", "DEVICES", "STATE", "RUNNING", "JOBS_DONE",
+                "HEARTBEAT");
+    for (const auto& w : resp.workers()) {
+      const char* state = w.draining() ? "draining" : w.live() ? "live" : "lost";
+      std::printf("%-32s %-24s %-8s %7d %9llu %7.1fs\n", w.name().c_str(), w.devices().c_str(), state, w.running(),
+                  static_cast<unsigned long long>(w.jobs_done()), w.heartbeat_age_seconds());
+    }
+    for (const auto& q : resp.farm_queues()) {
+      std::printf("farm queue %-10s queued %d, claimed %d\n", q.backend().c_str(), q.queued(), q.claimed());
+    }
   }
   return 0;
 }

@@ -207,6 +207,7 @@ Status Daemon::StartServices() {
   if (!jobs.ok()) return jobs.status().WithContext("jobs");
   jobs_ = std::move(jobs).value();
   job_service_ = std::make_unique<JobServiceImpl>(jobs_.get(), env);
+  if (shared_) device_service_->SetFarm(jobs_.get());
 
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!config_.tls_cert.empty()) {

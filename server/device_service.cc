@@ -153,28 +153,65 @@ grpc::ServerUnaryReactor* DeviceServiceImpl::ListDevices(grpc::CallbackServerCon
                                                          kiln::v1::ListDevicesResponse* response) {
   ReactorScope on_reactor;
   auto* reactor = context->DefaultReactor();
-  RpcScope scope(env_, *context, "/kiln.v1.DeviceService/ListDevices");
-  grpc::Status st = scope.Begin(*context);
-  if (st.ok()) {
-    std::set<std::string> backends;
-    for (const auto& d : scheduler_->Devices()) {
-      auto* p = response->add_devices();
-      p->set_name(d.name);
-      p->set_backend(d.backend);
-      p->set_busy(d.busy);
-      p->set_current_job(d.current_job);
-      p->set_jobs_done(d.jobs_done);
-      p->set_description(d.description);
-      backends.insert(d.backend);
-    }
-    for (const auto& b : backends) {
-      auto* q = response->add_queues();
-      q->set_backend(b);
-      q->set_queued(scheduler_->QueueDepth(b));
-      q->set_capacity(queue_capacity_);
-    }
+  auto scope = std::make_shared<RpcScope>(env_, *context, "/kiln.v1.DeviceService/ListDevices");
+  grpc::Status st = scope->Begin(*context);
+  if (!st.ok()) {
+    reactor->Finish(scope->Done(st));
+    return reactor;
   }
-  reactor->Finish(scope.Done(st));
+  std::set<std::string> backends;
+  for (const auto& d : scheduler_->Devices()) {
+    auto* p = response->add_devices();
+    p->set_name(d.name);
+    p->set_backend(d.backend);
+    p->set_busy(d.busy);
+    p->set_current_job(d.current_job);
+    p->set_jobs_done(d.jobs_done);
+    p->set_description(d.description);
+    backends.insert(d.backend);
+  }
+  for (const auto& b : backends) {
+    auto* q = response->add_queues();
+    q->set_backend(b);
+    q->set_queued(scheduler_->QueueDepth(b));
+    q->set_capacity(queue_capacity_);
+  }
+  if (farm_ == nullptr) {
+    reactor->Finish(scope->Done(grpc::Status::OK));
+    return reactor;
+  }
+  // A farm's registry is in the database: read it on the store lane, off this reactor.
+  sched::JobRequest job;
+  job.lane = api::kStoreLane;
+  job.client_id = ClientId(*context);
+  job.task = [farm = farm_, response](sched::JobContext&) -> Status {
+    auto view = farm->Farm();
+    if (!view.ok()) return view.status();
+    for (size_t i = 0; i < view->workers.size(); ++i) {
+      const auto& w = view->workers[i];
+      auto* p = response->add_workers();
+      p->set_name(w.worker);
+      p->set_devices(w.devices);
+      p->set_running(w.running);
+      p->set_jobs_done(static_cast<uint64_t>(w.jobs_done));
+      p->set_heartbeat_age_seconds(w.age_seconds);
+      p->set_live(view->live[i]);
+      p->set_draining(w.draining);
+    }
+    for (const auto& q : view->queues) {
+      auto* p = response->add_farm_queues();
+      p->set_backend(q.backend);
+      p->set_queued(static_cast<int32_t>(q.queued));
+      p->set_claimed(static_cast<int32_t>(q.claimed));
+    }
+    return Status::Ok();
+  };
+  auto handle = scheduler_->Submit(std::move(job));
+  if (!handle.ok()) {
+    reactor->Finish(scope->Done(ToGrpc(handle.status())));
+    return reactor;
+  }
+  (*handle)->OnDone([reactor, scope](const Status& status) { reactor->Finish(scope->Done(ToGrpc(status))); });
   return reactor;
 }
 

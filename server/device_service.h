@@ -1,9 +1,11 @@
 // kiln.v1.DeviceService: RunConvLayers runs a stored model as scheduler stages (api/run_conv.h
 // RunConvJob: plan on the CPU lane unless cached, then the requested backend's device lane) and
-// answers with outputs + per-layer accuracy report; ListDevices shows devices and queues. A
+// answers with outputs + per-layer accuracy report; ListDevices shows devices and queues (and a
+// farm's workers, from their heartbeats, and its job queues). A
 // client cancel or deadline cancels the queued or running stage (between layers at the latest).
 #pragma once
 
+#include "api/jobs.h"
 #include "api/run_conv.h"
 #include "kiln/v1/device.grpc.pb.h"
 #include "sched/scheduler.h"
@@ -28,6 +30,8 @@ class DeviceServiceImpl final : public kiln::v1::DeviceService::CallbackService 
 
   /// Plans kept for recently run models (shared with JobService's runs).
   api::PlanCache* plans() { return &plans_; }
+  /// A farm: ListDevices adds its workers and queues (api/jobs.h Farm, read on the store lane).
+  void SetFarm(api::JobManager* jobs) { farm_ = jobs; }
 
  private:
   class RunReactor;
@@ -37,6 +41,7 @@ class DeviceServiceImpl final : public kiln::v1::DeviceService::CallbackService 
   int queue_capacity_;
   ServiceEnv env_;
   api::PlanCache plans_;
+  api::JobManager* farm_ = nullptr;
 };
 
 }  // namespace kiln::server

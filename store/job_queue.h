@@ -46,6 +46,24 @@ struct JobClaim {
   std::string payload;
   int attempt = 0;          ///< 1 for the first claim
   std::string lease_token;  ///< unique per claim
+  bool reclaimed = false;   ///< taken over from a claim whose lease expired (kiln_job_lease_expiries_total)
+};
+
+/// A farm worker's heartbeat report (ReportWorker) and what Workers() returns.
+struct WorkerReport {
+  std::string worker;        ///< "host/pid"
+  std::string devices;       ///< "tt-emu:2,reference:1"
+  int running = 0;
+  int64_t jobs_done = 0;
+  bool draining = false;
+  double age_seconds = 0;    ///< Workers(): seconds since its last report, by the queue's clock
+};
+
+/// One backend's queue (QueueDepths).
+struct QueueDepth {
+  std::string backend;
+  int64_t queued = 0;   ///< claimable now (not expired leases)
+  int64_t claimed = 0;  ///< held under a lease (expired or not)
 };
 
 struct JobQueueEntry {
@@ -73,6 +91,15 @@ class JobQueue {
   virtual Result<JobQueueEntry> Get(const std::string& job_id) = 0;
   virtual Status WaitForWork(std::chrono::milliseconds timeout) = 0;
   virtual uint64_t late_results() const = 0;
+
+  // The farm's worker registry (`kiln devices`): each worker reports at every heartbeat and
+  // removes itself when it has drained; a worker killed stays listed, its report ageing.
+  virtual Status ReportWorker(const WorkerReport& report) = 0;
+  virtual Status RemoveWorker(const std::string& worker) = 0;
+  /// Every reported worker, freshest first; reports older than `forget_after` are deleted first.
+  virtual Result<std::vector<WorkerReport>> Workers(std::chrono::seconds forget_after) = 0;
+  /// Queued and claimed jobs per backend, by backend name.
+  virtual Result<std::vector<QueueDepth>> QueueDepths() = 0;
 };
 
 }  // namespace kiln::store

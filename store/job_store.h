@@ -10,7 +10,7 @@
 // NOT_FOUND (no such job), FAILED_PRECONDITION (a schema newer than this build; a fenced write
 // whose lease is no longer current), UNAVAILABLE (the database cannot be reached).
 //
-// Fencing (a farm, issue 19): a worker's writes for a job it runs carry its claim (JobFence: the
+// Fencing (a farm, README "Jobs on a farm"): a worker's writes for a job it runs carry its claim (JobFence: the
 // attempt and lease token of store/job_queue.h). PgJobStore checks in the same transaction that the
 // claim is still current (kiln_job_queue), so a worker whose lease expired — killed, hung, cut off
 // — writes nothing more: FAILED_PRECONDITION "lease ... no longer current". A fenced Update to a

@@ -35,6 +35,7 @@ Result<std::optional<JobClaim>> MemoryJobQueue::Claim(const std::string& worker,
     if (best == nullptr || j.seq < best->seq) best = &j;
   }
   if (best == nullptr) return std::optional<JobClaim>();
+  const bool reclaimed = best->entry.state == JobQueueEntry::kClaimed;
   best->entry.state = JobQueueEntry::kClaimed;
   best->entry.attempt += 1;
   best->entry.worker = worker;
@@ -42,7 +43,7 @@ Result<std::optional<JobClaim>> MemoryJobQueue::Claim(const std::string& worker,
   best->token = std::to_string(++next_token_) + "-" + std::to_string(rng());
   best->expires = now + lease;
   return std::optional<JobClaim>(
-      JobClaim{best->entry.job_id, best->entry.backend, best->payload, best->entry.attempt, best->token});
+      JobClaim{best->entry.job_id, best->entry.backend, best->payload, best->entry.attempt, best->token, reclaimed});
 }
 
 MemoryJobQueue::Job* MemoryJobQueue::CurrentLocked(const JobClaim& claim) {
@@ -116,6 +117,52 @@ Status MemoryJobQueue::WaitForWork(std::chrono::milliseconds timeout) {
   const uint64_t seen = wakeups_;
   cv_.wait_for(lock, timeout, [&] { return wakeups_ != seen; });
   return Status::Ok();
+}
+
+Status MemoryJobQueue::ReportWorker(const WorkerReport& report) {
+  std::lock_guard<std::mutex> lock(mu_);
+  workers_[report.worker] = {report, Clock::now()};
+  return Status::Ok();
+}
+
+Status MemoryJobQueue::RemoveWorker(const std::string& worker) {
+  std::lock_guard<std::mutex> lock(mu_);
+  workers_.erase(worker);
+  return Status::Ok();
+}
+
+Result<std::vector<WorkerReport>> MemoryJobQueue::Workers(std::chrono::seconds forget_after) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = Clock::now();
+  std::vector<WorkerReport> out;
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    if (now - it->second.second > forget_after) {
+      it = workers_.erase(it);
+      continue;
+    }
+    WorkerReport r = it->second.first;
+    r.age_seconds = std::chrono::duration<double>(now - it->second.second).count();
+    out.push_back(std::move(r));
+    ++it;
+  }
+  std::sort(out.begin(), out.end(), [](const WorkerReport& a, const WorkerReport& b) {
+    return a.age_seconds != b.age_seconds ? a.age_seconds < b.age_seconds : a.worker < b.worker;
+  });
+  return out;
+}
+
+Result<std::vector<QueueDepth>> MemoryJobQueue::QueueDepths() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, QueueDepth> by;
+  for (const auto& [id, j] : jobs_) {
+    if (j.entry.state != JobQueueEntry::kQueued && j.entry.state != JobQueueEntry::kClaimed) continue;
+    QueueDepth& d = by[j.entry.backend];
+    d.backend = j.entry.backend;
+    (j.entry.state == JobQueueEntry::kQueued ? d.queued : d.claimed) += 1;
+  }
+  std::vector<QueueDepth> out;
+  for (auto& [b, d] : by) out.push_back(d);
+  return out;
 }
 
 }  // namespace kiln::store

@@ -26,6 +26,10 @@ class MemoryJobQueue : public JobQueue {
   Result<JobQueueEntry> Get(const std::string& job_id) override;
   Status WaitForWork(std::chrono::milliseconds timeout) override;
   uint64_t late_results() const override { return late_.load(); }
+  Status ReportWorker(const WorkerReport& report) override;
+  Status RemoveWorker(const std::string& worker) override;
+  Result<std::vector<WorkerReport>> Workers(std::chrono::seconds forget_after) override;
+  Result<std::vector<QueueDepth>> QueueDepths() override;
 
  private:
   struct Job {
@@ -41,6 +45,7 @@ class MemoryJobQueue : public JobQueue {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, Job> jobs_;
+  std::map<std::string, std::pair<WorkerReport, std::chrono::steady_clock::time_point>> workers_;
   uint64_t next_seq_ = 0;
   uint64_t next_token_ = 0;
   uint64_t wakeups_ = 0;

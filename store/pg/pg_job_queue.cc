@@ -54,13 +54,13 @@ PgJobQueue::PgJobQueue(PgPool* pool, int max_attempts) : pool_(pool), max_attemp
                  "INSERT INTO kiln_job_queue (job_id, backend, payload) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING");
   pool_->Prepare("kiln_job_notify", "SELECT pg_notify('kiln_jobs', $1)");
   pool_->Prepare("kiln_job_claim",
-                 "WITH c AS (SELECT job_id FROM kiln_job_queue"
+                 "WITH c AS (SELECT job_id, state AS was FROM kiln_job_queue"
                  "  WHERE backend = ANY($1::text[]) AND attempt < $4"
                  "    AND (state = 1 OR (state = 2 AND lease_expires < clock_timestamp()))"
                  "  ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)"
                  " UPDATE kiln_job_queue q SET state = 2, attempt = q.attempt + 1, worker = $2, lease_token = $3,"
                  "  lease_expires = clock_timestamp() + $5 * interval '1 millisecond'"
-                 " FROM c WHERE q.job_id = c.job_id RETURNING q.job_id, q.backend, q.payload, q.attempt");
+                 " FROM c WHERE q.job_id = c.job_id RETURNING q.job_id, q.backend, q.payload, q.attempt, c.was = 2");
   const std::string current =
       " WHERE job_id = $1 AND attempt = $2 AND lease_token = $3 AND state = 2"
       " AND lease_expires >= clock_timestamp()";
@@ -75,6 +75,20 @@ PgJobQueue::PgJobQueue(PgPool* pool, int max_attempts) : pool_(pool), max_attemp
   pool_->Prepare("kiln_job_expire",
                  "UPDATE kiln_job_queue SET state = 4, lease_token = NULL"
                  " WHERE state = 2 AND lease_expires < clock_timestamp() AND attempt >= $1");
+  pool_->Prepare("kiln_worker_report",
+                 "INSERT INTO kiln_workers (worker, devices, running, jobs_done, draining) VALUES ($1, $2, $3, $4, $5)"
+                 " ON CONFLICT (worker) DO UPDATE SET devices = EXCLUDED.devices, running = EXCLUDED.running,"
+                 " jobs_done = EXCLUDED.jobs_done, draining = EXCLUDED.draining, heartbeat_at = clock_timestamp()");
+  pool_->Prepare("kiln_worker_remove", "DELETE FROM kiln_workers WHERE worker = $1");
+  pool_->Prepare("kiln_worker_forget",
+                 "DELETE FROM kiln_workers WHERE heartbeat_at < clock_timestamp() - $1 * interval '1 second'");
+  pool_->Prepare("kiln_worker_list",
+                 "SELECT worker, devices, running, jobs_done, draining,"
+                 " extract(epoch FROM clock_timestamp() - heartbeat_at)::float8 FROM kiln_workers"
+                 " ORDER BY heartbeat_at DESC, worker");
+  pool_->Prepare("kiln_job_depths",
+                 "SELECT backend, count(*) FILTER (WHERE state = 1), count(*) FILTER (WHERE state = 2)"
+                 " FROM kiln_job_queue WHERE state IN (1, 2) GROUP BY backend ORDER BY backend");
   pool_->Prepare("kiln_job_get",
                  "SELECT job_id, backend, state, attempt, result, worker FROM kiln_job_queue WHERE job_id = $1");
 }
@@ -105,7 +119,8 @@ Result<std::optional<JobClaim>> PgJobQueue::Claim(const std::string& worker, con
     pqxx::result r = tx.exec_prepared("kiln_job_claim", TextArray(backends), worker, token, max_attempts_,
                                       static_cast<int64_t>(lease.count()));
     if (!r.empty()) {
-      claim = JobClaim{r[0][0].as<std::string>(), r[0][1].as<std::string>(), Bytes(r[0][2]), r[0][3].as<int>(), token};
+      claim = JobClaim{r[0][0].as<std::string>(), r[0][1].as<std::string>(), Bytes(r[0][2]), r[0][3].as<int>(), token,
+                       r[0][4].as<bool>()};
     }
     return Status::Ok();
   });
@@ -200,6 +215,54 @@ Status PgJobQueue::WaitForWork(std::chrono::milliseconds timeout) {
     std::this_thread::sleep_until(deadline);
   }
   return Status::Ok();
+}
+
+Status PgJobQueue::ReportWorker(const WorkerReport& r) {
+  return pool_->Transact("reporting worker " + r.worker, [&](pqxx::work& tx) -> Status {
+    tx.exec_prepared("kiln_worker_report", r.worker, r.devices, r.running, r.jobs_done, r.draining);
+    return Status::Ok();
+  });
+}
+
+Status PgJobQueue::RemoveWorker(const std::string& worker) {
+  return pool_->Transact("removing worker " + worker, [&](pqxx::work& tx) -> Status {
+    tx.exec_prepared("kiln_worker_remove", worker);
+    return Status::Ok();
+  });
+}
+
+Result<std::vector<WorkerReport>> PgJobQueue::Workers(std::chrono::seconds forget_after) {
+  std::vector<WorkerReport> out;
+  Status st = pool_->Transact("listing workers", [&](pqxx::work& tx) -> Status {
+    out.clear();
+    tx.exec_prepared("kiln_worker_forget", static_cast<int64_t>(forget_after.count()));
+    for (const auto& row : tx.exec_prepared("kiln_worker_list")) {
+      WorkerReport r;
+      r.worker = row[0].as<std::string>();
+      r.devices = row[1].as<std::string>();
+      r.running = row[2].as<int>();
+      r.jobs_done = row[3].as<int64_t>();
+      r.draining = row[4].as<bool>();
+      r.age_seconds = row[5].as<double>();
+      out.push_back(std::move(r));
+    }
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return out;
+}
+
+Result<std::vector<QueueDepth>> PgJobQueue::QueueDepths() {
+  std::vector<QueueDepth> out;
+  Status st = pool_->ReadOne("counting queued jobs", [&](pqxx::nontransaction& tx) -> Status {
+    out.clear();
+    for (const auto& row : tx.exec_prepared("kiln_job_depths")) {
+      out.push_back({row[0].as<std::string>(), row[1].as<int64_t>(), row[2].as<int64_t>()});
+    }
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return out;
 }
 
 }  // namespace kiln::store::pg

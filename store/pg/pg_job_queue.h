@@ -1,5 +1,6 @@
 // kiln::store::pg::PgJobQueue — the shared JobQueue (store/job_queue.h) in PostgreSQL:
-// table kiln_job_queue (schema version 2, store/pg/pg_schema.cc).
+// table kiln_job_queue (schema version 2, store/pg/pg_schema.cc); the worker registry in table
+// kiln_workers (schema version 4), its ages by the database's clock.
 //
 // Claim is one statement: the oldest claimable row of the worker's backends, locked with
 // SELECT ... FOR UPDATE SKIP LOCKED (workers claiming at once take different rows, none waits on
@@ -38,6 +39,10 @@ class PgJobQueue : public JobQueue {
   Result<JobQueueEntry> Get(const std::string& job_id) override;
   Status WaitForWork(std::chrono::milliseconds timeout) override;
   uint64_t late_results() const override { return late_.load(); }
+  Status ReportWorker(const WorkerReport& report) override;
+  Status RemoveWorker(const std::string& worker) override;
+  Result<std::vector<WorkerReport>> Workers(std::chrono::seconds forget_after) override;
+  Result<std::vector<QueueDepth>> QueueDepths() override;
 
  private:
   struct Listener;

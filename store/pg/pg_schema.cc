@@ -124,6 +124,18 @@ CREATE TABLE kiln_job_outputs (
 -- which then fetches only the slice's TOAST chunks.
 ALTER TABLE kiln_job_outputs ALTER COLUMN bytes SET STORAGE EXTERNAL;
 )sql"},
+    // Additive: the farm's worker registry (store/pg/pg_job_queue.h ReportWorker).
+    {4, 1, R"sql(
+CREATE TABLE kiln_workers (
+  worker       text COLLATE "C" PRIMARY KEY,
+  devices      text NOT NULL DEFAULT '',
+  running      int NOT NULL DEFAULT 0,
+  jobs_done    bigint NOT NULL DEFAULT 0,
+  draining     boolean NOT NULL DEFAULT false,
+  started_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+  heartbeat_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+)sql"},
 };
 constexpr int kKnown = static_cast<int>(sizeof kMigrations / sizeof kMigrations[0]);
 

@@ -1,9 +1,10 @@
-// A farm on loopback (issue 19, api/jobs.h "A farm"): real kilnd replicas and real workers
-// (`kilnd --role worker`) on one real PostgreSQL (tests/support/pg_server.h). Jobs submitted to
-// any replica run on the workers, exactly once each; any replica watches them and serves their
-// results; a worker killed with -9 mid-job, or stopped (SIGSTOP) past its lease, loses the job to
-// another worker, and its late end is discarded; cancel reaches a job through any replica; a
-// PostgreSQL restart mid-run loses no job.
+// A farm on loopback (api/jobs.h "A farm"): real kilnd replicas and real workers
+// (`kilnd --role worker`) on one real PostgreSQL (tests/support/pg_server.h). 200 jobs from 8
+// clients through 2 replicas run on 3 workers, exactly once each; any replica watches them and
+// serves their results, also after the replica that took them was killed; `kiln devices` lists
+// the workers; workers killed with -9 twenty times mid-job, or stopped (SIGSTOP) past their lease,
+// lose their jobs to other workers, and a late end is discarded; cancel reaches a job through any
+// replica; a PostgreSQL restart mid-run loses no job.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -12,10 +13,12 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <random>
 #include <set>
 #include <thread>
 
 #include "common/sha256.h"
+#include "kiln/v1/device.grpc.pb.h"
 #include "kiln/v1/job.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
 #include "tests/server/kilnd_process.h"
@@ -142,19 +145,28 @@ class PgFarmE2E : public PgKilndTest {
 TEST_F(PgFarmE2E, JobsRunOnTheWorkersOnceAndAnyReplicaServesThem) {
   auto a = Replica("a");
   auto b = Replica("b");
-  auto w1 = Worker("w1");
-  auto w2 = Worker("w2");
+  std::vector<std::unique_ptr<KilndProcess>> workers;
+  for (const char* w : {"w1", "w2", "w3"}) workers.push_back(Worker(w));
   auto ja = Jobs(*a);
   auto jb = Jobs(*b);
   const std::string quick = Upload(*a, "residual_add_relu");
-  // 16 jobs from 4 clients through both replicas.
-  std::vector<std::string> ids;
-  for (int i = 0; i < 16; ++i) {
-    auto& stub = i % 2 ? *jb : *ja;
-    ids.push_back(Submit(stub, quick, "client-" + std::to_string(i % 4)).job_id());
+  // 200 jobs from 8 clients at once, each client alternating between the replicas.
+  std::vector<std::vector<std::string>> by_client(8);
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 8; ++c) {
+    clients.emplace_back([&, c] {
+      auto ra = Jobs(*a), rb = Jobs(*b);
+      for (int i = 0; i < 25; ++i) {
+        by_client[c].push_back(Submit(i % 2 ? *rb : *ra, quick, "client-" + std::to_string(c)).job_id());
+      }
+    });
   }
+  for (auto& t : clients) t.join();
+  std::vector<std::string> ids;
+  for (const auto& v : by_client) ids.insert(ids.end(), v.begin(), v.end());
+  ASSERT_EQ(ids.size(), 200u);
   // Watched through the replica that did not take the submit.
-  const auto events = Watch(*jb, ids[0]);
+  const auto events = Watch(*jb, by_client[0][0]);
   EXPECT_EQ(StateChangesTo(events, kiln::v1::QUEUED), 1);
   EXPECT_EQ(StateChangesTo(events, kiln::v1::RUNNING), 1);
   EXPECT_EQ(StateChangesTo(events, kiln::v1::SUCCEEDED), 1);
@@ -162,19 +174,42 @@ TEST_F(PgFarmE2E, JobsRunOnTheWorkersOnceAndAnyReplicaServesThem) {
   for (const auto& e : events) layers += e.has_layer();
   EXPECT_GT(layers, 0);
   std::string digest;
-  for (const auto& id : ids) {
-    const auto j = WaitFor(*ja, id, kiln::v1::SUCCEEDED);
-    EXPECT_EQ(j.state(), kiln::v1::SUCCEEDED) << id << ": " << j.error().message();
-    EXPECT_EQ(j.attempt(), 1) << id;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const auto j = WaitFor(i % 2 ? *ja : *jb, ids[i], kiln::v1::SUCCEEDED);
+    EXPECT_EQ(j.state(), kiln::v1::SUCCEEDED) << ids[i] << ": " << j.error().message();
+    EXPECT_EQ(j.attempt(), 1) << ids[i];
+    if (i % 10 != 0) continue;
     // The same model and inputs: the same outputs, whichever worker ran it and replica serves it.
-    const std::string d = ResultDigest(id == ids[0] ? *ja : *jb, id);
+    const std::string d = ResultDigest(i % 20 ? *ja : *jb, ids[i]);
     if (digest.empty()) digest = d;
-    EXPECT_EQ(d, digest) << id;
+    EXPECT_EQ(d, digest) << ids[i];
   }
-  // Both workers took jobs; every queue entry is done, each claimed once.
-  EXPECT_EQ(Count(url_, "SELECT count(DISTINCT worker) FROM kiln_job_queue"), 2);
-  EXPECT_EQ(Count(url_, "SELECT count(*) FROM kiln_job_queue WHERE state = 3 AND attempt = 1"), 16);
-  EXPECT_EQ(Count(url_, "SELECT count(*) FROM kiln_jobs WHERE state = 3"), 16);
+  // Spread over all three workers; every queue entry done, each claimed once.
+  EXPECT_EQ(Count(url_, "SELECT count(DISTINCT worker) FROM kiln_job_queue"), 3);
+  EXPECT_EQ(Count(url_, "SELECT count(*) FROM kiln_job_queue WHERE state = 3 AND attempt = 1"), 200);
+  EXPECT_EQ(Count(url_, "SELECT count(*) FROM kiln_jobs WHERE state = 3"), 200);
+  // `kiln devices` through a replica lists the farm's workers from their heartbeats.
+  {
+    auto devices = kiln::v1::DeviceService::NewStub(grpc::CreateChannel(b->grpc_address(), grpc::InsecureChannelCredentials()));
+    // Counts are as of each worker's last heartbeat (every 0.25 s here): wait for them to settle.
+    kiln::v1::ListDevicesResponse resp;
+    uint64_t done = 0;
+    for (int tries = 0; tries < 50 && done != 200; ++tries) {
+      if (tries > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      grpc::ClientContext ctx;
+      resp.Clear();
+      ASSERT_TRUE(devices->ListDevices(&ctx, kiln::v1::ListDevicesRequest(), &resp).ok());
+      done = 0;
+      for (const auto& w : resp.workers()) done += w.jobs_done();
+    }
+    EXPECT_EQ(done, 200u);
+    ASSERT_EQ(resp.workers_size(), 3);
+    for (const auto& w : resp.workers()) {
+      EXPECT_TRUE(w.live()) << w.name();
+      EXPECT_EQ(w.devices(), "tt-emu:1");
+      EXPECT_LT(w.heartbeat_age_seconds(), 1.5);
+    }
+  }
   // Cancel through B: a queued job (no worker has its backend) leaves the queue at once.
   {
     grpc::ClientContext ctx;
@@ -191,10 +226,53 @@ TEST_F(PgFarmE2E, JobsRunOnTheWorkersOnceAndAnyReplicaServesThem) {
     EXPECT_EQ(cancelled.state(), kiln::v1::CANCELLED);
     EXPECT_EQ(Count(url_, "SELECT count(*) FROM kiln_job_queue WHERE job_id = '" + queued.job_id() + "'"), 0);
   }
-  EXPECT_EQ(w1->Stop(), 0);
-  EXPECT_EQ(w2->Stop(), 0);
-  EXPECT_EQ(a->Stop(), 0);
+  // No replica holds state another needs: submit through A, kill -9 A, watch and fetch through B.
+  const std::string last = Submit(*ja, quick).job_id();
+  ASSERT_EQ(a->Stop(SIGKILL), 128 + SIGKILL);
+  EXPECT_EQ(StateChangesTo(Watch(*jb, last), kiln::v1::SUCCEEDED), 1);
+  EXPECT_EQ(ResultDigest(*jb, last), digest);
+  // Drained workers leave the registry.
+  for (auto& w : workers) EXPECT_EQ(w->Stop(), 0);
+  EXPECT_EQ(Count(url_, "SELECT count(*) FROM kiln_workers"), 0);
   EXPECT_EQ(b->Stop(), 0);
+}
+
+TEST_F(PgFarmE2E, WorkersKilledTwentyTimesMidJobLoseNoJobAndRunNoneTwice) {
+  const unsigned seed = std::random_device{}();
+  std::cerr << "seed " << seed << "\n";
+  std::mt19937 rng(seed);
+  const std::vector<std::string> attempts = {"--job-max-attempts", "50"};
+  auto a = Process("a", attempts);
+  auto ja = Jobs(*a);
+  const std::string slow = Upload(*a, "unet_small");
+  const std::string quick = Upload(*a, "residual_add_relu");
+  auto worker = [&](int i) {
+    std::vector<std::string> args = {"--role", "worker", "--devices", "tt-emu:1"};
+    args.insert(args.end(), attempts.begin(), attempts.end());
+    return Process("w" + std::to_string(i), args);
+  };
+  std::vector<std::unique_ptr<KilndProcess>> workers;
+  for (int i = 0; i < 3; ++i) workers.push_back(worker(i));
+  std::vector<std::string> ids;
+  for (int i = 0; i < 24; ++i) ids.push_back(Submit(*ja, i % 3 ? slow : quick).job_id());
+  for (int kill = 0; kill < 20; ++kill) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150 + rng() % 400));
+    const size_t w = rng() % workers.size();
+    ASSERT_EQ(workers[w]->Stop(SIGKILL), 128 + SIGKILL);
+    workers[w] = worker(static_cast<int>(w));
+  }
+  int retried = 0;
+  for (const auto& id : ids) {
+    const auto j = WaitFor(*ja, id, kiln::v1::SUCCEEDED, 240);
+    EXPECT_EQ(j.state(), kiln::v1::SUCCEEDED) << id << ": " << j.error().message();
+    EXPECT_EQ(StateChangesTo(Watch(*ja, id), kiln::v1::SUCCEEDED), 1) << id;
+    retried += j.attempt() > 1;
+  }
+  std::cerr << retried << " of " << ids.size() << " jobs were re-claimed after a kill\n";
+  EXPECT_GT(retried, 0);
+  EXPECT_EQ(Count(url_, "SELECT count(*) FROM kiln_job_queue WHERE state = 3"), 24);
+  for (auto& w : workers) EXPECT_EQ(w->Stop(), 0);
+  EXPECT_EQ(a->Stop(), 0);
 }
 
 TEST_F(PgFarmE2E, AKilledWorkersJobCompletesOnceElsewhereAndCancelReachesARunningJob) {

@@ -193,5 +193,52 @@ TYPED_TEST(JobQueueContract, WaitForWorkWakesOnEnqueue) {
   EXPECT_TRUE(worker->Claim("w", {"tt-emu"}, kLease)->has_value());
 }
 
+TYPED_TEST(JobQueueContract, WorkersReportTheirHeartbeatsAndQueuesAreCounted) {
+  JobQueue* q = this->backend_.OpenQueue(3);
+  ASSERT_TRUE(q->ReportWorker({"host-a/1", "tt-emu:2", 1, 5, false}).ok());
+  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(q->ReportWorker({"host-b/2", "reference:1", 0, 0, false}).ok());
+  auto w = this->backend_.OpenQueue(3)->Workers(std::chrono::seconds(3600));
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ASSERT_EQ(w->size(), 2u);
+  EXPECT_EQ((*w)[0].worker, "host-b/2");  // freshest first
+  EXPECT_EQ((*w)[1].worker, "host-a/1");
+  EXPECT_EQ((*w)[1].devices, "tt-emu:2");
+  EXPECT_EQ((*w)[1].running, 1);
+  EXPECT_EQ((*w)[1].jobs_done, 5);
+  EXPECT_GE((*w)[1].age_seconds, 0.04);
+  EXPECT_LT((*w)[1].age_seconds, 30.0);
+  // A report renews; a drained worker leaves; reports older than forget_after are dropped.
+  ASSERT_TRUE(q->ReportWorker({"host-a/1", "tt-emu:2", 0, 6, true}).ok());
+  ASSERT_TRUE(q->RemoveWorker("host-b/2").ok());
+  w = q->Workers(std::chrono::seconds(3600));
+  ASSERT_EQ(w->size(), 1u);
+  EXPECT_TRUE((*w)[0].draining);
+  EXPECT_EQ((*w)[0].jobs_done, 6);
+  std::this_thread::sleep_for(1100ms);
+  EXPECT_TRUE(q->Workers(std::chrono::seconds(1))->empty());
+
+  ASSERT_TRUE(q->Enqueue("j1", "tt-emu", "").ok());
+  ASSERT_TRUE(q->Enqueue("j2", "tt-emu", "").ok());
+  ASSERT_TRUE(q->Enqueue("j3", "reference", "").ok());
+  auto c = q->Claim("w", {"tt-emu"}, kLease);
+  ASSERT_TRUE(c.ok() && c->has_value());
+  EXPECT_FALSE((*c)->reclaimed);
+  auto depths = q->QueueDepths();
+  ASSERT_TRUE(depths.ok());
+  ASSERT_EQ(depths->size(), 2u);
+  EXPECT_EQ((*depths)[0].backend, "reference");
+  EXPECT_EQ((*depths)[0].queued, 1);
+  EXPECT_EQ((*depths)[1].backend, "tt-emu");
+  EXPECT_EQ((*depths)[1].queued, 1);
+  EXPECT_EQ((*depths)[1].claimed, 1);
+  // A claim taken over from an expired lease says so (kiln_job_lease_expiries_total).
+  std::this_thread::sleep_for(kLease + 100ms);
+  auto again = q->Claim("w2", {"tt-emu"}, kLease);
+  ASSERT_TRUE(again.ok() && again->has_value());
+  EXPECT_EQ((*again)->job_id, "j1");
+  EXPECT_TRUE((*again)->reclaimed);
+}
+
 }  // namespace
 }  // namespace kiln::store::contract
