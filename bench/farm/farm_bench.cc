@@ -1,26 +1,34 @@
 // The farm's benchmark (issue 19 "Benchmark", api/jobs.h "A farm"), through real processes on
-// loopback: a throwaway PostgreSQL 15 (tests/support/pg_server.h; durability off, as in the tests),
-// 2 kilnd replicas and W = 1, 2, 3 workers (`kilnd --role worker --devices <backend>:1`), a fresh
-// database for each W. Prints, in one run:
-//   jobs/s     `--jobs` tiny jobs (SubmitRun of a small conv-case model) submitted at once from
-//              `--clients` threads (each its own channel and x-kiln-client), alternately through
-//              the two replicas; jobs/s = jobs / (last finished_ms - first created_ms), both from
-//              kiln_jobs; and the scaling ratios W=2 / W=1, W=3 / W=1.
-//   queue wait p50/p99 of that burst (created -> started: mostly waiting behind other jobs).
-//   claim latency p50/p99 on an idle farm: `--idle` jobs one at a time (the next submitted when the
-//              last has finished), created_ms -> started_ms (submission on a replica -> RUNNING on
-//              a worker: NOTIFY, the claim, the start).
+// loopback: a throwaway PostgreSQL 15 (tests/support/pg_server.h; durability off, as in the tests)
+// and one farm per W in --workers (default 1, 2, 3): its own database, 2 kilnd replicas and W
+// workers (`kilnd --role worker --devices <backend>:1`), all farms up at once. Prints, in one run:
+//   jobs/s     --rounds rounds; in each, every farm in turn takes a burst of --jobs tiny jobs
+//              (SubmitRun of a small conv-case model) submitted at once from --clients threads (each
+//              its own channel and x-kiln-client), alternately through the two replicas; jobs/s =
+//              jobs / (last finished_ms - first created_ms of the burst, from kiln_jobs); the median
+//              over rounds per W, and the scaling ratios W / 1 (taking turns, the farms see the
+//              same machine: it matters on a shared one).
+//   queue wait p50/p99 of the bursts (created -> started: mostly waiting behind other jobs), run
+//              time (started -> finished), CPU per job of replicas, workers, PostgreSQL, the client.
+//   claim latency p50/p99 on an idle farm: --idle jobs one at a time (the next submitted when the
+//              last has ended), created_ms -> started_ms (submission on a replica -> RUNNING on a
+//              worker: NOTIFY, the claim, the start); and the idle farm's CPU.
 //   farm metrics after the run: each worker's kiln_job_late_results_total,
 //              kiln_job_leases_lost_total, kiln_job_attempts_total and how many jobs it ran; lease
-//              expiries = queue entries with attempt > 1; jobs not SUCCEEDED.
+//              expiries = queue entries with attempt > 1; jobs not SUCCEEDED. (There is no
+//              per-worker heartbeat record to read an age from: leases live on queue entries.)
 //   database vs embedded: one kilnd on its data dir, one on PostgreSQL (no farm), both with
-//              --compile-cache-bytes 0 (every compile really runs): median of `--compile-n` uploads
-//              of mnist-ai85net5 (deleted in between, so each upload stores the bytes) and of
-//              CompileAi8x of the stored model (the first compile of each is dropped: it warms the
-//              process and the replica's blob cache). Target: compile ratio database / embedded <= 1.5.
-//   bench_farm [--jobs 200] [--clients 8] [--workers 1,2,3] [--backend tt-emu|reference]
-//              [--model NAME (tests/data/conv-cases)] [--idle 40] [--compile-n 15]
-//              [--no-farm] [--no-compile] [--keep DIR]
+//              --compile-cache-bytes 0 (every compile really runs), called in turns (so that both
+//              see the same load): median of --upload-n uploads of mnist-ai85net5 (deleted in
+//              between, so each upload stores the bytes) and of --compile-n CompileAi8x of the
+//              stored model (the first of each dropped: it warms the process and the replica's blob
+//              cache). Target: compile ratio database / embedded <= 1.5.
+// The default backend is reference: a tiny job costs less there than on tt-emu, so the farm's own
+// overhead is a larger share (--backend tt-emu measures the emulator's farm).
+//   bench_farm [--jobs 200] [--clients 8] [--rounds 3] [--workers 1,2,3] [--backend reference|tt-emu]
+//              [--model NAME (tests/data/conv-cases)] [--idle 40] [--upload-n 15] [--compile-n 101]
+//              [--lease S] [--heartbeat S] (the farm's --job-lease-seconds, --job-heartbeat-seconds;
+//              kilnd's defaults, 30 and 10, unless given) [--no-farm] [--no-compile] [--keep DIR]
 #include <grpcpp/grpcpp.h>
 
 #include <pqxx/pqxx>
@@ -58,10 +66,13 @@ struct Options {
   int jobs = 200;
   int clients = 8;
   std::vector<int> workers = {1, 2, 3};
-  std::string backend = "tt-emu";
+  std::string backend = "reference";  // cheaper per tiny job than tt-emu: the overhead shows more
   std::string model = "conv_dilation21_nonsquare";
   int idle = 40;
-  int compile_n = 15;
+  int rounds = 3;
+  int upload_n = 15;
+  int compile_n = 101;
+  std::string lease, heartbeat;  // --job-lease-seconds / --job-heartbeat-seconds ("" = kilnd's defaults)
   bool farm = true;
   bool compile = true;
   std::string keep;  // keep logs here (else a temp dir, removed)
@@ -154,6 +165,35 @@ double Sum(const std::map<std::string, double>& m, const std::string& name) {
   return s;
 }
 
+// CPU seconds (user + system) of a process, or of a process and its children now alive (the
+// PostgreSQL postmaster's backends), from /proc.
+double CpuSeconds(pid_t pid, bool with_children = false) {
+  auto one = [](const std::string& stat_path, pid_t* ppid) -> double {
+    std::string st = ReadBytes(stat_path);
+    auto rp = st.rfind(')');
+    if (rp == std::string::npos) return 0;
+    std::istringstream in(st.substr(rp + 2));
+    std::string field;
+    std::vector<std::string> f;
+    while (in >> field) f.push_back(field);
+    if (f.size() < 13) return 0;
+    if (ppid != nullptr) *ppid = static_cast<pid_t>(std::atol(f[1].c_str()));
+    // after ")": state(0) ppid(1) ... utime(11) stime(12)
+    return (std::atof(f[11].c_str()) + std::atof(f[12].c_str())) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  };
+  double total = one("/proc/" + std::to_string(pid) + "/stat", nullptr);
+  if (with_children) {
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      const std::string name = e.path().filename().string();
+      if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+      pid_t ppid = 0;
+      const double t = one(e.path().string() + "/stat", &ppid);
+      if (ppid == pid) total += t;
+    }
+  }
+  return total;
+}
+
 struct JobTimes {
   std::string job_id, worker;
   int state = 0, attempt = 0;
@@ -213,196 +253,251 @@ grpc::Status Submit(kiln::v1::JobService::Stub& jobs, const std::string& model, 
   return st;
 }
 
-struct FarmFigures {
-  int workers = 0;
-  double jobs_per_s = 0, client_jobs_per_s = 0;
-  double wait_p50 = 0, wait_p99 = 0, run_p50 = 0;
-  double claim_p50 = 0, claim_p99 = 0, claim_max = 0;
-  int not_succeeded = 0, retried = 0;
-  double load = 0;
-  std::vector<std::string> worker_lines;
-};
-
-FarmFigures MeasureFarm(kiln::testing::PgServer& pg, const Options& o, int w, const fs::path& dir) {
-  FarmFigures f;
-  f.workers = w;
-  auto url = pg.CreateDatabase("farm_w" + std::to_string(w));
-  if (!url.ok()) Die(url.status().ToString());
-  const fs::path d = dir / ("w" + std::to_string(w));
-  fs::create_directories(d);
-  auto process = [&](const std::string& name, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir",
-                                     (d / name).string(), "--log-level", "warn", "--shutdown-grace", "5",
-                                     "--job-max-queued", "100000", "--job-max-queued-per-client", "100000"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return std::make_unique<KilndProcess>(KILND_BINARY, args, (d / (name + ".log")).string(),
-                                          std::vector<std::string>{"KILN_DATABASE=" + *url});
-  };
-  std::vector<std::unique_ptr<KilndProcess>> replicas, workers;
-  replicas.push_back(process("a", {}));
-  replicas.push_back(process("b", {}));
-  for (int i = 0; i < w; ++i) {
-    workers.push_back(process("w" + std::to_string(i + 1), {"--role", "worker", "--devices", o.backend + ":1"}));
-  }
-  // The model, through replica a.
-  std::string model;
-  {
-    auto stub = kiln::v1::ModelService::NewStub(Channel(*replicas[0]));
-    auto st = Upload(*stub, o.model, ReadBytes(std::string(KILN_TEST_DATA) + "/conv-cases/" + o.model + ".onnx"), &model);
+// One farm: its own database, 2 replicas, `workers` workers, the model uploaded through replica a.
+class Farm {
+ public:
+  Farm(kiln::testing::PgServer& pg, const Options& o, int workers, const fs::path& dir)
+      : o_(o), workers_n_(workers), dir_(dir / ("w" + std::to_string(workers))) {
+    auto url = pg.CreateDatabase("farm_w" + std::to_string(workers));
+    if (!url.ok()) Die(url.status().ToString());
+    url_ = *url;
+    fs::create_directories(dir_);
+    replicas_.push_back(Process("a", {}));
+    replicas_.push_back(Process("b", {}));
+    for (int i = 0; i < workers; ++i) {
+      workers_.push_back(Process("w" + std::to_string(i + 1), {"--role", "worker", "--devices", o.backend + ":1"}));
+    }
+    auto stub = kiln::v1::ModelService::NewStub(Channel(*replicas_[0]));
+    auto st = Upload(*stub, o.model, ReadBytes(std::string(KILN_TEST_DATA) + "/conv-cases/" + o.model + ".onnx"), &model_);
     if (!st.ok()) Die("upload " + o.model + ": " + st.error_message());
+    for (auto& r : replicas_) stubs_.push_back(kiln::v1::JobService::NewStub(Channel(*r)));
+    db_ = std::make_unique<pqxx::connection>(url_);
   }
-  std::vector<std::unique_ptr<kiln::v1::JobService::Stub>> stubs;
-  for (auto& r : replicas) stubs.push_back(kiln::v1::JobService::NewStub(Channel(*r)));
-  pqxx::connection db(*url);
 
-  // Warm-up (not measured): every worker loads the model, plans it, opens its connections.
-  for (int i = 0; i < 4 * w; ++i) {
-    std::string id;
-    auto st = Submit(*stubs[static_cast<size_t>(i % 2)], model, o.backend, "warm", "warm", &id);
-    if (!st.ok()) Die("submit: " + st.error_message());
+  int workers() const { return workers_n_; }
+  pid_t pg_pid = -1;
+
+  // Not measured: every worker loads the model, plans it, opens its connections.
+  void WarmUp() {
+    for (int i = 0; i < 4 * workers_n_; ++i) SubmitOne("warm", i % 2);
+    if (!WaitEnded(*db_, "warm", 4 * workers_n_, std::chrono::seconds(300))) Die("warm-up jobs did not end");
   }
-  if (!WaitEnded(db, "warm", 4 * w, std::chrono::seconds(300))) Die("warm-up jobs did not end");
 
-  // The burst: every client submits its share back to back.
-  const auto t0 = Clock::now();
-  std::atomic<int> failed{0};
-  std::vector<std::thread> threads;
-  for (int c = 0; c < o.clients; ++c) {
-    threads.emplace_back([&, c] {
-      auto stub = kiln::v1::JobService::NewStub(Channel(*replicas[static_cast<size_t>(c % 2)]));
-      const int mine = o.jobs / o.clients + (c < o.jobs % o.clients ? 1 : 0);
-      for (int i = 0; i < mine; ++i) {
-        std::string id;
-        auto st = Submit(*stub, model, o.backend, "client-" + std::to_string(c), "burst", &id);
-        if (!st.ok()) {
-          std::fprintf(stderr, "submit: %s\n", st.error_message().c_str());
-          ++failed;
+  // CPU seconds: replicas, workers, PostgreSQL (all of it: the farms share one server), this process.
+  std::vector<double> Cpu() const {
+    std::vector<double> v = {0, 0, CpuSeconds(pg_pid, true), CpuSeconds(getpid())};
+    for (auto& r : replicas_) v[0] += CpuSeconds(r->pid());
+    for (auto& k : workers_) v[1] += CpuSeconds(k->pid());
+    return v;
+  }
+
+  struct Burst {
+    double jobs_per_s = 0, submit_s = 0, wall_s = 0;
+    std::vector<double> cpu;  // per job, ms: replicas, workers, PostgreSQL, client
+  };
+
+  // `jobs` submitted at once by `clients` threads (alternately through the replicas), until all ended.
+  Burst RunBurst(const std::string& phase) {
+    Burst b;
+    const auto cpu0 = Cpu();
+    const auto t0 = Clock::now();
+    std::atomic<int> failed{0};
+    std::vector<std::thread> threads;
+    for (int c = 0; c < o_.clients; ++c) {
+      threads.emplace_back([&, c] {
+        auto stub = kiln::v1::JobService::NewStub(Channel(*replicas_[static_cast<size_t>(c % 2)]));
+        const int mine = o_.jobs / o_.clients + (c < o_.jobs % o_.clients ? 1 : 0);
+        for (int i = 0; i < mine; ++i) {
+          std::string id;
+          auto st = Submit(*stub, model_, o_.backend, "client-" + std::to_string(c), phase, &id);
+          if (!st.ok()) {
+            std::fprintf(stderr, "submit: %s\n", st.error_message().c_str());
+            ++failed;
+          }
         }
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (failed > 0) Die(std::to_string(failed.load()) + " submissions failed");
-  if (!WaitEnded(db, "burst", o.jobs, std::chrono::seconds(900))) Die("the burst's jobs did not end in 900 s");
-  const double client_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  f.load = LoadAverage();
-  {
-    const auto jobs = Jobs(*url, "burst");
+      });
+    }
+    for (auto& t : threads) t.join();
+    b.submit_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (failed > 0) Die(std::to_string(failed.load()) + " submissions failed");
+    if (!WaitEnded(*db_, phase, o_.jobs, std::chrono::seconds(900))) Die("the burst's jobs did not end in 900 s");
+    b.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const auto cpu1 = Cpu();
+    for (size_t i = 0; i < cpu1.size(); ++i) b.cpu.push_back((cpu1[i] - cpu0[i]) * 1e3 / o_.jobs);
     int64_t first = INT64_MAX, last = 0;
-    std::vector<double> wait, run;
-    for (const auto& j : jobs) {
+    for (const auto& j : Jobs(url_, phase)) {
       first = std::min(first, j.created);
       last = std::max(last, j.finished);
-      wait.push_back(static_cast<double>(j.started - j.created));
-      run.push_back(static_cast<double>(j.finished - j.started));
-      f.not_succeeded += j.state != 3;
+      wait_.push_back(static_cast<double>(j.started - j.created));
+      run_.push_back(static_cast<double>(j.finished - j.started));
+      not_succeeded_ += j.state != 3;
+      ++burst_jobs_;
     }
-    f.jobs_per_s = static_cast<double>(jobs.size()) / (static_cast<double>(last - first) / 1e3);
-    f.client_jobs_per_s = static_cast<double>(jobs.size()) / client_s;
-    f.wait_p50 = Percentile(wait, 50);
-    f.wait_p99 = Percentile(wait, 99);
-    f.run_p50 = Percentile(run, 50);
+    b.jobs_per_s = static_cast<double>(o_.jobs) / (static_cast<double>(last - first) / 1e3);
+    return b;
   }
 
-  // Claim latency on an idle farm: one job at a time.
-  for (int i = 0; i < o.idle; ++i) {
-    std::string id;
-    auto st = Submit(*stubs[static_cast<size_t>(i % 2)], model, o.backend, "idle", "idle", &id);
-    if (!st.ok()) Die("submit: " + st.error_message());
-    if (!WaitEnded(db, "idle", i + 1, std::chrono::seconds(120))) Die("an idle-farm job did not end");
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // every worker back to waiting
+  // What the idle farm costs: CPU (% of one core) over 3 s with nothing queued.
+  std::vector<double> IdleCpu() const {
+    const auto c0 = Cpu();
+    const auto a = Clock::now();
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    const auto c1 = Cpu();
+    const double s = std::chrono::duration<double>(Clock::now() - a).count();
+    std::vector<double> out;
+    for (size_t i = 0; i < 3; ++i) out.push_back((c1[i] - c0[i]) / s * 100);
+    return out;
   }
-  {
+
+  // Claim latency on an idle farm: one job at a time, created_ms -> started_ms.
+  std::vector<double> IdleClaims() {
+    for (int i = 0; i < o_.idle; ++i) {
+      SubmitOne("idle", i % 2);
+      if (!WaitEnded(*db_, "idle", i + 1, std::chrono::seconds(120))) Die("an idle-farm job did not end");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // every worker back to waiting
+    }
     std::vector<double> claim;
-    for (const auto& j : Jobs(*url, "idle")) {
+    for (const auto& j : Jobs(url_, "idle")) {
       claim.push_back(static_cast<double>(j.started - j.created));
-      f.not_succeeded += j.state != 3;
+      not_succeeded_ += j.state != 3;
     }
-    f.claim_p50 = Percentile(claim, 50);
-    f.claim_p99 = Percentile(claim, 99);
-    f.claim_max = Percentile(claim, 100);
+    return claim;
   }
 
-  // Farm metrics: each worker's counters and jobs, lease expiries.
-  {
-    pqxx::work tx(db);
-    f.retried = tx.exec1("SELECT count(*) FROM kiln_job_queue WHERE attempt > 1")[0].as<int>();
+  // Each worker's counters and the jobs it ran; lease expiries (queue entries with attempt > 1).
+  std::vector<std::string> WorkerLines(int* retried) {
+    std::vector<std::string> lines;
+    pqxx::work tx(*db_);
+    *retried = tx.exec1("SELECT count(*) FROM kiln_job_queue WHERE attempt > 1")[0].as<int>();
     std::map<std::string, int> ran;
     for (const auto& r : tx.exec("SELECT worker, count(*) FROM kiln_job_queue WHERE state = 3 GROUP BY worker")) {
       ran[r[0].as<std::string>()] = r[1].as<int>();
     }
     // Queue entries carry the worker's name (host/pid): match by pid.
-    for (size_t i = 0; i < workers.size(); ++i) {
-      auto m = Scrape(workers[i]->metrics_address());
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      auto m = Scrape(workers_[i]->metrics_address());
       int jobs = 0;
-      const std::string pid = "/" + std::to_string(workers[i]->pid());
+      const std::string pid = "/" + std::to_string(workers_[i]->pid());
       for (const auto& [name, n] : ran) {
         if (name.size() >= pid.size() && name.compare(name.size() - pid.size(), pid.size(), pid) == 0) jobs += n;
       }
       char line[512];
       std::snprintf(line, sizeof line,
-                    "  w%zu: jobs %4d  late_results %g  leases_lost %g  attempts succeeded %g failed %g "
-                    "cancelled %g interrupted %g",
+                    "    w%zu: ran %4d jobs; kiln_job_late_results_total %g, kiln_job_leases_lost_total %g, "
+                    "kiln_job_attempts_total succeeded %g failed %g cancelled %g interrupted %g",
                     i + 1, jobs, Sum(m, "kiln_job_late_results_total"), Sum(m, "kiln_job_leases_lost_total"),
                     m["kiln_job_attempts_total{result=\"succeeded\"}"], m["kiln_job_attempts_total{result=\"failed\"}"],
                     m["kiln_job_attempts_total{result=\"cancelled\"}"],
                     m["kiln_job_attempts_total{result=\"interrupted\"}"]);
-      f.worker_lines.push_back(line);
+      lines.push_back(line);
+    }
+    return lines;
+  }
+
+  void Stop() {
+    for (auto& k : workers_) {
+      if (int rc = k->Stop(); rc != 0) std::fprintf(stderr, "a worker exited %d (log in %s)\n", rc, dir_.c_str());
+    }
+    for (auto& k : replicas_) {
+      if (int rc = k->Stop(); rc != 0) std::fprintf(stderr, "a replica exited %d (log in %s)\n", rc, dir_.c_str());
     }
   }
-  for (auto& k : workers) {
-    if (int rc = k->Stop(); rc != 0) std::fprintf(stderr, "a worker exited %d (log in %s)\n", rc, d.c_str());
-  }
-  for (auto& k : replicas) {
-    if (int rc = k->Stop(); rc != 0) std::fprintf(stderr, "a replica exited %d (log in %s)\n", rc, d.c_str());
-  }
-  return f;
-}
 
-struct StoreFigures {
-  double upload = 0, compile = 0;
+  const std::vector<double>& wait() const { return wait_; }
+  const std::vector<double>& run() const { return run_; }
+  int not_succeeded() const { return not_succeeded_; }
+  int burst_jobs() const { return burst_jobs_; }
+
+ private:
+  std::unique_ptr<KilndProcess> Process(const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir",
+                                     (dir_ / name).string(), "--log-level", "warn", "--shutdown-grace", "5",
+                                     "--job-max-queued", "100000", "--job-max-queued-per-client", "100000"};
+    if (!o_.lease.empty()) args.insert(args.end(), {"--job-lease-seconds", o_.lease});
+    if (!o_.heartbeat.empty()) args.insert(args.end(), {"--job-heartbeat-seconds", o_.heartbeat});
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<KilndProcess>(KILND_BINARY, args, (dir_ / (name + ".log")).string(),
+                                          std::vector<std::string>{"KILN_DATABASE=" + url_});
+  }
+  void SubmitOne(const std::string& phase, int replica) {
+    std::string id;
+    auto st = Submit(*stubs_[static_cast<size_t>(replica)], model_, o_.backend, phase, phase, &id);
+    if (!st.ok()) Die("submit: " + st.error_message());
+  }
+
+  const Options& o_;
+  int workers_n_;
+  fs::path dir_;
+  std::string url_, model_;
+  std::vector<std::unique_ptr<KilndProcess>> replicas_, workers_;
+  std::vector<std::unique_ptr<kiln::v1::JobService::Stub>> stubs_;
+  std::unique_ptr<pqxx::connection> db_;
+  std::vector<double> wait_, run_;
+  int not_succeeded_ = 0, burst_jobs_ = 0;
 };
 
-StoreFigures MeasureStore(const KilndProcess& k, const std::string& mnist, int n) {
-  auto channel = Channel(k);
-  auto models = kiln::v1::ModelService::NewStub(channel);
-  auto compiler = kiln::v1::CompileService::NewStub(channel);
-  StoreFigures f;
-  std::vector<double> t;
-  for (int i = 0; i < n + 1; ++i) {
-    const auto a = Clock::now();
-    std::string id;
-    auto st = Upload(*models, "mnist", mnist, &id);
-    const double s = std::chrono::duration<double>(Clock::now() - a).count();
-    if (!st.ok()) Die("upload mnist: " + st.error_message());
-    if (i > 0) t.push_back(s);
-    if (i < n) {  // delete it, so the next upload stores the bytes again; the last one stays
-      grpc::ClientContext ctx;
-      kiln::v1::DeleteModelRequest req;
-      req.set_model_id(id);
-      kiln::v1::DeleteModelResponse resp;
-      auto ds = models->DeleteModel(&ctx, req, &resp);
-      if (!ds.ok()) Die("delete mnist: " + ds.error_message());
+struct StoreFigures {
+  double upload = 0, compile = 0, compile_p10 = 0;
+};
+
+// The two kilnds measured turn about (embedded, database, embedded, ...), so that both see the
+// same load on a shared machine: `uploads` uploads of mnist each (deleted in between, so that each
+// stores the bytes; the first dropped), then `compiles` compiles of the stored model each (the
+// first dropped: it warms the process and the replica's blob cache).
+void MeasureStores(const KilndProcess& embedded, const KilndProcess& shared, const std::string& mnist, int uploads,
+                   int compiles, StoreFigures* fe, StoreFigures* fs) {
+  struct Side {
+    std::unique_ptr<kiln::v1::ModelService::Stub> models;
+    std::unique_ptr<kiln::v1::CompileService::Stub> compiler;
+    std::vector<double> up, comp;
+  };
+  Side sides[2];
+  const KilndProcess* k[2] = {&embedded, &shared};
+  for (int s = 0; s < 2; ++s) {
+    auto ch = Channel(*k[s]);
+    sides[s].models = kiln::v1::ModelService::NewStub(ch);
+    sides[s].compiler = kiln::v1::CompileService::NewStub(ch);
+  }
+  for (int i = 0; i < uploads + 1; ++i) {
+    for (auto& side : sides) {
+      const auto a = Clock::now();
+      std::string id;
+      auto st = Upload(*side.models, "mnist", mnist, &id);
+      const double t = std::chrono::duration<double>(Clock::now() - a).count();
+      if (!st.ok()) Die("upload mnist: " + st.error_message());
+      if (i > 0) side.up.push_back(t);
+      if (i < uploads) {  // the last one stays, to be compiled
+        grpc::ClientContext ctx;
+        kiln::v1::DeleteModelRequest req;
+        req.set_model_id(id);
+        kiln::v1::DeleteModelResponse resp;
+        auto ds = side.models->DeleteModel(&ctx, req, &resp);
+        if (!ds.ok()) Die("delete mnist: " + ds.error_message());
+      }
     }
   }
-  f.upload = Median(t);
   kiln::v1::CompileAi8xRequest req;
   req.set_model_id("mnist");
   req.mutable_options()->set_arch("ai85net5");
   req.mutable_options()->set_dataset("MNIST");
-  t.clear();
-  for (int i = 0; i < n + 1; ++i) {
-    grpc::ClientContext ctx;
-    kiln::v1::CompileAi8xResponse resp;
-    const auto a = Clock::now();
-    grpc::Status st = compiler->CompileAi8x(&ctx, req, &resp);
-    const double s = std::chrono::duration<double>(Clock::now() - a).count();
-    if (!st.ok() || !resp.ok()) Die("compile: " + st.error_message());
-    if (resp.cache_hit()) Die("compile: a cache hit with --compile-cache-bytes 0");
-    if (i > 0) t.push_back(s);  // the first one warms the process (and fills the blob cache)
+  for (int i = 0; i < compiles + 1; ++i) {
+    for (auto& side : sides) {
+      grpc::ClientContext ctx;
+      kiln::v1::CompileAi8xResponse resp;
+      const auto a = Clock::now();
+      grpc::Status st = side.compiler->CompileAi8x(&ctx, req, &resp);
+      const double t = std::chrono::duration<double>(Clock::now() - a).count();
+      if (!st.ok() || !resp.ok()) Die("compile: " + st.error_message());
+      if (resp.cache_hit()) Die("compile: a cache hit with --compile-cache-bytes 0");
+      if (i > 0) side.comp.push_back(t);
+    }
   }
-  f.compile = Median(t);
-  return f;
+  StoreFigures* out[2] = {fe, fs};
+  for (int s = 0; s < 2; ++s) {
+    out[s]->upload = Median(sides[s].up);
+    out[s]->compile = Median(sides[s].comp);
+    out[s]->compile_p10 = Percentile(sides[s].comp, 10);
+  }
 }
 
 std::vector<int> ParseList(const std::string& s) {
@@ -428,8 +523,12 @@ int main(int argc, char** argv) {
     else if (a == "--workers") o.workers = ParseList(next());
     else if (a == "--backend") o.backend = next();
     else if (a == "--model") o.model = next();
+    else if (a == "--rounds") o.rounds = std::max(1, std::atoi(next().c_str()));
     else if (a == "--idle") o.idle = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--upload-n") o.upload_n = std::max(3, std::atoi(next().c_str()));
     else if (a == "--compile-n") o.compile_n = std::max(3, std::atoi(next().c_str()));
+    else if (a == "--lease") o.lease = next();
+    else if (a == "--heartbeat") o.heartbeat = next();
     else if (a == "--no-farm") o.farm = false;
     else if (a == "--no-compile") o.compile = false;
     else if (a == "--keep") o.keep = next();
@@ -445,35 +544,66 @@ int main(int argc, char** argv) {
   std::printf("bench_farm: %u cores, load average %.2f at start; PostgreSQL 15 (fsync off), kilnd on loopback\n",
               cores, LoadAverage());
 
-  std::vector<FarmFigures> farm;
   if (o.farm) {
-    std::printf("\nfarm: 2 replicas, workers `--role worker --devices %s:1`, model %s; %d jobs from %d client threads "
-                "through both replicas; claim latency: %d jobs one at a time on the idle farm\n",
-                o.backend.c_str(), o.model.c_str(), o.jobs, o.clients, o.idle);
+    std::printf("\nfarm: 2 replicas, workers `--role worker --devices %s:1`, model %s (tests/data/conv-cases); "
+                "%d rounds, each a burst of %d jobs from %d client threads through both replicas on every farm "
+                "in turn (the farms all up at once, on one PostgreSQL); claim latency: %d jobs one at a time "
+                "on the idle farm; lease %s s, heartbeat %s s\n",
+                o.backend.c_str(), o.model.c_str(), o.rounds, o.jobs, o.clients, o.idle,
+                o.lease.empty() ? "30 (default)" : o.lease.c_str(), o.heartbeat.empty() ? "10 (default)" : o.heartbeat.c_str());
     std::fflush(stdout);
+    std::vector<std::unique_ptr<Farm>> farms;
     for (int w : o.workers) {
-      farm.push_back(MeasureFarm(**pg, o, w, dir));
-      const auto& f = farm.back();
-      std::printf("workers %d: %7.1f jobs/s (client-observed %7.1f)  queue wait p50 %6.0f ms p99 %6.0f ms  "
-                  "run p50 %4.0f ms  idle claim latency p50 %4.0f ms p99 %4.0f ms max %4.0f ms  "
-                  "not succeeded %d  lease expiries (attempt > 1) %d  load %.2f\n",
-                  w, f.jobs_per_s, f.client_jobs_per_s, f.wait_p50, f.wait_p99, f.run_p50, f.claim_p50, f.claim_p99,
-                  f.claim_max, f.not_succeeded, f.retried, f.load);
-      for (const auto& l : f.worker_lines) std::printf("%s\n", l.c_str());
+      farms.push_back(std::make_unique<Farm>(**pg, o, w, dir));
+      farms.back()->pg_pid = (*pg)->pid();
+    }
+    for (auto& f : farms) f->WarmUp();
+    std::vector<std::vector<Farm::Burst>> bursts(farms.size());
+    for (int r = 0; r < o.rounds; ++r) {
+      for (size_t i = 0; i < farms.size(); ++i) {
+        bursts[i].push_back(farms[i]->RunBurst("burst-" + std::to_string(r)));
+        const auto& b = bursts[i].back();
+        std::printf("  round %d, %d workers: %6.1f jobs/s (submissions %.2f s, all ended after %.2f s), load %.2f\n",
+                    r + 1, farms[i]->workers(), b.jobs_per_s, b.submit_s, b.wall_s, LoadAverage());
+        std::fflush(stdout);
+      }
+    }
+    std::vector<double> median_rate(farms.size());
+    std::printf("\n");
+    for (size_t i = 0; i < farms.size(); ++i) {
+      Farm& f = *farms[i];
+      std::vector<double> rates;
+      std::vector<double> cpu(4, 0);
+      for (const auto& b : bursts[i]) {
+        rates.push_back(b.jobs_per_s);
+        for (size_t k = 0; k < 4; ++k) cpu[k] += b.cpu[k] / static_cast<double>(bursts[i].size());
+      }
+      median_rate[i] = Median(rates);
+      const auto idle = f.IdleCpu();
+      const auto claims = f.IdleClaims();
+      int retried = 0;
+      const auto lines = f.WorkerLines(&retried);
+      std::printf("workers %d: %6.1f jobs/s (median of %d rounds; min %.1f, max %.1f)\n", f.workers(), median_rate[i],
+                  o.rounds, Percentile(rates, 0), Percentile(rates, 100));
+      std::printf("  burst: queue wait (created -> started) p50 %.0f ms, p99 %.0f ms; run (started -> finished) "
+                  "p50 %.0f ms, p99 %.0f ms\n",
+                  Percentile(f.wait(), 50), Percentile(f.wait(), 99), Percentile(f.run(), 50), Percentile(f.run(), 99));
+      std::printf("  idle-farm claim latency (created -> started), %zu jobs: p50 %.0f ms, p99 %.0f ms, max %.0f ms\n",
+                  claims.size(), Percentile(claims, 50), Percentile(claims, 99), Percentile(claims, 100));
+      std::printf("  CPU per burst job (ms): replicas %.1f, workers %.1f, PostgreSQL %.1f, this client %.1f; "
+                  "idle farm CPU (%% of one core): replicas %.1f, workers %.1f, PostgreSQL %.1f\n",
+                  cpu[0], cpu[1], cpu[2], cpu[3], idle[0], idle[1], idle[2]);
+      std::printf("  jobs not SUCCEEDED %d of %d; lease expiries (queue entries with attempt > 1) %d\n",
+                  f.not_succeeded(), f.burst_jobs() + static_cast<int>(claims.size()), retried);
+      for (const auto& l : lines) std::printf("%s\n", l.c_str());
       std::fflush(stdout);
     }
-    const FarmFigures* one = nullptr;
-    for (const auto& f : farm) {
-      if (f.workers == 1) one = &f;
-    }
-    if (one != nullptr) {
-      for (const auto& f : farm) {
-        if (f.workers != 1) {
-          std::printf("scaling %d workers / 1: %.2fx (jobs/s; ideal %d.00x; %u cores shared by PostgreSQL, "
-                      "2 replicas, the workers and this client)\n",
-                      f.workers, f.jobs_per_s / one->jobs_per_s, f.workers, cores);
-        }
-      }
+    for (auto& f : farms) f->Stop();
+    for (size_t i = 0; i < farms.size(); ++i) {
+      if (farms[0]->workers() != 1 || i == 0) continue;
+      std::printf("scaling %d workers / 1: %.2fx (median jobs/s; ideal %d.00x) -- on %u cores shared by PostgreSQL, "
+                  "2 replicas, the workers and this client (and, on a shared machine, whatever else runs)\n",
+                  farms[i]->workers(), median_rate[i] / median_rate[0], farms[i]->workers(), cores);
     }
   }
 
@@ -488,16 +618,13 @@ int main(int argc, char** argv) {
     };
     StoreFigures embedded, shared;
     {
-      KilndProcess k(KILND_BINARY, args("embedded"), (dir / "embedded.log").string());
-      embedded = MeasureStore(k, mnist, o.compile_n);
+      KilndProcess e(KILND_BINARY, args("embedded"), (dir / "embedded.log").string());
+      KilndProcess d(KILND_BINARY, args("shared"), (dir / "shared.log").string(), {"KILN_DATABASE=" + *url});
+      MeasureStores(e, d, mnist, o.upload_n, o.compile_n, &embedded, &shared);
     }
-    {
-      KilndProcess k(KILND_BINARY, args("shared"), (dir / "shared.log").string(), {"KILN_DATABASE=" + *url});
-      shared = MeasureStore(k, mnist, o.compile_n);
-    }
-    std::printf("\ndatabase vs embedded: median of %d, one kilnd each, --compile-cache-bytes 0 (every compile runs), "
-                "blob cache at its default; load %.2f\n",
-                o.compile_n, LoadAverage());
+    std::printf("\ndatabase vs embedded: one kilnd each, taking turns; medians of %d uploads and %d compiles; "
+                "--compile-cache-bytes 0 (every compile runs), blob cache at its default; load %.2f\n",
+                o.upload_n, o.compile_n, LoadAverage());
     std::printf("%-40s %12s %12s %8s\n", "", "embedded", "database", "ratio");
     auto row = [](const char* what, double e, double d, const char* target) {
       std::printf("%-40s %9.2f ms %9.2f ms %7.2fx %s\n", what, e * 1e3, d * 1e3, d / e, target);
@@ -505,6 +632,7 @@ int main(int argc, char** argv) {
     row("upload mnist-ai85net5 (deleted between)", embedded.upload, shared.upload, "");
     row("CompileAi8x of the stored mnist-ai85net5", embedded.compile, shared.compile,
         shared.compile / embedded.compile <= 1.5 ? "(target <= 1.5x: met)" : "(target <= 1.5x: NOT met)");
+    row("  the same, 10th percentile", embedded.compile_p10, shared.compile_p10, "");
   }
   if (o.keep.empty()) fs::remove_all(dir);
   return 0;
