@@ -28,7 +28,8 @@
 //   bench_farm [--jobs 200] [--clients 8] [--rounds 3] [--workers 1,2,3] [--backend reference|tt-emu]
 //              [--model NAME (tests/data/conv-cases)] [--idle 40] [--upload-n 15] [--compile-n 101]
 //              [--lease S] [--heartbeat S] (the farm's --job-lease-seconds, --job-heartbeat-seconds;
-//              kilnd's defaults, 30 and 10, unless given) [--no-farm] [--no-compile] [--keep DIR]
+//              kilnd's defaults, 30 and 10, unless given) [--worker-env K=V (the workers' environment,
+//              e.g. OMP_WAIT_POLICY=passive; repeatable)] [--no-farm] [--no-compile] [--keep DIR]
 #include <grpcpp/grpcpp.h>
 
 #include <pqxx/pqxx>
@@ -73,6 +74,7 @@ struct Options {
   int upload_n = 15;
   int compile_n = 101;
   std::string lease, heartbeat;  // --job-lease-seconds / --job-heartbeat-seconds ("" = kilnd's defaults)
+  std::vector<std::string> worker_env;  // --worker-env K=V: extra environment of the workers only
   bool farm = true;
   bool compile = true;
   std::string keep;  // keep logs here (else a temp dir, removed)
@@ -262,10 +264,11 @@ class Farm {
     if (!url.ok()) Die(url.status().ToString());
     url_ = *url;
     fs::create_directories(dir_);
-    replicas_.push_back(Process("a", {}));
-    replicas_.push_back(Process("b", {}));
+    replicas_.push_back(Process("a", {}, {}));
+    replicas_.push_back(Process("b", {}, {}));
     for (int i = 0; i < workers; ++i) {
-      workers_.push_back(Process("w" + std::to_string(i + 1), {"--role", "worker", "--devices", o.backend + ":1"}));
+      workers_.push_back(
+          Process("w" + std::to_string(i + 1), {"--role", "worker", "--devices", o.backend + ":1"}, o.worker_env));
     }
     auto stub = kiln::v1::ModelService::NewStub(Channel(*replicas_[0]));
     auto st = Upload(*stub, o.model, ReadBytes(std::string(KILN_TEST_DATA) + "/conv-cases/" + o.model + ".onnx"), &model_);
@@ -409,15 +412,16 @@ class Farm {
   int burst_jobs() const { return burst_jobs_; }
 
  private:
-  std::unique_ptr<KilndProcess> Process(const std::string& name, std::vector<std::string> extra) {
+  std::unique_ptr<KilndProcess> Process(const std::string& name, std::vector<std::string> extra,
+                                        std::vector<std::string> env) {
+    env.push_back("KILN_DATABASE=" + url_);
     std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir",
                                      (dir_ / name).string(), "--log-level", "warn", "--shutdown-grace", "5",
                                      "--job-max-queued", "100000", "--job-max-queued-per-client", "100000"};
     if (!o_.lease.empty()) args.insert(args.end(), {"--job-lease-seconds", o_.lease});
     if (!o_.heartbeat.empty()) args.insert(args.end(), {"--job-heartbeat-seconds", o_.heartbeat});
     args.insert(args.end(), extra.begin(), extra.end());
-    return std::make_unique<KilndProcess>(KILND_BINARY, args, (dir_ / (name + ".log")).string(),
-                                          std::vector<std::string>{"KILN_DATABASE=" + url_});
+    return std::make_unique<KilndProcess>(KILND_BINARY, args, (dir_ / (name + ".log")).string(), env);
   }
   void SubmitOne(const std::string& phase, int replica) {
     std::string id;
@@ -529,6 +533,7 @@ int main(int argc, char** argv) {
     else if (a == "--compile-n") o.compile_n = std::max(3, std::atoi(next().c_str()));
     else if (a == "--lease") o.lease = next();
     else if (a == "--heartbeat") o.heartbeat = next();
+    else if (a == "--worker-env") o.worker_env.push_back(next());
     else if (a == "--no-farm") o.farm = false;
     else if (a == "--no-compile") o.compile = false;
     else if (a == "--keep") o.keep = next();
@@ -545,12 +550,15 @@ int main(int argc, char** argv) {
               cores, LoadAverage());
 
   if (o.farm) {
+    std::string worker_env;
+    for (const auto& e : o.worker_env) worker_env += (worker_env.empty() ? "" : " ") + e;
     std::printf("\nfarm: 2 replicas, workers `--role worker --devices %s:1`, model %s (tests/data/conv-cases); "
                 "%d rounds, each a burst of %d jobs from %d client threads through both replicas on every farm "
                 "in turn (the farms all up at once, on one PostgreSQL); claim latency: %d jobs one at a time "
-                "on the idle farm; lease %s s, heartbeat %s s\n",
+                "on the idle farm; lease %s s, heartbeat %s s; workers' extra environment: %s\n",
                 o.backend.c_str(), o.model.c_str(), o.rounds, o.jobs, o.clients, o.idle,
-                o.lease.empty() ? "30 (default)" : o.lease.c_str(), o.heartbeat.empty() ? "10 (default)" : o.heartbeat.c_str());
+                o.lease.empty() ? "30 (default)" : o.lease.c_str(), o.heartbeat.empty() ? "10 (default)" : o.heartbeat.c_str(),
+                worker_env.empty() ? "none" : worker_env.c_str());
     std::fflush(stdout);
     std::vector<std::unique_ptr<Farm>> farms;
     for (int w : o.workers) {
