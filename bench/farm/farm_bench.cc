@@ -1,4 +1,4 @@
-// The farm's benchmark (issue 19 "Benchmark", api/jobs.h "A farm"), through real processes on
+// The farm's benchmark (README "Benchmarks", api/jobs.h "A farm"), through real processes on
 // loopback: a throwaway PostgreSQL 15 (tests/support/pg_server.h; durability off, as in the tests)
 // and one farm per W in --workers (default 1, 2, 3): its own database, 2 kilnd replicas and W
 // workers (`kilnd --role worker --devices <backend>:1`), all farms up at once. Prints, in one run:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The farm's benchmark (issue 19 "Benchmark"; figures in bench/farm/RESULTS.md). Runs bench_farm
+# The farm's benchmark (README "Benchmarks"; figures in bench/farm/RESULTS.md). Runs bench_farm
 # three times, each printing its own ratios measured in that run:
 #   1. the defaults: 2 replicas + 1, 2, 3 workers (`--devices reference:1`), 3 rounds of 200 tiny
 #      jobs from 8 clients, idle-farm claim latency, worker metrics; then database vs embedded
