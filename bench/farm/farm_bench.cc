@@ -17,6 +17,10 @@
 //              kiln_job_leases_lost_total, kiln_job_attempts_total and how many jobs it ran; lease
 //              expiries = queue entries with attempt > 1; jobs not SUCCEEDED. (There is no
 //              per-worker heartbeat record to read an age from: leases live on queue entries.)
+//   fairness   client "hog" submits --fairness jobs at once, then client "small" one, to the first
+//              farm and to an embedded kilnd (--devices <backend>:1): how many of hog's jobs started
+//              between small's submission and its start (round-robin across clients: about one per
+//              device; FIFO: every one still queued), and small's wait.
 //   database vs embedded: one kilnd on its data dir, one on PostgreSQL (no farm), both with
 //              --compile-cache-bytes 0 (every compile really runs), called in turns (so that both
 //              see the same load): median of --upload-n uploads of mnist-ai85net5 (deleted in
@@ -26,7 +30,7 @@
 // The default backend is reference: a tiny job costs less there than on tt-emu, so the farm's own
 // overhead is a larger share (--backend tt-emu measures the emulator's farm).
 //   bench_farm [--jobs 200] [--clients 8] [--rounds 3] [--workers 1,2,3] [--backend reference|tt-emu]
-//              [--model NAME (tests/data/conv-cases)] [--idle 40] [--upload-n 15] [--compile-n 101]
+//              [--model NAME (tests/data/conv-cases)] [--idle 40] [--fairness 100 (0: none)] [--upload-n 15] [--compile-n 101]
 //              [--lease S] [--heartbeat S] (the farm's --job-lease-seconds, --job-heartbeat-seconds;
 //              kilnd's defaults, 30 and 10, unless given) [--worker-env K=V (the workers' environment,
 //              e.g. OMP_WAIT_POLICY=passive; repeatable)] [--no-farm] [--no-compile] [--keep DIR]
@@ -75,6 +79,7 @@ struct Options {
   int compile_n = 101;
   std::string lease, heartbeat;  // --job-lease-seconds / --job-heartbeat-seconds ("" = kilnd's defaults)
   std::vector<std::string> worker_env;  // --worker-env K=V: extra environment of the workers only
+  int fairness = 100;  // jobs of the "hog" client in the fairness check; 0 = no check
   bool farm = true;
   bool compile = true;
   std::string keep;  // keep logs here (else a temp dir, removed)
@@ -407,6 +412,8 @@ class Farm {
   }
 
   const std::vector<double>& wait() const { return wait_; }
+  const KilndProcess& replica(size_t i) const { return *replicas_[i]; }
+  const std::string& model() const { return model_; }
   const std::vector<double>& run() const { return run_; }
   int not_succeeded() const { return not_succeeded_; }
   int burst_jobs() const { return burst_jobs_; }
@@ -504,6 +511,43 @@ void MeasureStores(const KilndProcess& embedded, const KilndProcess& shared, con
   }
 }
 
+// Fairness across clients: client "hog" submits `hog` jobs at once, then client "small" one job.
+// Returns how many of hog's jobs started between small's submission and its start (at most about
+// one per device with round-robin across clients, as the embedded JobManager does; all of hog's
+// jobs still queued with FIFO) and small's queue wait, from GetJob (ms timestamps).
+std::pair<int, double> Fairness(const KilndProcess& k, const std::string& model, const std::string& backend, int hog) {
+  auto stub = kiln::v1::JobService::NewStub(Channel(k));
+  std::vector<std::string> ids;
+  for (int i = 0; i < hog + 1; ++i) {
+    std::string id;
+    auto st = Submit(*stub, model, backend, i < hog ? "hog" : "small", "fairness", &id);
+    if (!st.ok()) Die("submit: " + st.error_message());
+    ids.push_back(id);
+  }
+  auto ms = [](const google::protobuf::Timestamp& t) { return t.seconds() * 1e3 + t.nanos() / 1e6; };
+  std::vector<kiln::v1::Job> jobs(ids.size());
+  const auto deadline = Clock::now() + std::chrono::seconds(300);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    while (true) {
+      grpc::ClientContext ctx;
+      kiln::v1::GetJobRequest req;
+      req.set_job_id(ids[i]);
+      auto st = stub->GetJob(&ctx, req, &jobs[i]);
+      if (!st.ok()) Die("get job: " + st.error_message());
+      if (jobs[i].state() >= kiln::v1::SUCCEEDED) break;
+      if (Clock::now() > deadline) Die("fairness jobs did not end");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  const double small_created = ms(jobs.back().created()), small_started = ms(jobs.back().started());
+  int between = 0;
+  for (int i = 0; i < hog; ++i) {
+    const double t = ms(jobs[static_cast<size_t>(i)].started());
+    between += t >= small_created && t < small_started;
+  }
+  return {between, small_started - small_created};
+}
+
 std::vector<int> ParseList(const std::string& s) {
   std::vector<int> out;
   std::stringstream in(s);
@@ -534,6 +578,7 @@ int main(int argc, char** argv) {
     else if (a == "--lease") o.lease = next();
     else if (a == "--heartbeat") o.heartbeat = next();
     else if (a == "--worker-env") o.worker_env.push_back(next());
+    else if (a == "--fairness") o.fairness = std::max(0, std::atoi(next().c_str()));
     else if (a == "--no-farm") o.farm = false;
     else if (a == "--no-compile") o.compile = false;
     else if (a == "--keep") o.keep = next();
@@ -605,6 +650,26 @@ int main(int argc, char** argv) {
                   f.not_succeeded(), f.burst_jobs() + static_cast<int>(claims.size()), retried);
       for (const auto& l : lines) std::printf("%s\n", l.c_str());
       std::fflush(stdout);
+    }
+    if (o.fairness > 0) {
+      // The same submissions to the first farm (through replica a) and to an embedded kilnd with
+      // one device of the backend.
+      const auto farm_fair = Fairness(farms[0]->replica(0), farms[0]->model(), o.backend, o.fairness);
+      KilndProcess e(KILND_BINARY,
+                     {"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir",
+                      (dir / "fair-embedded").string(), "--log-level", "warn", "--devices", o.backend + ":1",
+                      "--job-max-queued", "100000", "--job-max-queued-per-client", "100000"},
+                     (dir / "fair-embedded.log").string());
+      std::string model;
+      auto ms = kiln::v1::ModelService::NewStub(Channel(e));
+      auto st = Upload(*ms, o.model, ReadBytes(std::string(KILN_TEST_DATA) + "/conv-cases/" + o.model + ".onnx"), &model);
+      if (!st.ok()) Die("upload: " + st.error_message());
+      const auto emb_fair = Fairness(e, model, o.backend, o.fairness);
+      std::printf("fairness: client \"hog\" submits %d jobs, then client \"small\" 1; hog's jobs started between "
+                  "small's submission and its start: farm (%d worker%s) %d, small waited %.0f ms; embedded kilnd (%s:1) %d, small waited %.0f ms\n",
+                  o.fairness, farms[0]->workers(), farms[0]->workers() == 1 ? "" : "s", farm_fair.first,
+                  farm_fair.second, o.backend.c_str(), emb_fair.first, emb_fair.second);
+      e.Stop();
     }
     for (auto& f : farms) f->Stop();
     for (size_t i = 0; i < farms.size(); ++i) {
