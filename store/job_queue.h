@@ -10,8 +10,11 @@
 // each in one transaction. The embedded JobManager keeps its own in-process queue.
 //
 // Contract
-// * Enqueue: a job id (unique; ALREADY_EXISTS otherwise), its backend, an opaque payload.
-// * Claim: the oldest claimable job of one of the worker's backends, or nothing. Claimable = queued,
+// * Enqueue: a job id (unique; ALREADY_EXISTS otherwise), its backend, an opaque payload, and the
+//   client it is fair to (api/jobs.h: the job's `client`).
+// * Claim: a claimable job of one of the worker's backends, or nothing: round-robin across clients
+//   — of the clients with claimable jobs, the one served least recently on that backend (never
+//   served first), and its oldest job — as the embedded JobManager starts its jobs. Claimable = queued,
 //   or claimed under a lease that has expired (the worker died, hung or lost the network) while
 //   attempts remain. Each claim increments `attempt` and issues a fresh lease token; no two
 //   workers hold a job at once.
@@ -79,7 +82,8 @@ struct JobQueueEntry {
 class JobQueue {
  public:
   virtual ~JobQueue() = default;
-  virtual Status Enqueue(const std::string& job_id, const std::string& backend, const std::string& payload) = 0;
+  virtual Status Enqueue(const std::string& job_id, const std::string& backend, const std::string& payload,
+                         const std::string& client = "") = 0;
   virtual Result<std::optional<JobClaim>> Claim(const std::string& worker, const std::vector<std::string>& backends,
                                                 std::chrono::milliseconds lease) = 0;
   virtual Status Heartbeat(const JobClaim& claim, std::chrono::milliseconds lease) = 0;

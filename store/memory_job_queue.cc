@@ -7,7 +7,8 @@ namespace kiln::store {
 
 using Clock = std::chrono::steady_clock;
 
-Status MemoryJobQueue::Enqueue(const std::string& job_id, const std::string& backend, const std::string& payload) {
+Status MemoryJobQueue::Enqueue(const std::string& job_id, const std::string& backend, const std::string& payload,
+                               const std::string& client) {
   if (job_id.empty() || backend.empty()) return InvalidArgument("job id and backend must not be empty");
   std::lock_guard<std::mutex> lock(mu_);
   if (jobs_.count(job_id)) return {StatusCode::kAlreadyExists, "job " + job_id + " is queued already"};
@@ -15,6 +16,7 @@ Status MemoryJobQueue::Enqueue(const std::string& job_id, const std::string& bac
   j.entry.job_id = job_id;
   j.entry.backend = backend;
   j.payload = payload;
+  j.client = client;
   j.seq = ++next_seq_;
   ++wakeups_;
   cv_.notify_all();
@@ -26,15 +28,23 @@ Result<std::optional<JobClaim>> MemoryJobQueue::Claim(const std::string& worker,
                                                       std::chrono::milliseconds lease) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = Clock::now();
+  // Round-robin: the least recently served (backend, client) first (0 = never), then the oldest.
   Job* best = nullptr;
+  uint64_t best_turn = 0;
   for (auto& [id, j] : jobs_) {
     if (std::find(backends.begin(), backends.end(), j.entry.backend) == backends.end()) continue;
     const bool claimable = j.entry.state == JobQueueEntry::kQueued ||
                            (j.entry.state == JobQueueEntry::kClaimed && j.expires < now);
     if (!claimable || j.entry.attempt >= max_attempts_) continue;
-    if (best == nullptr || j.seq < best->seq) best = &j;
+    auto s = served_.find({j.entry.backend, j.client});
+    const uint64_t turn = s == served_.end() ? 0 : s->second;
+    if (best == nullptr || turn < best_turn || (turn == best_turn && j.seq < best->seq)) {
+      best = &j;
+      best_turn = turn;
+    }
   }
   if (best == nullptr) return std::optional<JobClaim>();
+  served_[{best->entry.backend, best->client}] = ++next_turn_;
   const bool reclaimed = best->entry.state == JobQueueEntry::kClaimed;
   best->entry.state = JobQueueEntry::kClaimed;
   best->entry.attempt += 1;

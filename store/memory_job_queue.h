@@ -16,7 +16,8 @@ class MemoryJobQueue : public JobQueue {
  public:
   explicit MemoryJobQueue(int max_attempts) : max_attempts_(max_attempts) {}
 
-  Status Enqueue(const std::string& job_id, const std::string& backend, const std::string& payload) override;
+  Status Enqueue(const std::string& job_id, const std::string& backend, const std::string& payload,
+                 const std::string& client = "") override;
   Result<std::optional<JobClaim>> Claim(const std::string& worker, const std::vector<std::string>& backends,
                                         std::chrono::milliseconds lease) override;
   Status Heartbeat(const JobClaim& claim, std::chrono::milliseconds lease) override;
@@ -38,6 +39,7 @@ class MemoryJobQueue : public JobQueue {
     std::string token;
     std::chrono::steady_clock::time_point expires;
     uint64_t seq = 0;
+    std::string client;
   };
   Job* CurrentLocked(const JobClaim& claim);
 
@@ -47,6 +49,8 @@ class MemoryJobQueue : public JobQueue {
   std::map<std::string, Job> jobs_;
   std::map<std::string, std::pair<WorkerReport, std::chrono::steady_clock::time_point>> workers_;
   uint64_t next_seq_ = 0;
+  uint64_t next_turn_ = 0;
+  std::map<std::pair<std::string, std::string>, uint64_t> served_;  // (backend, client) → turn it was last served
   uint64_t next_token_ = 0;
   uint64_t wakeups_ = 0;
   std::atomic<uint64_t> late_{0};

@@ -51,16 +51,24 @@ struct PgJobQueue::Listener {
 
 PgJobQueue::PgJobQueue(PgPool* pool, int max_attempts) : pool_(pool), max_attempts_(max_attempts) {
   pool_->Prepare("kiln_job_enqueue",
-                 "INSERT INTO kiln_job_queue (job_id, backend, payload) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING");
+                 "INSERT INTO kiln_job_queue (job_id, backend, payload, client) VALUES ($1, $2, $3, $4)"
+                 " ON CONFLICT DO NOTHING");
   pool_->Prepare("kiln_job_notify", "SELECT pg_notify('kiln_jobs', $1)");
+  // Round-robin across clients (store/job_queue.h Claim): the least recently served client of
+  // the backend (kiln_job_turns; never served = 0) first, then its oldest job.
   pool_->Prepare("kiln_job_claim",
-                 "WITH c AS (SELECT job_id, state AS was FROM kiln_job_queue"
-                 "  WHERE backend = ANY($1::text[]) AND attempt < $4"
-                 "    AND (state = 1 OR (state = 2 AND lease_expires < clock_timestamp()))"
-                 "  ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)"
+                 "WITH c AS (SELECT q.job_id, q.state AS was FROM kiln_job_queue q"
+                 "  LEFT JOIN kiln_job_turns t ON t.backend = q.backend AND t.client = q.client"
+                 "  WHERE q.backend = ANY($1::text[]) AND q.attempt < $4"
+                 "    AND (q.state = 1 OR (q.state = 2 AND q.lease_expires < clock_timestamp()))"
+                 "  ORDER BY coalesce(t.served, 0), q.seq LIMIT 1 FOR UPDATE OF q SKIP LOCKED)"
                  " UPDATE kiln_job_queue q SET state = 2, attempt = q.attempt + 1, worker = $2, lease_token = $3,"
                  "  lease_expires = clock_timestamp() + $5 * interval '1 millisecond'"
-                 " FROM c WHERE q.job_id = c.job_id RETURNING q.job_id, q.backend, q.payload, q.attempt, c.was = 2");
+                 " FROM c WHERE q.job_id = c.job_id"
+                 " RETURNING q.job_id, q.backend, q.payload, q.attempt, c.was = 2, q.client");
+  pool_->Prepare("kiln_job_served",
+                 "INSERT INTO kiln_job_turns (backend, client, served) VALUES ($1, $2, nextval('kiln_job_turn_seq'))"
+                 " ON CONFLICT (backend, client) DO UPDATE SET served = EXCLUDED.served");
   const std::string current =
       " WHERE job_id = $1 AND attempt = $2 AND lease_token = $3 AND state = 2"
       " AND lease_expires >= clock_timestamp()";
@@ -95,12 +103,13 @@ PgJobQueue::PgJobQueue(PgPool* pool, int max_attempts) : pool_(pool), max_attemp
 
 PgJobQueue::~PgJobQueue() = default;
 
-Status PgJobQueue::Enqueue(const std::string& job_id, const std::string& backend, const std::string& payload) {
+Status PgJobQueue::Enqueue(const std::string& job_id, const std::string& backend, const std::string& payload,
+                           const std::string& client) {
   if (job_id.empty() || backend.empty()) return InvalidArgument("job id and backend must not be empty");
   bool inserted = false;
   Status st = pool_->Transact("enqueueing job " + job_id, [&](pqxx::work& tx) -> Status {
     inserted = tx.exec_prepared("kiln_job_enqueue", job_id, backend,
-                                pqxx::binarystring(payload.data(), payload.size()))
+                                pqxx::binarystring(payload.data(), payload.size()), client)
                    .affected_rows() == 1;
     if (inserted) tx.exec_prepared("kiln_job_notify", backend);
     return Status::Ok();
@@ -121,6 +130,7 @@ Result<std::optional<JobClaim>> PgJobQueue::Claim(const std::string& worker, con
     if (!r.empty()) {
       claim = JobClaim{r[0][0].as<std::string>(), r[0][1].as<std::string>(), Bytes(r[0][2]), r[0][3].as<int>(), token,
                        r[0][4].as<bool>()};
+      tx.exec_prepared("kiln_job_served", claim->backend, r[0][5].as<std::string>());
     }
     return Status::Ok();
   });

@@ -29,7 +29,8 @@ class PgJobQueue : public JobQueue {
   PgJobQueue(PgPool* pool, int max_attempts);
   ~PgJobQueue() override;
 
-  Status Enqueue(const std::string& job_id, const std::string& backend, const std::string& payload) override;
+  Status Enqueue(const std::string& job_id, const std::string& backend, const std::string& payload,
+                 const std::string& client = "") override;
   Result<std::optional<JobClaim>> Claim(const std::string& worker, const std::vector<std::string>& backends,
                                         std::chrono::milliseconds lease) override;
   Status Heartbeat(const JobClaim& claim, std::chrono::milliseconds lease) override;

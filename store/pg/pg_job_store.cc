@@ -112,7 +112,8 @@ PgJobStore::PgJobStore(PgPool* pool) : pool_(pool) {
                  " ON CONFLICT (idempotency_key) DO NOTHING");
   pool_->Prepare("kiln_jobs_insert_label", "INSERT INTO kiln_job_labels (job_id, key, value) VALUES ($1, $2, $3)");
   pool_->Prepare("kiln_jobs_insert_input", "INSERT INTO kiln_job_inputs (job_id, k, bytes) VALUES ($1, $2, $3)");
-  pool_->Prepare("kiln_jobs_enqueue", "INSERT INTO kiln_job_queue (job_id, backend, payload) VALUES ($1, $2, '')");
+  pool_->Prepare("kiln_jobs_enqueue",
+                 "INSERT INTO kiln_job_queue (job_id, backend, payload, client) VALUES ($1, $2, '', $3)");
   pool_->Prepare("kiln_jobs_notify_work", "SELECT pg_notify('kiln_jobs', $1)");
   pool_->Prepare("kiln_jobs_fence",
                  "SELECT 1 FROM kiln_job_queue WHERE job_id = $1 AND attempt = $2 AND lease_token = $3"
@@ -227,7 +228,7 @@ Result<JobRecord> PgJobStore::Create(JobRecord job, const std::vector<std::strin
       tx.exec_prepared("kiln_jobs_insert_input", job.job_id, static_cast<int>(k), Bin(inputs[k]));
     }
     if (job.state == 1) {
-      tx.exec_prepared("kiln_jobs_enqueue", job.job_id, job.backend);
+      tx.exec_prepared("kiln_jobs_enqueue", job.job_id, job.backend, job.client);
       tx.exec_prepared("kiln_jobs_notify_work", job.backend);
     }
     return Status::Ok();

@@ -124,8 +124,17 @@ CREATE TABLE kiln_job_outputs (
 -- which then fetches only the slice's TOAST chunks.
 ALTER TABLE kiln_job_outputs ALTER COLUMN bytes SET STORAGE EXTERNAL;
 )sql"},
-    // Additive: the farm's worker registry (store/pg/pg_job_queue.h ReportWorker).
+    // Additive: the farm's worker registry (store/pg/pg_job_queue.h ReportWorker) and fair claims
+    // (each queue entry's client; when each client was last served per backend).
     {4, 1, R"sql(
+ALTER TABLE kiln_job_queue ADD COLUMN client text NOT NULL DEFAULT '';
+CREATE TABLE kiln_job_turns (
+  backend text NOT NULL,
+  client  text NOT NULL,
+  served  bigint NOT NULL,
+  PRIMARY KEY (backend, client)
+);
+CREATE SEQUENCE kiln_job_turn_seq;
 CREATE TABLE kiln_workers (
   worker       text COLLATE "C" PRIMARY KEY,
   devices      text NOT NULL DEFAULT '',

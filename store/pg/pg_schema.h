@@ -13,7 +13,8 @@
 // (store/pg/pg_blob_store.h). Version 2 (compatible with 1): kiln_job_queue
 // (store/pg/pg_job_queue.h). Version 3 (compatible with 1): kiln_jobs, kiln_job_labels,
 // kiln_job_inputs, kiln_job_events, kiln_job_results, kiln_job_outputs (store/pg/pg_job_store.h).
-// Version 4 (compatible with 1): kiln_workers (store/pg/pg_job_queue.h, the worker registry).
+// Version 4 (compatible with 1): kiln_workers (store/pg/pg_job_queue.h, the worker registry),
+// kiln_job_queue.client and kiln_job_turns (round-robin claims across clients).
 #pragma once
 
 #include "common/status.h"

@@ -193,6 +193,24 @@ TYPED_TEST(JobQueueContract, WaitForWorkWakesOnEnqueue) {
   EXPECT_TRUE(worker->Claim("w", {"tt-emu"}, kLease)->has_value());
 }
 
+TYPED_TEST(JobQueueContract, ClaimsGoRoundRobinAcrossClients) {
+  JobQueue* q = this->backend_.OpenQueue(3);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(q->Enqueue("hog-" + std::to_string(i), "tt-emu", "", "hog").ok());
+  ASSERT_TRUE(q->Enqueue("small-0", "tt-emu", "", "small").ok());
+  ASSERT_TRUE(q->Enqueue("small-1", "tt-emu", "", "small").ok());
+  ASSERT_TRUE(q->Enqueue("other-0", "reference", "", "hog").ok());  // another backend: its own turns
+  std::vector<std::string> order;
+  for (int i = 0; i < 6; ++i) {
+    auto c = this->backend_.OpenQueue(3)->Claim("w", {"tt-emu"}, 5000ms);
+    ASSERT_TRUE(c.ok() && c->has_value());
+    order.push_back((*c)->job_id);
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"hog-0", "small-0", "hog-1", "small-1", "hog-2", "hog-3"}));
+  auto other = q->Claim("w", {"reference"}, 5000ms);
+  ASSERT_TRUE(other.ok() && other->has_value());
+  EXPECT_EQ((*other)->job_id, "other-0");
+}
+
 TYPED_TEST(JobQueueContract, WorkersReportTheirHeartbeatsAndQueuesAreCounted) {
   JobQueue* q = this->backend_.OpenQueue(3);
   ASSERT_TRUE(q->ReportWorker({"host-a/1", "tt-emu:2", 1, 5, false}).ok());
