@@ -70,12 +70,14 @@ KILN_AVX512 int RawExponents(const int8_t* ag, const PreparedSrcB& b, int64_t kq
   constexpr int64_t kStride = 64 * kRows;
   __m512i m = _mm512_set1_epi16(INT16_MIN);
   int n = 0;
-  if (live == 0xFFu) {  // dense: lane j at offset j, unrolled
+  if (live == 0xFFu) {  // dense: lane j at offset j, unrolled (raw[] stays in registers), a max tree
+#pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       lane[j] = j;
       raw[j] = _mm512_add_epi16(Load(ag + j * kStride), Bcast(b.exp[static_cast<size_t>(kq + j)]));
-      m = _mm512_max_epi16(m, raw[j]);
     }
+    m = _mm512_max_epi16(_mm512_max_epi16(_mm512_max_epi16(raw[0], raw[1]), _mm512_max_epi16(raw[2], raw[3])),
+                         _mm512_max_epi16(_mm512_max_epi16(raw[4], raw[5]), _mm512_max_epi16(raw[6], raw[7])));
     n = 8;
   } else {
     for (; live != 0; live &= live - 1, ++n) {
@@ -108,6 +110,7 @@ KILN_AVX512 void PrepGroup(const int8_t* ablk, const PreparedSrcB& b, int64_t q,
   g->n = RawExponents<kRows>(ablk + kq * 64 * kRows, b, kq, live, raw, g->lane, &g->maxraw);
   Widen(g->maxraw, _mm512_setzero_si512(), &g->mr_lo, &g->mr_hi);
   if (g->n == 8) {
+#pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) g->mult[j] = Multiplier(b, kq + j, g->maxraw, raw[j]);
   } else {
     for (int j = 0; j < g->n; ++j) g->mult[j] = Multiplier(b, kq + g->lane[j], g->maxraw, raw[j]);
@@ -182,6 +185,7 @@ KILN_AVX512 Term SinglePhaseTerm(const int8_t* ablk, const PreparedSrcB& b, int6
   const int n = RawExponents<kRows>(ag, b, kq, live, raw, lane, &mr);
   __m512i s0 = _mm512_setzero_si512(), s1 = s0;
   if (n == 8) {  // constant lane offsets
+#pragma GCC unroll 4
     for (int j = 0; j < 8; j += 2) {
       s0 = _mm512_add_epi16(s0, LaneR<kRows>(ag, bp, j, Multiplier(b, kq + j, mr, raw[j]), ar));
       s1 = _mm512_add_epi16(s1, LaneR<kRows>(ag, bp, j + 1, Multiplier(b, kq + j + 1, mr, raw[j + 1]), ar));
