@@ -329,24 +329,24 @@ KILN_AVX512 StepConsts MakeStepConsts() {
 // §5.5 steps 2–5 for one half (16 columns, int32): group terms S0, S1 (S·2^16) with alignments d0, d1,
 // and the Dst term (2·D in s->D2, sign s->neg) with alignment dd, all to X. Sets s->D2 and s->neg to
 // the result's (before the +0 / ±Inf mapping) and returns its exponent change e (StepConsts).
-template <bool kFp32Dst, bool kWormhole>
+template <bool kFp32Dst, bool kWormhole, bool kTwo>
 KILN_AVX512 __m512i HalfStep(__m512i S0, __m512i d0, __m512i S1, __m512i d1, __m512i dd, DstState* s,
                              const StepConsts& c) {
   const __m512i zero = _mm512_setzero_si512();
   __m512i total, f, e;
   if (kFp32Dst) {
     const __m512i T0 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S0, d0), c.four), 3);
-    const __m512i T1 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S1, d1), c.four), 3);
     const __m512i D = _mm512_srli_epi32(_mm512_add_epi32(_mm512_srlv_epi32(s->D2, dd), c.one), 1);
-    total = _mm512_add_epi32(_mm512_add_epi32(_mm512_mask_sub_epi32(D, s->neg, zero, D), T0), T1);
+    total = _mm512_add_epi32(_mm512_mask_sub_epi32(D, s->neg, zero, D), T0);
+    if (kTwo) total = _mm512_add_epi32(total, _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S1, d1), c.four), 3));
   } else {
     // Steps 2 and 3 in units of 2^13 (every bf16-Dst term is a multiple of it), each alignment and
     // its pre-rounding as one floor: (floor((y + 4) / 8) + 4096) / 8192 floored is (y + 32772) >> 16
     // for a group term, ((2D >> dd) + 1 + 8192) >> 14 for Dst.
     const __m512i T0 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S0, d0), c.t_round), 16);
-    const __m512i T1 = _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S1, d1), c.t_round), 16);
     const __m512i D = _mm512_srli_epi32(_mm512_add_epi32(_mm512_srlv_epi32(s->D2, dd), c.d_round), 14);
-    total = _mm512_add_epi32(_mm512_add_epi32(_mm512_mask_sub_epi32(D, s->neg, zero, D), T0), T1);
+    total = _mm512_add_epi32(_mm512_mask_sub_epi32(D, s->neg, zero, D), T0);
+    if (kTwo) total = _mm512_add_epi32(total, _mm512_srai_epi32(_mm512_add_epi32(_mm512_srav_epi32(S1, d1), c.t_round), 16));
   }
   // Step 4.
   s->neg = _mm512_cmplt_epi32_mask(total, zero);
@@ -397,19 +397,21 @@ KILN_AVX512 void FixRareColumns(__m512i Xn, __m512i e_lo, __m512i e_hi, __mmask3
 // exponent bookkeeping runs in int16 on all 32 positions (X = max(G0, G1, Dst's) as Xr, the
 // alignments, X' = X + e and its range test); the int16 → int32 unpacks of S (S·2^16) and of the
 // alignments put columns 0..15 and 16..31 in the lo and hi halves, and packs_epi32 of the halves'
-// exponent changes returns them to their positions.
-template <bool kFp32Dst, bool kWormhole>
+// exponent changes returns them to their positions. kTwo false: t1 is the zero term (Term{}), which
+// the step then leaves out (it never raises X and adds 0).
+template <bool kFp32Dst, bool kWormhole, bool kTwo = true>
 KILN_AVX512 void MvmulStep(const Term& t0, const Term& t1, DstBlock* s, const PhaseConsts& pc, const StepConsts& c) {
   const __m512i zero = _mm512_setzero_si512();
-  const __m512i Xm = _mm512_max_epi16(_mm512_max_epi16(t0.mr, t1.mr), s->Xr);
-  const __m512i d0 = _mm512_sub_epi16(Xm, t0.mr), d1 = _mm512_sub_epi16(Xm, t1.mr), dd = _mm512_sub_epi16(Xm, s->Xr);
+  const __m512i Xm = _mm512_max_epi16(kTwo ? _mm512_max_epi16(t0.mr, t1.mr) : t0.mr, s->Xr);
+  const __m512i d0 = _mm512_sub_epi16(Xm, t0.mr), dd = _mm512_sub_epi16(Xm, s->Xr);
+  const __m512i d1 = kTwo ? _mm512_sub_epi16(Xm, t1.mr) : zero;
   // Alignments are >= 0 (and below 2^15): zero-extended.
-  const __m512i e_lo = HalfStep<kFp32Dst, kWormhole>(
-      _mm512_unpacklo_epi16(zero, t0.S), _mm512_unpacklo_epi16(d0, zero), _mm512_unpacklo_epi16(zero, t1.S),
-      _mm512_unpacklo_epi16(d1, zero), _mm512_unpacklo_epi16(dd, zero), &s->lo, c);
-  const __m512i e_hi = HalfStep<kFp32Dst, kWormhole>(
-      _mm512_unpackhi_epi16(zero, t0.S), _mm512_unpackhi_epi16(d0, zero), _mm512_unpackhi_epi16(zero, t1.S),
-      _mm512_unpackhi_epi16(d1, zero), _mm512_unpackhi_epi16(dd, zero), &s->hi, c);
+  const __m512i e_lo = HalfStep<kFp32Dst, kWormhole, kTwo>(
+      _mm512_unpacklo_epi16(zero, t0.S), _mm512_unpacklo_epi16(d0, zero), kTwo ? _mm512_unpacklo_epi16(zero, t1.S) : zero,
+      kTwo ? _mm512_unpacklo_epi16(d1, zero) : zero, _mm512_unpacklo_epi16(dd, zero), &s->lo, c);
+  const __m512i e_hi = HalfStep<kFp32Dst, kWormhole, kTwo>(
+      _mm512_unpackhi_epi16(zero, t0.S), _mm512_unpackhi_epi16(d0, zero), kTwo ? _mm512_unpackhi_epi16(zero, t1.S) : zero,
+      kTwo ? _mm512_unpackhi_epi16(d1, zero) : zero, _mm512_unpackhi_epi16(dd, zero), &s->hi, c);
   const __m512i e = _mm512_packs_epi32(e_lo, e_hi);  // −151 .. 40: no saturation
   const __m512i Xn = _mm512_add_epi16(Xm, e);
   s->Xr = Xn;
@@ -454,6 +456,11 @@ __attribute__((target("avx512f,avx512bw"))) void RunAvx512T(const PreparedSrcA& 
       if (!zero || !fixed) MvmulStep<kFp32Dst, kWormhole>(t0, t1, &st, pc, cc);
       fixed = true;
     };
+    // An MVMUL one of whose groups has no live lane: the other group's term alone.
+    auto mvmul1 = [&](const Term& t) KILN_AVX512_LAMBDA {
+      MvmulStep<kFp32Dst, kWormhole, false>(t, t, &st, pc, cc);
+      fixed = true;
+    };
     for (int64_t t0 = k0; t0 < k1; t0 += 32) {
       if (p1 - p0 == 1) {  // one phase: no multipliers kept across phases
         for (int h = 0; h < 4; h += 2) {
@@ -462,6 +469,10 @@ __attribute__((target("avx512f,avx512bw"))) void RunAvx512T(const PreparedSrcA& 
           const unsigned live1 = wnz[q + 1] & b.nz_mask[static_cast<size_t>(q + 1)];
           if (live0 == 0 && live1 == 0) {
             mvmul(true, Term{}, Term{});
+            continue;
+          }
+          if (live0 == 0 || live1 == 0) {
+            mvmul1(SinglePhaseTerm<kRows>(ablk, b, live0 == 0 ? q + 1 : q, live0 | live1, p0, pc.nadj));
             continue;
           }
           const Term ta = SinglePhaseTerm<kRows>(ablk, b, q, live0, p0, pc.nadj);
@@ -481,6 +492,11 @@ __attribute__((target("avx512f,avx512bw"))) void RunAvx512T(const PreparedSrcA& 
         for (int h = 0; h < 4; h += 2) {
           if (g[h].n == 0 && g[h + 1].n == 0) {
             mvmul(true, Term{}, Term{});
+            continue;
+          }
+          if (g[h].n == 0 || g[h + 1].n == 0) {
+            const int i = g[h].n == 0 ? h + 1 : h;
+            mvmul1(PhaseTerm<kRows>(ablk, b, t0 / 8 + i, p, g[i], pc.nadj));
             continue;
           }
           const Term ta = PhaseTerm<kRows>(ablk, b, t0 / 8 + h, p, g[h], pc.nadj);
