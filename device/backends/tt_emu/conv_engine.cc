@@ -214,15 +214,23 @@ class Engine {
 
   // im2col of output row m in the program's K order: SrcB operands (padding and spatial padding
   // give zeros). With a per-row tilize the bfp groups are 16 consecutive K entries.
+  // `out` must hold 0 at the K entries no run covers (the K padding), as a buffer zeroed once and
+  // written only by this function does: each call writes every run (its channels, or zeros where the
+  // tap falls outside the input), in short inline copies rather than a memset of the whole row and
+  // a memmove per run.
   void Im2colRow(int64_t m, uint32_t* out) const {
     const EmuGeometry& g = g_;
     const int64_t n = m / (g.OH * g.OW), r = m % (g.OH * g.OW), oy = r / g.OW, ox = r % g.OW;
-    std::fill(out, out + K_, 0u);
+    if (per_row_tilize_) std::fill(out, out + K_, 0u);  // the tilize below rewrites every entry
     for (const KRun& run : runs_) {
       const int64_t y = oy * g.sh - g.pt + run.i * g.dh, xx = ox * g.sw - g.pl + run.j * g.dw;
-      if (y < 0 || y >= g.H || xx < 0 || xx >= g.W) continue;
+      uint32_t* d = out + run.k0;
+      if (y < 0 || y >= g.H || xx < 0 || xx >= g.W) {
+        for (int64_t i = 0; i < run.len; ++i) d[i] = 0u;
+        continue;
+      }
       const uint32_t* src = &xdev_[static_cast<size_t>(((n * g.H + y) * g.W + xx) * g.C + run.c0)];
-      std::copy(src, src + run.len, out + run.k0);
+      for (int64_t i = 0; i < run.len; ++i) d[i] = src[i];
     }
     if (!per_row_tilize_) return;
     // Tilize into a bfp act dtype: the packer over each face row of 16 K entries (§3.4), from a
