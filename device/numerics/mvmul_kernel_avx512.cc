@@ -24,8 +24,18 @@
 //    sign as a mask; aligned with ties away: floor(D / 2^dd + 1/2) = ((2D >> dd) + 1) >> 1. After each
 //    MVMUL the state is the decoding of the encoded result: +0 (X = 0, D = 0, sign +), ±Inf (X = 255,
 //    D = 2^23) or a normal value; the Dst patterns are decoded once per call and encoded at its end.
+//  * The exponents of §5.5 in int16 on all 32 columns (MvmulStep): X relative to the current phase,
+//    Xr = X − adj, so that a group's G = max(raw) + adj compares as max(raw) against Xr and the
+//    alignments X − G are differences of int16 positions; X <= 0 is Xr <= −adj, X >= 255 is
+//    Xr >= 255 − adj. Only the alignments are unpacked to int32 per half, and the halves' exponent
+//    changes are packed back (packs_epi32 inverts the unpacks' column order).
 //  * Step 5 by the int → float conversion, as in mvmul_kernel_avx2.cc (CombineVec): the exponent of
-//    float(v) gives z and the rounding carry together.
+//    float(v) gives z and the rounding carry together; the constant part of X' − X (−137 for a bf16
+//    Dst in units of 2^13, −150 for an fp32 one) is subtracted from the float's bits before the
+//    exponent is shifted out (a multiple of 2^23, so the mantissa bits are untouched; with a bf16
+//    Dst it rides on the rounding constant, since adding a multiple of 2^16 commutes with clearing
+//    the low 16 bits), and a zero total shows as e = −137 or −150 (float +0), below every non-zero
+//    total's e >= −24.
 // Also here, on the same identities: PrepareSrcBRow's words 16 operands a step, the bias ELWADD of a
 // row (§6 as one term of the combine with a zero Dst) and the fast level's Dst rounding of a row.
 // Compiled for AVX-512 by target attributes only; mvmul_kernel.cc calls this file only where the CPU
