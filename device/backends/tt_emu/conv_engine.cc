@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <optional>
 #include <cmath>
 #include <string>
@@ -214,15 +215,26 @@ class Engine {
 
   // im2col of output row m in the program's K order: SrcB operands (padding and spatial padding
   // give zeros). With a per-row tilize the bfp groups are 16 consecutive K entries.
+  // `out` must hold 0 at the K entries no run covers (the K padding), as a buffer zeroed once and
+  // written only by this function does: each call writes every run (its channels, or zeros where the
+  // tap falls outside the input), in short inline copies rather than a memset of the whole row and
+  // a memmove per run.
   void Im2colRow(int64_t m, uint32_t* out) const {
     const EmuGeometry& g = g_;
     const int64_t n = m / (g.OH * g.OW), r = m % (g.OH * g.OW), oy = r / g.OW, ox = r % g.OW;
-    std::fill(out, out + K_, 0u);
+    if (per_row_tilize_) std::fill(out, out + K_, 0u);  // the tilize below rewrites every entry
     for (const KRun& run : runs_) {
       const int64_t y = oy * g.sh - g.pt + run.i * g.dh, xx = ox * g.sw - g.pl + run.j * g.dw;
-      if (y < 0 || y >= g.H || xx < 0 || xx >= g.W) continue;
-      const uint32_t* src = &xdev_[static_cast<size_t>(((n * g.H + y) * g.W + xx) * g.C + run.c0)];
-      std::copy(src, src + run.len, out + run.k0);
+      uint32_t* d = out + run.k0;
+      const bool outside = y < 0 || y >= g.H || xx < 0 || xx >= g.W;
+      const uint32_t* src = outside ? nullptr : &xdev_[static_cast<size_t>(((n * g.H + y) * g.W + xx) * g.C + run.c0)];
+      int64_t i = 0;
+      for (; i + 8 <= run.len; i += 8) {  // 8 channels (32 bytes) a step: runs are mostly whole groups of 8
+        std::array<uint32_t, 8> v{};
+        if (!outside) std::memcpy(v.data(), src + i, sizeof v);
+        std::memcpy(d + i, v.data(), sizeof v);
+      }
+      for (; i < run.len; ++i) d[i] = outside ? 0u : src[i];
     }
     if (!per_row_tilize_) return;
     // Tilize into a bfp act dtype: the packer over each face row of 16 K entries (§3.4), from a
