@@ -1320,7 +1320,8 @@ void JobManager::FailAbandoned() {
 void JobManager::ClaimLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
-    // One claim per free device, backend by backend; the queue's order is FIFO across the farm.
+    // One claim per free device, backend by backend; the queue picks the job (round-robin across
+    // clients, store/job_queue.h Claim).
     std::vector<std::string> free;
     for (auto& [backend, lane] : lanes_) {
       if (lane.running < lane.slots) free.push_back(backend);

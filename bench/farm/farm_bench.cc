@@ -13,7 +13,7 @@
 //   claim latency p50/p99 on an idle farm: --idle jobs one at a time (the next submitted when the
 //              last has ended), created_ms -> started_ms (submission on a replica -> RUNNING on a
 //              worker: NOTIFY, the claim, the start); and the idle farm's CPU.
-//   farm metrics after the run: each worker's kiln_job_late_results_total,
+//   farm metrics after the run: each worker's heartbeat age (kiln_workers), kiln_job_late_results_total,
 //              kiln_job_leases_lost_total, kiln_job_attempts_total and how many jobs it ran; lease
 //              expiries = queue entries with attempt > 1; jobs not SUCCEEDED. (There is no
 //              per-worker heartbeat record to read an age from: leases live on queue entries.)
@@ -381,19 +381,33 @@ class Farm {
     for (const auto& r : tx.exec("SELECT worker, count(*) FROM kiln_job_queue WHERE state = 3 GROUP BY worker")) {
       ran[r[0].as<std::string>()] = r[1].as<int>();
     }
+    // The worker registry (kiln_workers, what `kiln devices` lists): heartbeat age by the database's clock.
+    std::map<std::string, double> age;
+    for (const auto& r : tx.exec("SELECT worker, extract(epoch FROM clock_timestamp() - heartbeat_at)::float8"
+                                 " FROM kiln_workers")) {
+      age[r[0].as<std::string>()] = r[1].as<double>();
+    }
     // Queue entries carry the worker's name (host/pid): match by pid.
+    auto ends_with = [](const std::string& name, const std::string& pid) {
+      return name.size() >= pid.size() && name.compare(name.size() - pid.size(), pid.size(), pid) == 0;
+    };
     for (size_t i = 0; i < workers_.size(); ++i) {
       auto m = Scrape(workers_[i]->metrics_address());
       int jobs = 0;
       const std::string pid = "/" + std::to_string(workers_[i]->pid());
       for (const auto& [name, n] : ran) {
-        if (name.size() >= pid.size() && name.compare(name.size() - pid.size(), pid.size(), pid) == 0) jobs += n;
+        if (ends_with(name, pid)) jobs += n;
+      }
+      double heartbeat_age = -1;
+      for (const auto& [name, a] : age) {
+        if (ends_with(name, pid)) heartbeat_age = a;
       }
       char line[512];
       std::snprintf(line, sizeof line,
-                    "    w%zu: ran %4d jobs; kiln_job_late_results_total %g, kiln_job_leases_lost_total %g, "
-                    "kiln_job_attempts_total succeeded %g failed %g cancelled %g interrupted %g",
-                    i + 1, jobs, Sum(m, "kiln_job_late_results_total"), Sum(m, "kiln_job_leases_lost_total"),
+                    "    w%zu: ran %4d jobs; heartbeat age %.2f s; kiln_job_late_results_total %g, "
+                    "kiln_job_leases_lost_total %g, kiln_job_attempts_total succeeded %g failed %g cancelled %g "
+                    "interrupted %g",
+                    i + 1, jobs, heartbeat_age, Sum(m, "kiln_job_late_results_total"), Sum(m, "kiln_job_leases_lost_total"),
                     m["kiln_job_attempts_total{result=\"succeeded\"}"], m["kiln_job_attempts_total{result=\"failed\"}"],
                     m["kiln_job_attempts_total{result=\"cancelled\"}"],
                     m["kiln_job_attempts_total{result=\"interrupted\"}"]);
