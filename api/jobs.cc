@@ -1402,6 +1402,7 @@ void JobManager::HeartbeatLoop() {
         if (lost) {
           if (l->lease_lost) continue;
           l->lease_lost = true;
+          l->cancel_requested = true;  // also stops a run between its stages (EndedBeforeStart)
         } else {
           if (l->cancel_requested) continue;
           l->cancel_requested = true;
