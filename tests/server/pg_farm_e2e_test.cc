@@ -209,6 +209,13 @@ TEST_F(PgFarmE2E, JobsRunOnTheWorkersOnceAndAnyReplicaServesThem) {
       EXPECT_EQ(w.devices(), "tt-emu:1");
       EXPECT_LT(w.heartbeat_age_seconds(), 1.5);
     }
+    // The CLI's table shows them (docs/cli-json.md for --json).
+    int rc = 0;
+    const std::string table = RunShell(std::string(KILN_BINARY) + " --server " + b->grpc_address() + " devices", &rc);
+    EXPECT_EQ(rc, 0) << table;
+    EXPECT_NE(table.find("FARM WORKER"), std::string::npos) << table;
+    EXPECT_NE(table.find(resp.workers(0).name()), std::string::npos) << table;
+    EXPECT_NE(table.find("live"), std::string::npos) << table;
   }
   // Cancel through B: a queued job (no worker has its backend) leaves the queue at once.
   {
