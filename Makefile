@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test demo bench clean
+.PHONY: all deps configure build test demo farm-demo bench clean
 
 all: build
 
@@ -23,6 +23,10 @@ test: build
 
 demo: build
 	bash scripts/demo.sh $(BUILD_DIR)
+
+# A farm on loopback: a throwaway PostgreSQL, 2 replicas, 2 workers (README "Jobs on a farm").
+farm-demo: build
+	bash scripts/farm-demo.sh $(BUILD_DIR)
 
 bench: build
 	bash scripts/bench.sh $(BUILD_DIR)
