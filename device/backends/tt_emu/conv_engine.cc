@@ -28,6 +28,7 @@ namespace nx = kiln::numerics;
 namespace {
 
 std::atomic<int64_t> g_max_prepared_bytes{0};  // 0: kMaxPreparedSrcABytes
+thread_local std::vector<uint32_t> t_scratch[3];  // ScratchBuffer's cache, by ScratchSlot
 std::atomic<bool> g_fuse_blocks{true};          // SetFuseExactKBlocksForTesting
 
 Status MatmulF32(const dnnl::engine& eng, dnnl::stream& strm, const float* src, int64_t M, int64_t Kb, int64_t lda,
@@ -660,10 +661,23 @@ class Engine {
   Arch arch_ = Arch::kWormholeB0;
   DeviceDType wdt_ = DeviceDType::kFloat32, act_dt_ = DeviceDType::kBFloat16, odt_ = DeviceDType::kBFloat16,
               part_dt_ = DeviceDType::kBFloat16;
-  std::vector<uint32_t> xdev_, wdev_, bdev_;
+  ScratchBuffer xbuf_{ScratchSlot::kActivations}, wbuf_{ScratchSlot::kWeights};
+  std::vector<uint32_t>& xdev_ = xbuf_.v;  // device images (Prepare)
+  std::vector<uint32_t>& wdev_ = wbuf_.v;
+  std::vector<uint32_t> bdev_;
 };
 
 }  // namespace
+
+ScratchBuffer::ScratchBuffer(ScratchSlot s) : slot(s), v(std::move(t_scratch[static_cast<int>(s)])) {
+  t_scratch[static_cast<int>(s)].clear();  // moved-from: empty already; stated for the reader
+}
+
+ScratchBuffer::~ScratchBuffer() {
+  if (static_cast<int64_t>(v.capacity() * sizeof(uint32_t)) <= kScratchKeepBytes &&
+      v.capacity() >= t_scratch[static_cast<int>(slot)].capacity())
+    t_scratch[static_cast<int>(slot)] = std::move(v);
+}
 
 void SetMaxPreparedSrcABytesForTesting(int64_t bytes) { g_max_prepared_bytes.store(bytes, std::memory_order_relaxed); }
 
