@@ -133,8 +133,11 @@ class Engine {
           continue;
         }
       }
-      runs_.push_back(KRun{k, 1, ki_[k], kj_[k], kc_[k]});
+      runs_.push_back(KRun{k, 1, ki_[k], kj_[k], kc_[k], 0});
     }
+    // Each run's source relative to the row's pixel (y0, x0) = (oy·sh − pt, ox·sw − pl) in an NHWC
+    // image: rows whose taps all fall inside the input (Im2colRow's fast path) copy from there.
+    for (KRun& r : runs_) r.off = (r.i * g.dh * g.W + r.j * g.dw) * g.C + r.c0;
   }
 
   // Element tilize of one input-dtype value into the act dtype and its SrcB operand (§3, §4).
@@ -224,6 +227,26 @@ class Engine {
     const EmuGeometry& g = g_;
     const int64_t n = m / (g.OH * g.OW), r = m % (g.OH * g.OW), oy = r / g.OW, ox = r % g.OW;
     if (per_row_tilize_) std::fill(out, out + K_, 0u);  // the tilize below rewrites every entry
+    const int64_t y0 = oy * g.sh - g.pt, x0 = ox * g.sw - g.pl;
+    if (y0 >= 0 && y0 + (g.kh - 1) * g.dh < g.H && x0 >= 0 && x0 + (g.kw - 1) * g.dw < g.W) {
+      // Every tap inside the input (most rows): one base pointer, no bounds per run.
+      const uint32_t* base = &xdev_[static_cast<size_t>(((n * g.H + y0) * g.W + x0) * g.C)];
+      for (const KRun& run : runs_) {
+        const uint32_t* src = base + run.off;
+        uint32_t* d = out + run.k0;
+        int64_t i = 0;
+        for (; i + 8 <= run.len; i += 8) std::memcpy(d + i, src + i, 8 * sizeof(uint32_t));
+        for (; i < run.len; ++i) d[i] = src[i];
+      }
+    } else {
+      ScatterBorderRow(n, oy, ox, out);
+    }
+    if (per_row_tilize_) TilizeRow(out);
+  }
+
+  // Im2colRow for a row some of whose taps fall outside the input (zeros there).
+  void ScatterBorderRow(int64_t n, int64_t oy, int64_t ox, uint32_t* out) const {
+    const EmuGeometry& g = g_;
     for (const KRun& run : runs_) {
       const int64_t y = oy * g.sh - g.pt + run.i * g.dh, xx = ox * g.sw - g.pl + run.j * g.dw;
       uint32_t* d = out + run.k0;
@@ -237,7 +260,9 @@ class Engine {
       }
       for (; i < run.len; ++i) d[i] = outside ? 0u : src[i];
     }
-    if (!per_row_tilize_) return;
+  }
+
+  void TilizeRow(uint32_t* out) const {
     // Tilize into a bfp act dtype: the packer over each face row of 16 K entries (§3.4), from a
     // Dst holding the input values (fp32 Dst only for an fp32 input with fp32_dest_acc_en).
     const bool in_fp32 = p_.input_dtype == DeviceDType::kFloat32;
@@ -650,6 +675,7 @@ class Engine {
   struct KRun {
     int64_t k0, len;  // K entries [k0, k0 + len)
     int32_t i, j, c0;  // read tap (i, j), channels c0 .. c0 + len − 1
+    int64_t off;       // (i·dh·W + j·dw)·C + c0: the source's offset from the row's pixel in xdev_
   };
   std::vector<KRun> runs_;
   bool fp32_dst_ = false, l1acc_ = false, tf32_reload_ = true, precise_ = false, per_row_tilize_ = false;
