@@ -154,6 +154,20 @@ class Engine {
     return nx::MaskSrcOperand(t, b_fmt());
   }
 
+  // TilizeElement over n values, `out` may be `in`: the pack into the act dtype as one PackRow (it
+  // is per element for a non-bfp dtype), the same bits as n TilizeElement calls.
+  void TilizeElements(const uint32_t* in, int64_t n, uint32_t* tmp, uint32_t* out) const {
+    const bool in_fp32 = p_.input_dtype == DeviceDType::kFloat32;
+    if (prog_.path == ConvProgramPath::kMatmul || act_dt_ == DeviceDType::kFloat32) {
+      for (int64_t i = 0; i < n; ++i) out[i] = TilizeElement(in[i]);
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i)
+      tmp[i] = (in_fp32 && !fp32_dst_) ? static_cast<uint32_t>(nx::UnpackFp32ToBf16(in[i])) << 16 : in[i];
+    PackRow(tmp, n, DeviceDType::kBFloat16, in_fp32 && fp32_dst_, false, false, false, out);
+    for (int64_t i = 0; i < n; ++i) out[i] = nx::MaskSrcOperand(out[i], b_fmt());
+  }
+
   void Prepare(const float* x, const float* w, const float* bias, int threads) {
     const EmuGeometry& g = g_;
     const int64_t C16 = (g.C + 15) / 16 * 16;
@@ -162,14 +176,18 @@ class Engine {
     xdev_.assign(static_cast<size_t>(g.N * g.H * g.W * g.C), 0);
     const int64_t HW = g.H * g.W;
     (void)Parallel(0, g.N * HW, C16 * 16, threads, [&](int64_t p0, int64_t p1) {
-      std::vector<uint32_t> pix(static_cast<size_t>(C16)), conv(static_cast<size_t>(C16));
+      std::vector<uint32_t> pix(static_cast<size_t>(C16)), conv(static_cast<size_t>(C16)), tmp(static_cast<size_t>(C16));
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t n = p / HW, s = p % HW;
         std::fill(pix.begin(), pix.end(), 0u);
         for (int64_t c = 0; c < g.C; ++c) pix[c] = nx::FloatBits(x[(n * g.C + c) * HW + s]);
         for (int64_t c0 = 0; c0 < C16; c0 += 16) HostConvertGroup(&pix[c0], 16, p_.input_dtype, &conv[c0]);
         uint32_t* dstp = &xdev_[static_cast<size_t>(p * g.C)];
-        for (int64_t c = 0; c < g.C; ++c) dstp[c] = per_row_tilize_ ? conv[c] : TilizeElement(conv[c]);
+        if (per_row_tilize_) {
+          std::copy(conv.begin(), conv.begin() + g.C, dstp);
+        } else {
+          TilizeElements(conv.data(), g.C, tmp.data(), dstp);
+        }
       }
       return Status::Ok();
     });
@@ -350,11 +368,15 @@ class Engine {
                                                fid_, fp32_dst_, arch_, &dst[r * nc + cb]));
         for (int64_t r = 0; r < T; ++r) {
           std::fill(&dst[r * nc + live], &dst[r * nc + nc], 0u);  // padded output channels have zero weights
-          BlockEnd(b, nc, &dst[r * nc], &part[r * nc], &l1[r * nc]);
+          // Fused: the last block's pack to the partials is skipped and the epilogue reads Dst
+          // itself. Where the round trip is exact (PartialsRoundTripExact: no L1 accumulation; fp32
+          // Dst → fp32 partials, or a bf16 Dst → bf16 or fp32 partials) the pack alone is the identity
+          // on every pattern Dst holds here (+0, normal values, ±Inf; a bf16 Dst's low 16 bits 0).
+          if (!fuse) BlockEnd(b, nc, &dst[r * nc], &part[r * nc], &l1[r * nc]);
         }
       }
       for (int64_t r = 0; r < T; ++r) {
-        FinishRow(c0, nc, &dst[r * nc], &part[r * nc], &l1[r * nc], fin.data());
+        FinishRow(c0, nc, &dst[r * nc], fuse ? &dst[r * nc] : &part[r * nc], &l1[r * nc], fin.data());
         std::copy(fin.begin(), fin.begin() + live, out->begin() + (m0 + r) * g.O + c0);
       }
     }
