@@ -343,8 +343,9 @@ class Engine {
     const int64_t runs = fuse ? 1 : nb;
     std::vector<uint32_t> xrow(static_cast<size_t>(K_));
     std::vector<nx::PreparedSrcB> pb(kRowTile);  // buffers reused tile to tile
-    std::vector<uint32_t> dst(static_cast<size_t>(kRowTile * nc)), part(dst.size()), l1(dst.size()),
-        fin(static_cast<size_t>(nc));
+    std::vector<uint32_t> dst(static_cast<size_t>(kRowTile * nc)), part(dst.size()), l1(dst.size()), fin(dst.size()),
+        btile(dst.size());
+    for (int64_t r = 0; r < kRowTile; ++r) std::copy(&bdev_[c0], &bdev_[c0] + nc, &btile[r * nc]);  // bias per row
     for (int64_t m0 = m_begin; m0 < m_end; m0 += kRowTile) {
       if (cancel && ((m0 - m_begin) % 64) == 0) KILN_RETURN_IF_ERROR(cancel->Check());
       const int64_t T = std::min(kRowTile, m_end - m0);
@@ -375,10 +376,10 @@ class Engine {
           if (!fuse) BlockEnd(b, nc, &dst[r * nc], &part[r * nc], &l1[r * nc]);
         }
       }
-      for (int64_t r = 0; r < T; ++r) {
-        FinishRow(c0, nc, &dst[r * nc], fuse ? &dst[r * nc] : &part[r * nc], &l1[r * nc], fin.data());
-        std::copy(fin.begin(), fin.begin() + live, out->begin() + (m0 + r) * g.O + c0);
-      }
+      // The epilogue of the tile's T rows in one pass (FinishRows; nc is a multiple of 32).
+      FinishRows(T * nc, dst.data(), fuse ? dst.data() : part.data(), l1.data(), btile.data(), fin.data());
+      for (int64_t r = 0; r < T; ++r)
+        std::copy(&fin[r * nc], &fin[r * nc] + live, out->begin() + (m0 + r) * g.O + c0);
     }
     return Status::Ok();
   }
@@ -428,27 +429,35 @@ class Engine {
   // Epilogue of one row's columns [c0, c0 + nc): bias by ELWADD on the partials (or on the L1 sum),
   // else Dst as the last block left it; the SFPU activation; the final pack (packer ReLU) into `fin`.
   void FinishRow(int64_t c0, int64_t nc, uint32_t* dst, const uint32_t* part, const uint32_t* l1, uint32_t* fin) const {
+    FinishRows(nc, dst, part, l1, &bdev_[c0], fin);
+  }
+
+  // FinishRow over n values of consecutive rows at once (rows of nc columns, consecutive in dst,
+  // part, l1 and fin; `bias` holds each row's bias values, n in all): every step is per value, and
+  // the packer's bfp groups of 16 columns never straddle two rows when nc is a multiple of 16.
+  void FinishRows(int64_t n, uint32_t* dst, const uint32_t* part, const uint32_t* l1, const uint32_t* bias,
+                  uint32_t* fin) const {
     const DeviceDType l1_dt = fp32_dst_ ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
     const DeviceDType epi_dt = l1acc_ ? l1_dt : part_dt_;  // what the bias ELWADD reads
     if (has_bias_) {
       const nx::FpuConfig elw_cfg{fp32_dst_, arch_, SrcFmtOf(epi_dt, fp32_dst_), SrcFmtOf(wdt_, fp32_dst_)};
       const uint32_t* src = l1acc_ ? l1 : part;
       if (epi_dt == DeviceDType::kFloat32) {  // the stored partials as the unpacker reads them
-        for (int64_t o = 0; o < nc; ++o) dst[o] = UnpackToSrc(src[o], epi_dt, fp32_dst_);
+        for (int64_t o = 0; o < n; ++o) dst[o] = UnpackToSrc(src[o], epi_dt, fp32_dst_);
         src = dst;
       }
-      nx::ElwaddRow(src, &bdev_[c0], nc, elw_cfg, dst);
+      nx::ElwaddRow(src, bias, n, elw_cfg, dst);
     }
     if (sfpu_) {
       // SFPU activation after the last block (or the bias add), in the form the conv epilogue
       // compiles (device/numerics/sfpu.h); rounding into a bf16 Dst is RNE (unverified, sfpu.h).
       const bool approx = nx::SfpuConvEpilogueApprox(*sfpu_);
-      for (int64_t o = 0; o < nc; ++o) {
+      for (int64_t o = 0; o < n; ++o) {
         const float f = nx::SfpuEval(*sfpu_, nx::BitsFloat(dst[o]), approx, arch_);
         dst[o] = fp32_dst_ ? nx::FloatBits(f) : static_cast<uint32_t>(nx::HostFp32ToBf16(nx::FloatBits(f))) << 16;
       }
     }
-    PackRow(dst, nc, odt_, fp32_dst_, act_ == Activation::kRelu, /*host_view=*/true, precise_, fin);
+    PackRow(dst, n, odt_, fp32_dst_, act_ == Activation::kRelu, /*host_view=*/true, precise_, fin);
   }
 
   // The default height-sharded layout without groups: each K block holds exactly the taps of one

@@ -116,9 +116,13 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
   float* dst = t->data<float>();
   const int64_t P = g.OH * g.OW;
   constexpr int64_t kTile = 16;
+  const int64_t tiles = (P + kTile - 1) / kTile;
+  // Split over the conv's threads when there is enough of it (tiles are independent).
+  const int tthreads = static_cast<int>(std::min<int64_t>(nthreads, g.M * g.O / 65536 + 1));
+#pragma omp parallel for collapse(2) num_threads(tthreads) schedule(static) if (tthreads > 1)
   for (int64_t n = 0; n < g.N; ++n)
-    for (int64_t s0 = 0; s0 < P; s0 += kTile) {
-      const int64_t s1 = std::min(P, s0 + kTile);
+    for (int64_t ti = 0; ti < tiles; ++ti) {
+      const int64_t s0 = ti * kTile, s1 = std::min(P, s0 + kTile);
       const uint32_t* src = &out[static_cast<size_t>((n * P + s0) * g.O)];
       for (int64_t o = 0; o < g.O; ++o) {
         float* d = dst + (n * g.O + o) * P;
