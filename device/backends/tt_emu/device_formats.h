@@ -66,19 +66,22 @@ inline void PackRow(const uint32_t* dst, int64_t n, DeviceDType dt, bool fp32_ds
       return;
     case DeviceDType::kBFloat16:
       if (!fp32_dst) {
-        // PackBf16DstToBf16 (and the ReLU) without branches, 16 values a step so that the compiler
-        // vectorises the fixed-length inner loop.
-        const uint32_t relu_mask = relu ? 0x80000000u : 0u;
+        // PackBf16DstToBf16 (and the ReLU) without branches, 16 values a step through a local copy
+        // (no aliasing between dst and out to check), so that the compiler vectorises the step.
+        const int32_t relu_mask = relu ? INT32_MIN : 0;
         auto one = [relu_mask](uint32_t d) -> uint32_t {
-          uint32_t u = d & 0xFFFF0000u;
-          const uint32_t mag = u & 0x7FFF0000u;
-          u = mag > 0x7F800000u ? (u & 0x80000000u) | 0x7F800000u : u;  // NaN → ±Inf
-          u = (u & 0x7F800000u) == 0 ? 0u : u;                            // exponent 0 → +0
-          return (u & relu_mask) != 0 ? 0u : u;                           // packer ReLU
+          int32_t u = static_cast<int32_t>(d & 0xFFFF0000u);
+          const int32_t mag = u & 0x7FFF0000;
+          u = mag > 0x7F800000 ? (u & INT32_MIN) | 0x7F800000 : u;  // NaN → ±Inf
+          u = (u & 0x7F800000) == 0 ? 0 : u;                        // exponent 0 → +0
+          return static_cast<uint32_t>((u & relu_mask) != 0 ? 0 : u);  // packer ReLU
         };
         int64_t i = 0;
-        for (; i + 16 <= n; i += 16)
-          for (int j = 0; j < 16; ++j) out[i + j] = one(dst[i + j]);
+        for (; i + 16 <= n; i += 16) {
+          uint32_t t[16];
+          for (int j = 0; j < 16; ++j) t[j] = dst[i + j];
+          for (int j = 0; j < 16; ++j) out[i + j] = one(t[j]);
+        }
         for (; i < n; ++i) out[i] = one(dst[i]);
         return;
       }
