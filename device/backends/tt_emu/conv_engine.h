@@ -55,9 +55,10 @@ void SetFuseExactKBlocksForTesting(bool fuse);
 /// a run of convs reuses pages instead of faulting in (and zeroing) fresh ones on every call: a
 /// ScratchBuffer takes slot `slot`'s vector from the calling thread's cache (empty the first time,
 /// or while another ScratchBuffer on this thread holds it) and gives it back when destroyed, where
-/// it is kept only up to kScratchKeepBytes of capacity (larger ones are freed). Contents are
-/// unspecified on taking: every user assigns or resizes first.
-inline constexpr int64_t kScratchKeepBytes = int64_t{32} << 20;
+/// it is kept only up to kScratchKeepBytes of capacity (larger ones are freed), so a thread that has
+/// run convs holds at most 3 · kScratchKeepBytes (24 MB). Contents are unspecified on taking: every
+/// user assigns or resizes first.
+inline constexpr int64_t kScratchKeepBytes = int64_t{8} << 20;
 enum class ScratchSlot { kOutput, kActivations, kWeights };
 struct ScratchBuffer {
   explicit ScratchBuffer(ScratchSlot slot);
