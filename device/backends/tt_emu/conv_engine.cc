@@ -28,6 +28,7 @@ namespace nx = kiln::numerics;
 namespace {
 
 std::atomic<int64_t> g_max_prepared_bytes{0};  // 0: kMaxPreparedSrcABytes
+thread_local std::vector<uint32_t> t_scratch[3];  // ScratchBuffer's cache, by ScratchSlot
 std::atomic<bool> g_fuse_blocks{true};          // SetFuseExactKBlocksForTesting
 
 Status MatmulF32(const dnnl::engine& eng, dnnl::stream& strm, const float* src, int64_t M, int64_t Kb, int64_t lda,
@@ -132,8 +133,11 @@ class Engine {
           continue;
         }
       }
-      runs_.push_back(KRun{k, 1, ki_[k], kj_[k], kc_[k]});
+      runs_.push_back(KRun{k, 1, ki_[k], kj_[k], kc_[k], 0});
     }
+    // Each run's source relative to the row's pixel (y0, x0) = (oy·sh − pt, ox·sw − pl) in an NHWC
+    // image: rows whose taps all fall inside the input (Im2colRow's fast path) copy from there.
+    for (KRun& r : runs_) r.off = (r.i * g.dh * g.W + r.j * g.dw) * g.C + r.c0;
   }
 
   // Element tilize of one input-dtype value into the act dtype and its SrcB operand (§3, §4).
@@ -150,6 +154,20 @@ class Engine {
     return nx::MaskSrcOperand(t, b_fmt());
   }
 
+  // TilizeElement over n values, `out` may be `in`: the pack into the act dtype as one PackRow (it
+  // is per element for a non-bfp dtype), the same bits as n TilizeElement calls.
+  void TilizeElements(const uint32_t* in, int64_t n, uint32_t* tmp, uint32_t* out) const {
+    const bool in_fp32 = p_.input_dtype == DeviceDType::kFloat32;
+    if (prog_.path == ConvProgramPath::kMatmul || act_dt_ == DeviceDType::kFloat32) {
+      for (int64_t i = 0; i < n; ++i) out[i] = TilizeElement(in[i]);
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i)
+      tmp[i] = (in_fp32 && !fp32_dst_) ? static_cast<uint32_t>(nx::UnpackFp32ToBf16(in[i])) << 16 : in[i];
+    PackRow(tmp, n, DeviceDType::kBFloat16, in_fp32 && fp32_dst_, false, false, false, out);
+    for (int64_t i = 0; i < n; ++i) out[i] = nx::MaskSrcOperand(out[i], b_fmt());
+  }
+
   void Prepare(const float* x, const float* w, const float* bias, int threads) {
     const EmuGeometry& g = g_;
     const int64_t C16 = (g.C + 15) / 16 * 16;
@@ -158,14 +176,18 @@ class Engine {
     xdev_.assign(static_cast<size_t>(g.N * g.H * g.W * g.C), 0);
     const int64_t HW = g.H * g.W;
     (void)Parallel(0, g.N * HW, C16 * 16, threads, [&](int64_t p0, int64_t p1) {
-      std::vector<uint32_t> pix(static_cast<size_t>(C16)), conv(static_cast<size_t>(C16));
+      std::vector<uint32_t> pix(static_cast<size_t>(C16)), conv(static_cast<size_t>(C16)), tmp(static_cast<size_t>(C16));
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t n = p / HW, s = p % HW;
         std::fill(pix.begin(), pix.end(), 0u);
         for (int64_t c = 0; c < g.C; ++c) pix[c] = nx::FloatBits(x[(n * g.C + c) * HW + s]);
         for (int64_t c0 = 0; c0 < C16; c0 += 16) HostConvertGroup(&pix[c0], 16, p_.input_dtype, &conv[c0]);
         uint32_t* dstp = &xdev_[static_cast<size_t>(p * g.C)];
-        for (int64_t c = 0; c < g.C; ++c) dstp[c] = per_row_tilize_ ? conv[c] : TilizeElement(conv[c]);
+        if (per_row_tilize_) {
+          std::copy(conv.begin(), conv.begin() + g.C, dstp);
+        } else {
+          TilizeElements(conv.data(), g.C, tmp.data(), dstp);
+        }
       }
       return Status::Ok();
     });
@@ -223,6 +245,26 @@ class Engine {
     const EmuGeometry& g = g_;
     const int64_t n = m / (g.OH * g.OW), r = m % (g.OH * g.OW), oy = r / g.OW, ox = r % g.OW;
     if (per_row_tilize_) std::fill(out, out + K_, 0u);  // the tilize below rewrites every entry
+    const int64_t y0 = oy * g.sh - g.pt, x0 = ox * g.sw - g.pl;
+    if (y0 >= 0 && y0 + (g.kh - 1) * g.dh < g.H && x0 >= 0 && x0 + (g.kw - 1) * g.dw < g.W) {
+      // Every tap inside the input (most rows): one base pointer, no bounds per run.
+      const uint32_t* base = &xdev_[static_cast<size_t>(((n * g.H + y0) * g.W + x0) * g.C)];
+      for (const KRun& run : runs_) {
+        const uint32_t* src = base + run.off;
+        uint32_t* d = out + run.k0;
+        int64_t i = 0;
+        for (; i + 8 <= run.len; i += 8) std::memcpy(d + i, src + i, 8 * sizeof(uint32_t));
+        for (; i < run.len; ++i) d[i] = src[i];
+      }
+    } else {
+      ScatterBorderRow(n, oy, ox, out);
+    }
+    if (per_row_tilize_) TilizeRow(out);
+  }
+
+  // Im2colRow for a row some of whose taps fall outside the input (zeros there).
+  void ScatterBorderRow(int64_t n, int64_t oy, int64_t ox, uint32_t* out) const {
+    const EmuGeometry& g = g_;
     for (const KRun& run : runs_) {
       const int64_t y = oy * g.sh - g.pt + run.i * g.dh, xx = ox * g.sw - g.pl + run.j * g.dw;
       uint32_t* d = out + run.k0;
@@ -236,7 +278,9 @@ class Engine {
       }
       for (; i < run.len; ++i) d[i] = outside ? 0u : src[i];
     }
-    if (!per_row_tilize_) return;
+  }
+
+  void TilizeRow(uint32_t* out) const {
     // Tilize into a bfp act dtype: the packer over each face row of 16 K entries (§3.4), from a
     // Dst holding the input values (fp32 Dst only for an fp32 input with fp32_dest_acc_en).
     const bool in_fp32 = p_.input_dtype == DeviceDType::kFloat32;
@@ -299,8 +343,9 @@ class Engine {
     const int64_t runs = fuse ? 1 : nb;
     std::vector<uint32_t> xrow(static_cast<size_t>(K_));
     std::vector<nx::PreparedSrcB> pb(kRowTile);  // buffers reused tile to tile
-    std::vector<uint32_t> dst(static_cast<size_t>(kRowTile * nc)), part(dst.size()), l1(dst.size()),
-        fin(static_cast<size_t>(nc));
+    std::vector<uint32_t> dst(static_cast<size_t>(kRowTile * nc)), part(dst.size()), l1(dst.size()), fin(dst.size()),
+        btile(dst.size());
+    for (int64_t r = 0; r < kRowTile; ++r) std::copy(&bdev_[c0], &bdev_[c0] + nc, &btile[r * nc]);  // bias per row
     for (int64_t m0 = m_begin; m0 < m_end; m0 += kRowTile) {
       if (cancel && ((m0 - m_begin) % 64) == 0) KILN_RETURN_IF_ERROR(cancel->Check());
       const int64_t T = std::min(kRowTile, m_end - m0);
@@ -324,13 +369,17 @@ class Engine {
                                                fid_, fp32_dst_, arch_, &dst[r * nc + cb]));
         for (int64_t r = 0; r < T; ++r) {
           std::fill(&dst[r * nc + live], &dst[r * nc + nc], 0u);  // padded output channels have zero weights
-          BlockEnd(b, nc, &dst[r * nc], &part[r * nc], &l1[r * nc]);
+          // Fused: the last block's pack to the partials is skipped and the epilogue reads Dst
+          // itself. Where the round trip is exact (PartialsRoundTripExact: no L1 accumulation; fp32
+          // Dst → fp32 partials, or a bf16 Dst → bf16 or fp32 partials) the pack alone is the identity
+          // on every pattern Dst holds here (+0, normal values, ±Inf; a bf16 Dst's low 16 bits 0).
+          if (!fuse) BlockEnd(b, nc, &dst[r * nc], &part[r * nc], &l1[r * nc]);
         }
       }
-      for (int64_t r = 0; r < T; ++r) {
-        FinishRow(c0, nc, &dst[r * nc], &part[r * nc], &l1[r * nc], fin.data());
-        std::copy(fin.begin(), fin.begin() + live, out->begin() + (m0 + r) * g.O + c0);
-      }
+      // The epilogue of the tile's T rows in one pass (FinishRows; nc is a multiple of 32).
+      FinishRows(T * nc, dst.data(), fuse ? dst.data() : part.data(), l1.data(), btile.data(), fin.data());
+      for (int64_t r = 0; r < T; ++r)
+        std::copy(&fin[r * nc], &fin[r * nc] + live, out->begin() + (m0 + r) * g.O + c0);
     }
     return Status::Ok();
   }
@@ -380,27 +429,35 @@ class Engine {
   // Epilogue of one row's columns [c0, c0 + nc): bias by ELWADD on the partials (or on the L1 sum),
   // else Dst as the last block left it; the SFPU activation; the final pack (packer ReLU) into `fin`.
   void FinishRow(int64_t c0, int64_t nc, uint32_t* dst, const uint32_t* part, const uint32_t* l1, uint32_t* fin) const {
+    FinishRows(nc, dst, part, l1, &bdev_[c0], fin);
+  }
+
+  // FinishRow over n values of consecutive rows at once (rows of nc columns, consecutive in dst,
+  // part, l1 and fin; `bias` holds each row's bias values, n in all): every step is per value, and
+  // the packer's bfp groups of 16 columns never straddle two rows when nc is a multiple of 16.
+  void FinishRows(int64_t n, uint32_t* dst, const uint32_t* part, const uint32_t* l1, const uint32_t* bias,
+                  uint32_t* fin) const {
     const DeviceDType l1_dt = fp32_dst_ ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
     const DeviceDType epi_dt = l1acc_ ? l1_dt : part_dt_;  // what the bias ELWADD reads
     if (has_bias_) {
       const nx::FpuConfig elw_cfg{fp32_dst_, arch_, SrcFmtOf(epi_dt, fp32_dst_), SrcFmtOf(wdt_, fp32_dst_)};
       const uint32_t* src = l1acc_ ? l1 : part;
       if (epi_dt == DeviceDType::kFloat32) {  // the stored partials as the unpacker reads them
-        for (int64_t o = 0; o < nc; ++o) dst[o] = UnpackToSrc(src[o], epi_dt, fp32_dst_);
+        for (int64_t o = 0; o < n; ++o) dst[o] = UnpackToSrc(src[o], epi_dt, fp32_dst_);
         src = dst;
       }
-      nx::ElwaddRow(src, &bdev_[c0], nc, elw_cfg, dst);
+      nx::ElwaddRow(src, bias, n, elw_cfg, dst);
     }
     if (sfpu_) {
       // SFPU activation after the last block (or the bias add), in the form the conv epilogue
       // compiles (device/numerics/sfpu.h); rounding into a bf16 Dst is RNE (unverified, sfpu.h).
       const bool approx = nx::SfpuConvEpilogueApprox(*sfpu_);
-      for (int64_t o = 0; o < nc; ++o) {
+      for (int64_t o = 0; o < n; ++o) {
         const float f = nx::SfpuEval(*sfpu_, nx::BitsFloat(dst[o]), approx, arch_);
         dst[o] = fp32_dst_ ? nx::FloatBits(f) : static_cast<uint32_t>(nx::HostFp32ToBf16(nx::FloatBits(f))) << 16;
       }
     }
-    PackRow(dst, nc, odt_, fp32_dst_, act_ == Activation::kRelu, /*host_view=*/true, precise_, fin);
+    PackRow(dst, n, odt_, fp32_dst_, act_ == Activation::kRelu, /*host_view=*/true, precise_, fin);
   }
 
   // The default height-sharded layout without groups: each K block holds exactly the taps of one
@@ -649,6 +706,7 @@ class Engine {
   struct KRun {
     int64_t k0, len;  // K entries [k0, k0 + len)
     int32_t i, j, c0;  // read tap (i, j), channels c0 .. c0 + len − 1
+    int64_t off;       // (i·dh·W + j·dw)·C + c0: the source's offset from the row's pixel in xdev_
   };
   std::vector<KRun> runs_;
   bool fp32_dst_ = false, l1acc_ = false, tf32_reload_ = true, precise_ = false, per_row_tilize_ = false;
@@ -660,10 +718,23 @@ class Engine {
   Arch arch_ = Arch::kWormholeB0;
   DeviceDType wdt_ = DeviceDType::kFloat32, act_dt_ = DeviceDType::kBFloat16, odt_ = DeviceDType::kBFloat16,
               part_dt_ = DeviceDType::kBFloat16;
-  std::vector<uint32_t> xdev_, wdev_, bdev_;
+  ScratchBuffer xbuf_{ScratchSlot::kActivations}, wbuf_{ScratchSlot::kWeights};
+  std::vector<uint32_t>& xdev_ = xbuf_.v;  // device images (Prepare)
+  std::vector<uint32_t>& wdev_ = wbuf_.v;
+  std::vector<uint32_t> bdev_;
 };
 
 }  // namespace
+
+ScratchBuffer::ScratchBuffer(ScratchSlot s) : slot(s), v(std::move(t_scratch[static_cast<int>(s)])) {
+  t_scratch[static_cast<int>(s)].clear();  // moved-from: empty already; stated for the reader
+}
+
+ScratchBuffer::~ScratchBuffer() {
+  if (static_cast<int64_t>(v.capacity() * sizeof(uint32_t)) <= kScratchKeepBytes &&
+      v.capacity() >= t_scratch[static_cast<int>(slot)].capacity())
+    t_scratch[static_cast<int>(slot)] = std::move(v);
+}
 
 void SetMaxPreparedSrcABytesForTesting(int64_t bytes) { g_max_prepared_bytes.store(bytes, std::memory_order_relaxed); }
 

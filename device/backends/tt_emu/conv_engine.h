@@ -51,6 +51,24 @@ void SetMaxPreparedSrcABytesForTesting(int64_t bytes);
 /// default, true); the outputs must not differ by a bit.
 void SetFuseExactKBlocksForTesting(bool fuse);
 
+/// Per-thread buffers reused across conv calls (the engine's device images and output rows), so that
+/// a run of convs reuses pages instead of faulting in (and zeroing) fresh ones on every call: a
+/// ScratchBuffer takes slot `slot`'s vector from the calling thread's cache (empty the first time,
+/// or while another ScratchBuffer on this thread holds it) and gives it back when destroyed, where
+/// it is kept only up to kScratchKeepBytes of capacity (larger ones are freed), so a thread that has
+/// run convs holds at most 3 · kScratchKeepBytes (24 MB). Contents are unspecified on taking: every
+/// user assigns or resizes first.
+inline constexpr int64_t kScratchKeepBytes = int64_t{8} << 20;
+enum class ScratchSlot { kOutput, kActivations, kWeights };
+struct ScratchBuffer {
+  explicit ScratchBuffer(ScratchSlot slot);
+  ~ScratchBuffer();
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  ScratchSlot slot;
+  std::vector<uint32_t> v;
+};
+
 /// The conv's shape after conv_transpose2d lowering; every field in elements.
 struct EmuGeometry {
   int64_t N, C, H, W, O, G, Cg, Og, kh, kw, sh, sw, dh, dw, pt, pl, OH, OW;

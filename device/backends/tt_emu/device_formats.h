@@ -65,8 +65,28 @@ inline void PackRow(const uint32_t* dst, int64_t n, DeviceDType dt, bool fp32_ds
       }
       return;
     case DeviceDType::kBFloat16:
+      if (!fp32_dst) {
+        // PackBf16DstToBf16 (and the ReLU) without branches, 16 values a step through a local copy
+        // (no aliasing between dst and out to check), so that the compiler vectorises the step.
+        const int32_t relu_mask = relu ? INT32_MIN : 0;
+        auto one = [relu_mask](uint32_t d) -> uint32_t {
+          int32_t u = static_cast<int32_t>(d & 0xFFFF0000u);
+          const int32_t mag = u & 0x7FFF0000;
+          u = mag > 0x7F800000 ? (u & INT32_MIN) | 0x7F800000 : u;  // NaN → ±Inf
+          u = (u & 0x7F800000) == 0 ? 0 : u;                        // exponent 0 → +0
+          return static_cast<uint32_t>((u & relu_mask) != 0 ? 0 : u);  // packer ReLU
+        };
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+          uint32_t t[16];
+          for (int j = 0; j < 16; ++j) t[j] = dst[i + j];
+          for (int j = 0; j < 16; ++j) out[i + j] = one(t[j]);
+        }
+        for (; i < n; ++i) out[i] = one(dst[i]);
+        return;
+      }
       for (int64_t i = 0; i < n; ++i) {
-        uint16_t t = fp32_dst ? nx::PackFp32DstToBf16(dst[i]) : nx::PackBf16DstToBf16(static_cast<uint16_t>(dst[i] >> 16));
+        uint16_t t = nx::PackFp32DstToBf16(dst[i]);
         if (relu) t = nx::PackerReluBf16(t);
         out[i] = static_cast<uint32_t>(t) << 16;
       }

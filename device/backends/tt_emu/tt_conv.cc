@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,9 +43,14 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
   if (cancel) KILN_RETURN_IF_ERROR(cancel->Check());
   auto out_shape = ValidateConv2d(input, weights, bias, params);
   if (!out_shape.ok()) return out_shape.status();
-  auto nchw = input.ToLayout(Layout::kNCHW);  // a plain copy when it already is
-  if (!nchw.ok()) return nchw.status();
-  Tensor x = std::move(*nchw);
+  // NCHW input is read in place; another layout is converted (a copy).
+  std::optional<Tensor> converted;
+  if (input.layout() != Layout::kNCHW) {
+    auto nchw = input.ToLayout(Layout::kNCHW);
+    if (!nchw.ok()) return nchw.status();
+    converted = std::move(*nchw);
+  }
+  const Tensor& x = converted ? *converted : input;
   // The output first: a size beyond the tensor limit is RESOURCE_EXHAUSTED before anything else.
   auto t = Tensor::Zeros(*out_shape);
   if (!t.ok()) return t.status();
@@ -90,7 +96,10 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
   g.O_pad = program->cout_padded;
   g.M = g.N * g.OH * g.OW;
   const auto t_run = std::chrono::steady_clock::now();
-  std::vector<uint32_t> out;
+  // The engine's output rows (M x O patterns): a buffer kept per thread between calls, so that
+  // repeated convs reuse its pages instead of faulting in fresh ones (ScratchBuffer).
+  ScratchBuffer out_buf(ScratchSlot::kOutput);
+  std::vector<uint32_t>& out = out_buf.v;
   EmuStats stats;
   const int nthreads = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   KILN_RETURN_IF_ERROR(program->path == ConvProgramPath::kDepthwise2d
@@ -102,12 +111,24 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
                                             nthreads, &out, &stats));
   const auto t_done = std::chrono::steady_clock::now();
 
+  // Rows m = (n, s) of O patterns into NCHW, in tiles of 16 pixels: each channel's 16 values are
+  // one contiguous run of the output, and the tile's rows stay in cache while they are read.
   float* dst = t->data<float>();
   const int64_t P = g.OH * g.OW;
-  for (int64_t m = 0; m < g.M; ++m) {
-    const int64_t n = m / P, s = m % P;
-    for (int64_t o = 0; o < g.O; ++o) dst[(n * g.O + o) * P + s] = nx::BitsFloat(out[m * g.O + o]);
-  }
+  constexpr int64_t kTile = 16;
+  const int64_t tiles = (P + kTile - 1) / kTile;
+  // Split over the conv's threads when there is enough of it (tiles are independent).
+  const int tthreads = static_cast<int>(std::min<int64_t>(nthreads, g.M * g.O / 65536 + 1));
+#pragma omp parallel for collapse(2) num_threads(tthreads) schedule(static) if (tthreads > 1)
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t ti = 0; ti < tiles; ++ti) {
+      const int64_t s0 = ti * kTile, s1 = std::min(P, s0 + kTile);
+      const uint32_t* src = &out[static_cast<size_t>((n * P + s0) * g.O)];
+      for (int64_t o = 0; o < g.O; ++o) {
+        float* d = dst + (n * g.O + o) * P;
+        for (int64_t s = s0; s < s1; ++s) d[s] = nx::BitsFloat(src[(s - s0) * g.O + o]);
+      }
+    }
   Tensor result = std::move(*t);
   if (input.layout() != Layout::kNCHW) {
     auto c = result.ToLayout(input.layout());
