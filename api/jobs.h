@@ -30,8 +30,8 @@
 // `retention_seconds` or, oldest first, while the results total more than `results_max_bytes`;
 // never while a GetJobResult stream holds them (PinResults).
 //
-// A farm (README "Jobs on a farm"; Env::queue set, the store a PgJobStore shared by every process): the queue is
-// PostgreSQL's (store/job_queue.h), not this manager's.
+// A farm (README "Jobs on a farm"; Env::queue set, the store a PgJobStore shared by every
+// process): the queue is PostgreSQL's (store/job_queue.h), not this manager's.
 // * A serving replica (worker = false) takes submissions — the store's Create queues them in the
 //   same transaction — and runs none. Limits count the shared store's queued jobs (checked before
 //   the insert: replicas submitting at the same instant may overshoot a limit by one job each).
@@ -49,9 +49,10 @@
 //   Attempts are the queue's: a job whose lease expired on its last attempt is FAILED (ABORTED).
 //
 // Threads: one dispatch thread (start jobs, retry timers, retention; a worker's claims); a
-// worker's heartbeat thread; a replica's event listener; completions run on the scheduler's threads. Every public call is thread-safe and blocks only on the job store (SQLite,
-// fsync on writes): servers call them off their reactors (server/job_service.cc uses the store
-// lane).
+// worker's heartbeat thread; a replica's event listener; completions run on the scheduler's
+// threads. Every public call is thread-safe and blocks only on the job store (SQLite with fsync on
+// writes, or PostgreSQL): servers call them off their reactors (server/job_service.cc uses the
+// store lane).
 #pragma once
 
 #include <atomic>
