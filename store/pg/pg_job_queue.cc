@@ -8,32 +8,12 @@ namespace {
 
 constexpr char kChannel[] = "kiln_jobs";
 
-// A text[] literal of backend names ({"a","b"}), quoting every element.
-std::string TextArray(const std::vector<std::string>& v) {
-  std::string s = "{";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ',';
-    s += '"';
-    for (char c : v[i]) {
-      if (c == '"' || c == '\\') s += '\\';
-      s += c;
-    }
-    s += '"';
-  }
-  return s + "}";
-}
-
 std::string NewToken() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   char buf[33];
   std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(rng()),
                 static_cast<unsigned long long>(rng()));
   return buf;
-}
-
-std::string Bytes(const pqxx::field& f) {
-  pqxx::binarystring b(f);
-  return b.str();
 }
 
 }  // namespace
@@ -125,10 +105,10 @@ Result<std::optional<JobClaim>> PgJobQueue::Claim(const std::string& worker, con
   const std::string token = NewToken();
   Status st = pool_->Transact("claiming a job", [&](pqxx::work& tx) -> Status {
     claim.reset();
-    pqxx::result r = tx.exec_prepared("kiln_job_claim", TextArray(backends), worker, token, max_attempts_,
+    pqxx::result r = tx.exec_prepared("kiln_job_claim", TextArrayLiteral(backends), worker, token, max_attempts_,
                                       static_cast<int64_t>(lease.count()));
     if (!r.empty()) {
-      claim = JobClaim{r[0][0].as<std::string>(), r[0][1].as<std::string>(), Bytes(r[0][2]), r[0][3].as<int>(), token,
+      claim = JobClaim{r[0][0].as<std::string>(), r[0][1].as<std::string>(), ByteaBytes(r[0][2]), r[0][3].as<int>(), token,
                        r[0][4].as<bool>()};
       tx.exec_prepared("kiln_job_served", claim->backend, r[0][5].as<std::string>());
     }
@@ -200,7 +180,7 @@ Result<JobQueueEntry> PgJobQueue::Get(const std::string& job_id) {
     e->backend = r[0][1].as<std::string>();
     e->state = r[0][2].as<int>();
     e->attempt = r[0][3].as<int>();
-    if (!r[0][4].is_null()) e->result = Bytes(r[0][4]);
+    if (!r[0][4].is_null()) e->result = ByteaBytes(r[0][4]);
     e->worker = r[0][5].as<std::string>();
     return Status::Ok();
   });

@@ -16,11 +16,6 @@ constexpr char kJobColumns[] =
     " j.configurations_done, j.layers_done, j.layers_total, j.current_layer, j.layers_below_threshold,"
     " j.results_expired, j.bytes, j.events, j.dropped_events, j.request, j.kind, j.cancel_requested";
 
-std::string Bytes(const pqxx::field& f) {
-  pqxx::binarystring b(f);
-  return b.str();
-}
-
 pqxx::binarystring Bin(std::string_view v) { return pqxx::binarystring(v.data(), v.size()); }
 
 JobRecord FromRow(const pqxx::row& r) {
@@ -48,25 +43,10 @@ JobRecord FromRow(const pqxx::row& r) {
   j.bytes = r[20].as<int64_t>();
   j.events = r[21].as<int64_t>();
   j.dropped_events = r[22].as<int64_t>();
-  j.request = Bytes(r[23]);
+  j.request = ByteaBytes(r[23]);
   j.kind = r[24].as<int>();
   j.cancel_requested = r[25].as<bool>();
   return j;
-}
-
-// A text[] literal ({"a","b"}), every element quoted.
-std::string TextArray(const std::vector<std::string>& v) {
-  std::string s = "{";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ',';
-    s += '"';
-    for (char c : v[i]) {
-      if (c == '"' || c == '\\') s += '\\';
-      s += c;
-    }
-    s += '"';
-  }
-  return s + "}";
 }
 
 bool Finished(int state) { return state >= 3; }
@@ -198,7 +178,7 @@ Result<std::vector<JobRecord>> PgJobStore::Jobs(const std::string& what,
       ids.push_back(out.back().job_id);
     }
     if (ids.empty()) return Status::Ok();
-    for (const auto& row : tx.exec_prepared("kiln_jobs_labels_of", TextArray(ids))) {
+    for (const auto& row : tx.exec_prepared("kiln_jobs_labels_of", TextArrayLiteral(ids))) {
       out[at[row[0].as<std::string>()]].labels[row[1].as<std::string>()] = row[2].as<std::string>();
     }
     return Status::Ok();
@@ -281,7 +261,8 @@ Result<std::vector<JobRecord>> PgJobStore::List(const JobFilter& f) const {
     values.push_back(v);
   }
   return Jobs("listing jobs", [&](pqxx::work& tx) {
-    return tx.exec_prepared("kiln_jobs_list", f.state, f.model_id, f.before_job_id, TextArray(keys), TextArray(values),
+    return tx.exec_prepared("kiln_jobs_list", f.state, f.model_id, f.before_job_id, TextArrayLiteral(keys),
+                            TextArrayLiteral(values),
                             f.limit);
   });
 }
@@ -328,7 +309,7 @@ Result<std::vector<JobEventRecord>> PgJobStore::Events(const std::string& job_id
   Status st = pool_->ReadOne("reading the events of job " + job_id, [&](pqxx::nontransaction& tx) -> Status {
     out.clear();
     for (const auto& r : tx.exec_prepared("kiln_jobs_events", job_id, after, limit)) {
-      out.push_back({r[0].as<int64_t>(), r[1].as<int64_t>(), Bytes(r[2])});
+      out.push_back({r[0].as<int64_t>(), r[1].as<int64_t>(), ByteaBytes(r[2])});
     }
     return Status::Ok();
   });
@@ -340,7 +321,7 @@ Result<std::string> PgJobStore::ReadInput(const std::string& job_id, int k) cons
   std::optional<std::string> out;
   Status st = pool_->ReadOne("reading an input of job " + job_id, [&](pqxx::nontransaction& tx) -> Status {
     pqxx::result r = tx.exec_prepared("kiln_jobs_input", job_id, k);
-    if (!r.empty()) out = Bytes(r[0][0]);
+    if (!r.empty()) out = ByteaBytes(r[0][0]);
     return Status::Ok();
   });
   if (!st.ok()) return st;
@@ -375,7 +356,7 @@ Result<std::vector<JobResultRecord>> PgJobStore::Results(const std::string& job_
     for (const auto& r : tx.exec_prepared("kiln_jobs_results", job_id)) {
       JobResultRecord rec;
       rec.configuration = r[0].as<int>();
-      rec.report = Bytes(r[1]);
+      rec.report = ByteaBytes(r[1]);
       rec.output_sizes.assign(static_cast<size_t>(r[2].as<int>()), -1);  // -1: missing (DATA_LOSS on read)
       at[rec.configuration] = out.size();
       out.push_back(std::move(rec));
@@ -397,7 +378,7 @@ Result<std::string> PgJobStore::ReadOutput(const std::string& job_id, int config
   Status st = pool_->ReadOne("reading a result of job " + job_id, [&](pqxx::nontransaction& tx) -> Status {
     // substring counts from 1.
     pqxx::result r = tx.exec_prepared("kiln_jobs_output_slice", job_id, configuration, k, offset + 1, max_bytes);
-    if (!r.empty()) out = Bytes(r[0][0]);
+    if (!r.empty()) out = ByteaBytes(r[0][0]);
     return Status::Ok();
   });
   if (!st.ok()) return st;

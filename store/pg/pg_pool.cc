@@ -166,4 +166,23 @@ size_t PgPool::open_connections() const {
   return open_;
 }
 
+std::string TextArrayLiteral(const std::vector<std::string>& v) {
+  std::string s = "{";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ',';
+    s += '"';
+    for (char c : v[i]) {
+      if (c == '"' || c == '\\') s += '\\';
+      s += c;
+    }
+    s += '"';
+  }
+  return s + "}";
+}
+
+std::string ByteaBytes(const pqxx::field& f) {
+  pqxx::binarystring b(f);
+  return b.str();
+}
+
 }  // namespace kiln::store::pg

@@ -117,6 +117,10 @@ bool ConnectionLost(const std::exception& e, pqxx::connection_base& c);
 
 /// The URL without its password (for messages and logs).
 std::string RedactUrl(const std::string& url);
+/// A text[] literal ({"a","b"}) of `v`, every element quoted, for a `$n::text[]` parameter.
+std::string TextArrayLiteral(const std::vector<std::string>& v);
+/// The bytes of a bytea field.
+std::string ByteaBytes(const pqxx::field& f);
 
 // --- template definitions ---
 template <typename Tx, typename Fn>
