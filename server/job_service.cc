@@ -17,27 +17,8 @@ namespace {
 constexpr int kEventsPerRead = 64;
 }  // namespace
 
-// A stream refused at its start (no job manager: JobServiceImpl's refusal).
-template <typename T>
-class JobServiceImpl::RefusedStream final : public grpc::ServerWriteReactor<T> {
- public:
-  RefusedStream(JobServiceImpl* service, grpc::CallbackServerContext* context, const char* method)
-      : scope_(service->env_, *context, method) {
-    grpc::Status st = scope_.Begin(*context);
-    this->Finish(scope_.Done(st.ok() ? grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, service->refusal_) : st));
-  }
-  void OnDone() override { delete this; }
-
- private:
-  RpcScope scope_;
-};
-
 void JobServiceImpl::OnStoreLane(grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor,
                                  std::shared_ptr<RpcScope> scope, std::function<Status(int64_t*)> work) {
-  if (jobs_ == nullptr) {
-    reactor->Finish(scope->Done(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, refusal_)));
-    return;
-  }
   sched::JobRequest job;
   job.lane = api::kStoreLane;
   job.client_id = ClientId(context);
@@ -315,7 +296,6 @@ class JobServiceImpl::WatchReactor final : public grpc::ServerWriteReactor<kiln:
 grpc::ServerWriteReactor<kiln::v1::JobEvent>* JobServiceImpl::WatchJob(grpc::CallbackServerContext* context,
                                                                        const kiln::v1::WatchJobRequest* request) {
   ReactorScope on_reactor;
-  if (jobs_ == nullptr) return new RefusedStream<kiln::v1::JobEvent>(this, context, "/kiln.v1.JobService/WatchJob");
   auto* reactor = new WatchReactor(this, context, request);
   reactor->Start(context);
   return reactor;
@@ -449,9 +429,6 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
 grpc::ServerWriteReactor<kiln::v1::JobResultChunk>* JobServiceImpl::GetJobResult(
     grpc::CallbackServerContext* context, const kiln::v1::GetJobResultRequest* request) {
   ReactorScope on_reactor;
-  if (jobs_ == nullptr) {
-    return new RefusedStream<kiln::v1::JobResultChunk>(this, context, "/kiln.v1.JobService/GetJobResult");
-  }
   return new ResultReactor(this, context, request);
 }
 

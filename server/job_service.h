@@ -15,10 +15,8 @@ namespace kiln::server {
 
 class JobServiceImpl final : public kiln::v1::JobService::CallbackService {
  public:
-  /// `jobs` must outlive the service. Null: every call answers FAILED_PRECONDITION with
-  /// `refusal` (kilnd on a shared database, whose job queue is not wired yet: server/daemon.cc).
-  JobServiceImpl(api::JobManager* jobs, ServiceEnv env, std::string refusal = {})
-      : jobs_(jobs), env_(env), refusal_(std::move(refusal)) {}
+  /// `jobs` must outlive the service (embedded, or a farm's replica: api/jobs.h).
+  JobServiceImpl(api::JobManager* jobs, ServiceEnv env) : jobs_(jobs), env_(env) {}
 
   grpc::ServerUnaryReactor* SubmitRun(grpc::CallbackServerContext* context, const kiln::v1::SubmitRunRequest* request,
                                       kiln::v1::Job* response) override;
@@ -47,12 +45,8 @@ class JobServiceImpl final : public kiln::v1::JobService::CallbackService {
   // refused submission (the lane is full) calls `done` at once with that status.
   void ReadOnStoreLane(const std::string& client, std::function<Status()> read, std::function<void(const Status&)> done);
 
-  template <typename T>
-  class RefusedStream;
-
   api::JobManager* jobs_;
   ServiceEnv env_;
-  std::string refusal_;
 };
 
 }  // namespace kiln::server
