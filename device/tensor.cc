@@ -100,7 +100,7 @@ std::string ShapeToString(std::span<const int64_t> shape) {
 
 void Tensor::AlignedFree::operator()(std::byte* p) const { std::free(p); }
 
-Result<Tensor> Tensor::Zeros(std::vector<int64_t> shape, DataType dtype, Layout layout) {
+Result<Tensor> Tensor::Uninitialized(std::vector<int64_t> shape, DataType dtype, Layout layout) {
   KILN_RETURN_IF_ERROR(CheckLayoutRank(layout, shape.size()));
   auto count = ShapeElementCount(shape);
   if (!count.ok()) return count.status();
@@ -123,8 +123,14 @@ Result<Tensor> Tensor::Zeros(std::vector<int64_t> shape, DataType dtype, Layout 
     return ResourceExhausted("cannot allocate " + std::to_string(alloc) + " bytes for tensor " +
                              ShapeToString(t.shape_));
   }
-  std::memset(p, 0, alloc);
+  std::memset(static_cast<std::byte*>(p) + bytes, 0, alloc - bytes);  // the alignment padding: zero, as with Zeros
   t.storage_.reset(static_cast<std::byte*>(p));
+  return t;
+}
+
+Result<Tensor> Tensor::Zeros(std::vector<int64_t> shape, DataType dtype, Layout layout) {
+  auto t = Uninitialized(std::move(shape), dtype, layout);
+  if (t.ok()) std::memset(t->storage_.get(), 0, t->size_bytes());
   return t;
 }
 

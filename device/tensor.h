@@ -99,6 +99,12 @@ class Tensor {
   static Result<Tensor> Zeros(std::vector<int64_t> shape, DataType dtype = DataType::kFloat32,
                               Layout layout = Layout::kNCHW);
 
+  /// As Zeros, but the contents are unspecified (not written here): for producers that write every
+  /// element, so that a large output's pages are first touched by the code that fills them (on
+  /// its threads) instead of by a zero fill beforehand. The same errors as Zeros.
+  static Result<Tensor> Uninitialized(std::vector<int64_t> shape, DataType dtype = DataType::kFloat32,
+                                      Layout layout = Layout::kNCHW);
+
   /// A float32 tensor holding a copy of `values`, which are given in MEMORY order for `layout`.
   /// INVALID_ARGUMENT when values.size() differs from the element count.
   static Result<Tensor> FromFloats(std::vector<int64_t> shape, std::span<const float> values,

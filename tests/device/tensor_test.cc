@@ -23,6 +23,22 @@ TEST(TensorTest, ZerosIsAlignedZeroFilledAndSized) {
   EXPECT_TRUE(Tensor().empty());
 }
 
+TEST(TensorTest, UninitializedHasTheShapeAndErrorsOfZeros) {
+  auto t = Tensor::Uninitialized({3, 5}, DataType::kFloat32, Layout::kNCHW);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->num_elements(), 15);
+  EXPECT_EQ(t->size_bytes(), 60u);
+  EXPECT_EQ(t->dtype(), DataType::kFloat32);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t->data<float>()) % kTensorAlignment, 0u);
+  // Writable everywhere, and a copy holds what was written.
+  for (int i = 0; i < 15; ++i) t->data<float>()[i] = static_cast<float>(i);
+  Tensor copy = *t;
+  EXPECT_EQ(copy.data<float>()[14], 14.f);
+  EXPECT_EQ(Tensor::Uninitialized({2, -1}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Tensor::Uninitialized({1, 2}, DataType::kFloat32, Layout::kNHWC).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Tensor::Uninitialized({int64_t{1} << 33}).status().code(), StatusCode::kResourceExhausted);
+}
+
 TEST(TensorTest, ZeroSizedTensorsAreValid) {
   auto t = Tensor::Zeros({0, 4});
   ASSERT_TRUE(t.ok());

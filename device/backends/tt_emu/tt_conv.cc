@@ -52,7 +52,8 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
   }
   const Tensor& x = converted ? *converted : input;
   // The output first: a size beyond the tensor limit is RESOURCE_EXHAUSTED before anything else.
-  auto t = Tensor::Zeros(*out_shape);
+  // Uninitialized: the transpose below writes every element, on the conv's threads.
+  auto t = Tensor::Uninitialized(*out_shape);
   if (!t.ok()) return t.status();
   ConvProblem pb;
   pb.N = x.dim(0);
