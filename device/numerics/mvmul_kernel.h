@@ -43,10 +43,10 @@
 // may run on different threads at once, and a column's result does not depend on how columns or
 // rows are split between calls or threads.
 //
-// Speed (bench/tt_emu/RESULTS.md): on the AVX-512 path, per core, 10.9–14.3 GMAC/s at LoFi and
-// 3.0–4.5 at HiFi4 with a bf16 Dst on the K blocks of a 64→64 3×3 conv (kiln_mvmul_kernel_bench,
-// CPU time, runs of 2026-12-02 on a shared 2-core Zen 4 VM; 7.6–10.4 and 2.9–3.7 before them in
-// the same runs).
+// Speed (bench/tt_emu/RESULTS.md): on the AVX-512 path, per core, 10.9–19.6 GMAC/s at LoFi and
+// 3.0–7.3 at HiFi4 with a bf16 Dst on the K blocks of a 64→64 3×3 conv (kiln_mvmul_kernel_bench,
+// runs of 2026-12-02 on a shared 2-core AMD VM, busy to quiet). About 44 % of a LoFi MVMUL's time is
+// the combine with Dst and 43 % the lanes (RESULTS.md, "The exact kernel's bounds").
 #pragma once
 
 #include <cstddef>

@@ -303,7 +303,20 @@ TEST_F(PgFarmE2E, AKilledWorkersJobCompletesOnceElsewhereAndCancelReachesARunnin
   // A job running on w2, cancelled through another replica: w2 hears of it at a heartbeat.
   auto b = Replica("b");
   auto jb = Jobs(*b);
-  const std::string running = Submit(*ja, slow).job_id();
+  // Long enough to be running when the cancel's heartbeat comes (0.25 s here) on any machine: an
+  // eight-point precision sweep at the exact level, where one plain run of the model can end first.
+  std::string running;
+  {
+    grpc::ClientContext sctx;
+    kiln::v1::SubmitRunRequest req;
+    req.mutable_run()->set_model_id(slow);
+    req.mutable_run()->set_backend("tt-emu");
+    req.mutable_run()->set_tt_emu_level("exact");
+    for (int i = 0; i < 8; ++i) req.add_sweep()->set_math_fidelity(kiln::v1::HIFI4);
+    kiln::v1::Job job;
+    ASSERT_TRUE(ja->SubmitRun(&sctx, req, &job).ok());
+    running = job.job_id();
+  }
   WaitFor(*ja, running, kiln::v1::RUNNING, 60);
   grpc::ClientContext ctx;
   kiln::v1::CancelJobRequest creq;

@@ -77,18 +77,27 @@ Status MatmulF32Blocks(const dnnl::engine& eng, dnnl::stream& strm, const float*
 
 // Splits rows [m0, m1) over up to `threads` OpenMP threads when the work is worth it (OpenMP, the
 // runtime oneDNN uses here: its idle workers spin after each matmul and would compete with
-// separate std::threads for the same cores).
+// separate std::threads for the same cores). The threads claim chunks of about 1/16 of an even
+// share (a multiple of `grain` rows) from a shared counter and call fn(a, b) per chunk, rather than
+// one fixed range each: a thread slowed by the machine (a shared VM's other vCPU, another process)
+// then takes fewer chunks instead of holding the others at the join (ResNet-18's first conv, exact
+// HiFi4 on 2 threads beside a busy loop on one CPU: median 43.0 ms with fixed halves, 31.0 ms with
+// chunks; bench/tt_emu/RESULTS.md). Rows are independent, so which thread computes a row changes
+// no bit.
 template <typename Fn>
-Status Parallel(int64_t m0, int64_t m1, int64_t per_row, int threads, const Fn& fn) {
+Status Parallel(int64_t m0, int64_t m1, int64_t per_row, int threads, const Fn& fn, int64_t grain = 1) {
   const int64_t rows = m1 - m0;
   int n = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, rows * per_row / 200000)));
   n = static_cast<int>(std::min<int64_t>(n, rows));
   if (n <= 1) return fn(m0, m1);
+  const int64_t chunk = std::max<int64_t>(grain, (rows / (16 * n) + grain - 1) / grain * grain);
+  std::atomic<int64_t> next{m0};
   std::vector<Status> st(static_cast<size_t>(n));
 #pragma omp parallel for num_threads(n) schedule(static, 1)
   for (int t = 0; t < n; ++t) {
-    const int64_t a = m0 + rows * t / n, b = m0 + rows * (t + 1) / n;
-    st[static_cast<size_t>(t)] = fn(a, b);
+    for (int64_t a = next.fetch_add(chunk, std::memory_order_relaxed); a < m1 && st[static_cast<size_t>(t)].ok();
+         a = next.fetch_add(chunk, std::memory_order_relaxed))
+      st[static_cast<size_t>(t)] = fn(a, std::min(m1, a + chunk));
   }
   for (const Status& s : st) KILN_RETURN_IF_ERROR(s);
   return Status::Ok();
@@ -321,9 +330,9 @@ class Engine {
         return Status::Ok();
       });
       const int64_t per_row = (std::min(c1, g.O) - c0) * K_ * nx::NumPhases(fid_);
-      KILN_RETURN_IF_ERROR(Parallel(0, g.M, per_row, threads, [&](int64_t a, int64_t b) {
-        return RunRowsExact(*pa, c0, c1, a, b, cancel, out);
-      }));
+      KILN_RETURN_IF_ERROR(Parallel(
+          0, g.M, per_row, threads, [&](int64_t a, int64_t b) { return RunRowsExact(*pa, c0, c1, a, b, cancel, out); },
+          kExactRowTile));
     }
     return Status::Ok();
   }
@@ -331,9 +340,10 @@ class Engine {
   // Exact rows [m_begin, m_end) for prepared columns [c0, c1) (`pa` column 0 = output column c0; c0
   // a multiple of 16, so bfp groups of 16 columns are those of the whole row). Cache blocking: tiles
   // of kRowTile rows share each (K block, column span) slice of the weights while it is hot.
+  static constexpr int64_t kExactRowTile = 8;
   Status RunRowsExact(const nx::PreparedSrcA& pa, int64_t c0, int64_t c1, int64_t m_begin, int64_t m_end,
                       const CancelToken* cancel, std::vector<uint32_t>* out) const {
-    constexpr int64_t kRowTile = 8;
+    constexpr int64_t kRowTile = kExactRowTile;
     const EmuGeometry& g = g_;
     const int64_t nb = k_.num_blocks(), nc = c1 - c0, live = std::min(c1, g.O) - c0;
     // K blocks whose partial spill and reload give back every Dst pattern bit for bit run as one
