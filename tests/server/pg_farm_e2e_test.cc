@@ -63,12 +63,20 @@ class PgFarmE2E : public PgKilndTest {
     EXPECT_TRUE(st.ok()) << name << ": " << st.error_message();
     return resp.model().model_id();
   }
-  static kiln::v1::Job Submit(kiln::v1::JobService::Stub& jobs, const std::string& model, const std::string& client = "") {
-    grpc::ClientContext ctx;
-    if (!client.empty()) ctx.AddMetadata("x-kiln-client", client);
+  // A plain tt-emu run of `model` (callers may add a level, a sweep, ... before submitting it).
+  static kiln::v1::SubmitRunRequest RunOf(const std::string& model) {
     kiln::v1::SubmitRunRequest req;
     req.mutable_run()->set_model_id(model);
     req.mutable_run()->set_backend("tt-emu");
+    return req;
+  }
+  static kiln::v1::Job Submit(kiln::v1::JobService::Stub& jobs, const std::string& model, const std::string& client = "") {
+    return Submit(jobs, RunOf(model), client);
+  }
+  static kiln::v1::Job Submit(kiln::v1::JobService::Stub& jobs, const kiln::v1::SubmitRunRequest& req,
+                              const std::string& client = "") {
+    grpc::ClientContext ctx;
+    if (!client.empty()) ctx.AddMetadata("x-kiln-client", client);
     kiln::v1::Job job;
     grpc::Status st = jobs.SubmitRun(&ctx, req, &job);
     EXPECT_TRUE(st.ok()) << st.error_message();
@@ -305,18 +313,10 @@ TEST_F(PgFarmE2E, AKilledWorkersJobCompletesOnceElsewhereAndCancelReachesARunnin
   auto jb = Jobs(*b);
   // Long enough to be running when the cancel's heartbeat comes (0.25 s here) on any machine: an
   // eight-point precision sweep at the exact level, where one plain run of the model can end first.
-  std::string running;
-  {
-    grpc::ClientContext sctx;
-    kiln::v1::SubmitRunRequest req;
-    req.mutable_run()->set_model_id(slow);
-    req.mutable_run()->set_backend("tt-emu");
-    req.mutable_run()->set_tt_emu_level("exact");
-    for (int i = 0; i < 8; ++i) req.add_sweep()->set_math_fidelity(kiln::v1::HIFI4);
-    kiln::v1::Job job;
-    ASSERT_TRUE(ja->SubmitRun(&sctx, req, &job).ok());
-    running = job.job_id();
-  }
+  kiln::v1::SubmitRunRequest sweep = RunOf(slow);
+  sweep.mutable_run()->set_tt_emu_level("exact");
+  for (int i = 0; i < 8; ++i) sweep.add_sweep()->set_math_fidelity(kiln::v1::HIFI4);
+  const std::string running = Submit(*ja, sweep).job_id();
   WaitFor(*ja, running, kiln::v1::RUNNING, 60);
   grpc::ClientContext ctx;
   kiln::v1::CancelJobRequest creq;

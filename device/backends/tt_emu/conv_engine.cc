@@ -332,7 +332,7 @@ class Engine {
       const int64_t per_row = (std::min(c1, g.O) - c0) * K_ * nx::NumPhases(fid_);
       KILN_RETURN_IF_ERROR(Parallel(
           0, g.M, per_row, threads, [&](int64_t a, int64_t b) { return RunRowsExact(*pa, c0, c1, a, b, cancel, out); },
-          kExactRowTile));
+          kRowTile));
     }
     return Status::Ok();
   }
@@ -340,10 +340,9 @@ class Engine {
   // Exact rows [m_begin, m_end) for prepared columns [c0, c1) (`pa` column 0 = output column c0; c0
   // a multiple of 16, so bfp groups of 16 columns are those of the whole row). Cache blocking: tiles
   // of kRowTile rows share each (K block, column span) slice of the weights while it is hot.
-  static constexpr int64_t kExactRowTile = 8;
+  static constexpr int64_t kRowTile = 8;  // also the grain of RunExact's row chunks
   Status RunRowsExact(const nx::PreparedSrcA& pa, int64_t c0, int64_t c1, int64_t m_begin, int64_t m_end,
                       const CancelToken* cancel, std::vector<uint32_t>* out) const {
-    constexpr int64_t kRowTile = kExactRowTile;
     const EmuGeometry& g = g_;
     const int64_t nb = k_.num_blocks(), nc = c1 - c0, live = std::min(c1, g.O) - c0;
     // K blocks whose partial spill and reload give back every Dst pattern bit for bit run as one
