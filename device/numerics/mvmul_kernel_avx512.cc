@@ -556,6 +556,60 @@ __attribute__((target("avx512f,avx512bw"))) void PrepareSrcBRowAvx512(const uint
   }
 }
 
+__attribute__((target("avx512f,avx512bw"))) void FillSrcABlocksAvx512(const uint32_t* a, SrcFormat fmt, int64_t cb0,
+                                                                      int64_t cb1, PreparedSrcA* out) {
+  PreparedSrcA& p = *out;
+  const int64_t K = p.K, stride = int64_t{64} * p.rows;
+  const __m512i keep = _mm512_set1_epi32(static_cast<int>(MaskSrcOperand(~0u, fmt))), ff = _mm512_set1_epi32(0xFF);
+  const __m512i zero_exp = _mm512_set1_epi32(kZeroExp), zero_pair = _mm512_set1_epi32(0x0100);
+  for (int64_t cb = cb0; cb < cb1; ++cb) {
+    int8_t* blk = &p.lanes[static_cast<size_t>(cb * K * stride)];
+    uint8_t* nz = &p.group_nz[static_cast<size_t>(cb * (K / 8))];
+    std::fill(nz, nz + K / 8, uint8_t{0});
+    // Positions 0..15 and 16..31: their columns' offsets from the block's first column (K apart; a
+    // column past `cols` is masked off and reads as a zero operand).
+    const uint32_t* base = a + cb * kMvmulColumnBlock * K;
+    alignas(64) int32_t idx[kMvmulColumnBlock];
+    uint32_t live = 0;
+    for (int pos = 0; pos < kMvmulColumnBlock; ++pos) {
+      const int64_t c = MvmulColumnOfPosition(pos);
+      idx[pos] = static_cast<int32_t>(c * K);
+      if (cb * kMvmulColumnBlock + c < p.cols) live |= 1u << pos;
+    }
+    const __m512i idx_lo = _mm512_load_si512(idx), idx_hi = _mm512_load_si512(idx + 16);
+    for (int64_t k = 0; k < K; ++k) {
+      int8_t* row = blk + k * stride;
+      bool any = false;
+      for (int h = 0; h < 2; ++h) {
+        const __mmask16 in = static_cast<__mmask16>(live >> (16 * h));
+        const __m512i x = _mm512_and_si512(
+            _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), in, h == 0 ? idx_lo : idx_hi, base + k, 4), keep);
+        // As the scalar FillSrcABlocks (mvmul_kernel.cc): exponent or kZeroExp, and per variant the
+        // byte pair (4·slice·s, s) as one int16, (0, 1) for a zero operand.
+        const __m512i ex = _mm512_and_si512(_mm512_srli_epi32(x, 23), ff);
+        const __mmask16 nzm = _mm512_test_epi32_mask(ex, ex);
+        const __mmask16 neg = nzm & _mm512_cmplt_epi32_mask(x, _mm512_setzero_si512());
+        any |= nzm != 0;
+        const __m512i sig = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(x, 13), _mm512_set1_epi32(0x3FF)),
+                                            _mm512_set1_epi32(1024));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + 32 * h),
+                            _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(zero_exp, nzm, ex)));
+        for (int v = 0; v < p.variants; ++v) {
+          const __m512i slice = v == 0 ? _mm512_srli_epi32(sig, 6)
+                                       : _mm512_and_si512(_mm512_srli_epi32(sig, 1), _mm512_set1_epi32(31));
+          const __m512i m4 = _mm512_slli_epi32(slice, 2);
+          const __m512i sm = _mm512_mask_sub_epi32(m4, neg, _mm512_setzero_si512(), m4);  // 4·slice·s
+          const __m512i pair = _mm512_or_si512(_mm512_and_si512(sm, ff),
+                                               _mm512_mask_mov_epi32(zero_pair, neg, _mm512_set1_epi32(0xFF00)));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + 64 * (1 + v) + 32 * h),
+                              _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(zero_pair, nzm, pair)));
+        }
+      }
+      if (any) nz[k / 8] |= static_cast<uint8_t>(1u << (k % 8));
+    }
+  }
+}
+
 template <bool kFp32Dst, bool kWormhole>
 __attribute__((target("avx512f,avx512bw"))) void ElwaddRowAvx512T(const uint32_t* a, const uint32_t* b, int64_t n,
                                                                   uint32_t keep_a, uint32_t keep_b, uint32_t* out) {

@@ -28,6 +28,9 @@ void RunAvx2(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k
              int p1, bool fp32_dst, Arch arch, uint32_t* dst);
 /// PrepareSrcBRow's per-k words and group masks (out's buffers already sized), 16 operands per step.
 void PrepareSrcBRowAvx512(const uint32_t* b, SrcFormat fmt, PreparedSrcB* out);
+/// FillSrcABlocks with a block's 32 columns gathered per k, 16 per step (32 · K < 2^31: the gather's
+/// int32 offsets).
+void FillSrcABlocksAvx512(const uint32_t* a, SrcFormat fmt, int64_t cb0, int64_t cb1, PreparedSrcA* out);
 /// AddIntoDstRow on 16 values per step.
 void AddIntoDstRowAvx512(const float* s, int64_t n, bool fp32_dst, uint32_t* dst);
 /// ElwaddRow on 16 values per step.

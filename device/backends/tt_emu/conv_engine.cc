@@ -103,6 +103,48 @@ Status Parallel(int64_t m0, int64_t m1, int64_t per_row, int threads, const Fn& 
   return Status::Ok();
 }
 
+// The act tilize of one value (§3, §4): on the matmul path and for a float32 act dtype the
+// unpacker alone (UnpackToSrc); otherwise the tilize unpacks to Dst and packs into bf16 (a bfp act
+// dtype on the conv path is tilized per row, Engine::TilizeRow): an fp32 input is truncated to
+// bf16 by the unpacker without fp32 Dst (§4), kept with it and rounded by the packer (§3.1); then
+// the SrcB operand mask. The choices are made once per conv (Engine::Tilize, each a mask of ~0u
+// for true and 0 for false); TilizeValue computes every candidate and selects, without branches,
+// so that ConvertActivationPlanes vectorises.
+struct TilizeChoice {
+  uint32_t unpack_only, truncate, pack_fp32_dst, act_fp32, unpack_fp32_dst;
+  uint32_t keep;  // MaskSrcOperand of the SrcB format (an AND)
+};
+[[gnu::always_inline]] inline uint32_t Select(uint32_t mask, uint32_t a, uint32_t b) { return (a & mask) | (b & ~mask); }
+[[gnu::always_inline]] inline uint32_t TilizeValue(uint32_t v, const TilizeChoice& t) {
+  const uint32_t bf16 = ((v & 0x7FFFFFFFu) < 0x800000u ? v & 0x80000000u : v) & 0xFFFF0000u;  // UnpackFp32ToBf16
+  const uint32_t unpacked = Select(t.act_fp32, Select(t.unpack_fp32_dst, v & 0xFFFFE000u, bf16), v);  // UnpackToSrc
+  const uint32_t packed = PackBf16Value(Select(t.truncate, bf16, v), t.pack_fp32_dst != 0);
+  return Select(t.unpack_only, unpacked, packed) & t.keep;
+}
+
+// Host conversion to a dtype converted value by value (float32 or bfloat16: HostConvertValue),
+// then, unless the act is tilized per row, TilizeValue: n values of each of C planes (x[c * plane
+// + i], i < n) into out[c * n + i]. Compiled for AVX-512 and AVX2 besides the baseline (GCC
+// function multiversioning, chosen once when the program loads); integer selects only, so every
+// clone gives the same bits.
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) void ConvertActivationPlanes(
+    const float* __restrict x, int64_t plane, int64_t C, int64_t n, bool fp32_input, bool per_row_tilize,
+    const TilizeChoice& choice, uint32_t* __restrict out) {
+  const TilizeChoice t = choice;
+  const uint32_t in_fp32 = fp32_input ? ~0u : 0u, per_row = per_row_tilize ? ~0u : 0u;
+  for (int64_t c = 0; c < C; ++c) {
+    const float* xs = x + c * plane;
+    uint32_t* d = out + c * n;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t u;
+      std::memcpy(&u, &xs[i], sizeof u);
+      const uint32_t h = Select(in_fp32, u, HostConvertValue(u, DeviceDType::kBFloat16));
+      d[i] = Select(per_row, h, TilizeValue(h, t));
+    }
+  }
+}
+
 class Engine {
  public:
   Engine(const EmuGeometry& g, const ConvProgram& prog, const PrecisionConfig& p, Activation act, EmuLevel level)
@@ -149,83 +191,99 @@ class Engine {
     for (KRun& r : runs_) r.off = (r.i * g.dh * g.W + r.j * g.dw) * g.C + r.c0;
   }
 
-  // Element tilize of one input-dtype value into the act dtype and its SrcB operand (§3, §4).
-  uint32_t TilizeElement(uint32_t v) const {
+  // Element tilize of one input-dtype value into the act dtype and its SrcB operand (TilizeValue).
+  TilizeChoice Tilize() const {
     const bool in_fp32 = p_.input_dtype == DeviceDType::kFloat32;
-    if (prog_.path == ConvProgramPath::kMatmul) return nx::MaskSrcOperand(UnpackToSrc(v, act_dt_, fp32_dst_), b_fmt());
-    if (act_dt_ == DeviceDType::kFloat32) return nx::MaskSrcOperand(UnpackToSrc(v, act_dt_, fp32_dst_), b_fmt());
-    // Tilize = unpack to Dst and pack into the act dtype: an fp32 input is truncated to bf16 by the
-    // unpacker without fp32 Dst (§4), kept with it and rounded by the packer (§3.1).
-    uint32_t d = v;
-    if (in_fp32 && !fp32_dst_) d = static_cast<uint32_t>(nx::UnpackFp32ToBf16(v)) << 16;
-    uint32_t t;
-    PackRow(&d, 1, DeviceDType::kBFloat16, in_fp32 && fp32_dst_, false, false, false, &t);
-    return nx::MaskSrcOperand(t, b_fmt());
+    auto m = [](bool b) { return b ? ~0u : 0u; };
+    return {m(prog_.path == ConvProgramPath::kMatmul || act_dt_ == DeviceDType::kFloat32), m(in_fp32 && !fp32_dst_),
+            m(in_fp32 && fp32_dst_), m(act_dt_ == DeviceDType::kFloat32), m(fp32_dst_), nx::MaskSrcOperand(~0u, b_fmt())};
   }
-
-  // TilizeElement over n values, `out` may be `in`: the pack into the act dtype as one PackRow (it
-  // is per element for a non-bfp dtype), the same bits as n TilizeElement calls.
-  void TilizeElements(const uint32_t* in, int64_t n, uint32_t* tmp, uint32_t* out) const {
-    const bool in_fp32 = p_.input_dtype == DeviceDType::kFloat32;
-    if (prog_.path == ConvProgramPath::kMatmul || act_dt_ == DeviceDType::kFloat32) {
-      for (int64_t i = 0; i < n; ++i) out[i] = TilizeElement(in[i]);
-      return;
-    }
-    for (int64_t i = 0; i < n; ++i)
-      tmp[i] = (in_fp32 && !fp32_dst_) ? static_cast<uint32_t>(nx::UnpackFp32ToBf16(in[i])) << 16 : in[i];
-    PackRow(tmp, n, DeviceDType::kBFloat16, in_fp32 && fp32_dst_, false, false, false, out);
-    for (int64_t i = 0; i < n; ++i) out[i] = nx::MaskSrcOperand(out[i], b_fmt());
-  }
+  uint32_t TilizeElement(uint32_t v) const { return TilizeValue(v, Tilize()); }
 
   void Prepare(const float* x, const float* w, const float* bias, int threads) {
     const EmuGeometry& g = g_;
     const int64_t C16 = (g.C + 15) / 16 * 16;
-    // 1. activations: host conversion per pixel in 16-channel groups; then (unless tilized per
-    //    row) the per-element tilize + unpack. Pixels are independent: split over the threads.
-    xdev_.assign(static_cast<size_t>(g.N * g.H * g.W * g.C), 0);
+    // 1. activations: host conversion (§2), then (unless tilized per row) the per-element tilize
+    //    + unpack. A bfp input dtype converts 16 channels of a pixel as one group; the other input
+    //    dtypes convert each value alone, so those run in tiles of 64 pixels, channel by channel
+    //    (ConvertActivationPlanes: contiguous NCHW reads), then transposed into the NHWC image (the
+    //    tile stays in L1). Pixels are independent: split over the threads.
     const int64_t HW = g.H * g.W;
-    (void)Parallel(0, g.N * HW, C16 * 16, threads, [&](int64_t p0, int64_t p1) {
-      std::vector<uint32_t> pix(static_cast<size_t>(C16)), conv(static_cast<size_t>(C16)), tmp(static_cast<size_t>(C16));
-      for (int64_t p = p0; p < p1; ++p) {
-        const int64_t n = p / HW, s = p % HW;
-        std::fill(pix.begin(), pix.end(), 0u);
-        for (int64_t c = 0; c < g.C; ++c) pix[c] = nx::FloatBits(x[(n * g.C + c) * HW + s]);
-        for (int64_t c0 = 0; c0 < C16; c0 += 16) HostConvertGroup(&pix[c0], 16, p_.input_dtype, &conv[c0]);
-        uint32_t* dstp = &xdev_[static_cast<size_t>(p * g.C)];
-        if (per_row_tilize_) {
-          std::copy(conv.begin(), conv.begin() + g.C, dstp);
-        } else {
-          TilizeElements(conv.data(), g.C, tmp.data(), dstp);
+    xdev_.resize(static_cast<size_t>(g.N * HW * g.C));  // every element is written below
+    if (IsBfp(p_.input_dtype)) {
+      (void)Parallel(0, g.N * HW, C16 * 16, threads, [&](int64_t p0, int64_t p1) {
+        std::vector<uint32_t> pix(static_cast<size_t>(C16)), conv(pix.size());
+        for (int64_t p = p0; p < p1; ++p) {
+          const int64_t n = p / HW, s = p % HW;
+          std::fill(pix.begin(), pix.end(), 0u);
+          for (int64_t c = 0; c < g.C; ++c) pix[c] = nx::FloatBits(x[(n * g.C + c) * HW + s]);
+          for (int64_t c0 = 0; c0 < C16; c0 += 16) HostConvertGroup(&pix[c0], 16, p_.input_dtype, &conv[c0]);
+          uint32_t* dst = &xdev_[static_cast<size_t>(p * g.C)];
+          for (int64_t c = 0; c < g.C; ++c) dst[c] = per_row_tilize_ ? conv[c] : TilizeElement(conv[c]);
         }
-      }
-      return Status::Ok();
-    });
+        return Status::Ok();
+      });
+    } else {
+      constexpr int64_t kPix = 64;
+      const int64_t tiles = (HW + kPix - 1) / kPix;
+      (void)Parallel(0, g.N * tiles, kPix * g.C * 4, threads, [&](int64_t t0, int64_t t1) {
+        const TilizeChoice tc = Tilize();
+        std::vector<uint32_t> dev(static_cast<size_t>(g.C * kPix));  // [c][pixel] of one tile
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t n = t / tiles, s0 = t % tiles * kPix, ns = std::min(kPix, HW - s0);
+          ConvertActivationPlanes(x + n * g.C * HW + s0, HW, g.C, ns, p_.input_dtype == DeviceDType::kFloat32,
+                                  per_row_tilize_, tc, dev.data());
+          uint32_t* dst = &xdev_[static_cast<size_t>((n * HW + s0) * g.C)];
+          for (int64_t i = 0; i < ns; ++i)
+            for (int64_t c = 0; c < g.C; ++c) dst[i * g.C + c] = dev[static_cast<size_t>(c * ns + i)];
+        }
+        return Status::Ok();
+      });
+    }
     // 2. weights as [K, Cout_pad] in the program's K order, block-diagonal for groups; stored
-    //    o-major wdev_[o*K + k]; converted 16 output channels at a time (one bfp group per K row),
-    //    groups of 16 channels split over the threads.
-    wdev_.assign(static_cast<size_t>(g.O_pad * K_), 0);
-    (void)Parallel(0, g.O_pad / 16, 16 * K_, threads, [&](int64_t j0, int64_t j1) {
-      std::vector<uint32_t> row(16), rowc(16);
-      for (int64_t o0 = j0 * 16; o0 < j1 * 16; o0 += 16) {
-        for (int64_t k = 0; k < K_; ++k) {
-          if (ki_[k] < 0) continue;
-          bool any = false;
-          const int64_t c = kc_[k];
-          for (int t = 0; t < 16; ++t) {
-            const int64_t o = o0 + t;
-            row[t] = 0;
-            if (o >= g.O || c / g.Cg != o / g.Og) continue;
-            row[t] = nx::FloatBits(w[((o * g.Cg + (c - (o / g.Og) * g.Cg)) * g.kh + ki_[k]) * g.kw + kj_[k]]);
-            any |= row[t] != 0;
+    //    o-major wdev_[o*K + k] (zero where K entry k is padding or in another group than column
+    //    o). Per K entry: its group and its offset in an output channel's Cg·kh·kw weights; per
+    //    output channel its group (−2 for a padded channel, which matches no K entry).
+    std::vector<int64_t> kgrp(static_cast<size_t>(K_), -1), koff(static_cast<size_t>(K_), 0), ogrp(static_cast<size_t>(g.O_pad), -2);
+    for (int64_t k = 0; k < K_; ++k) {
+      if (ki_[k] < 0) continue;
+      kgrp[k] = kc_[k] / g.Cg;
+      koff[k] = ((kc_[k] - kgrp[k] * g.Cg) * g.kh + ki_[k]) * g.kw + kj_[k];
+    }
+    for (int64_t o = 0; o < g.O; ++o) ogrp[o] = o / g.Og;
+    auto weight = [&](int64_t o, int64_t k) -> uint32_t {  // fp32 pattern, 0 outside the block diagonal
+      return kgrp[k] == ogrp[o] ? nx::FloatBits(w[o * g.Cg * g.kh * g.kw + koff[k]]) : 0u;
+    };
+    wdev_.resize(static_cast<size_t>(g.O_pad * K_));  // every element is written below
+    if (IsBfp(wdt_)) {
+      // One bfp group per K row and 16 output channels; groups of 16 channels split over the threads.
+      (void)Parallel(0, g.O_pad / 16, 16 * K_ * 16, threads, [&](int64_t j0, int64_t j1) {
+        std::array<uint32_t, 16> row{}, rowc{};
+        for (int64_t o0 = j0 * 16; o0 < j1 * 16; o0 += 16) {
+          for (int64_t k = 0; k < K_; ++k) {
+            bool any = false;
+            for (int t = 0; t < 16; ++t) any |= (row[t] = weight(o0 + t, k)) != 0;
+            if (any) HostConvertGroup(row.data(), 16, wdt_, rowc.data());  // an all-zero group stays zero
+            for (int t = 0; t < 16; ++t)
+              wdev_[(o0 + t) * K_ + k] = any ? nx::MaskSrcOperand(UnpackToSrc(rowc[t], wdt_, fp32_dst_), a_fmt()) : 0u;
           }
-          if (!any) continue;  // an all-zero group stays zero in every format
-          HostConvertGroup(row.data(), 16, wdt_, rowc.data());
-          for (int t = 0; t < 16; ++t)
-            wdev_[(o0 + t) * K_ + k] = nx::MaskSrcOperand(UnpackToSrc(rowc[t], wdt_, fp32_dst_), a_fmt());
         }
-      }
-      return Status::Ok();
-    });
+        return Status::Ok();
+      });
+    } else {
+      // Each value alone: output channels split over the threads, each written contiguously.
+      (void)Parallel(0, g.O_pad, K_ * 16, threads, [&](int64_t o0, int64_t o1) {
+        for (int64_t o = o0; o < o1; ++o) {
+          uint32_t* d = &wdev_[static_cast<size_t>(o * K_)];
+          for (int64_t k = 0; k < K_; ++k) {
+            uint32_t v = weight(o, k), c = 0;
+            HostConvertGroup(&v, 1, wdt_, &c);
+            d[k] = nx::MaskSrcOperand(UnpackToSrc(c, wdt_, fp32_dst_), a_fmt());
+          }
+        }
+        return Status::Ok();
+      });
+    }
     std::vector<uint32_t> row(16), rowc(16);
     // 3. bias row in the weights dtype (prepare_conv_bias_internal: bias_df = weights_df), groups
     //    of 16 output channels, read through SrcB.

@@ -14,6 +14,31 @@ namespace kiln::device::tt_emu {
 
 inline bool IsBfp(DeviceDType d) { return d == DeviceDType::kBFloat8B || d == DeviceDType::kBFloat4B; }
 
+/// Host conversion of one value to a dtype converted value by value (float32: unchanged;
+/// bfloat16: HostFp32ToBf16, §2.1 RNE with NaN → 0x7FC0, widened), written without branches so that
+/// loops over values vectorise (always inlined, also into the AVX clones of conv_engine.cc). bfp
+/// dtypes convert groups: HostConvertGroup.
+[[gnu::always_inline]] inline uint32_t HostConvertValue(uint32_t u, DeviceDType dt) {
+  const uint32_t rne = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  const uint32_t bf16 = numerics::detail::IsNanBits(u) ? 0x7FC00000u : rne;
+  return dt == DeviceDType::kFloat32 ? u : bf16;
+}
+
+/// The packer of one Dst value to bfloat16 without the packer ReLU (§3.1, §3.2), widened: from an
+/// fp32 Dst PackFp32DstToBf16, from a bf16 Dst (its low 16 bits ignored) PackBf16DstToBf16 (NaN →
+/// ±Inf, exponent 0 → +0). Without branches, for loops that vectorise (PackRow, the act tilize;
+/// always inlined, also into the AVX clones of conv_engine.cc).
+[[gnu::always_inline]] inline uint32_t PackBf16Value(uint32_t d, bool fp32_dst) {
+  // fp32 Dst: NaN → ±Inf, add half, then exponent 0 → +0 (PackFp32DstToBf16).
+  const uint32_t f = numerics::detail::IsNanBits(d) ? (d & 0x80000000u) | 0x7F800000u : d;
+  const uint32_t fr = (f + 0x8000u) & 0xFFFF0000u;
+  // bf16 Dst: the high half as it is.
+  const uint32_t b0 = d & 0xFFFF0000u;
+  const uint32_t b = (b0 & 0x7FFFFFFFu) > 0x7F800000u ? (b0 & 0x80000000u) | 0x7F800000u : b0;
+  const uint32_t u = fp32_dst ? fr : b;
+  return (u & 0x7F800000u) == 0 ? 0u : u;
+}
+
 /// Host conversion (tt-metal, before upload) of up to 16 fp32 patterns forming one group to `dt`
 /// (§2.1 RNE / §2.2 bfp): returns the values as the device unpacker reads them (bf16-exact patterns
 /// except for float32).
@@ -24,7 +49,7 @@ inline void HostConvertGroup(const uint32_t* in, int n, DeviceDType dt, uint32_t
       for (int i = 0; i < n; ++i) out[i] = in[i];
       return;
     case DeviceDType::kBFloat16:
-      for (int i = 0; i < n; ++i) out[i] = static_cast<uint32_t>(nx::HostFp32ToBf16(in[i])) << 16;
+      for (int i = 0; i < n; ++i) out[i] = HostConvertValue(in[i], dt);
       return;
     case DeviceDType::kBFloat8B:
     case DeviceDType::kBFloat4B: {
@@ -68,13 +93,10 @@ inline void PackRow(const uint32_t* dst, int64_t n, DeviceDType dt, bool fp32_ds
       if (!fp32_dst) {
         // PackBf16DstToBf16 (and the ReLU) without branches, 16 values a step through a local copy
         // (no aliasing between dst and out to check), so that the compiler vectorises the step.
-        const int32_t relu_mask = relu ? INT32_MIN : 0;
+        const uint32_t relu_mask = relu ? 0x80000000u : 0u;
         auto one = [relu_mask](uint32_t d) -> uint32_t {
-          int32_t u = static_cast<int32_t>(d & 0xFFFF0000u);
-          const int32_t mag = u & 0x7FFF0000;
-          u = mag > 0x7F800000 ? (u & INT32_MIN) | 0x7F800000 : u;  // NaN → ±Inf
-          u = (u & 0x7F800000) == 0 ? 0 : u;                        // exponent 0 → +0
-          return static_cast<uint32_t>((u & relu_mask) != 0 ? 0 : u);  // packer ReLU
+          const uint32_t u = PackBf16Value(d, false);
+          return (u & relu_mask) != 0 ? 0u : u;  // packer ReLU
         };
         int64_t i = 0;
         for (; i + 16 <= n; i += 16) {

@@ -13,12 +13,14 @@
 //  6 Default dtypes: fp32 host weights stay fp32; the output follows the input dtype.
 //  7 SFPU GELU: the LUT form (SfpuGeluApprox), not erf GELU.
 //  10 fp32 input without fp32 Dst: the unpacker truncates fp32 → bf16 (§4), no RNE.
+//  11 Special input patterns (NaN, ±Inf, denormals, ties) through the four act tilizes.
 // (8, device adds, and 9, PCC, are tested with the runtime.) Section numbers (§) cite
 // docs/specs/tt-numerics.md.
 #include <gtest/gtest.h>
 
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <random>
 #include <span>
@@ -59,6 +61,12 @@ std::vector<float> RandFp32(size_t n, std::mt19937& rng, float scale = 1.0f) {
   std::vector<float> v(n);
   for (auto& x : v) x = nd(rng) * scale;
   return v;
+}
+
+std::string Hex(uint32_t v) {
+  char b[16];
+  std::snprintf(b, sizeof b, "0x%08X", v);
+  return b;
 }
 
 uint32_t Bf16Bits(float f) { return static_cast<uint32_t>(nx::HostFp32ToBf16(nx::FloatBits(f))) << 16; }
@@ -489,6 +497,77 @@ TEST(TtEmuDataflow, Fp32InputWithoutFp32DstIsTruncated) {
       EXPECT_EQ(rep.program->act_dtype, out) << rep.blocking;
     }
   EXPECT_GT(differ_from_rne, 8) << "truncating and rounding the fp32 inputs should differ on these inputs";
+}
+
+// ---------------------------------------------------------------------------------------------
+// 11. The host conversion and act tilize of special input patterns (NaN, ±Inf, denormals, ±0, RNE
+// ties and the RNE overflow to Inf), which the conv engine converts value by value without
+// branches (conv_engine.cc, TilizeValue): a 1x1 conv of one pixel whose weights are the identity,
+// so each output column carries one tilized activation through an exact HiFi4 MVMUL chain. Four
+// tilizes: bf16 input (host RNE, then the bf16 pack), fp32 input without fp32 Dst (unpacker
+// truncation), fp32 input with fp32 Dst and a bf16 act (the packer's rounding from an fp32 Dst),
+// and the matmul path (the unpacker alone: Tf32).
+TEST(TtEmuDataflow, SpecialActivationPatternsTilizeValueByValue) {
+  const uint32_t special[] = {0x7FC00000u, 0xFFC00001u, 0x7F800001u, 0x7F800000u, 0xFF800000u, 0x00000001u,
+                              0x807FFFFFu, 0x80000000u, 0x00000000u, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x3F808000u,
+                              0x3F818000u, 0x3F80FFFFu, 0xBF817FFFu, 0x00800000u, 0x80FFFFFFu, 0x3F800001u,
+                              0x7F7F8000u, 0x00FF8000u, 0x3FFFFFFFu, 0xC0000001u};
+  std::mt19937 rng(1111);
+  std::vector<float> xs = RandFp32(32, rng, 3.0f), ws(32 * 32, 0.0f);
+  for (size_t k = 0; k < std::size(special); ++k) xs[k] = nx::BitsFloat(special[k]);
+  for (int o = 0; o < 32; ++o) ws[static_cast<size_t>(o * 33)] = 1.0f;
+  Tensor xt = MakeTensor({1, 32, 1, 1}, xs), wt = MakeTensor({32, 32, 1, 1}, ws);
+  struct Config {
+    const char* name;
+    DT input, act;
+    bool fp32_dst, matmul;
+  };
+  const Config configs[] = {{"bf16 input", kBf16, kBf16, false, false},
+                            {"fp32 input, bf16 Dst", kFp32, kBf16, false, false},
+                            {"fp32 input, fp32 Dst, bf16 act", kFp32, kBf16, true, false},
+                            {"fp32 input, matmul", kFp32, kFp32, true, true}};
+  std::vector<std::vector<uint32_t>> tilized;
+  for (const Config& c : configs) {
+    PrecisionConfig p;
+    p.math_fidelity = MF::kHiFi4;
+    p.input_dtype = c.input;
+    p.weights_dtype = kBf16;
+    p.output_dtype = c.act;
+    p.fp32_dest_acc_en = c.fp32_dst;
+    p.shard_layout = ShardLayout::kHeight;
+    Conv2dParams cp;
+    if (!c.matmul) cp.strides = {2, 2};
+    OpReport rep;
+    auto y = tt_emu::Conv2d(xt, wt, nullptr, cp, p, tt_emu::EmuLevel::kExact, nullptr, &rep);
+    ASSERT_TRUE(y.ok()) << c.name << ": " << y.status().ToString();
+    ASSERT_TRUE(rep.program.has_value());
+    ASSERT_EQ(rep.program->path, c.matmul ? "matmul" : "conv2d") << c.name;
+    ASSERT_EQ(rep.program->act_dtype, c.act) << c.name;
+    std::vector<uint32_t> xk(32);
+    std::vector<std::vector<uint32_t>> wk(32, std::vector<uint32_t>(32, 0u));
+    for (int k = 0; k < 32; ++k) {
+      const uint32_t u = nx::FloatBits(xs[static_cast<size_t>(k)]);
+      if (c.matmul) {
+        xk[k] = nx::UnpackFp32ToTf32(u);  // §4 with an fp32 Dst
+      } else if (c.input == kBf16) {
+        xk[k] = static_cast<uint32_t>(nx::PackBf16DstToBf16(nx::HostFp32ToBf16(u))) << 16;  // §2.1, §3.2
+      } else if (!c.fp32_dst) {
+        xk[k] = static_cast<uint32_t>(nx::PackBf16DstToBf16(nx::UnpackFp32ToBf16(u))) << 16;  // §4, §3.2
+      } else {
+        xk[k] = static_cast<uint32_t>(nx::PackFp32DstToBf16(u)) << 16;  // §3.1
+      }
+      wk[static_cast<size_t>(k)][static_cast<size_t>(k)] = 0x3F800000u;
+    }
+    tilized.push_back(xk);
+    const nx::FpuConfig cfg{c.fp32_dst, nx::Arch::kWormholeB0, nx::SrcFormat::kBf16,
+                            c.act == kFp32 && c.fp32_dst ? nx::SrcFormat::kTf32 : nx::SrcFormat::kBf16};
+    const auto want = ChainBlocks(wk, xk, {0, 32}, c.act, c.act, true, MF::kHiFi4, cfg);
+    for (int o = 0; o < 32; ++o)
+      ASSERT_EQ(Hex(nx::FloatBits(y->data<float>()[o])), Hex(want[static_cast<size_t>(o)]))
+          << c.name << ", input pattern " << Hex(nx::FloatBits(xs[static_cast<size_t>(o)])) << "; " << rep.blocking;
+  }
+  // The four tilizes differ on these patterns (e.g. 0x7F7FFFFF: Inf after RNE, 0x7F7F after truncation).
+  for (size_t i = 1; i < tilized.size(); ++i) EXPECT_NE(tilized[i], tilized[i - 1]) << configs[i].name;
 }
 
 }  // namespace
