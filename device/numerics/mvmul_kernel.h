@@ -53,6 +53,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/memory.h"
 #include "common/status.h"
 #include "device/numerics/formats.h"
 #include "device/numerics/fpu.h"
@@ -91,7 +92,8 @@ struct PreparedSrcA {
   int variants = 0;       ///< 1 (LoFi) or 2
   int rows = 0;           ///< 64-byte rows per block and k: 1 + variants
   int phases = 0;         ///< NumPhases of the fidelity prepared for
-  std::vector<int8_t> lanes;      ///< [cols/32][K][rows][64], see above
+  /// [cols/32][K][rows][64], see above; 64-byte aligned, so that every row is one cache line.
+  std::vector<int8_t, AlignedAllocator<int8_t, 64>> lanes;
   std::vector<uint8_t> group_nz;  ///< [cols/32][K/8]: bit l set if any of the block's 32 columns has a
                                   ///< non-zero operand in lane l of the 8-lane group (K index 8q + l)
   /// Bytes held by the prepared operands.
