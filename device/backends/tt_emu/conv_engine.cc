@@ -107,41 +107,64 @@ Status Parallel(int64_t m0, int64_t m1, int64_t per_row, int threads, const Fn& 
 // unpacker alone (UnpackToSrc); otherwise the tilize unpacks to Dst and packs into bf16 (a bfp act
 // dtype on the conv path is tilized per row, Engine::TilizeRow): an fp32 input is truncated to
 // bf16 by the unpacker without fp32 Dst (§4), kept with it and rounded by the packer (§3.1); then
-// the SrcB operand mask. The choices are made once per conv (Engine::Tilize, each a mask of ~0u
-// for true and 0 for false); TilizeValue computes every candidate and selects, without branches,
-// so that ConvertActivationPlanes vectorises.
+// the SrcB operand mask. The choices are made once per conv (Engine::Tilize); TilizeValue
+// computes every candidate and selects, without branches, so that ConvertActivationTile
+// vectorises.
 struct TilizeChoice {
-  uint32_t unpack_only, truncate, pack_fp32_dst, act_fp32, unpack_fp32_dst;
+  bool unpack_only, truncate, pack_fp32_dst, fp32_dst;
+  DeviceDType act_dt;
   uint32_t keep;  // MaskSrcOperand of the SrcB format (an AND)
 };
-[[gnu::always_inline]] inline uint32_t Select(uint32_t mask, uint32_t a, uint32_t b) { return (a & mask) | (b & ~mask); }
 [[gnu::always_inline]] inline uint32_t TilizeValue(uint32_t v, const TilizeChoice& t) {
-  const uint32_t bf16 = ((v & 0x7FFFFFFFu) < 0x800000u ? v & 0x80000000u : v) & 0xFFFF0000u;  // UnpackFp32ToBf16
-  const uint32_t unpacked = Select(t.act_fp32, Select(t.unpack_fp32_dst, v & 0xFFFFE000u, bf16), v);  // UnpackToSrc
-  const uint32_t packed = PackBf16Value(Select(t.truncate, bf16, v), t.pack_fp32_dst != 0);
-  return Select(t.unpack_only, unpacked, packed) & t.keep;
+  const uint32_t unpacked = UnpackToSrc(v, t.act_dt, t.fp32_dst);
+  const uint32_t d = SelectBits(t.truncate, static_cast<uint32_t>(nx::UnpackFp32ToBf16(v)) << 16, v);
+  return SelectBits(t.unpack_only, unpacked, PackBf16Value(d, t.pack_fp32_dst)) & t.keep;
 }
 
 // Host conversion to a dtype converted value by value (float32 or bfloat16: HostConvertValue),
-// then, unless the act is tilized per row, TilizeValue: n values of each of C planes (x[c * plane
-// + i], i < n) into out[c * n + i]. Compiled for AVX-512 and AVX2 besides the baseline (GCC
-// function multiversioning, chosen once when the program loads); integer selects only, so every
-// clone gives the same bits.
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) void ConvertActivationPlanes(
+// then, unless the act is tilized per row, TilizeValue, of n pixels of C channels: x[c * plane + i]
+// (NCHW) into dst[i * C + c] (NHWC), through tmp[c * n + i] (C · n values): contiguous reads and
+// conversion first, then the transposition from L1. Compiled for AVX-512 and AVX2 besides the
+// baseline (GCC function multiversioning, chosen once when the program loads); integer selects
+// and moves only, so every clone gives the same bits.
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) void ConvertActivationTile(
     const float* __restrict x, int64_t plane, int64_t C, int64_t n, bool fp32_input, bool per_row_tilize,
-    const TilizeChoice& choice, uint32_t* __restrict out) {
+    const TilizeChoice& choice, uint32_t* __restrict tmp, uint32_t* __restrict dst) {
   const TilizeChoice t = choice;
-  const uint32_t in_fp32 = fp32_input ? ~0u : 0u, per_row = per_row_tilize ? ~0u : 0u;
+  const DeviceDType in_dt = fp32_input ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
   for (int64_t c = 0; c < C; ++c) {
     const float* xs = x + c * plane;
-    uint32_t* d = out + c * n;
+    uint32_t* d = tmp + c * n;
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
       uint32_t u;
       std::memcpy(&u, &xs[i], sizeof u);
-      const uint32_t h = Select(in_fp32, u, HostConvertValue(u, DeviceDType::kBFloat16));
-      d[i] = Select(per_row, h, TilizeValue(h, t));
+      const uint32_t h = HostConvertValue(u, in_dt);
+      d[i] = SelectBits(per_row_tilize, h, TilizeValue(h, t));
     }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t* d = dst + i * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) d[c] = tmp[c * n + i];
+  }
+}
+
+// The weights of one output channel in the program's K order, for a weights dtype converted
+// value by value (float32 or bfloat16): out[k] = the SrcA operand of w[koff[k]] where kgrp[k] ==
+// group (the channel's group), else 0: host conversion (HostConvertValue), the unpacker
+// (UnpackToSrc: a float32 value as Tf32 with an fp32 Dst, truncated to bf16 without) and the
+// operand mask `keep`. Branch-free and multiversioned as ConvertActivationTile.
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) void ConvertWeightRow(
+    const float* __restrict w, const int32_t* __restrict koff, const int32_t* __restrict kgrp, int32_t group,
+    int64_t K, bool fp32_weights, bool fp32_dst, uint32_t keep, uint32_t* __restrict out) {
+  const DeviceDType dt = fp32_weights ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
+#pragma omp simd
+  for (int64_t k = 0; k < K; ++k) {
+    uint32_t u;
+    std::memcpy(&u, &w[koff[k]], sizeof u);  // koff[k] = 0 for a K entry outside every group
+    const uint32_t src = UnpackToSrc(HostConvertValue(u, dt), dt, fp32_dst) & keep;
+    out[k] = SelectBits(kgrp[k] == group, src, 0u);
   }
 }
 
@@ -194,9 +217,8 @@ class Engine {
   // Element tilize of one input-dtype value into the act dtype and its SrcB operand (TilizeValue).
   TilizeChoice Tilize() const {
     const bool in_fp32 = p_.input_dtype == DeviceDType::kFloat32;
-    auto m = [](bool b) { return b ? ~0u : 0u; };
-    return {m(prog_.path == ConvProgramPath::kMatmul || act_dt_ == DeviceDType::kFloat32), m(in_fp32 && !fp32_dst_),
-            m(in_fp32 && fp32_dst_), m(act_dt_ == DeviceDType::kFloat32), m(fp32_dst_), nx::MaskSrcOperand(~0u, b_fmt())};
+    return {prog_.path == ConvProgramPath::kMatmul || act_dt_ == DeviceDType::kFloat32, in_fp32 && !fp32_dst_,
+            in_fp32 && fp32_dst_, fp32_dst_, act_dt_, nx::MaskSrcOperand(~0u, b_fmt())};
   }
   uint32_t TilizeElement(uint32_t v) const { return TilizeValue(v, Tilize()); }
 
@@ -206,7 +228,7 @@ class Engine {
     // 1. activations: host conversion (§2), then (unless tilized per row) the per-element tilize
     //    + unpack. A bfp input dtype converts 16 channels of a pixel as one group; the other input
     //    dtypes convert each value alone, so those run in tiles of 64 pixels, channel by channel
-    //    (ConvertActivationPlanes: contiguous NCHW reads), then transposed into the NHWC image (the
+    //    (ConvertActivationTile: contiguous NCHW reads), then transposed into the NHWC image (the
     //    tile stays in L1). Pixels are independent: split over the threads.
     const int64_t HW = g.H * g.W;
     xdev_.resize(static_cast<size_t>(g.N * HW * g.C));  // every element is written below
@@ -231,11 +253,8 @@ class Engine {
         std::vector<uint32_t> dev(static_cast<size_t>(g.C * kPix));  // [c][pixel] of one tile
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t n = t / tiles, s0 = t % tiles * kPix, ns = std::min(kPix, HW - s0);
-          ConvertActivationPlanes(x + n * g.C * HW + s0, HW, g.C, ns, p_.input_dtype == DeviceDType::kFloat32,
-                                  per_row_tilize_, tc, dev.data());
-          uint32_t* dst = &xdev_[static_cast<size_t>((n * HW + s0) * g.C)];
-          for (int64_t i = 0; i < ns; ++i)
-            for (int64_t c = 0; c < g.C; ++c) dst[i * g.C + c] = dev[static_cast<size_t>(c * ns + i)];
+          ConvertActivationTile(x + n * g.C * HW + s0, HW, g.C, ns, p_.input_dtype == DeviceDType::kFloat32,
+                                per_row_tilize_, tc, dev.data(), &xdev_[static_cast<size_t>((n * HW + s0) * g.C)]);
         }
         return Status::Ok();
       });
@@ -244,13 +263,13 @@ class Engine {
     //    o-major wdev_[o*K + k] (zero where K entry k is padding or in another group than column
     //    o). Per K entry: its group and its offset in an output channel's Cg·kh·kw weights; per
     //    output channel its group (−2 for a padded channel, which matches no K entry).
-    std::vector<int64_t> kgrp(static_cast<size_t>(K_), -1), koff(static_cast<size_t>(K_), 0), ogrp(static_cast<size_t>(g.O_pad), -2);
+    std::vector<int32_t> kgrp(static_cast<size_t>(K_), -1), koff(static_cast<size_t>(K_), 0), ogrp(static_cast<size_t>(g.O_pad), -2);
     for (int64_t k = 0; k < K_; ++k) {
       if (ki_[k] < 0) continue;
-      kgrp[k] = kc_[k] / g.Cg;
-      koff[k] = ((kc_[k] - kgrp[k] * g.Cg) * g.kh + ki_[k]) * g.kw + kj_[k];
+      kgrp[k] = static_cast<int32_t>(kc_[k] / g.Cg);
+      koff[k] = static_cast<int32_t>(((kc_[k] - kgrp[k] * g.Cg) * g.kh + ki_[k]) * g.kw + kj_[k]);
     }
-    for (int64_t o = 0; o < g.O; ++o) ogrp[o] = o / g.Og;
+    for (int64_t o = 0; o < g.O; ++o) ogrp[o] = static_cast<int32_t>(o / g.Og);
     auto weight = [&](int64_t o, int64_t k) -> uint32_t {  // fp32 pattern, 0 outside the block diagonal
       return kgrp[k] == ogrp[o] ? nx::FloatBits(w[o * g.Cg * g.kh * g.kw + koff[k]]) : 0u;
     };
@@ -272,15 +291,11 @@ class Engine {
       });
     } else {
       // Each value alone: output channels split over the threads, each written contiguously.
-      (void)Parallel(0, g.O_pad, K_ * 16, threads, [&](int64_t o0, int64_t o1) {
-        for (int64_t o = o0; o < o1; ++o) {
-          uint32_t* d = &wdev_[static_cast<size_t>(o * K_)];
-          for (int64_t k = 0; k < K_; ++k) {
-            uint32_t v = weight(o, k), c = 0;
-            HostConvertGroup(&v, 1, wdt_, &c);
-            d[k] = nx::MaskSrcOperand(UnpackToSrc(c, wdt_, fp32_dst_), a_fmt());
-          }
-        }
+      (void)Parallel(0, g.O_pad, K_ * 4, threads, [&](int64_t o0, int64_t o1) {
+        for (int64_t o = o0; o < o1; ++o)
+          ConvertWeightRow(w + std::min(o, g.O - 1) * g.Cg * g.kh * g.kw, koff.data(), kgrp.data(), ogrp[o], K_,
+                           wdt_ == DeviceDType::kFloat32, fp32_dst_, nx::MaskSrcOperand(~0u, a_fmt()),
+                           &wdev_[static_cast<size_t>(o * K_)]);
         return Status::Ok();
       });
     }

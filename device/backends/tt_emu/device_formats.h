@@ -14,6 +14,13 @@ namespace kiln::device::tt_emu {
 
 inline bool IsBfp(DeviceDType d) { return d == DeviceDType::kBFloat8B || d == DeviceDType::kBFloat4B; }
 
+/// c ? a : b as bit operations: GCC's vectoriser takes these where a condition that does not
+/// depend on the values (a dtype, an fp32 Dst) stops it (the per-value helpers below).
+[[gnu::always_inline]] inline uint32_t SelectBits(bool c, uint32_t a, uint32_t b) {
+  const uint32_t m = 0u - static_cast<uint32_t>(c);
+  return (a & m) | (b & ~m);
+}
+
 /// Host conversion of one value to a dtype converted value by value (float32: unchanged;
 /// bfloat16: HostFp32ToBf16, §2.1 RNE with NaN → 0x7FC0, widened), written without branches so that
 /// loops over values vectorise (always inlined, also into the AVX clones of conv_engine.cc). bfp
@@ -21,7 +28,7 @@ inline bool IsBfp(DeviceDType d) { return d == DeviceDType::kBFloat8B || d == De
 [[gnu::always_inline]] inline uint32_t HostConvertValue(uint32_t u, DeviceDType dt) {
   const uint32_t rne = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
   const uint32_t bf16 = numerics::detail::IsNanBits(u) ? 0x7FC00000u : rne;
-  return dt == DeviceDType::kFloat32 ? u : bf16;
+  return SelectBits(dt == DeviceDType::kFloat32, u, bf16);
 }
 
 /// The packer of one Dst value to bfloat16 without the packer ReLU (§3.1, §3.2), widened: from an
@@ -35,7 +42,7 @@ inline bool IsBfp(DeviceDType d) { return d == DeviceDType::kBFloat8B || d == De
   // bf16 Dst: the high half as it is.
   const uint32_t b0 = d & 0xFFFF0000u;
   const uint32_t b = (b0 & 0x7FFFFFFFu) > 0x7F800000u ? (b0 & 0x80000000u) | 0x7F800000u : b0;
-  const uint32_t u = fp32_dst ? fr : b;
+  const uint32_t u = SelectBits(fp32_dst, fr, b);
   return (u & 0x7F800000u) == 0 ? 0u : u;
 }
 
@@ -64,11 +71,13 @@ inline void HostConvertGroup(const uint32_t* in, int n, DeviceDType dt, uint32_t
 }
 
 /// A stored value of format `dt` unpacked into a Src register (§4): float32 as tf32 with an fp32
-/// Dst, truncated to bf16 without; bf16 / unpacked bfp values are bf16-exact already.
-inline uint32_t UnpackToSrc(uint32_t v, DeviceDType dt, bool fp32_dst) {
+/// Dst, truncated to bf16 without; bf16 / unpacked bfp values are bf16-exact already. Selects
+/// without branches (always inlined, also into the AVX clones of conv_engine.cc), so that loops
+/// over values vectorise.
+[[gnu::always_inline]] inline uint32_t UnpackToSrc(uint32_t v, DeviceDType dt, bool fp32_dst) {
   namespace nx = kiln::numerics;
-  if (dt != DeviceDType::kFloat32) return v;
-  return fp32_dst ? nx::UnpackFp32ToTf32(v) : static_cast<uint32_t>(nx::UnpackFp32ToBf16(v)) << 16;
+  const uint32_t bf16 = static_cast<uint32_t>(nx::UnpackFp32ToBf16(v)) << 16;
+  return SelectBits(dt == DeviceDType::kFloat32, SelectBits(fp32_dst, nx::UnpackFp32ToTf32(v), bf16), v);
 }
 
 /// The Src ALU format of an operand stored as `dt` (Tf32 only for float32 with an fp32 Dst).
