@@ -432,7 +432,7 @@ KILN_AVX512 void MvmulStep(const Term& t0, const Term& t1, DstBlock* s, const Ph
   if (__builtin_expect(odd != 0, 0)) FixRareColumns(Xn, e_lo, e_hi, odd, pc, c, s);
 }
 
-template <int kRows, bool kFp32Dst, bool kWormhole>
+template <int kRows, bool kFp32Dst, bool kWormhole, bool kOnePhase>
 __attribute__((target("avx512f,avx512bw"))) void RunAvx512T(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0,
                                                             int64_t k1, int64_t o0, int64_t o1, int p0, int p1,
                                                             uint32_t* dst) {
@@ -471,26 +471,41 @@ __attribute__((target("avx512f,avx512bw"))) void RunAvx512T(const PreparedSrcA& 
       MvmulStep<kFp32Dst, kWormhole, false>(t, t, &st, pc, cc);
       fixed = true;
     };
-    for (int64_t t0 = k0; t0 < k1; t0 += 32) {
-      if (p1 - p0 == 1) {  // one phase: no multipliers kept across phases
-        for (int h = 0; h < 4; h += 2) {
-          const int64_t q = t0 / 8 + h;
-          const unsigned live0 = wnz[q] & b.nz_mask[static_cast<size_t>(q)];
-          const unsigned live1 = wnz[q + 1] & b.nz_mask[static_cast<size_t>(q + 1)];
-          if (live0 == 0 && live1 == 0) {
-            mvmul(true, Term{}, Term{});
-            continue;
-          }
-          if (live0 == 0 || live1 == 0) {
-            mvmul1(SinglePhaseTerm<kRows>(ablk, b, live0 == 0 ? q + 1 : q, live0 | live1, p0, pc.nadj));
-            continue;
-          }
-          const Term ta = SinglePhaseTerm<kRows>(ablk, b, q, live0, p0, pc.nadj);
-          const Term tb = SinglePhaseTerm<kRows>(ablk, b, q + 1, live1, p0, pc.nadj);
-          mvmul(false, ta, tb);
+    if constexpr (kOnePhase) {
+      // One phase (no multipliers kept across phases), software-pipelined by one MVMUL: the group
+      // terms of MVMUL i + 1 come before MVMUL i's combine in program order, so that the combine's
+      // dependent chain issues beside independent lane work (c64 LoFi, one thread: 21.0 -> 21.4
+      // GMAC/s; the same for the phase loop below was slower). The combines run in the same order,
+      // so nothing changes in the result. Pending kinds: 0 two zero groups, 1 one group's term
+      // (ta), 2 both groups (ta, tb), −1 none.
+      int pending = -1;
+      Term ta{}, tb{};
+      auto flush = [&]() KILN_AVX512_LAMBDA {
+        if (pending == 0) mvmul(true, Term{}, Term{});
+        else if (pending == 1) mvmul1(ta);
+        else if (pending == 2) mvmul(false, ta, tb);
+      };
+      for (int64_t q = k0 / 8; q < k1 / 8; q += 2) {
+        const unsigned live0 = wnz[q] & b.nz_mask[static_cast<size_t>(q)];
+        const unsigned live1 = wnz[q + 1] & b.nz_mask[static_cast<size_t>(q + 1)];
+        Term na{}, nb{};
+        int kind = 0;
+        if (live0 != 0 && live1 != 0) {
+          na = SinglePhaseTerm<kRows>(ablk, b, q, live0, p0, pc.nadj);
+          nb = SinglePhaseTerm<kRows>(ablk, b, q + 1, live1, p0, pc.nadj);
+          kind = 2;
+        } else if ((live0 | live1) != 0) {
+          na = SinglePhaseTerm<kRows>(ablk, b, live0 == 0 ? q + 1 : q, live0 | live1, p0, pc.nadj);
+          kind = 1;
         }
-        continue;
+        flush();
+        pending = kind;
+        ta = na;
+        tb = nb;
       }
+      flush();
+    }
+    for (int64_t t0 = k0; t0 < k1 && !kOnePhase; t0 += 32) {  // several phases: a separate instantiation
       for (int i = 0; i < 4; ++i) {
         const int64_t q = t0 / 8 + i;
         const unsigned live = wnz[q] & b.nz_mask[static_cast<size_t>(q)];
@@ -670,12 +685,18 @@ __attribute__((target("avx512f,avx512bw"))) void AddIntoDstRowAvx512(const float
 
 void RunAvx512(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
                int p1, bool fp32_dst, Arch arch, uint32_t* dst) {
-  // One instantiation per SrcA layout, Dst format and arch, so the inner loops carry no tests.
+  // One instantiation per SrcA layout, Dst format, arch and phase count (one, or several: a LoFi
+  // layout only ever runs one), so the inner loops carry no tests and each loop is compiled alone.
   using Fn = void (*)(const PreparedSrcA&, const PreparedSrcB&, int64_t, int64_t, int64_t, int64_t, int, int, uint32_t*);
-  static constexpr Fn kFns[2][2][2] = {
-      {{RunAvx512T<2, false, false>, RunAvx512T<2, false, true>}, {RunAvx512T<2, true, false>, RunAvx512T<2, true, true>}},
-      {{RunAvx512T<3, false, false>, RunAvx512T<3, false, true>}, {RunAvx512T<3, true, false>, RunAvx512T<3, true, true>}}};
-  kFns[a.rows == 3][fp32_dst][arch == Arch::kWormholeB0](a, b, k0, k1, o0, o1, p0, p1, dst);
+  static constexpr Fn kFns[3][2][2] = {
+      {{RunAvx512T<2, false, false, true>, RunAvx512T<2, false, true, true>},
+       {RunAvx512T<2, true, false, true>, RunAvx512T<2, true, true, true>}},
+      {{RunAvx512T<3, false, false, true>, RunAvx512T<3, false, true, true>},
+       {RunAvx512T<3, true, false, true>, RunAvx512T<3, true, true, true>}},
+      {{RunAvx512T<3, false, false, false>, RunAvx512T<3, false, true, false>},
+       {RunAvx512T<3, true, false, false>, RunAvx512T<3, true, true, false>}}};
+  const int layout = a.rows == 2 ? 0 : p1 - p0 == 1 ? 1 : 2;
+  kFns[layout][fp32_dst][arch == Arch::kWormholeB0](a, b, k0, k1, o0, o1, p0, p1, dst);
 }
 
 }  // namespace kiln::numerics::mvmul_detail
