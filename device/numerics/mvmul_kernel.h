@@ -43,10 +43,12 @@
 // may run on different threads at once, and a column's result does not depend on how columns or
 // rows are split between calls or threads.
 //
-// Speed (bench/tt_emu/RESULTS.md): on the AVX-512 path, per core, 10.9–19.6 GMAC/s at LoFi and
-// 3.0–7.3 at HiFi4 with a bf16 Dst on the K blocks of a 64→64 3×3 conv (kiln_mvmul_kernel_bench,
-// runs of 2026-12-02 on a shared 2-core AMD VM, busy to quiet). About 44 % of a LoFi MVMUL's time is
-// the combine with Dst and 43 % the lanes (RESULTS.md, "The exact kernel's bounds").
+// Speed (bench/tt_emu/RESULTS.md): on the AVX-512 path, per core, up to 24.7 GMAC/s at LoFi and
+// 7.9 at HiFi4 with a bf16 Dst on the K blocks of a 64→64 3×3 conv (kiln_mvmul_kernel_bench, a quiet
+// run of 2026-12-02 on a shared 2-core AMD Zen 5 VM; busy runs measure less). About 44 % of a LoFi
+// MVMUL's time is the combine with Dst and 43 % the lanes (RESULTS.md, "The exact kernel's bounds").
+// PreparedSrcA's lanes are 64-byte aligned: with malloc's 16-byte alignment most of the 512-bit row
+// loads straddled two cache lines (RESULTS.md, "The SrcA lanes' alignment").
 #pragma once
 
 #include <cstddef>
