@@ -504,7 +504,11 @@ class Engine {
     const bool l1_tail = l1acc_ && !has_bias_ && b == k_.num_blocks() - 1;
     const bool from_zero = b == 0 || (l1acc_ && !l1_tail);
     const DeviceDType l1_dt = fp32_dst_ ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
-    for (int64_t o = 0; o < nc; ++o) dst[o] = from_zero ? 0u : l1_tail ? Reload(l1[o], l1_dt) : Reload(part[o], part_dt_);
+    if (from_zero) {
+      std::fill(dst, dst + nc, 0u);
+      return;
+    }
+    for (int64_t o = 0; o < nc; ++o) dst[o] = l1_tail ? Reload(l1[o], l1_dt) : Reload(part[o], part_dt_);
   }
 
   // After block b: Dst into the L1 accumulator or packed to the partials CB (none after the last
