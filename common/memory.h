@@ -21,9 +21,11 @@ namespace kiln {
 /// An allocator whose storage starts at a multiple of kAlign bytes (operator new with
 /// std::align_val_t), for vectors read with wide loads: a 64-byte row of a 64-aligned vector is one
 /// cache line, where malloc's 16-byte alignment splits most 512-bit loads over two lines
-/// (device/numerics/mvmul_kernel.h, PreparedSrcA::lanes: 13 % of a conv's exact time).
+/// (device/numerics/mvmul_kernel.h, PreparedSrcA::lanes: aligned, c64 exact LoFi ran 14 % faster;
+/// bench/tt_emu/RESULTS.md, "The SrcA lanes' alignment").
 template <typename T, std::size_t kAlign>
 struct AlignedAllocator {
+  static_assert(kAlign >= alignof(T) && (kAlign & (kAlign - 1)) == 0, "a power of two, at least T's alignment");
   using value_type = T;
   template <typename U>
   struct rebind {
@@ -34,7 +36,10 @@ struct AlignedAllocator {
   AlignedAllocator(const AlignedAllocator<U, kAlign>&) noexcept {}  // NOLINT: rebinding converts implicitly
   T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{kAlign})); }
   void deallocate(T* p, std::size_t n) noexcept { ::operator delete(p, n * sizeof(T), std::align_val_t{kAlign}); }
-  friend bool operator==(const AlignedAllocator&, const AlignedAllocator&) { return true; }
+  template <typename U>
+  bool operator==(const AlignedAllocator<U, kAlign>&) const noexcept {  // stateless: all equal
+    return true;
+  }
 };
 
 /// The limit in a cgroup v2 `memory.max` or v1 `memory.limit_in_bytes` file's text; nullopt for

@@ -686,7 +686,9 @@ __attribute__((target("avx512f,avx512bw"))) void AddIntoDstRowAvx512(const float
 void RunAvx512(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
                int p1, bool fp32_dst, Arch arch, uint32_t* dst) {
   // One instantiation per SrcA layout, Dst format, arch and phase count (one, or several: a LoFi
-  // layout only ever runs one), so the inner loops carry no tests and each loop is compiled alone.
+  // layout only ever runs one, as RunKBlockPhases refuses more phases than the operands were
+  // prepared for and returns before an empty range), so the inner loops carry no tests and each
+  // loop is compiled alone.
   using Fn = void (*)(const PreparedSrcA&, const PreparedSrcB&, int64_t, int64_t, int64_t, int64_t, int, int, uint32_t*);
   static constexpr Fn kFns[3][2][2] = {
       {{RunAvx512T<2, false, false, true>, RunAvx512T<2, false, true, true>},

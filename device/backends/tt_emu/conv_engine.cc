@@ -15,6 +15,7 @@
 
 #include <dnnl.hpp>
 
+#include "common/memory.h"
 #include "device/backends/tt_emu/device_formats.h"
 #include "device/numerics/formats.h"
 #include "device/numerics/fpu.h"
@@ -176,19 +177,22 @@ struct KRun {
 };
 
 // Im2colRow's copies for a row whose taps all fall inside the input: out[run.k0 + i] =
-// base[run.off + i]. Multiversioned as ConvertActivationTile, so that a run of 64 channels is four
-// 64-byte moves on AVX-512 (the baseline build moves 16 bytes at a time), and kept from becoming
-// memcpy calls (no-tree-loop-distribute-patterns: a libc call per run costs more than the copy).
-// With the row 64-byte aligned, PrepareSrcBRow's 64-byte loads then read whole stored vectors
-// (c64 exact LoFi, one thread: im2col and PrepareSrcBRow together 20 % faster).
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"), optimize("no-tree-loop-distribute-patterns")))
-void CopyRuns(const uint32_t* __restrict base, const KRun* runs, size_t nruns, uint32_t* __restrict out) {
+// base[run.off + i] & keep, where `keep` changes no value: the SrcB operand mask where the image
+// holds SrcB operands already (Prepare), all ones where the row is tilized afterwards. The AND keeps
+// GCC from turning the loop into a memcpy call per run, which costs more than the copy. Multiversioned as ConvertActivationTile, so that 16 words are one 64-byte
+// move on AVX-512 (16 bytes on the baseline build). With the row 64-byte aligned, PrepareSrcBRow's
+// 64-byte loads then read whole stored vectors (c64 exact LoFi, one thread: im2col and
+// PrepareSrcBRow together 20 % faster than 16-byte moves).
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) void CopyRuns(const uint32_t* __restrict base,
+                                                                                const KRun* runs, size_t nruns,
+                                                                                uint32_t keep,
+                                                                                uint32_t* __restrict out) {
   for (size_t r = 0; r < nruns; ++r) {
     const uint32_t* src = base + runs[r].off;
     uint32_t* d = out + runs[r].k0;
     const int64_t len = runs[r].len;
 #pragma omp simd
-    for (int64_t i = 0; i < len; ++i) d[i] = src[i];
+    for (int64_t i = 0; i < len; ++i) d[i] = src[i] & keep;
   }
 }
 
@@ -238,13 +242,12 @@ class Engine {
     for (KRun& r : runs_) r.off = (r.i * g.dh * g.W + r.j * g.dw) * g.C + r.c0;
   }
 
-  // Element tilize of one input-dtype value into the act dtype and its SrcB operand (TilizeValue).
+  // The choices of the act tilize for this conv (TilizeValue).
   TilizeChoice Tilize() const {
     const bool in_fp32 = p_.input_dtype == DeviceDType::kFloat32;
     return {prog_.path == ConvProgramPath::kMatmul || act_dt_ == DeviceDType::kFloat32, in_fp32 && !fp32_dst_,
             in_fp32 && fp32_dst_, fp32_dst_, act_dt_, nx::MaskSrcOperand(~0u, b_fmt())};
   }
-  uint32_t TilizeElement(uint32_t v) const { return TilizeValue(v, Tilize()); }
 
   void Prepare(const float* x, const float* w, const float* bias, int threads) {
     const EmuGeometry& g = g_;
@@ -259,13 +262,14 @@ class Engine {
     if (IsBfp(p_.input_dtype)) {
       (void)Parallel(0, g.N * HW, C16 * 16, threads, [&](int64_t p0, int64_t p1) {
         std::vector<uint32_t> pix(static_cast<size_t>(C16)), conv(pix.size());
+        const TilizeChoice tc = Tilize();
         for (int64_t p = p0; p < p1; ++p) {
           const int64_t n = p / HW, s = p % HW;
           std::fill(pix.begin(), pix.end(), 0u);
           for (int64_t c = 0; c < g.C; ++c) pix[c] = nx::FloatBits(x[(n * g.C + c) * HW + s]);
           for (int64_t c0 = 0; c0 < C16; c0 += 16) HostConvertGroup(&pix[c0], 16, p_.input_dtype, &conv[c0]);
           uint32_t* dst = &xdev_[static_cast<size_t>(p * g.C)];
-          for (int64_t c = 0; c < g.C; ++c) dst[c] = per_row_tilize_ ? conv[c] : TilizeElement(conv[c]);
+          for (int64_t c = 0; c < g.C; ++c) dst[c] = per_row_tilize_ ? conv[c] : TilizeValue(conv[c], tc);
         }
         return Status::Ok();
       });
@@ -317,6 +321,7 @@ class Engine {
       // Each value alone: output channels split over the threads, each written contiguously.
       (void)Parallel(0, g.O_pad, K_ * 4, threads, [&](int64_t o0, int64_t o1) {
         for (int64_t o = o0; o < o1; ++o)
+          // A padded channel (o >= O) reads channel O − 1's weights, which its group −2 discards.
           ConvertWeightRow(w + std::min(o, g.O - 1) * g.Cg * g.kh * g.kw, koff.data(), kgrp.data(), ogrp[o], K_,
                            wdt_ == DeviceDType::kFloat32, fp32_dst_, nx::MaskSrcOperand(~0u, a_fmt()),
                            &wdev_[static_cast<size_t>(o * K_)]);
@@ -354,7 +359,8 @@ class Engine {
     const int64_t y0 = oy * g.sh - g.pt, x0 = ox * g.sw - g.pl;
     if (y0 >= 0 && y0 + (g.kh - 1) * g.dh < g.H && x0 >= 0 && x0 + (g.kw - 1) * g.dw < g.W) {
       // Every tap inside the input (most rows): one base pointer, no bounds per run.
-      CopyRuns(&xdev_[static_cast<size_t>(((n * g.H + y0) * g.W + x0) * g.C)], runs_.data(), runs_.size(), out);
+      CopyRuns(&xdev_[static_cast<size_t>(((n * g.H + y0) * g.W + x0) * g.C)], runs_.data(), runs_.size(),
+               per_row_tilize_ ? ~0u : nx::MaskSrcOperand(~0u, b_fmt()), out);
     } else {
       ScatterBorderRow(n, oy, ox, out);
     }

@@ -57,7 +57,7 @@ void SetFuseExactKBlocksForTesting(bool fuse);
 /// or while another ScratchBuffer on this thread holds it) and gives it back when destroyed, where
 /// it is kept only up to kScratchKeepBytes of capacity (larger ones are freed), so a thread that has
 /// run convs holds at most 3 · kScratchKeepBytes (24 MB). Contents are unspecified on taking: every
-/// user assigns or resizes first.
+/// user assigns, or resizes and then writes every element.
 inline constexpr int64_t kScratchKeepBytes = int64_t{8} << 20;
 enum class ScratchSlot { kOutput, kActivations, kWeights };
 struct ScratchBuffer {
@@ -77,7 +77,8 @@ struct EmuGeometry {
 };
 
 /// Runs one conv as `program` says. x: NCHW float32; w: OIHW; bias: [O] or null.
-/// out: (M, O) row-major fp32 patterns of what the card returns (bfp outputs decoded as the host does).
+/// out: (M, O) row-major fp32 patterns of what the card returns (bfp outputs decoded as the host does);
+/// resized, every element written on success, unspecified after an error.
 /// Errors: CANCELLED / DEADLINE_EXCEEDED (checked per row block), INTERNAL (oneDNN, fast level).
 struct EmuStats {
   double fast_matmul_seconds = 0;

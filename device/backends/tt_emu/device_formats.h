@@ -39,7 +39,7 @@ inline bool IsBfp(DeviceDType d) { return d == DeviceDType::kBFloat8B || d == De
   // fp32 Dst: NaN → ±Inf, add half, then exponent 0 → +0 (PackFp32DstToBf16).
   const uint32_t f = numerics::detail::IsNanBits(d) ? (d & 0x80000000u) | 0x7F800000u : d;
   const uint32_t fr = (f + 0x8000u) & 0xFFFF0000u;
-  // bf16 Dst: the high half as it is.
+  // bf16 Dst: the high half, NaN → ±Inf (PackBf16DstToBf16).
   const uint32_t b0 = d & 0xFFFF0000u;
   const uint32_t b = (b0 & 0x7FFFFFFFu) > 0x7F800000u ? (b0 & 0x80000000u) | 0x7F800000u : b0;
   const uint32_t u = SelectBits(fp32_dst, fr, b);

@@ -13,7 +13,7 @@
 //  6 Default dtypes: fp32 host weights stay fp32; the output follows the input dtype.
 //  7 SFPU GELU: the LUT form (SfpuGeluApprox), not erf GELU.
 //  10 fp32 input without fp32 Dst: the unpacker truncates fp32 → bf16 (§4), no RNE.
-//  11 Special input patterns (NaN, ±Inf, denormals, ties) through the four act tilizes.
+//  11 Special input patterns (NaN, ±Inf, denormals, ties) through the act tilizes.
 // (8, device adds, and 9, PCC, are tested with the runtime.) Section numbers (§) cite
 // docs/specs/tt-numerics.md.
 #include <gtest/gtest.h>
@@ -503,10 +503,10 @@ TEST(TtEmuDataflow, Fp32InputWithoutFp32DstIsTruncated) {
 // 11. The host conversion and act tilize of special input patterns (NaN, ±Inf, denormals, ±0, RNE
 // ties and the RNE overflow to Inf), which the conv engine converts value by value without
 // branches (conv_engine.cc, TilizeValue): a 1x1 conv of one pixel whose weights are the identity,
-// so each output column carries one tilized activation through an exact HiFi4 MVMUL chain. Four
+// so each output column carries one tilized activation through an exact HiFi4 MVMUL chain. The
 // tilizes: bf16 input (host RNE, then the bf16 pack), fp32 input without fp32 Dst (unpacker
 // truncation), fp32 input with fp32 Dst and a bf16 act (the packer's rounding from an fp32 Dst),
-// and the matmul path (the unpacker alone: Tf32).
+// and the matmul path (the unpacker alone: Tf32 with an fp32 Dst, bf16 truncation without).
 TEST(TtEmuDataflow, SpecialActivationPatternsTilizeValueByValue) {
   const uint32_t special[] = {0x7FC00000u, 0xFFC00001u, 0x7F800001u, 0x7F800000u, 0xFF800000u, 0x00000001u,
                               0x807FFFFFu, 0x80000000u, 0x00000000u, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x3F808000u,
@@ -525,7 +525,8 @@ TEST(TtEmuDataflow, SpecialActivationPatternsTilizeValueByValue) {
   const Config configs[] = {{"bf16 input", kBf16, kBf16, false, false},
                             {"fp32 input, bf16 Dst", kFp32, kBf16, false, false},
                             {"fp32 input, fp32 Dst, bf16 act", kFp32, kBf16, true, false},
-                            {"fp32 input, matmul", kFp32, kFp32, true, true}};
+                            {"fp32 input, matmul", kFp32, kFp32, true, true},
+                            {"fp32 input, matmul, bf16 Dst", kFp32, kFp32, false, true}};
   std::vector<std::vector<uint32_t>> tilized;
   for (const Config& c : configs) {
     PrecisionConfig p;
@@ -547,8 +548,8 @@ TEST(TtEmuDataflow, SpecialActivationPatternsTilizeValueByValue) {
     std::vector<std::vector<uint32_t>> wk(32, std::vector<uint32_t>(32, 0u));
     for (int k = 0; k < 32; ++k) {
       const uint32_t u = nx::FloatBits(xs[static_cast<size_t>(k)]);
-      if (c.matmul) {
-        xk[k] = nx::UnpackFp32ToTf32(u);  // §4 with an fp32 Dst
+      if (c.matmul) {  // §4: Tf32 with an fp32 Dst, truncated to bf16 without
+        xk[k] = c.fp32_dst ? nx::UnpackFp32ToTf32(u) : static_cast<uint32_t>(nx::UnpackFp32ToBf16(u)) << 16;
       } else if (c.input == kBf16) {
         xk[k] = static_cast<uint32_t>(nx::PackBf16DstToBf16(nx::HostFp32ToBf16(u))) << 16;  // §2.1, §3.2
       } else if (!c.fp32_dst) {
@@ -566,7 +567,7 @@ TEST(TtEmuDataflow, SpecialActivationPatternsTilizeValueByValue) {
       ASSERT_EQ(Hex(nx::FloatBits(y->data<float>()[o])), Hex(want[static_cast<size_t>(o)]))
           << c.name << ", input pattern " << Hex(nx::FloatBits(xs[static_cast<size_t>(o)])) << "; " << rep.blocking;
   }
-  // The four tilizes differ on these patterns (e.g. 0x7F7FFFFF: Inf after RNE, 0x7F7F after truncation).
+  // The tilizes differ on these patterns (e.g. 0x7F7FFFFF: Inf after RNE, 0x7F7F after truncation).
   for (size_t i = 1; i < tilized.size(); ++i) EXPECT_NE(tilized[i], tilized[i - 1]) << configs[i].name;
 }
 
