@@ -19,6 +19,8 @@ class PgBlobWriter : public BlobWriter {
     if (!lease_) return Status::Ok();
     try {
       tx_ = std::make_unique<pqxx::work>(lease_->conn());
+      // The transaction waits on the uploader between chunks: no idle bound (PgPoolOptions).
+      tx_->exec("SET LOCAL idle_in_transaction_session_timeout = 0");
       lo_ = std::make_unique<pqxx::largeobjectaccess>(*tx_, std::ios::out);
       buf_.reserve(std::min<uint64_t>(size_, PgBlobStore::kChunkBytes));
       return Status::Ok();
@@ -144,6 +146,8 @@ class PgBlobReader final : public VerifyingBlobReader {
   Status Open() {
     try {
       tx_ = std::make_unique<pqxx::read_transaction>(lease_.conn());
+      // The transaction waits on the reader between chunks: no idle bound (PgPoolOptions).
+      tx_->exec("SET LOCAL idle_in_transaction_session_timeout = 0");
       pqxx::result r = tx_->exec_prepared("kiln_blob_get", key());
       if (r.empty()) return NotFound("blob " + key() + " not found");
       set_size(r[0][0].as<uint64_t>());

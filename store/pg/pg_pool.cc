@@ -56,7 +56,12 @@ PgPool::~PgPool() = default;
 
 Result<std::unique_ptr<pqxx::connection>> PgPool::Connect() {
   try {
-    return std::make_unique<pqxx::connection>(options_.url);
+    auto c = std::make_unique<pqxx::connection>(options_.url);
+    if (options_.idle_in_transaction_timeout.count() > 0) {
+      pqxx::nontransaction n(*c);
+      n.exec("SET idle_in_transaction_session_timeout = " + std::to_string(options_.idle_in_transaction_timeout.count()));
+    }
+    return c;
   } catch (const std::exception& e) {
     // libpq's message names host and port, never the password.
     std::string msg = e.what();

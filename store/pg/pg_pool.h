@@ -33,6 +33,14 @@ struct PgPoolOptions {
   std::string url;   ///< libpq URL or keyword string: postgresql://user@host:port/db?sslmode=...
   size_t size = 8;   ///< connections at most
   std::chrono::milliseconds acquire_timeout{10000};
+  /// PostgreSQL's idle_in_transaction_session_timeout for every connection (0: none). The server
+  /// ends a session that stays idle inside a transaction this long, and with it the row locks of a
+  /// frozen or cut-off process: a worker stopped between a fenced write's statements (its job's
+  /// queue row locked FOR UPDATE) would otherwise keep the job from every other worker, whose
+  /// claims skip locked rows (store/pg/pg_job_queue.cc). Kiln's transactions run their statements
+  /// back to back; the ones that wait on a client on purpose (blob streams,
+  /// store/pg/pg_blob_store.cc) lift the bound for themselves.
+  std::chrono::milliseconds idle_in_transaction_timeout{30000};
 };
 
 class PgPool {

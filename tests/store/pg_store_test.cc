@@ -1,5 +1,5 @@
 // What only the PostgreSQL side has (store/pg/): the pool (reconnects after a database restart,
-// bounded, honours libpq URL parameters such as sslmode), the versioned schema (idempotent,
+// bounded, honours libpq URL parameters such as sslmode, ends sessions left idle in a transaction), the versioned schema (idempotent,
 // refuses a newer incompatible one, accepts a newer additive one), transactions that roll back
 // as a whole. Against a real, throwaway PostgreSQL 15 (tests/support/pg_server.h).
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -197,6 +198,57 @@ TEST_F(PgStoreTest, AnUploaderKilledMidUploadLeavesNothing) {
   EXPECT_EQ(CountRows(url_, "SELECT count(*) FROM kiln_blobs"), 0);
   EXPECT_EQ(CountRows(url_, "SELECT count(*) FROM pg_largeobject_metadata"), 0);
   EXPECT_EQ(CountRows(url_, "SELECT count(*) FROM pg_largeobject"), 0);
+}
+
+// A process frozen inside a transaction (a worker stopped between a fenced write's statements,
+// holding its job's queue row FOR UPDATE) loses the session after PgPoolOptions'
+// idle_in_transaction_timeout, and with it the lock, so that another claim (SKIP LOCKED) reaches
+// the row; a blob stream's transaction, which waits on its client, is not bounded.
+TEST_F(PgStoreTest, ATransactionLeftIdleLosesItsSessionAndItsLocks) {
+  using namespace std::chrono_literals;
+  PgPoolOptions o;
+  o.url = url_;
+  o.size = 2;
+  o.idle_in_transaction_timeout = 300ms;
+  auto state = PgSharedState::Open(o);
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  {
+    pqxx::connection c(url_);
+    pqxx::work tx(c);
+    tx.exec0("CREATE TABLE idle_rows (k int PRIMARY KEY)");
+    tx.exec0("INSERT INTO idle_rows VALUES (1)");
+    tx.commit();
+  }
+  pqxx::connection other(url_);
+  auto free_to_claim = [&] {
+    pqxx::work t(other);
+    return !t.exec("SELECT k FROM idle_rows WHERE k = 1 FOR UPDATE SKIP LOCKED").empty();
+  };
+  {
+    auto lease = (*state)->pool().Acquire();
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    auto frozen = std::make_unique<pqxx::work>(lease->conn());
+    frozen->exec("SELECT k FROM idle_rows WHERE k = 1 FOR UPDATE");
+    EXPECT_FALSE(free_to_claim()) << "the row is locked while its transaction is open";
+    std::this_thread::sleep_for(1500ms);
+    EXPECT_TRUE(free_to_claim()) << "the idle session still holds its lock";
+    EXPECT_THROW(frozen->exec("SELECT 1"), std::exception);
+    try {
+      frozen.reset();
+    } catch (...) {
+    }
+    lease->Discard();
+  }
+  // A blob upload idle for longer than the bound between its chunks still commits.
+  const std::string bytes(3 << 20, 'i');
+  auto w = (*state)->blobs().Begin(Sha256Hex(bytes), bytes.size());
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ASSERT_TRUE((*w)->Append(bytes.data(), 2 << 20).ok());
+  std::this_thread::sleep_for(1000ms);
+  ASSERT_TRUE((*w)->Append(bytes.data() + (2 << 20), bytes.size() - (2 << 20)).ok());
+  Status c = (*w)->Commit();
+  EXPECT_TRUE(c.ok()) << c.ToString();
+  EXPECT_EQ(CountRows(url_, "SELECT count(*) FROM kiln_blobs"), 1);
 }
 
 // A worker killed with SIGKILL while it holds a job: once its lease expires another worker
