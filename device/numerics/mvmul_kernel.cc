@@ -4,7 +4,6 @@
 #include "device/numerics/mvmul_kernel.h"
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <climits>
 #include <cstdlib>
@@ -139,39 +138,34 @@ void FillSrcABlocks(const uint32_t* a, SrcFormat fmt, int64_t cb0, int64_t cb1, 
   }
 #endif
   PreparedSrcA& p = *out;
-  const int64_t K = p.K, stride = int64_t{64} * p.rows;
-  const uint32_t keep = MaskSrcOperand(~0u, fmt);  // MaskSrcOperand is an AND
+  const int64_t K = p.K, K8 = K / 8, stride = int64_t{64} * p.rows;
   for (int64_t cb = cb0; cb < cb1; ++cb) {
     int8_t* blk = &p.lanes[static_cast<size_t>(cb * K * stride)];
-    uint8_t* nz = &p.group_nz[static_cast<size_t>(cb * (K / 8))];
-    std::fill(nz, nz + K / 8, uint8_t{0});
-    // Row by row (each k's 64-byte rows written whole); the block's 32 columns are read K apart,
-    // 32 cache lines that serve 16 consecutive k. A column past `cols` is zero.
-    std::array<const uint32_t*, kMvmulColumnBlock> col{};
+    uint8_t* nz = &p.group_nz[static_cast<size_t>(cb * K8)];
+    std::fill(nz, nz + K8, uint8_t{0});  // every byte of the block's rows is written below
+    // Column by column (contiguous reads of its K weights), each into its position of every k row.
     for (int pos = 0; pos < kMvmulColumnBlock; ++pos) {
       const int64_t o = cb * kMvmulColumnBlock + MvmulColumnOfPosition(pos);
-      col[static_cast<size_t>(pos)] = o < p.cols ? a + o * K : nullptr;
-    }
-    for (int64_t k = 0; k < K; ++k) {
-      int8_t* row = blk + k * stride;
-      std::array<int16_t, kMvmulColumnBlock> e;
-      unsigned any = 0;
-      for (int pos = 0; pos < kMvmulColumnBlock; ++pos) {
-        const uint32_t* c = col[static_cast<size_t>(pos)];
-        const uint32_t x = c != nullptr ? c[k] & keep : 0u;
-        const uint32_t ex = (x >> 23) & 0xFFu;  // §5.3: 0 is a zero lane, (0, 1) and kZeroExp
-        const uint32_t sig = 1024u | ((x >> 13) & 0x3FFu);
-        const int s = (x >> 31) != 0 ? -1 : 1;
-        any |= ex;
-        e[static_cast<size_t>(pos)] = ex != 0 ? static_cast<int16_t>(ex) : static_cast<int16_t>(kZeroExp);
-        for (int v = 0; v < p.variants; ++v) {  // SliceA(x, v): the top 5 bits, then the next 5
-          const int slice = ex != 0 ? static_cast<int>(v == 0 ? sig >> 6 : (sig >> 1) & 31u) : 0;
-          row[64 * (1 + v) + 2 * pos] = static_cast<int8_t>(4 * slice * (ex != 0 ? s : 1));
-          row[64 * (1 + v) + 2 * pos + 1] = static_cast<int8_t>(ex != 0 ? s : 1);
+      for (int64_t k = 0; k < K; ++k) {
+        int8_t* row = blk + k * stride;
+        int16_t e = static_cast<int16_t>(kZeroExp);
+        for (int v = 0; v < p.variants; ++v) {  // zero operand: (0, 1)
+          row[64 * (1 + v) + 2 * pos] = 0;
+          row[64 * (1 + v) + 2 * pos + 1] = 1;
         }
+        const uint32_t x = o < p.cols ? MaskSrcOperand(a[o * K + k], fmt) : 0u;
+        if (((x >> 23) & 0xFFu) != 0) {  // §5.3: else a zero lane
+          nz[k / 8] |= static_cast<uint8_t>(1u << (k % 8));
+          const FpuSlice s0 = SliceA(x, 0);
+          e = static_cast<int16_t>(s0.exp);
+          const int s = s0.sign ? -1 : 1;
+          for (int v = 0; v < p.variants; ++v) {
+            row[64 * (1 + v) + 2 * pos] = static_cast<int8_t>(4 * static_cast<int>(SliceA(x, v).slice) * s);
+            row[64 * (1 + v) + 2 * pos + 1] = static_cast<int8_t>(s);
+          }
+        }
+        std::memcpy(row + 2 * pos, &e, sizeof e);
       }
-      std::memcpy(row, e.data(), sizeof e);
-      if (any != 0) nz[k / 8] |= static_cast<uint8_t>(1u << (k % 8));
     }
   }
 }

@@ -504,29 +504,30 @@ __attribute__((target("avx512f,avx512bw"))) void RunAvx512T(const PreparedSrcA& 
         tb = nb;
       }
       flush();
-    }
-    for (int64_t t0 = k0; t0 < k1 && !kOnePhase; t0 += 32) {  // several phases: a separate instantiation
-      for (int i = 0; i < 4; ++i) {
-        const int64_t q = t0 / 8 + i;
-        const unsigned live = wnz[q] & b.nz_mask[static_cast<size_t>(q)];
-        g[i].n = 0;
-        if (live != 0) PrepGroup<kRows>(ablk, b, q, live, &g[i]);
-      }
-      for (int p = p0; p < p1; ++p) {
-        to_phase(p);
-        for (int h = 0; h < 4; h += 2) {
-          if (g[h].n == 0 && g[h + 1].n == 0) {
-            mvmul(true, Term{}, Term{});
-            continue;
+    } else {  // several phases
+      for (int64_t t0 = k0; t0 < k1; t0 += 32) {
+        for (int i = 0; i < 4; ++i) {
+          const int64_t q = t0 / 8 + i;
+          const unsigned live = wnz[q] & b.nz_mask[static_cast<size_t>(q)];
+          g[i].n = 0;
+          if (live != 0) PrepGroup<kRows>(ablk, b, q, live, &g[i]);
+        }
+        for (int p = p0; p < p1; ++p) {
+          to_phase(p);
+          for (int h = 0; h < 4; h += 2) {
+            if (g[h].n == 0 && g[h + 1].n == 0) {
+              mvmul(true, Term{}, Term{});
+              continue;
+            }
+            if (g[h].n == 0 || g[h + 1].n == 0) {
+              const int i = g[h].n == 0 ? h + 1 : h;
+              mvmul1(PhaseTerm<kRows>(ablk, b, t0 / 8 + i, p, g[i], pc.nadj));
+              continue;
+            }
+            const Term ta = PhaseTerm<kRows>(ablk, b, t0 / 8 + h, p, g[h], pc.nadj);
+            const Term tb = PhaseTerm<kRows>(ablk, b, t0 / 8 + h + 1, p, g[h + 1], pc.nadj);
+            mvmul(false, ta, tb);
           }
-          if (g[h].n == 0 || g[h + 1].n == 0) {
-            const int i = g[h].n == 0 ? h + 1 : h;
-            mvmul1(PhaseTerm<kRows>(ablk, b, t0 / 8 + i, p, g[i], pc.nadj));
-            continue;
-          }
-          const Term ta = PhaseTerm<kRows>(ablk, b, t0 / 8 + h, p, g[h], pc.nadj);
-          const Term tb = PhaseTerm<kRows>(ablk, b, t0 / 8 + h + 1, p, g[h + 1], pc.nadj);
-          mvmul(false, ta, tb);
         }
       }
     }

@@ -104,35 +104,37 @@ Status Parallel(int64_t m0, int64_t m1, int64_t per_row, int threads, const Fn& 
   return Status::Ok();
 }
 
-// The act tilize of one value (§3, §4): on the matmul path and for a float32 act dtype the
-// unpacker alone (UnpackToSrc); otherwise the tilize unpacks to Dst and packs into bf16 (a bfp act
-// dtype on the conv path is tilized per row, Engine::TilizeRow): an fp32 input is truncated to
-// bf16 by the unpacker without fp32 Dst (§4), kept with it and rounded by the packer (§3.1); then
-// the SrcB operand mask. The choices are made once per conv (Engine::Tilize); TilizeValue
-// computes every candidate and selects, without branches, so that ConvertActivationTile
-// vectorises.
+// The activation pipeline of one value of a dtype converted value by value (§2, §3, §4): the host
+// conversion (HostConvertValue), then, unless the act is tilized per row (a bfp act dtype on the
+// conv path, Engine::TilizeRow), the tilize: on the matmul path and for a float32 act dtype the
+// unpacker alone (UnpackToSrc); otherwise unpack to Dst and pack into bf16 (an fp32 input is
+// truncated to bf16 by the unpacker without fp32 Dst, §4, kept with it and rounded by the packer,
+// §3.1); then the SrcB operand mask. The choices are made once per conv (Engine::Tilize);
+// TilizeValue computes every candidate and selects, without branches, so that
+// ConvertActivationTile vectorises.
 struct TilizeChoice {
-  bool unpack_only, truncate, pack_fp32_dst, fp32_dst;
+  bool in_fp32, per_row, unpack_only, fp32_dst;
   DeviceDType act_dt;
   uint32_t keep;  // MaskSrcOperand of the SrcB format (an AND)
 };
+// The tilize of one host-converted value (`&` on the flags, not `&&`: no branch in the loops).
 [[gnu::always_inline]] inline uint32_t TilizeValue(uint32_t v, const TilizeChoice& t) {
   const uint32_t unpacked = UnpackToSrc(v, t.act_dt, t.fp32_dst);
-  const uint32_t d = SelectBits(t.truncate, static_cast<uint32_t>(nx::UnpackFp32ToBf16(v)) << 16, v);
-  return SelectBits(t.unpack_only, unpacked, PackBf16Value(d, t.pack_fp32_dst)) & t.keep;
+  const uint32_t d = SelectBits(t.in_fp32 & !t.fp32_dst, static_cast<uint32_t>(nx::UnpackFp32ToBf16(v)) << 16, v);
+  const uint32_t tilized = SelectBits(t.unpack_only, unpacked, PackBf16Value(d, t.in_fp32 & t.fp32_dst)) & t.keep;
+  return SelectBits(t.per_row, v, tilized);
 }
 
-// Host conversion to a dtype converted value by value (float32 or bfloat16: HostConvertValue),
-// then, unless the act is tilized per row, TilizeValue, of n pixels of C channels: x[c * plane + i]
-// (NCHW) into dst[i * C + c] (NHWC), through tmp[c * n + i] (C · n values): contiguous reads and
-// conversion first, then the transposition from L1. Compiled for AVX-512 and AVX2 besides the
-// baseline (GCC function multiversioning, chosen once when the program loads); integer selects
-// and moves only, so every clone gives the same bits.
+// n pixels of C channels through the pipeline: x[c * plane + i] (NCHW) into dst[i * C + c]
+// (NHWC), through tmp[c * n + i] (C · n values): contiguous reads and conversion first, then the
+// transposition from L1. Compiled for AVX-512 and AVX2 besides the baseline (GCC function
+// multiversioning, chosen once when the program loads); integer selects and moves only, so every
+// clone gives the same bits.
 __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) void ConvertActivationTile(
-    const float* __restrict x, int64_t plane, int64_t C, int64_t n, bool fp32_input, bool per_row_tilize,
-    const TilizeChoice& choice, uint32_t* __restrict tmp, uint32_t* __restrict dst) {
+    const float* __restrict x, int64_t plane, int64_t C, int64_t n, const TilizeChoice& choice,
+    uint32_t* __restrict tmp, uint32_t* __restrict dst) {
   const TilizeChoice t = choice;
-  const DeviceDType in_dt = fp32_input ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
+  const DeviceDType in_dt = t.in_fp32 ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
   for (int64_t c = 0; c < C; ++c) {
     const float* xs = x + c * plane;
     uint32_t* d = tmp + c * n;
@@ -140,8 +142,7 @@ __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) void Convert
     for (int64_t i = 0; i < n; ++i) {
       uint32_t u;
       std::memcpy(&u, &xs[i], sizeof u);
-      const uint32_t h = HostConvertValue(u, in_dt);
-      d[i] = SelectBits(per_row_tilize, h, TilizeValue(h, t));
+      d[i] = TilizeValue(HostConvertValue(u, in_dt), t);
     }
   }
   for (int64_t i = 0; i < n; ++i) {
@@ -178,11 +179,12 @@ struct KRun {
 
 // Im2colRow's copies for a row whose taps all fall inside the input: out[run.k0 + i] =
 // base[run.off + i] & keep, where `keep` changes no value: the SrcB operand mask where the image
-// holds SrcB operands already (Prepare), all ones where the row is tilized afterwards. The AND keeps
-// GCC from turning the loop into a memcpy call per run, which costs more than the copy. Multiversioned as ConvertActivationTile, so that 16 words are one 64-byte
-// move on AVX-512 (16 bytes on the baseline build). With the row 64-byte aligned, PrepareSrcBRow's
-// 64-byte loads then read whole stored vectors (c64 exact LoFi, one thread: im2col and
-// PrepareSrcBRow together 20 % faster than 16-byte moves).
+// holds SrcB operands already (Prepare), all ones where the row is tilized afterwards. The AND
+// keeps GCC from turning the loop into a memcpy call per run, which costs more than the copy.
+// Multiversioned as ConvertActivationTile, so that 16 words are one 64-byte move on AVX-512 (16
+// bytes on the baseline build). With the row 64-byte aligned, PrepareSrcBRow's 64-byte loads then
+// read whole stored vectors (c64 exact LoFi, one thread: im2col and PrepareSrcBRow together 20 %
+// faster than 16-byte moves).
 __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) void CopyRuns(const uint32_t* __restrict base,
                                                                                 const KRun* runs, size_t nruns,
                                                                                 uint32_t keep,
@@ -244,9 +246,9 @@ class Engine {
 
   // The choices of the act tilize for this conv (TilizeValue).
   TilizeChoice Tilize() const {
-    const bool in_fp32 = p_.input_dtype == DeviceDType::kFloat32;
-    return {prog_.path == ConvProgramPath::kMatmul || act_dt_ == DeviceDType::kFloat32, in_fp32 && !fp32_dst_,
-            in_fp32 && fp32_dst_, fp32_dst_, act_dt_, nx::MaskSrcOperand(~0u, b_fmt())};
+    return {p_.input_dtype == DeviceDType::kFloat32, per_row_tilize_,
+            prog_.path == ConvProgramPath::kMatmul || act_dt_ == DeviceDType::kFloat32, fp32_dst_, act_dt_,
+            nx::MaskSrcOperand(~0u, b_fmt())};
   }
 
   void Prepare(const float* x, const float* w, const float* bias, int threads) {
@@ -269,7 +271,7 @@ class Engine {
           for (int64_t c = 0; c < g.C; ++c) pix[c] = nx::FloatBits(x[(n * g.C + c) * HW + s]);
           for (int64_t c0 = 0; c0 < C16; c0 += 16) HostConvertGroup(&pix[c0], 16, p_.input_dtype, &conv[c0]);
           uint32_t* dst = &xdev_[static_cast<size_t>(p * g.C)];
-          for (int64_t c = 0; c < g.C; ++c) dst[c] = per_row_tilize_ ? conv[c] : TilizeValue(conv[c], tc);
+          for (int64_t c = 0; c < g.C; ++c) dst[c] = TilizeValue(conv[c], tc);
         }
         return Status::Ok();
       });
@@ -281,8 +283,8 @@ class Engine {
         std::vector<uint32_t> dev(static_cast<size_t>(g.C * kPix));  // [c][pixel] of one tile
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t n = t / tiles, s0 = t % tiles * kPix, ns = std::min(kPix, HW - s0);
-          ConvertActivationTile(x + n * g.C * HW + s0, HW, g.C, ns, p_.input_dtype == DeviceDType::kFloat32,
-                                per_row_tilize_, tc, dev.data(), &xdev_[static_cast<size_t>((n * HW + s0) * g.C)]);
+          ConvertActivationTile(x + n * g.C * HW + s0, HW, g.C, ns, tc, dev.data(),
+                                &xdev_[static_cast<size_t>((n * HW + s0) * g.C)]);
         }
         return Status::Ok();
       });
