@@ -14,14 +14,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "device/backends/reference/reference_backend.h"
 #include "device/backends/tt_emu/tt_conv.h"
 #include "device/numerics/formats.h"
+#include "device/numerics/mvmul_kernel.h"
 #include "device/numerics/pcc.h"
 
 namespace {
@@ -44,6 +48,22 @@ double Best(int reps, const std::function<bool()>& fn) {
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
+}
+
+// The machine a run measured: the CPU model (/proc/cpuinfo), the CPUs online and the exact kernel's
+// path. The ratios move with the machine (bench/tt_emu/RESULTS.md has runs on AMD Zen 4 and Zen 5
+// and on Intel Sapphire Rapids), so every output starts with it.
+void PrintMachine() {
+  std::string name = "unknown CPU", family = "?", model = "?";
+  std::ifstream in("/proc/cpuinfo");
+  auto value = [](const std::string& line) { return line.substr(std::min(line.size(), line.find(':') + 2)); };
+  for (std::string line; std::getline(in, line) && !line.empty();) {  // the first CPU's block
+    if (line.rfind("model name", 0) == 0) name = value(line);
+    else if (line.rfind("cpu family", 0) == 0) family = value(line);
+    else if (line.rfind("model", 0) == 0 && line.rfind("model name", 0) != 0) model = value(line);
+  }
+  std::printf("machine: %s (family %s model %s), %ld CPUs online, exact kernel %s\n", name.c_str(), family.c_str(),
+              model.c_str(), sysconf(_SC_NPROCESSORS_ONLN), nx::MvmulKernelPathName(nx::ActiveMvmulKernel()));
 }
 
 std::string Note(const OpReport& r, const char* key) {
@@ -267,6 +287,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  PrintMachine();
   if (!exact.empty()) return ExactOnly(exact, fid, reps, threads, level) ? 0 : 1;
   if (!speed && !table) speed = table = true;
   if (speed) Speed(reps);
