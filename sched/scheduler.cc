@@ -261,15 +261,21 @@ class Job final : public JobHandle, public std::enable_shared_from_this<Job> {
   }
   // Marks the job done (once). Returns false if it already was.
   bool Complete(Status s) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (completing_ || state_ == JobState::kDone) return false;
+      completing_ = true;
+    }
+    // The bytes go back before the job shows as done: whoever sees it done (Wait, state, the
+    // callback) may submit a follow-up job that needs them.
+    ReleaseMemory();
     std::function<void(const Status&)> fn;
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (state_ == JobState::kDone) return false;
       state_ = JobState::kDone;
       status_ = s;
       fn = std::move(on_done_);
     }
-    ReleaseMemory();  // before the callback: a follow-up job it submits may need these bytes
     cv_.notify_all();
     if (fn) {
       try {
@@ -296,6 +302,7 @@ class Job final : public JobHandle, public std::enable_shared_from_this<Job> {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   JobState state_ = JobState::kQueued;
+  bool completing_ = false;  // Complete has begun (it runs once)
   Status status_;
   std::function<void(const Status&)> on_done_;
   std::shared_ptr<MemoryAccount> memory_;
