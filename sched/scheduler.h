@@ -26,10 +26,11 @@
 //   ClientId): the quota counts per principal, round-robin goes per whole id.
 // * Memory: with SchedulerOptions::memory_budget_bytes > 0, a job of JobRequest::memory_bytes
 //   reserves that many bytes of the process-wide budget (common/memory.h MemoryBudget) when it is
-//   admitted and returns them when it is done (queued and running jobs both hold theirs): a lane
-//   refuses a job whose bytes do not fit in what is left (RESOURCE_EXHAUSTED with the retry hint,
-//   naming reserved and total bytes). Gauges kiln_memory_budget_bytes and
-//   kiln_memory_reserved_bytes. Queued work is thereby bounded in bytes, not only in jobs.
+//   admitted and returns them as it completes, before it shows as done to Wait, state() or OnDone
+//   (queued and running jobs both hold theirs): a lane refuses a job whose bytes do not fit in what
+//   is left (RESOURCE_EXHAUSTED with the retry hint, naming reserved and total bytes). Gauges
+//   kiln_memory_budget_bytes and kiln_memory_reserved_bytes. Queued work is thereby bounded in
+//   bytes, not only in jobs.
 // * Fairness: queued jobs are kept per client and dispatched round-robin across clients (each
 //   client's own jobs stay FIFO). A client with 1000 queued jobs delays another client's job by at
 //   most one job per worker.

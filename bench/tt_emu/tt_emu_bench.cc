@@ -52,7 +52,7 @@ double Best(int reps, const std::function<bool()>& fn) {
 
 // The machine a run measured: the CPU model (/proc/cpuinfo), the CPUs online and the exact kernel's
 // path. The ratios move with the machine (bench/tt_emu/RESULTS.md has runs on AMD Zen 4 and Zen 5
-// and on Intel Sapphire Rapids), so every output starts with it.
+// and on an Intel Xeon of the Sapphire Rapids class), so every output starts with it.
 void PrintMachine() {
   std::string name = "unknown CPU", family = "?", model = "?";
   std::ifstream in("/proc/cpuinfo");
