@@ -35,7 +35,9 @@ struct AlignedAllocator {
   template <typename U>
   AlignedAllocator(const AlignedAllocator<U, kAlign>&) noexcept {}  // NOLINT: rebinding converts implicitly
   T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{kAlign})); }
-  void deallocate(T* p, std::size_t n) noexcept { ::operator delete(p, n * sizeof(T), std::align_val_t{kAlign}); }
+  // The unsized form: clang 14 declares sized deallocation only with -fsized-deallocation, which
+  // the fuzz build (scripts/fuzz-onnx.sh) does not pass.
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{kAlign}); }
   template <typename U>
   bool operator==(const AlignedAllocator<U, kAlign>&) const noexcept {  // stateless: all equal
     return true;

@@ -204,22 +204,19 @@ class Job final : public JobHandle, public std::enable_shared_from_this<Job> {
         token_(req.deadline ? std::make_unique<CancelToken>(*req.deadline) : std::make_unique<CancelToken>()),
         pool_(std::move(pool)) {}
 
-  ~Job() override { ReleaseMemory(); }
+  ~Job() override { ReleaseMemory(); }  // no other owner is left: mu_ is not needed
 
   // Takes over `bytes` reserved from `account` for this job; returned when it is done.
   void HoldMemory(std::shared_ptr<MemoryAccount> account, uint64_t bytes) {
     memory_ = std::move(account);
     memory_bytes_ = bytes;
   }
+  // Returns the held bytes (once). Complete calls it under mu_: MemoryAccount::Release is a leaf
+  // (the budget's atomic and a gauge), so no lock order arises.
   void ReleaseMemory() {
-    std::shared_ptr<MemoryAccount> m;
-    uint64_t bytes = 0;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      m = std::move(memory_);
-      bytes = std::exchange(memory_bytes_, 0);
-    }
-    if (m && bytes > 0) m->Release(bytes);
+    if (memory_ && memory_bytes_ > 0) memory_->Release(memory_bytes_);
+    memory_.reset();
+    memory_bytes_ = 0;
   }
 
   uint64_t id() const override { return id_; }
@@ -261,17 +258,13 @@ class Job final : public JobHandle, public std::enable_shared_from_this<Job> {
   }
   // Marks the job done (once). Returns false if it already was.
   bool Complete(Status s) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (completing_ || state_ == JobState::kDone) return false;
-      completing_ = true;
-    }
-    // The bytes go back before the job shows as done: whoever sees it done (Wait, state, the
-    // callback) may submit a follow-up job that needs them.
-    ReleaseMemory();
     std::function<void(const Status&)> fn;
     {
       std::lock_guard<std::mutex> l(mu_);
+      if (state_ == JobState::kDone) return false;
+      // The bytes go back before the job shows as done: whoever sees it done (Wait, state, the
+      // callback) may submit a follow-up job that needs them.
+      ReleaseMemory();
       state_ = JobState::kDone;
       status_ = s;
       fn = std::move(on_done_);
@@ -302,7 +295,6 @@ class Job final : public JobHandle, public std::enable_shared_from_this<Job> {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   JobState state_ = JobState::kQueued;
-  bool completing_ = false;  // Complete has begun (it runs once)
   Status status_;
   std::function<void(const Status&)> on_done_;
   std::shared_ptr<MemoryAccount> memory_;

@@ -56,11 +56,13 @@ double Best(int reps, const std::function<bool()>& fn) {
 void PrintMachine() {
   std::string name = "unknown CPU", family = "?", model = "?";
   std::ifstream in("/proc/cpuinfo");
-  auto value = [](const std::string& line) { return line.substr(std::min(line.size(), line.find(':') + 2)); };
-  for (std::string line; std::getline(in, line) && !line.empty();) {  // the first CPU's block
-    if (line.rfind("model name", 0) == 0) name = value(line);
-    else if (line.rfind("cpu family", 0) == 0) family = value(line);
-    else if (line.rfind("model", 0) == 0 && line.rfind("model name", 0) != 0) model = value(line);
+  for (std::string line; std::getline(in, line) && !line.empty();) {  // the first CPU's block: "key\t: value"
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos || colon + 2 > line.size()) continue;
+    const std::string key = line.substr(0, line.find_first_of("\t:")), value = line.substr(colon + 2);
+    if (key == "model name") name = value;
+    else if (key == "cpu family") family = value;
+    else if (key == "model") model = value;
   }
   std::printf("machine: %s (family %s model %s), %ld CPUs online, exact kernel %s\n", name.c_str(), family.c_str(),
               model.c_str(), sysconf(_SC_NPROCESSORS_ONLN), nx::MvmulKernelPathName(nx::ActiveMvmulKernel()));

@@ -89,9 +89,15 @@ class KilndTest : public ::testing::Test {
   }
   void TearDown() override {
     if (HasFailure() || std::getenv("KILN_TEST_LOGS")) {
-      std::string all = ReadFileBytes((dir_ / "kilnd.log").string());
-      std::cerr << "---- kilnd log (tail) ----\n"
-                << (all.size() > 8000 ? all.substr(all.size() - 8000) : all) << "\n";
+      // Every process's log: kilnd.log for StartKilnd, NAME.log for the farm tests' replicas and
+      // workers.
+      std::error_code ec;  // a test that never made dir_ has no logs
+      for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+        if (e.path().extension() != ".log") continue;
+        std::string all = ReadFileBytes(e.path().string());
+        std::cerr << "---- " << e.path().filename().string() << " (tail) ----\n"
+                  << (all.size() > 8000 ? all.substr(all.size() - 8000) : all) << "\n";
+      }
     }
     std::filesystem::remove_all(dir_);
   }
