@@ -206,7 +206,8 @@ class Job final : public JobHandle, public std::enable_shared_from_this<Job> {
 
   ~Job() override { ReleaseMemory(); }  // no other owner is left: mu_ is not needed
 
-  // Takes over `bytes` reserved from `account` for this job; returned when it is done.
+  // Takes over `bytes` reserved from `account` for this job; returned when it is done. Submit calls
+  // it before the job is published, so it needs no lock.
   void HoldMemory(std::shared_ptr<MemoryAccount> account, uint64_t bytes) {
     memory_ = std::move(account);
     memory_bytes_ = bytes;
