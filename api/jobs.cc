@@ -213,12 +213,25 @@ Result<std::unique_ptr<JobManager>> JobManager::Create(Env env, JobLimits limits
   }
   m->InitMetrics();
   if (!m->farm()) KILN_RETURN_IF_ERROR(m->Recover());  // a farm's queue re-offers interrupted jobs itself
+  // Each thread counts itself out as its last act (Stop).
+  auto loop = [p = m.get()](void (JobManager::*fn)()) {
+    return std::thread([p, fn] {
+      (p->*fn)();
+      {
+        std::lock_guard<std::mutex> lock(p->mu_);
+        --p->loops_running_;
+      }
+      p->cv_.notify_all();
+    });
+  };
   if (m->env_.worker) {
-    m->dispatcher_ = std::thread([p = m.get()] { p->ClaimLoop(); });
-    m->heartbeat_thread_ = std::thread([p = m.get()] { p->HeartbeatLoop(); });
+    m->loops_running_ = 2;
+    m->dispatcher_ = loop(&JobManager::ClaimLoop);
+    m->heartbeat_thread_ = loop(&JobManager::HeartbeatLoop);
   } else {
-    m->dispatcher_ = std::thread([p = m.get()] { p->DispatchLoop(); });
-    if (m->farm()) m->events_thread_ = std::thread([p = m.get()] { p->EventLoop(); });
+    m->loops_running_ = m->farm() ? 2 : 1;
+    m->dispatcher_ = loop(&JobManager::DispatchLoop);
+    if (m->farm()) m->events_thread_ = loop(&JobManager::EventLoop);
   }
   return m;
 }
@@ -792,6 +805,12 @@ void JobManager::Shutdown() {
   }
   cv_.notify_all();
   for (auto& f : fns) f();
+}
+
+bool JobManager::Stop(std::chrono::steady_clock::time_point deadline) {
+  Shutdown();
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_until(lock, deadline, [this] { return live_.empty() && loops_running_ == 0; });
 }
 
 bool JobManager::stopping() const {

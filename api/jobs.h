@@ -168,6 +168,12 @@ class JobManager {
   /// Stops starting jobs and wakes every watcher; running jobs are left to the scheduler's
   /// shutdown (see the header comment). Idempotent.
   void Shutdown();
+  /// Shutdown(), then waits until `deadline` for the running jobs to end (their ends written, a
+  /// worker's claims released) and for the manager's threads to make their last writes (a
+  /// worker's row removed from the farm's registry, a claim in flight handed back). False when the
+  /// deadline came first. A process that ends without destructors (server/kilnd_main.cc, _Exit)
+  /// calls it first: otherwise those writes race the exit and, on a loaded host, lose.
+  bool Stop(std::chrono::steady_clock::time_point deadline);
   bool stopping() const;
   /// Jobs running now.
   int running() const;
@@ -255,6 +261,7 @@ class JobManager {
   std::map<uint64_t, std::pair<std::string, std::function<void()>>> watchers_;
   uint64_t next_watcher_ = 1;
   bool stopping_ = false;
+  int loops_running_ = 0;  // threads below not yet at their end (Stop waits for 0)
   bool wake_ = false;
   bool retention_due_ = false;  // a job ended: its results may push the total over the limit
   std::thread dispatcher_;

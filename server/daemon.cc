@@ -326,6 +326,15 @@ void Daemon::Shutdown() {
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   server_->Wait();
   server_.reset();
+  // The job manager's last writes before main's _Exit: the ends of the jobs cancelled above, a
+  // worker's claims released and its row removed from the farm's registry. Bounded, so that a
+  // database that stopped answering delays the exit by at most this much.
+  constexpr std::chrono::seconds kJobsStopTimeout{10};
+  if (jobs_ && !jobs_->Stop(std::chrono::steady_clock::now() + kJobsStopTimeout)) {
+    spdlog::warn("jobs still writing their ends after {} s; exiting without them (a farm's leases re-offer their "
+                 "jobs)",
+                 kJobsStopTimeout.count());
+  }
   spdlog::info("shutdown complete");
 }
 

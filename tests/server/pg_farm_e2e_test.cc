@@ -4,7 +4,8 @@
 // serves their results, also after the replica that took them was killed; `kiln devices` lists
 // the workers; workers killed with -9 twenty times mid-job, or stopped (SIGSTOP) past their lease,
 // lose their jobs to other workers, and a late end is discarded; cancel reaches a job through any
-// replica; a PostgreSQL restart mid-run loses no job.
+// replica; a drained worker leaves the registry, also when the database answers late; a PostgreSQL
+// restart mid-run loses no job.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -16,6 +17,9 @@
 #include <random>
 #include <set>
 #include <thread>
+
+#include <signal.h>
+#include <sys/wait.h>
 
 #include "common/sha256.h"
 #include "kiln/v1/device.grpc.pb.h"
@@ -366,6 +370,31 @@ TEST_F(PgFarmE2E, AStoppedWorkerLosesItsLeaseAndItsLateEndIsDiscarded) {
   EXPECT_EQ(w1->Stop(), 0);
   EXPECT_EQ(w2->Stop(), 0);
   EXPECT_EQ(a->Stop(), 0);
+}
+
+// A worker's drain writes to the database (its registry row removed) after its RPCs have ended;
+// the process must wait for that write, even when the database is slow, before it exits.
+TEST_F(PgFarmE2E, ADrainedWorkerLeavesTheRegistryEvenWhenTheDatabaseAnswersLate) {
+  auto w = Worker("w1");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (Count(url_, "SELECT count(*) FROM kiln_workers") == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(Count(url_, "SELECT count(*) FROM kiln_workers"), 1);
+  {
+    // The registry locked while the worker drains: its last writes wait 1.5 s for the lock.
+    pqxx::connection c(url_);
+    pqxx::work tx(c);
+    tx.exec0("LOCK TABLE kiln_workers IN ACCESS EXCLUSIVE MODE");
+    ASSERT_EQ(kill(w->pid(), SIGTERM), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    siginfo_t si{};  // WNOWAIT: Stop below reaps it
+    ASSERT_EQ(waitid(P_PID, static_cast<id_t>(w->pid()), &si, WEXITED | WNOHANG | WNOWAIT), 0);
+    EXPECT_EQ(si.si_pid, 0) << "the worker exited before its last write";
+    tx.commit();
+  }
+  EXPECT_EQ(w->Stop(), 0);
+  EXPECT_EQ(Count(url_, "SELECT count(*) FROM kiln_workers"), 0);
 }
 
 TEST_F(PgFarmE2E, PostgresRestartedMidRunLosesNoJob) {
