@@ -1372,7 +1372,7 @@ void JobManager::ClaimLoop() {
       if ((*claim)->reclaimed && lease_expiries_) lease_expiries_->Increment();
       StartClaimed(**claim);
     }
-    if (!claimed) {
+    if (!claimed && !stopping()) {
       // Nothing to claim: sleep until NOTIFY says work arrived (or a heartbeat period passes).
       LogIfError(env_.queue->WaitForWork(std::min<std::chrono::milliseconds>(env_.heartbeat, std::chrono::seconds(1))),
                  env_.worker_name);
@@ -1479,6 +1479,7 @@ void JobManager::RunRetention() {
     if (!too_old && !too_big) continue;  // oldest first: later ones are newer, but may be big
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) break;  // the next start goes on (Stop waits for this thread)
       if (pins_.count(rec.job_id)) continue;  // a client streams them now
     }
     auto freed = env_.jobs->ExpireResults(rec.job_id);

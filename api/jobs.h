@@ -171,8 +171,10 @@ class JobManager {
   /// Shutdown(), then waits until `deadline` for the running jobs to end (their ends written, a
   /// worker's claims released) and for the manager's threads to make their last writes (a
   /// worker's row removed from the farm's registry, a claim in flight handed back). False when the
-  /// deadline came first. A process that ends without destructors (server/kilnd_main.cc, _Exit)
-  /// calls it first: otherwise those writes race the exit and, on a loaded host, lose.
+  /// deadline came first. It cancels nothing: the caller shuts the scheduler down first (its
+  /// Shutdown(false) cancels the running jobs), or Stop waits for them to finish. A process that
+  /// ends without destructors (server/kilnd_main.cc, _Exit) calls it first: otherwise those writes
+  /// race the exit and, on a loaded host, lose.
   bool Stop(std::chrono::steady_clock::time_point deadline);
   bool stopping() const;
   /// Jobs running now.

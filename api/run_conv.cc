@@ -338,12 +338,27 @@ using SteadyClock = std::chrono::steady_clock;
 
 std::mutex hook_mu;
 std::function<void(const std::string&)> plan_hook;
+std::function<void(RunConvJob&, const std::string&)> submitted_hook;
+
+void StageSubmitted(RunConvJob& job, const std::string& lane) {
+  std::function<void(RunConvJob&, const std::string&)> hook;
+  {
+    std::lock_guard<std::mutex> lock(hook_mu);
+    hook = submitted_hook;
+  }
+  if (hook) hook(job, lane);
+}
 
 }  // namespace
 
 void SetPlanStageHookForTesting(std::function<void(const std::string& model_id)> hook) {
   std::lock_guard<std::mutex> lock(hook_mu);
   plan_hook = std::move(hook);
+}
+
+void SetStageSubmittedHookForTesting(std::function<void(RunConvJob& job, const std::string& lane)> hook) {
+  std::lock_guard<std::mutex> lock(hook_mu);
+  submitted_hook = std::move(hook);
 }
 
 std::shared_ptr<RunConvJob> RunConvJob::Start(Env env, store::ModelInfo model,
@@ -399,7 +414,7 @@ void RunConvJob::Cancel() {
   if (stage) stage->Cancel();
 }
 
-bool RunConvJob::SetStage(std::shared_ptr<sched::JobHandle> handle) {
+void RunConvJob::SetStage(std::shared_ptr<sched::JobHandle> handle) {
   bool cancelled;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -407,7 +422,6 @@ bool RunConvJob::SetStage(std::shared_ptr<sched::JobHandle> handle) {
     cancelled = cancelled_;
   }
   if (cancelled) handle->Cancel();
-  return !cancelled;
 }
 
 void RunConvJob::Finish(const Status& status, int64_t retry_after_ms) {
@@ -479,7 +493,8 @@ void RunConvJob::StartPlanStage() {
   };
   auto handle = env_.scheduler->Submit(std::move(job));
   if (!handle.ok()) return Refused(handle.status(), kPlanLane);
-  if (!SetStage(*handle)) return;  // its OnDone reports the cancellation
+  StageSubmitted(*this, kPlanLane);
+  SetStage(*handle);  // a cancel that came first cancels it: its OnDone below reports that
   (*handle)->OnDone([self, prepared](const Status& status) {
     if (!status.ok()) return self->Finish(status);
     self->StartDeviceStage(prepared);
@@ -529,7 +544,8 @@ void RunConvJob::StartDeviceStage(std::shared_ptr<PreparedConvRun> prepared) {
   job.memory_bytes = prepared->memory.peak_bytes;
   auto handle = env_.scheduler->Submit(std::move(job));
   if (!handle.ok()) return Refused(handle.status(), prepared->backend);
-  if (!SetStage(*handle)) return;
+  StageSubmitted(*this, prepared->backend);
+  SetStage(*handle);
   auto self = shared_from_this();
   (*handle)->OnDone([self, result, started, submitted](const Status& status) {
     if (!status.ok()) return self->Finish(status);

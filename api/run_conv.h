@@ -151,6 +151,11 @@ class PlanCache {
 /// cached), on the plan worker. Tests use it to hold plan stages on a latch; null (the default) in
 /// production.
 void SetPlanStageHookForTesting(std::function<void(const std::string& model_id)> hook);
+class RunConvJob;
+/// Test hook: called with the job and the lane's name ("plan", or the device stage's backend) after
+/// a stage was submitted to the scheduler and before the job records it, on the thread that
+/// submitted it. Tests cancel there (a cancel that races the start of a stage); null in production.
+void SetStageSubmittedHookForTesting(std::function<void(RunConvJob& job, const std::string& lane)> hook);
 
 /// kilnd's run of one RunConvLayers request as scheduler stages (see the header comment).
 class RunConvJob : public std::enable_shared_from_this<RunConvJob> {
@@ -189,8 +194,10 @@ class RunConvJob : public std::enable_shared_from_this<RunConvJob> {
   RunConvJob() = default;
   void StartPlanStage();
   void StartDeviceStage(std::shared_ptr<PreparedConvRun> prepared);
-  // Remembers the running stage; false (and the stage cancelled) when the job was cancelled.
-  bool SetStage(std::shared_ptr<sched::JobHandle> handle);
+  // Remembers the running stage, and cancels it when the job was cancelled before it started. The
+  // caller registers the stage's OnDone either way: that callback reports the cancellation (without
+  // it the job would never finish).
+  void SetStage(std::shared_ptr<sched::JobHandle> handle);
   void Finish(const Status& status, int64_t retry_after_ms = 0);
   void Refused(const Status& status, const std::string& lane);
 

@@ -191,10 +191,11 @@ function checkKilnPod(where, w, cname, docs, configKeys) {
   if (ephemeral > 0 && emptyDirBytes > ephemeral)
     err(where, `${cname}: the emptyDirs' sizeLimits (${emptyDirBytes} bytes) exceed the pod's ephemeral-storage limit (${ephemeral} bytes)`);
   // SIGTERM drains (kilnd: health NOT_SERVING, in-flight calls get shutdown_grace; a worker stops
-  // claiming and finishes or releases its jobs within it): the pod must get longer than that.
+  // claiming and finishes or releases its jobs within it; then the jobs' last writes get up to
+  // 10 s, server/daemon.cc Shutdown): the pod must get longer than that.
   const grace = Number(conf.get("shutdown_grace"));
   const tgps = pod.spec.terminationGracePeriodSeconds ?? 30;
-  if (grace > 0 && !(tgps > grace)) err(where, `${cname}: terminationGracePeriodSeconds (${tgps}) must exceed shutdown_grace (${grace}) for a graceful drain`);
+  if (grace > 0 && !(tgps > grace + 10)) err(where, `${cname}: terminationGracePeriodSeconds (${tgps}) must exceed shutdown_grace + 10 s (${grace + 10}) for a graceful drain`);
   // The database URL: only from a file in a mounted Secret (--database-url-file).
   const dbFile = conf.cfg.get("database_url_file")?.value;
   if (dbFile) {

@@ -1,6 +1,7 @@
 // api::JobManager in process (api/jobs.h) over a real model store, job store (SQLite) and
 // scheduler: retention skips pinned results; recovery of interrupted jobs (queued again, or FAILED
-// ABORTED after --job-max-attempts); the per-job event limit; NewJobId's format and order. And
+// ABORTED after --job-max-attempts); the per-job event limit; Stop's wait for running jobs;
+// NewJobId's format and order. And
 // store::JobStore (store/job_store.h): idempotency keys, schema version refusal, orphan files.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -8,11 +9,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <sstream>
 #include <thread>
 
 #include "api/jobs.h"
 #include "api/lanes.h"
+#include "api/run_conv.h"
 #include "common/sha256.h"
 
 namespace kiln::api {
@@ -203,6 +206,33 @@ TEST_F(JobsTest, EventLimitKeepsStateChanges) {
   int layers = 0;
   for (const auto& e : *events) layers += e.has_layer();
   EXPECT_LE(layers, 1);
+}
+
+TEST_F(JobsTest, StopWaitsForRunningJobsUntilItsDeadline) {
+  // The job's plan stage held on a latch: Stop's deadline passes with the job live; once it is
+  // released, the job ends (Stop cancels nothing; at its next stage it sees the shutdown and stays
+  // RUNNING for the next start, api/jobs.h "Lifecycle") and Stop returns true.
+  std::promise<void> reached, release;
+  std::shared_future<void> gate = release.get_future().share();
+  SetPlanStageHookForTesting([&reached, gate](const std::string&) {
+    reached.set_value();
+    gate.wait();
+  });
+  StartManager();
+  auto job = manager_->Submit(Run(), "c");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  reached.get_future().wait();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(manager_->Stop(t0 + std::chrono::milliseconds(200)));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(200));
+  EXPECT_TRUE(manager_->stopping());
+  EXPECT_EQ(manager_->running(), 1);
+  release.set_value();
+  EXPECT_TRUE(manager_->Stop(std::chrono::steady_clock::now() + std::chrono::seconds(60)));
+  EXPECT_EQ(manager_->running(), 0);
+  EXPECT_EQ(manager_->Get(job->job_id())->state(), kiln::v1::RUNNING);
+  EXPECT_EQ(manager_->Submit(Run(), "c").status().code(), StatusCode::kUnavailable);
+  SetPlanStageHookForTesting(nullptr);
 }
 
 TEST(JobIds, SortByTimeAndHaveTheDocumentedForm) {

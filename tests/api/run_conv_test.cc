@@ -196,6 +196,33 @@ TEST(RunConvApi, StagedJobPlansOnceThenUsesTheCache) {
   release.set_value();
   EXPECT_EQ(done.get_future().get().code(), StatusCode::kCancelled);
   SetPlanStageHookForTesting(nullptr);
+
+  // Cancelled as each stage starts, before the job has recorded it: the stage is cancelled and the
+  // job still ends, rather than never calling back. CANCELLED for the plan stage (the job checks
+  // between the stages); the device stage may already have run this small model to its end.
+  for (const std::string lane : {"plan", "tt-emu"}) {
+    std::atomic<int> cancels{0};
+    SetStageSubmittedHookForTesting([&cancels, lane](RunConvJob& job, const std::string& l) {
+      if (l != lane) return;
+      ++cancels;
+      job.Cancel();
+    });
+    kiln::v1::RunConvLayersResponse r;
+    PlanCache uncached(1);  // the plan stage plans (and takes a while), the device stage follows it
+    std::promise<Status> ended;
+    std::future<Status> end = ended.get_future();
+    auto cancelled = RunConvJob::Start({st->get(), scheduler->get(), &uncached, nullptr}, *info, &req, &r, "test",
+                                       std::nullopt, [&](const Status& s, int64_t) { ended.set_value(s); });
+    ASSERT_EQ(end.wait_for(std::chrono::seconds(30)), std::future_status::ready) << lane << ": the job never ended";
+    const Status ended_with = end.get();
+    if (lane == "plan") {
+      EXPECT_EQ(ended_with.code(), StatusCode::kCancelled) << ended_with.ToString();
+    } else {
+      EXPECT_TRUE(ended_with.ok() || ended_with.code() == StatusCode::kCancelled) << ended_with.ToString();
+    }
+    EXPECT_EQ(cancels.load(), 1) << lane;
+    SetStageSubmittedHookForTesting(nullptr);
+  }
   (*scheduler)->Shutdown(true);
   std::filesystem::remove_all(dir);
 }

@@ -62,6 +62,8 @@ expect_reject config-key embedded "kilnd config key 'compile_worker' is unknown"
 expect_reject selector embedded "Service selector does not match the kilnd pods" $B/service.yaml \
   $'selector:\n    app.kubernetes.io/component: server' $'selector:\n    app.kubernetes.io/component: srv'
 expect_reject root-fs embedded "read-only root filesystem" $B/deployment.yaml 'readOnlyRootFilesystem: true' 'readOnlyRootFilesystem: false'
+expect_reject grace embedded "kilnd: terminationGracePeriodSeconds (30) must exceed shutdown_grace + 10 s (30)" $B/deployment.yaml \
+  'terminationGracePeriodSeconds: 40' 'terminationGracePeriodSeconds: 30'
 expect_reject unlisted embedded "servicemonitor.yaml is not listed in resources" $B/kustomization.yaml '  - servicemonitor.yaml' ''
 expect_reject api-version embedded "no schema for apiVersion 'autoscaling/v9'" $B/hpa.yaml 'autoscaling/v2' 'autoscaling/v9'
 expect_reject monitor-port embedded "ServiceMonitor endpoint port 'metric' is not a Service port" $B/servicemonitor.yaml 'port: metrics' 'port: metric'
@@ -111,7 +113,7 @@ expect_reject worker-no-db farm "kiln-worker needs the farm's database" $F/worke
 expect_reject worker-no-devices farm "kiln-worker: no devices configured" $F/worker-configmap.yaml '    devices: tt-emu:2,reference:1'$'\n' ''
 expect_reject worker-heartbeat farm "job_heartbeat_seconds (30) must be below job_lease_seconds (30)" $F/worker-configmap.yaml \
   'job_heartbeat_seconds: 10' 'job_heartbeat_seconds: 30'
-expect_reject worker-grace farm "kiln-worker: terminationGracePeriodSeconds (30) must exceed shutdown_grace (60)" $F/worker-daemonset.yaml \
+expect_reject worker-grace farm "kiln-worker: terminationGracePeriodSeconds (30) must exceed shutdown_grace + 10 s (70)" $F/worker-daemonset.yaml \
   'terminationGracePeriodSeconds: 90' 'terminationGracePeriodSeconds: 30'
 expect_reject worker-nodes farm "DaemonSet kiln-worker selects no nodes" $F/worker-daemonset.yaml $'nodeSelector:\n        tenstorrent.com/device: "true"\n' ''
 expect_reject worker-probe farm "kiln-worker: startupProbe is not a gRPC probe on 50051" $F/worker-daemonset.yaml \
