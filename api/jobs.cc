@@ -160,7 +160,8 @@ std::string NewJobId() {
 }
 
 // A job this process is running: its record (guarded by mu), its request with input bytes, and
-// the configuration in flight.
+// the configuration in flight. In live_ from the moment it leaves the queue (DispatchLoop,
+// ClaimLoop), so that a cancel finds it while StartJob still reads its inputs.
 class JobManager::LiveJob {
  public:
   std::mutex mu;
@@ -172,6 +173,7 @@ class JobManager::LiveJob {
   kiln::v1::RunConvLayersRequest run;       // the configuration's request
   kiln::v1::RunConvLayersResponse response;  // its response
   std::shared_ptr<RunConvJob> job;
+  int job_config = -1;  // the configuration `job` runs (guarded by mu): a finished one never replaces a later one
   std::shared_ptr<sched::JobHandle> search;  // an advise job's search on its device
   bool cancel_requested = false;
   SteadyClock::time_point started;
@@ -716,7 +718,13 @@ Result<kiln::v1::Job> JobManager::Cancel(const std::string& job_id) {
         it = it->second == job_id ? retry_at_.erase(it) : std::next(it);
       }
       auto l = live_.find(job_id);
-      if (l != live_.end()) live = l->second;
+      if (l != live_.end()) {
+        // Marked under mu_: a configuration going back to the queue checks the mark under it too
+        // (ConfigurationFailed), so the cancel is either seen there or finds the job queued.
+        live = l->second;
+        std::lock_guard<std::mutex> g(live->mu);
+        live->cancel_requested = true;
+      }
     }
   }
   if (was_queued) {
@@ -734,7 +742,6 @@ Result<kiln::v1::Job> JobManager::Cancel(const std::string& job_id) {
     std::shared_ptr<sched::JobHandle> search;
     {
       std::lock_guard<std::mutex> lock(live->mu);
-      live->cancel_requested = true;
       job = live->job;
       search = live->search;
     }
@@ -844,7 +851,7 @@ void JobManager::DispatchLoop() {
       retry_at_.erase(retry_at_.begin());
       if (rec.ok() && rec->state == kiln::v1::QUEUED) Enqueue(*rec, /*front=*/true);
     }
-    std::vector<std::string> start;
+    std::vector<std::pair<std::shared_ptr<LiveJob>, std::string>> start;  // job, its lane
     for (auto& [backend, lane] : lanes_) {
       while (lane.running < lane.slots) {
         // Round-robin: the first client after the last one served that has a queued job.
@@ -863,12 +870,15 @@ void JobManager::DispatchLoop() {
         --queued_total_;
         queued_client_.erase(pick);
         ++lane.running;
-        start.push_back(pick);
+        auto live = std::make_shared<LiveJob>();
+        live->rec.job_id = pick;
+        live_[pick] = live;
+        start.emplace_back(live, backend);
       }
     }
     if (!start.empty()) {
       lock.unlock();
-      for (const auto& id : start) StartJob(id);
+      for (const auto& [live, backend] : start) StartJob(live, backend);
       lock.lock();
       continue;
     }
@@ -888,19 +898,21 @@ void JobManager::DispatchLoop() {
   }
 }
 
-void JobManager::StartJob(const std::string& job_id, const store::JobClaim* claim) {
-  auto live = std::make_shared<LiveJob>();
-  if (claim) live->claim = *claim;
-  auto release_lane = [&](const std::string& backend) {
+void JobManager::StartJob(std::shared_ptr<LiveJob> live, const std::string& lane) {
+  const std::string job_id = live->rec.job_id;
+  const store::JobClaim* claim = live->claim ? &*live->claim : nullptr;
+  // A start that ends here: out of live_ and its lane's count (the job's end written by the caller).
+  auto release_lane = [&] {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      --lanes_[backend].running;
+      live_.erase(job_id);
+      --lanes_[lane].running;
       wake_ = true;
     }
     cv_.notify_all();
   };
-  auto fail_start = [&](const std::string& backend, Status error) {
-    release_lane(backend);
+  auto fail_start = [&](Status error) {
+    release_lane();
     auto rec = env_.jobs->Get(job_id);
     if (!rec.ok()) return;
     rec->error_code = static_cast<int>(error.code());
@@ -909,42 +921,46 @@ void JobManager::StartJob(const std::string& job_id, const store::JobClaim* clai
     LogIfError(Transition(*rec, kiln::v1::FAILED, live->fence()), job_id);
     if (attempts_) attempts_->Add({{"result", "failed"}}).Increment();
   };
+  std::function<void(const std::string&)> hook;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    hook = start_hook_;
+  }
+  if (hook) hook(job_id);
   auto rec = env_.jobs->Get(job_id);
   if (!rec.ok()) {
     spdlog::error("job {}: cannot start: {}", job_id, rec.status().ToString());
-    if (claim) {
-      // Unreadable now (the database went away between claim and read): give it back.
-      LogIfError(env_.queue->Release(*claim), job_id);
-      release_lane(claim->backend);
-    }
-    return;
+    // Unreadable now (the database went away between claim and read): a worker gives it back; an
+    // embedded job stays QUEUED in the store, and the next start queues it again (Recover).
+    if (claim) LogIfError(env_.queue->Release(*claim), job_id);
+    return release_lane();
   }
   const std::string backend = rec->backend;
   if (claim && IsFinished(rec->state)) {
     // Ended by a replica between the claim and now (nothing was running): close the entry.
     LogIfError(env_.queue->Complete(*claim, "").status(), job_id);
-    return release_lane(backend);
+    return release_lane();
   }
   if (rec->kind == kiln::v1::JOB_KIND_ADVISE) {
-    if (!live->advise.ParseFromString(rec->request)) return fail_start(backend, DataLoss("stored request unreadable"));
+    if (!live->advise.ParseFromString(rec->request)) return fail_start(DataLoss("stored request unreadable"));
     int k = 0;  // the sets' tensors in order, as SubmitAdvise stored them
     for (auto& set : *live->advise.mutable_advise()->mutable_input_sets()) {
       for (auto& t : *set.mutable_inputs()) {
         auto bytes = env_.jobs->ReadInput(job_id, k++);
-        if (!bytes.ok()) return fail_start(backend, bytes.status());
+        if (!bytes.ok()) return fail_start(bytes.status());
         t.set_raw_data(std::move(bytes).value());
       }
     }
   } else {
-    if (!live->request.ParseFromString(rec->request)) return fail_start(backend, DataLoss("stored request unreadable"));
+    if (!live->request.ParseFromString(rec->request)) return fail_start(DataLoss("stored request unreadable"));
     for (int k = 0; k < live->request.run().inputs_size(); ++k) {
       auto bytes = env_.jobs->ReadInput(job_id, k);
-      if (!bytes.ok()) return fail_start(backend, bytes.status());
+      if (!bytes.ok()) return fail_start(bytes.status());
       live->request.mutable_run()->mutable_inputs(k)->set_raw_data(std::move(bytes).value());
     }
   }
   auto model = env_.models->Get(rec->model_id);
-  if (!model.ok()) return fail_start(backend, model.status().WithContext("model " + rec->model_id.substr(0, 12)));
+  if (!model.ok()) return fail_start(model.status().WithContext("model " + rec->model_id.substr(0, 12)));
   live->model = std::move(model).value();
   if (queue_wait_) {
     const double waited = static_cast<double>(NowMs() - (rec->started_ms ? rec->started_ms : rec->created_ms)) / 1e3;
@@ -958,13 +974,13 @@ void JobManager::StartJob(const std::string& job_id, const store::JobClaim* clai
   rec->current_layer.clear();
   rec->error_code = 0;
   rec->error_message.clear();
-  live->rec = *rec;
   live->configuration = rec->configurations_done;
   live->started = SteadyClock::now();
-  live->cancel_requested = rec->cancel_requested;  // a farm: cancelled while no worker held it
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    live_[job_id] = live;
+    // A farm: cancelled while no worker held it; or a cancel that came while this read the job.
+    std::lock_guard<std::mutex> lock(live->mu);
+    live->rec = *rec;
+    live->cancel_requested = live->cancel_requested || rec->cancel_requested;
   }
   Status s = Transition(live->rec, kiln::v1::RUNNING, live->fence());
   if (!s.ok()) spdlog::warn("job {}: {}", job_id, s.ToString());
@@ -1038,12 +1054,18 @@ void JobManager::StartConfiguration(std::shared_ptr<LiveJob> live) {
   };
   auto job = RunConvJob::Start(
       env, live->model, &live->run, &live->response, live->rec.client, std::nullopt,
-      [this, live](const Status& status, int64_t retry_after_ms) { ConfigurationDone(live, status, retry_after_ms); },
+      [this, live, config](const Status& status, int64_t retry_after_ms) {
+        ConfigurationDone(live, config, status, retry_after_ms);
+      },
       std::move(hooks));
   bool cancelled_now;
   {
     std::lock_guard<std::mutex> lock(live->mu);
-    live->job = job;
+    // The run may have ended, and the next configuration started, before this line.
+    if (config > live->job_config) {
+      live->job = job;
+      live->job_config = config;
+    }
     cancelled_now = live->cancel_requested;
   }
   if (cancelled_now) job->Cancel();
@@ -1065,29 +1087,64 @@ void JobManager::ConfigurationFailed(std::shared_ptr<LiveJob> live, const Status
     }
     rec.attempt -= 1;  // not an attempt: it never started
     LogIfError(Transition(rec, kiln::v1::QUEUED), rec.job_id);
-    std::lock_guard<std::mutex> lock(mu_);
-    live_.erase(rec.job_id);
-    --lanes_[rec.backend].running;
-    retry_at_.emplace(SteadyClock::now() + std::chrono::milliseconds(retry_after_ms), rec.job_id);
-    wake_ = true;
+    bool cancelled;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      {
+        std::lock_guard<std::mutex> g(live->mu);
+        cancelled = live->cancel_requested;  // a cancel since the caller looked (Cancel marks it under mu_)
+      }
+      if (!cancelled) {
+        live_.erase(rec.job_id);
+        --lanes_[rec.backend].running;
+        retry_at_.emplace(SteadyClock::now() + std::chrono::milliseconds(retry_after_ms), rec.job_id);
+        wake_ = true;
+      }
+    }
+    if (cancelled) return EndJob(live, kiln::v1::CANCELLED, Cancelled("cancelled by a client"));
     cv_.notify_all();
     return;
   }
   return EndJob(live, kiln::v1::FAILED, status);
 }
 
-void JobManager::ConfigurationDone(std::shared_ptr<LiveJob> live, const Status& status, int64_t retry_after_ms) {
+void JobManager::ConfigurationDone(std::shared_ptr<LiveJob> live, int config, const Status& status,
+                                   int64_t retry_after_ms) {
   bool cancel_requested, stop;
   {
     std::lock_guard<std::mutex> lock(live->mu);
     cancel_requested = live->cancel_requested;
-    live->job.reset();
+    if (live->job_config == config) live->job.reset();
+    live->job_config = std::max(live->job_config, config);  // StartConfiguration may not have stored it yet
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop = stopping_;
   }
   if (!status.ok()) return ConfigurationFailed(live, status, retry_after_ms, cancel_requested, stop);
+  // This runs in the scheduler's completion callback, which swallows exceptions: the copies below
+  // (the outputs, the serialized result) must end the job when they cannot be made.
+  bool stored = false;
+  try {
+    stored = StoreConfiguration(live);
+  } catch (const std::bad_alloc&) {
+    bool ending;
+    {
+      std::lock_guard<std::mutex> lock(live->mu);
+      ending = live->ending;
+    }
+    if (!ending) {
+      EndJob(live, kiln::v1::FAILED,
+             ResourceExhausted("storing configuration " + std::to_string(config) + "'s result: out of memory"));
+    }
+    return;
+  }
+  if (!stored) return;  // it ended the job
+  live->configuration += 1;
+  StartConfiguration(live);
+}
+
+bool JobManager::StoreConfiguration(std::shared_ptr<LiveJob> live) {
   // Store the configuration's result: the report as a blob, each output's bytes as a file.
   kiln::v1::RunConvLayersResponse report = live->response;
   std::vector<std::string> outputs;
@@ -1098,10 +1155,11 @@ void JobManager::ConfigurationDone(std::shared_ptr<LiveJob> live, const Status& 
     t.clear_raw_data();
   }
   if (bytes > limits_.max_result_bytes) {
-    return EndJob(live, kiln::v1::FAILED,
-                  ResourceExhausted("configuration " + std::to_string(live->configuration) + " produced " +
-                                    std::to_string(bytes) + " bytes of outputs, over the result limit of " +
-                                    std::to_string(limits_.max_result_bytes) + " (--max-message-bytes); run with omit_outputs"));
+    EndJob(live, kiln::v1::FAILED,
+           ResourceExhausted("configuration " + std::to_string(live->configuration) + " produced " +
+                             std::to_string(bytes) + " bytes of outputs, over the result limit of " +
+                             std::to_string(limits_.max_result_bytes) + " (--max-message-bytes); run with omit_outputs"));
+    return false;
   }
   kiln::v1::ConfigurationResult cr;
   if (live->request.sweep_size() > 0) {
@@ -1112,7 +1170,10 @@ void JobManager::ConfigurationDone(std::shared_ptr<LiveJob> live, const Status& 
   *cr.mutable_response() = std::move(report);
   std::vector<std::string_view> views(outputs.begin(), outputs.end());
   Status put = env_.jobs->PutResult(live->rec.job_id, live->configuration, cr.SerializeAsString(), views, live->fence());
-  if (!put.ok()) return EndJob(live, kiln::v1::FAILED, put.WithContext("storing the result"));
+  if (!put.ok()) {
+    EndJob(live, kiln::v1::FAILED, put.WithContext("storing the result"));
+    return false;
+  }
   int64_t below = 0;
   for (const auto& l : cr.response().layers()) {
     if (l.compared() && !l.pass() && l.pcc_threshold() > 0) ++below;
@@ -1130,8 +1191,7 @@ void JobManager::ConfigurationDone(std::shared_ptr<LiveJob> live, const Status& 
   }
   Status u = env_.jobs->Update(rec, live->fence());
   if (!u.ok()) spdlog::warn("job {}: {}", rec.job_id, u.ToString());
-  live->configuration += 1;
-  StartConfiguration(live);
+  return true;
 }
 
 // An advise job: the whole search as one job on a tt-emu device (the model read and planned there,
@@ -1179,7 +1239,12 @@ void JobManager::StartAdvise(std::shared_ptr<LiveJob> live) {
     if (handle.status().code() == StatusCode::kResourceExhausted) {
       ms = env_.scheduler->SuggestedRetryAfter(live->rec.backend).count();
     }
-    return ConfigurationFailed(live, handle.status(), ms, false, false);
+    bool cancel_requested;
+    {
+      std::lock_guard<std::mutex> lock(live->mu);
+      cancel_requested = live->cancel_requested;
+    }
+    return ConfigurationFailed(live, handle.status(), ms, cancel_requested, stopping());
   }
   bool cancelled_now;
   {
@@ -1359,18 +1424,25 @@ void JobManager::ClaimLoop() {
         break;  // the database is away: wait below, then try again
       }
       if (!claim->has_value()) continue;
+      std::shared_ptr<LiveJob> live;
       {
         std::lock_guard<std::mutex> l(mu_);
-        if (stopping_) {
-          // Drained between the claim and now: hand it straight back.
-          LogIfError(env_.queue->Release(**claim), (*claim)->job_id);
-          break;
+        if (!stopping_) {
+          ++lanes_[backend].running;
+          live = std::make_shared<LiveJob>();
+          live->rec.job_id = (*claim)->job_id;
+          live->claim = **claim;
+          live_[live->rec.job_id] = live;
         }
-        ++lanes_[backend].running;
+      }
+      if (!live) {
+        // Drained between the claim and now: hand it straight back.
+        LogIfError(env_.queue->Release(**claim), (*claim)->job_id);
+        break;
       }
       claimed = true;
       if ((*claim)->reclaimed && lease_expiries_) lease_expiries_->Increment();
-      StartClaimed(**claim);
+      StartJob(live, backend);
     }
     if (!claimed && !stopping()) {
       // Nothing to claim: sleep until NOTIFY says work arrived (or a heartbeat period passes).
@@ -1380,8 +1452,6 @@ void JobManager::ClaimLoop() {
     lock.lock();
   }
 }
-
-void JobManager::StartClaimed(const store::JobClaim& claim) { StartJob(claim.job_id, &claim); }
 
 void JobManager::HeartbeatLoop() {
   std::string devices;  // what this worker runs, as --devices spells it
@@ -1494,5 +1564,10 @@ void JobManager::RunRetention() {
 }
 
 void JobManager::RunRetentionForTesting() { RunRetention(); }
+
+void JobManager::SetStartHookForTesting(std::function<void(const std::string& job_id)> hook) {
+  std::lock_guard<std::mutex> lock(mu_);
+  start_hook_ = std::move(hook);
+}
 
 }  // namespace kiln::api

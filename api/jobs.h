@@ -191,6 +191,9 @@ class JobManager {
   uint64_t late_results() const { return late_results_count_.load(); }
   /// Runs retention now (tests; the dispatch thread runs it every retention_interval).
   void RunRetentionForTesting();
+  /// Test hook: called with a job's id on the thread that took it from the queue, as the job's
+  /// start begins to read it (tests cancel there); null in production.
+  void SetStartHookForTesting(std::function<void(const std::string& job_id)> hook);
 
   class LiveJob;
 
@@ -198,7 +201,9 @@ class JobManager {
   JobManager(Env env, JobLimits limits);
   Status Recover();
   void DispatchLoop();
-  void StartJob(const std::string& job_id, const store::JobClaim* claim = nullptr);
+  // Reads a job just taken from the queue (`live`, already in live_ and counted in `lane`'s
+  // running) and starts it; a start that fails ends the job and releases both.
+  void StartJob(std::shared_ptr<LiveJob> live, const std::string& lane);
   // Resolves the model, applies the queue and store limits, stores `rec` (its request blob made by
   // `request_blob` from the resolved model id) with `inputs`, and queues it: Submit's and
   // SubmitAdvise's common end.
@@ -211,7 +216,12 @@ class JobManager {
   /// configuration is done; returns whether it did.
   bool EndedBeforeStart(const std::shared_ptr<LiveJob>& live, const char* cancelled_message);
   void StartConfiguration(std::shared_ptr<LiveJob> live);
-  void ConfigurationDone(std::shared_ptr<LiveJob> live, const Status& status, int64_t retry_after_ms);
+  // The end of configuration `config`'s run: stored (StoreConfiguration) and the next one
+  // started, or ConfigurationFailed.
+  void ConfigurationDone(std::shared_ptr<LiveJob> live, int config, const Status& status, int64_t retry_after_ms);
+  // Stores the finished configuration's result; false when that ended the job (over the result
+  // limit, or the store refused it).
+  bool StoreConfiguration(std::shared_ptr<LiveJob> live);
   // A configuration (or an advise search) that ended in error: cancelled, interrupted by the
   // shutdown (left RUNNING), back in the queue after a full device queue's hint, or FAILED.
   void ConfigurationFailed(std::shared_ptr<LiveJob> live, const Status& status, int64_t retry_after_ms,
@@ -235,7 +245,6 @@ class JobManager {
   void EventLoop();
   // A replica: fails jobs whose last lease expired.
   void FailAbandoned();
-  void StartClaimed(const store::JobClaim& claim);
   void Notify(const std::string& job_id);
   void RunRetention();
   void Enqueue(const store::JobRecord& rec, bool front);
@@ -263,6 +272,7 @@ class JobManager {
   std::map<uint64_t, std::pair<std::string, std::function<void()>>> watchers_;
   uint64_t next_watcher_ = 1;
   bool stopping_ = false;
+  std::function<void(const std::string&)> start_hook_;  // SetStartHookForTesting
   int loops_running_ = 0;  // threads below not yet at their end (Stop waits for 0)
   bool wake_ = false;
   bool retention_due_ = false;  // a job ended: its results may push the total over the limit

@@ -436,6 +436,16 @@ void RunConvJob::Finish(const Status& status, int64_t retry_after_ms) {
   if (done) done(status, retry_after_ms);
 }
 
+void RunConvJob::Guarded(const char* what, const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::bad_alloc&) {
+    Finish(ResourceExhausted(std::string(what) + ": out of memory"));
+  } catch (const std::exception& e) {
+    Finish(Internal(std::string(what) + ": " + e.what()));
+  }
+}
+
 void RunConvJob::Refused(const Status& status, const std::string& lane) {
   int64_t ms = 0;
   if (status.code() == StatusCode::kResourceExhausted) ms = env_.scheduler->SuggestedRetryAfter(lane).count();
@@ -497,7 +507,7 @@ void RunConvJob::StartPlanStage() {
   SetStage(*handle);  // a cancel that came first cancels it: its OnDone below reports that
   (*handle)->OnDone([self, prepared](const Status& status) {
     if (!status.ok()) return self->Finish(status);
-    self->StartDeviceStage(prepared);
+    self->Guarded("starting the device stage", [&] { self->StartDeviceStage(prepared); });
   });
 }
 
@@ -549,15 +559,17 @@ void RunConvJob::StartDeviceStage(std::shared_ptr<PreparedConvRun> prepared) {
   auto self = shared_from_this();
   (*handle)->OnDone([self, result, started, submitted](const Status& status) {
     if (!status.ok()) return self->Finish(status);
-    FillRunResponse(*result, self->request_->omit_outputs(), self->response_);
-    {
-      std::lock_guard<std::mutex> lock(started->first);
-      self->response_->set_queue_seconds(std::chrono::duration<double>(started->second.first - submitted).count());
-      self->response_->set_device(started->second.second);
-    }
-    self->response_->set_model_id(self->model_.model_id);
-    self->response_->set_tt_emu_level(self->tt_emu_level_);
-    self->Finish(Status::Ok());
+    self->Guarded("filling the response", [&] {
+      FillRunResponse(*result, self->request_->omit_outputs(), self->response_);
+      {
+        std::lock_guard<std::mutex> lock(started->first);
+        self->response_->set_queue_seconds(std::chrono::duration<double>(started->second.first - submitted).count());
+        self->response_->set_device(started->second.second);
+      }
+      self->response_->set_model_id(self->model_.model_id);
+      self->response_->set_tt_emu_level(self->tt_emu_level_);
+    });
+    self->Finish(Status::Ok());  // a no-op when Guarded finished it with the error
   });
 }
 

@@ -199,6 +199,9 @@ class RunConvJob : public std::enable_shared_from_this<RunConvJob> {
   // it the job would never finish).
   void SetStage(std::shared_ptr<sched::JobHandle> handle);
   void Finish(const Status& status, int64_t retry_after_ms = 0);
+  // Runs a stage's completion work; an exception (bad_alloc copying outputs) finishes the job with
+  // it. The scheduler swallows what a callback throws, so without this the job would never end.
+  void Guarded(const char* what, const std::function<void()>& fn);
   void Refused(const Status& status, const std::string& lane);
 
   Env env_;

@@ -5,6 +5,7 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
@@ -274,8 +275,12 @@ class Job final : public JobHandle, public std::enable_shared_from_this<Job> {
     if (fn) {
       try {
         fn(s);
+      } catch (const std::exception& e) {
+        // A callback's failure must not take a worker down; callers catch their own (a callback
+        // that throws has lost whatever it was to do next).
+        spdlog::error("job {}: its completion callback threw: {}", id_, e.what());
       } catch (...) {
-        // A callback's failure must not take a worker down.
+        spdlog::error("job {}: its completion callback threw a non-standard exception", id_);
       }
     }
     return true;

@@ -1,7 +1,7 @@
 // api::JobManager in process (api/jobs.h) over a real model store, job store (SQLite) and
 // scheduler: retention skips pinned results; recovery of interrupted jobs (queued again, or FAILED
-// ABORTED after --job-max-attempts); the per-job event limit; Stop's wait for running jobs;
-// NewJobId's format and order. And
+// ABORTED after --job-max-attempts); the per-job event limit; Stop's wait for running jobs; a
+// cancel while a job is being started; NewJobId's format and order. And
 // store::JobStore (store/job_store.h): idempotency keys, schema version refusal, orphan files.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -233,6 +233,29 @@ TEST_F(JobsTest, StopWaitsForRunningJobsUntilItsDeadline) {
   EXPECT_EQ(manager_->Get(job->job_id())->state(), kiln::v1::RUNNING);
   EXPECT_EQ(manager_->Submit(Run(), "c").status().code(), StatusCode::kUnavailable);
   SetPlanStageHookForTesting(nullptr);
+}
+
+TEST_F(JobsTest, ACancelWhileTheJobIsBeingStartedEndsItCancelled) {
+  // Cancelled after the dispatcher took it from the queue and before its run exists: neither
+  // queued nor running then, the cancel must still reach it.
+  StartManager();
+  std::atomic<int> cancels{0};
+  manager_->SetStartHookForTesting([this, &cancels](const std::string& id) {
+    ++cancels;
+    auto j = manager_->Cancel(id);
+    EXPECT_TRUE(j.ok()) << j.status().ToString();
+  });
+  auto job = manager_->Submit(Run(), "c");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const kiln::v1::Job end = WaitDone(job->job_id());
+  EXPECT_EQ(cancels.load(), 1);
+  EXPECT_EQ(end.state(), kiln::v1::CANCELLED) << end.error().message();
+  EXPECT_EQ(manager_->running(), 0);
+  manager_->SetStartHookForTesting(nullptr);
+  // The lane is free again: the next job runs.
+  auto next = manager_->Submit(Run(), "c");
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(WaitDone(next->job_id()).state(), kiln::v1::SUCCEEDED);
 }
 
 TEST(JobIds, SortByTimeAndHaveTheDocumentedForm) {
