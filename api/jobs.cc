@@ -901,17 +901,26 @@ void JobManager::DispatchLoop() {
 void JobManager::StartJob(std::shared_ptr<LiveJob> live, const std::string& lane) {
   const std::string job_id = live->rec.job_id;
   const store::JobClaim* claim = live->claim ? &*live->claim : nullptr;
-  // A start that ends here: out of live_ and its lane's count (the job's end written by the caller).
-  auto release_lane = [&] {
+  // A start that ends here: marked ending first (the heartbeat then takes a refused renewal of its
+  // claim for what it is, not a lost lease), its claim closed by the caller, then out of live_ and
+  // its lane's count; `retry`: back to the dispatcher in a second (an embedded job that could not
+  // be read stays QUEUED, and a cancel finds it there).
+  auto ending = [&] {
+    std::lock_guard<std::mutex> lock(live->mu);
+    live->ending = true;
+  };
+  auto release_lane = [&](bool retry = false) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      live_.erase(job_id);
+      EraseLiveLocked(live);
       --lanes_[lane].running;
+      if (retry) retry_at_.emplace(SteadyClock::now() + std::chrono::seconds(1), job_id);
       wake_ = true;
     }
     cv_.notify_all();
   };
   auto fail_start = [&](Status error) {
+    ending();
     release_lane();
     auto rec = env_.jobs->Get(job_id);
     if (!rec.ok()) return;
@@ -930,14 +939,16 @@ void JobManager::StartJob(std::shared_ptr<LiveJob> live, const std::string& lane
   auto rec = env_.jobs->Get(job_id);
   if (!rec.ok()) {
     spdlog::error("job {}: cannot start: {}", job_id, rec.status().ToString());
-    // Unreadable now (the database went away between claim and read): a worker gives it back; an
-    // embedded job stays QUEUED in the store, and the next start queues it again (Recover).
+    // Unreadable now (the database went away between claim and read): a worker gives it back to
+    // the farm's queue, an embedded manager tries it again.
+    ending();
     if (claim) LogIfError(env_.queue->Release(*claim), job_id);
-    return release_lane();
+    return release_lane(/*retry=*/claim == nullptr);
   }
   const std::string backend = rec->backend;
   if (claim && IsFinished(rec->state)) {
     // Ended by a replica between the claim and now (nothing was running): close the entry.
+    ending();
     LogIfError(env_.queue->Complete(*claim, "").status(), job_id);
     return release_lane();
   }
@@ -976,14 +987,14 @@ void JobManager::StartJob(std::shared_ptr<LiveJob> live, const std::string& lane
   rec->error_message.clear();
   live->configuration = rec->configurations_done;
   live->started = SteadyClock::now();
+  Status s = Transition(*rec, kiln::v1::RUNNING, live->fence());
+  if (!s.ok()) spdlog::warn("job {}: {}", job_id, s.ToString());
   {
     // A farm: cancelled while no worker held it; or a cancel that came while this read the job.
     std::lock_guard<std::mutex> lock(live->mu);
     live->rec = *rec;
     live->cancel_requested = live->cancel_requested || rec->cancel_requested;
   }
-  Status s = Transition(live->rec, kiln::v1::RUNNING, live->fence());
-  if (!s.ok()) spdlog::warn("job {}: {}", job_id, s.ToString());
   if (live->rec.kind == kiln::v1::JOB_KIND_ADVISE) return StartAdvise(live);
   StartConfiguration(live);
 }
@@ -1027,6 +1038,7 @@ void JobManager::StartConfiguration(std::shared_ptr<LiveJob> live) {
     store::JobRecord rec;
     {
       std::lock_guard<std::mutex> lock(live->mu);
+      if (live->ending) return;  // a run that outlived its job's end writes nothing
       live->rec.device = device;
       rec = live->rec;
     }
@@ -1037,6 +1049,7 @@ void JobManager::StartConfiguration(std::shared_ptr<LiveJob> live) {
     store::JobRecord rec;
     {
       std::lock_guard<std::mutex> lock(live->mu);
+      if (live->ending) return;
       live->rec.layers_done = static_cast<int64_t>(index);
       live->rec.layers_total = static_cast<int64_t>(total);
       live->rec.current_layer = row.name();
@@ -1086,22 +1099,24 @@ void JobManager::ConfigurationFailed(std::shared_ptr<LiveJob> live, const Status
       rec = live->rec;
     }
     rec.attempt -= 1;  // not an attempt: it never started
-    LogIfError(Transition(rec, kiln::v1::QUEUED), rec.job_id);
+    const Status queued = Transition(rec, kiln::v1::QUEUED);
+    LogIfError(queued, rec.job_id);
     bool cancelled;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      {
-        std::lock_guard<std::mutex> g(live->mu);
-        cancelled = live->cancel_requested;  // a cancel since the caller looked (Cancel marks it under mu_)
-      }
-      if (!cancelled) {
-        live_.erase(rec.job_id);
+      std::lock_guard<std::mutex> g(live->mu);
+      cancelled = live->cancel_requested;  // a cancel since the caller looked (Cancel marks it under mu_)
+      if (cancelled && queued.ok()) {
+        live->rec = rec;  // the end follows the QUEUED row: its state, the attempt not counted
+      } else if (!cancelled) {
+        live->ending = true;
+        EraseLiveLocked(live);
         --lanes_[rec.backend].running;
         retry_at_.emplace(SteadyClock::now() + std::chrono::milliseconds(retry_after_ms), rec.job_id);
         wake_ = true;
       }
     }
-    if (cancelled) return EndJob(live, kiln::v1::CANCELLED, Cancelled("cancelled by a client"));
+    if (cancelled) return EndJob(live, kiln::v1::CANCELLED, Cancelled("cancelled while queued"));
     cv_.notify_all();
     return;
   }
@@ -1113,6 +1128,7 @@ void JobManager::ConfigurationDone(std::shared_ptr<LiveJob> live, int config, co
   bool cancel_requested, stop;
   {
     std::lock_guard<std::mutex> lock(live->mu);
+    if (live->ending) return;  // the job already ended (out of memory starting this run): nothing to add
     cancel_requested = live->cancel_requested;
     if (live->job_config == config) live->job.reset();
     live->job_config = std::max(live->job_config, config);  // StartConfiguration may not have stored it yet
@@ -1124,24 +1140,15 @@ void JobManager::ConfigurationDone(std::shared_ptr<LiveJob> live, int config, co
   if (!status.ok()) return ConfigurationFailed(live, status, retry_after_ms, cancel_requested, stop);
   // This runs in the scheduler's completion callback, which swallows exceptions: the copies below
   // (the outputs, the serialized result) must end the job when they cannot be made.
-  bool stored = false;
   try {
-    stored = StoreConfiguration(live);
+    if (!StoreConfiguration(live)) return;  // it ended the job
+    live->configuration += 1;
+    StartConfiguration(live);
   } catch (const std::bad_alloc&) {
-    bool ending;
-    {
-      std::lock_guard<std::mutex> lock(live->mu);
-      ending = live->ending;
-    }
-    if (!ending) {
-      EndJob(live, kiln::v1::FAILED,
-             ResourceExhausted("storing configuration " + std::to_string(config) + "'s result: out of memory"));
-    }
-    return;
+    // EndJob returns at once when the job had already ended.
+    EndJob(live, kiln::v1::FAILED,
+           ResourceExhausted("configuration " + std::to_string(config) + " and the next: out of memory"));
   }
-  if (!stored) return;  // it ended the job
-  live->configuration += 1;
-  StartConfiguration(live);
 }
 
 bool JobManager::StoreConfiguration(std::shared_ptr<LiveJob> live) {
@@ -1296,16 +1303,48 @@ void JobManager::AdviseDone(std::shared_ptr<LiveJob> live, const Status& status,
   EndJob(live, kiln::v1::SUCCEEDED, Status::Ok());
 }
 
-void JobManager::EndJob(std::shared_ptr<LiveJob> live, int state, const Status& error) {
+void JobManager::EndJob(std::shared_ptr<LiveJob> live, int state, const Status& error_in) {
   store::JobRecord rec;
   bool lease_lost;
+  Status error = error_in;
   {
     std::lock_guard<std::mutex> lock(live->mu);
+    if (live->ending) return;  // ended already (a completion that threw after ending it)
     rec = live->rec;
     lease_lost = live->lease_lost;
     live->ending = true;
+    if (state == kiln::v1::RUNNING && live->cancel_requested && !lease_lost) {
+      // Cancelled while the shutdown interrupted it: the cancel wins (no re-run after the restart).
+      state = kiln::v1::CANCELLED;
+      error = Cancelled("cancelled by a client");
+    }
   }
   const double ran = std::chrono::duration<double>(SteadyClock::now() - live->started).count();
+  // The job's end in the store. Whatever it throws, the job leaves live_ and its lane below.
+  try {
+    WriteEnd(*live, rec, state, error, lease_lost, ran);
+  } catch (const std::exception& e) {
+    spdlog::error("job {}: writing its end: {}", rec.job_id, e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    EraseLiveLocked(live);
+    if (state != kiln::v1::RUNNING || lease_lost) ++jobs_done_;
+    --lanes_[rec.backend].running;
+    wake_ = true;
+    retention_due_ = true;
+  }
+  cv_.notify_all();
+}
+
+void JobManager::EraseLiveLocked(const std::shared_ptr<LiveJob>& live) {
+  // By identity: a worker may hold a newer claim of the same job (re-claimed after a lost lease).
+  auto it = live_.find(live->rec.job_id);
+  if (it != live_.end() && it->second == live) live_.erase(it);
+}
+
+void JobManager::WriteEnd(const LiveJob& live, store::JobRecord& rec, int state, const Status& error, bool lease_lost,
+                          double ran) {
   if (lease_lost) {
     // The heartbeat found the lease expired and cancelled the run: the job is the queue's again
     // (another worker may run it now); nothing of this attempt is written.
@@ -1313,11 +1352,11 @@ void JobManager::EndJob(std::shared_ptr<LiveJob> live, int state, const Status& 
                  rec.attempt);
   } else if (state == kiln::v1::RUNNING) {
     // Interrupted by the server's own shutdown: left RUNNING for the next start to re-run.
-    Status u = env_.jobs->Update(rec, live->fence());
+    Status u = env_.jobs->Update(rec, live.fence());
     if (!u.ok()) spdlog::warn("job {}: {}", rec.job_id, u.ToString());
-    if (live->claim) {
+    if (live.claim) {
       // A worker: back to the farm's queue at once, for another worker (the attempt not counted).
-      Status r = env_.queue->Release(*live->claim);
+      Status r = env_.queue->Release(*live.claim);
       if (!r.ok()) spdlog::warn("job {}: release: {}", rec.job_id, r.ToString());
       spdlog::info("job {}: attempt {} released ({}); another worker takes it", rec.job_id, rec.attempt,
                    error.ToString());
@@ -1336,8 +1375,8 @@ void JobManager::EndJob(std::shared_ptr<LiveJob> live, int state, const Status& 
       run_seconds_->Add({{"backend", rec.backend}}, prometheus::Histogram::BucketBoundaries{0.1, 1, 10, 60, 600, 3600})
           .Observe(ran);
     }
-    Status s = Transition(rec, state, live->fence());
-    if (!s.ok() && live->claim && s.code() == StatusCode::kFailedPrecondition) {
+    Status s = Transition(rec, state, live.fence());
+    if (!s.ok() && live.claim && s.code() == StatusCode::kFailedPrecondition) {
       // The lease expired before the end was written (the worker stalled past it): another
       // claim owns the job now, so this end is discarded (store/job_store.h "Fencing").
       late_results_count_.fetch_add(1);
@@ -1347,15 +1386,6 @@ void JobManager::EndJob(std::shared_ptr<LiveJob> live, int state, const Status& 
       spdlog::warn("job {}: {}", rec.job_id, s.ToString());
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    live_.erase(rec.job_id);
-    if (state != kiln::v1::RUNNING || lease_lost) ++jobs_done_;
-    --lanes_[rec.backend].running;
-    wake_ = true;
-    retention_due_ = true;
-  }
-  cv_.notify_all();
 }
 
 void JobManager::FailAbandoned() {

@@ -230,7 +230,12 @@ class JobManager {
   void AdviseStep(const std::shared_ptr<LiveJob>& live, const std::string& step);
   void AdviseDone(std::shared_ptr<LiveJob> live, const Status& status,
                   std::shared_ptr<const advisor::AdviseResult> result);
+  // Ends a live job once (a second call returns): its end written (WriteEnd; RUNNING, the
+  // shutdown's interruption, becomes CANCELLED when a cancel was asked), then out of live_ and its
+  // lane, whatever the write threw.
   void EndJob(std::shared_ptr<LiveJob> live, int state, const Status& error);
+  void WriteEnd(const LiveJob& live, store::JobRecord& rec, int state, const Status& error, bool lease_lost, double ran);
+  void EraseLiveLocked(const std::shared_ptr<LiveJob>& live);  // mu_ held
   Status Transition(store::JobRecord& rec, int new_state, const store::JobFence& fence = {});
   void AppendEvent(const store::JobRecord& rec, kiln::v1::JobEvent event, const store::JobFence& fence = {});
   bool farm() const { return env_.queue != nullptr; }

@@ -437,11 +437,14 @@ void RunConvJob::Finish(const Status& status, int64_t retry_after_ms) {
 }
 
 void RunConvJob::Guarded(const char* what, const std::function<void()>& fn) {
+  // A stage it may have submitted is cancelled: once finished, the job can no longer reach it.
   try {
     fn();
   } catch (const std::bad_alloc&) {
+    Cancel();
     Finish(ResourceExhausted(std::string(what) + ": out of memory"));
   } catch (const std::exception& e) {
+    Cancel();
     Finish(Internal(std::string(what) + ": " + e.what()));
   }
 }

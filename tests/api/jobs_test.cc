@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -59,6 +60,9 @@ class JobsTest : public ::testing::Test {
     OpenJobStore();
   }
   void TearDown() override {
+    // Hooks that point at a failed test's locals go first.
+    SetPlanStageHookForTesting(nullptr);
+    if (manager_) manager_->SetStartHookForTesting(nullptr);
     manager_.reset();
     scheduler_.reset();
     jobs_.reset();
@@ -250,6 +254,8 @@ TEST_F(JobsTest, ACancelWhileTheJobIsBeingStartedEndsItCancelled) {
   const kiln::v1::Job end = WaitDone(job->job_id());
   EXPECT_EQ(cancels.load(), 1);
   EXPECT_EQ(end.state(), kiln::v1::CANCELLED) << end.error().message();
+  // The state shows before the job leaves the running set (its event is written between).
+  for (int i = 0; i < 500 && manager_->running() != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(manager_->running(), 0);
   manager_->SetStartHookForTesting(nullptr);
   // The lane is free again: the next job runs.
