@@ -1165,7 +1165,8 @@ bool JobManager::StoreConfiguration(std::shared_ptr<LiveJob> live) {
     EndJob(live, kiln::v1::FAILED,
            ResourceExhausted("configuration " + std::to_string(live->configuration) + " produced " +
                              std::to_string(bytes) + " bytes of outputs, over the result limit of " +
-                             std::to_string(limits_.max_result_bytes) + " (--max-message-bytes); run with omit_outputs"));
+                             std::to_string(limits_.max_result_bytes) +
+                             " (--max-message-bytes); run with omit_outputs"));
     return false;
   }
   kiln::v1::ConfigurationResult cr;

@@ -234,7 +234,8 @@ class JobManager {
   // shutdown's interruption, becomes CANCELLED when a cancel was asked), then out of live_ and its
   // lane, whatever the write threw.
   void EndJob(std::shared_ptr<LiveJob> live, int state, const Status& error);
-  void WriteEnd(const LiveJob& live, store::JobRecord& rec, int state, const Status& error, bool lease_lost, double ran);
+  void WriteEnd(const LiveJob& live, store::JobRecord& rec, int state, const Status& error, bool lease_lost,
+                double ran);
   void EraseLiveLocked(const std::shared_ptr<LiveJob>& live);  // mu_ held
   Status Transition(store::JobRecord& rec, int new_state, const store::JobFence& fence = {});
   void AppendEvent(const store::JobRecord& rec, kiln::v1::JobEvent event, const store::JobFence& fence = {});
