@@ -18,6 +18,7 @@
 #include "cli/html_report.h"
 #include "cli/run_report.h"
 #include "cli/model_commands.h"
+#include "cli/options.h"
 #include "device/npy.h"
 #include "kiln/v1/device.grpc.pb.h"
 #include "kiln/v1/job.grpc.pb.h"
@@ -493,13 +494,13 @@ void AddAdviseCommand(CLI::App& app, ClientOptions& options, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--space", a.space, "knobs to vary: fidelity,weights,dest,l1acc,output_dtype")->capture_default_str();
   cmd->add_option("--budget", a.budget, "seconds; when spent, the best answer so far (flagged partial); 0 = none")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--seed", a.seed, "seed for generated inputs");
+      ->check(AtLeast(0));
+  cmd->add_option("--seed", a.seed, "seed for generated inputs")->check(Uint64Decimal());
   cmd->add_option("--input", a.inputs,
                   "NAME=FILE.npy (repeatable); naming an input again starts another input set (worst set counts)");
   cmd->add_option("--tt-emu-level", a.level, "tt-emu numerics for the search: exact or fast")->capture_default_str();
   cmd->add_option("--max-refine", a.max_refine, "at most this many single-move chained runs after the path search")
-      ->check(CLI::NonNegativeNumber)
+      ->check(AtLeast(0, "a whole number"))
       ->capture_default_str();
   cmd->add_flag("--per-layer-threshold", a.per_layer_threshold,
                 "also require every layer of the chained run to pass its tt-metal PCC threshold");

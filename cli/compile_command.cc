@@ -105,6 +105,14 @@ void PrintIzerCommand(const kiln::v1::CompileAi8xResponse& r, const CompileArgs&
   for (const auto& w : cmd.argv) line += (line.empty() ? "" : " ") + ShellWord(w);
   std::cerr << "next: turn the YAML into C code with ai8x-synthesis (from its checkout):\n  " << line << "\n";
   for (const auto& f : cmd.why) std::cerr << "    " << f.flag() << ": " << f.reason() << "\n";
+  if (a.output.empty()) {
+    // The command names a file this invocation did not write: say where the YAML is.
+    std::string config;
+    for (size_t i = 0; i + 1 < cmd.argv.size(); ++i) {
+      if (cmd.argv[i] == "--config-file") config = cmd.argv[i + 1];
+    }
+    std::cerr << "    (the YAML went to stdout: save it as " << ShellWord(config) << ", or compile with -o FILE)\n";
+  }
 }
 
 // "(C, H, W)" as numbers ([] when it does not parse).

@@ -15,6 +15,7 @@
 
 #include "api/convert.h"
 #include "cli/advise_command.h"
+#include "cli/options.h"
 #include "kiln/v1/job.grpc.pb.h"
 
 namespace kiln::cli {
@@ -330,8 +331,10 @@ int WatchAndReport(const ClientOptions& options, const std::vector<std::string>&
     if (w.job.state() != kiln::v1::SUCCEEDED) {
       std::cerr << "kiln: job " << job_id << " " << StateName(w.job.state());
       if (w.job.has_error()) {
-        std::cerr << ": " << StatusCodeName(static_cast<StatusCode>(w.job.error().code())) << ": "
-                  << w.job.error().message();
+        // The code only where it adds to the state (a FAILED job's cause; not "CANCELLED: CANCELLED").
+        const char* code = StatusCodeName(static_cast<StatusCode>(w.job.error().code()));
+        if (std::string(code) != StateName(w.job.state())) std::cerr << ": " << code;
+        std::cerr << ": " << w.job.error().message();
       }
       std::cerr << "\n";
       return 1;
@@ -490,7 +493,9 @@ void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   jobs->add_option("--state", state, "queued, running, succeeded, failed or cancelled");
   jobs->add_option("--model", model, "a model id, name or id prefix (8+ hex digits)");
   jobs->add_option("--label", labels, "KEY=VALUE (repeatable; all must match)");
-  jobs->add_option("--limit", limit, "at most this many")->capture_default_str()->check(CLI::PositiveNumber);
+  jobs->add_option("--limit", limit, "at most this many")
+      ->capture_default_str()
+      ->check(AtLeast(1, "a whole number"));
   jobs->add_flag("--json", json, "print one JSON object instead (docs/cli-json.md kiln.jobs/1)");
   jobs->callback([&options, exit_code] { *exit_code = JobsCommand(options, state, model, labels, limit, json); });
 
@@ -543,8 +548,13 @@ void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
     }
     if (json) {
       PrintJobJson(job);
-    } else {
+    } else if (job.state() == kiln::v1::SUCCEEDED || job.state() == kiln::v1::FAILED) {
+      std::printf("%s %s (already ended: nothing to cancel)\n", job.job_id().c_str(), StateName(job.state()));
+    } else if (job.state() == kiln::v1::CANCELLED) {
       std::printf("%s %s\n", job.job_id().c_str(), StateName(job.state()));
+    } else {
+      // A running job stops at its next stage or layer boundary; `kiln job` shows it CANCELLED then.
+      std::printf("%s %s (cancel requested)\n", job.job_id().c_str(), StateName(job.state()));
     }
     *exit_code = 0;
   });

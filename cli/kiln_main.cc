@@ -8,6 +8,7 @@
 #include "cli/client.h"
 #include "cli/compile_command.h"
 #include "cli/model_commands.h"
+#include "cli/options.h"
 #include "cli/run_command.h"
 #include "cli/vectors_command.h"
 
@@ -35,7 +36,10 @@ int main(int argc, char** argv) {
                  "PEM client certificate chain for mutual TLS (kilnd --tls-client-ca); with --tls-key and "
                  "--tls-ca (env KILN_TLS_CLIENT_CERT)");
   app.add_option("--tls-key", options.tls_key, "PEM private key of --tls-cert (env KILN_TLS_CLIENT_KEY)");
-  app.add_option("--timeout", options.timeout_seconds, "per-call deadline in seconds (0 = none)")
+  app.add_option("--timeout", options.timeout_seconds,
+                 "per-call deadline in seconds (0 = none); a job's watch (run, watch, advise) waits for the "
+                 "job however long it runs: Ctrl-C stops it")
+      ->check(kiln::cli::AtLeast(0))
       ->capture_default_str();
   app.add_option("--max-message-bytes", options.max_message_bytes, "largest gRPC message sent or received")
       ->check(CLI::Range(4 << 20, 2047 << 20))

@@ -10,6 +10,7 @@
 
 #include "cli/job_commands.h"
 #include "cli/model_commands.h"
+#include "cli/options.h"
 #include "cli/run_report.h"
 #include "api/convert.h"
 #include "api/run_conv.h"
@@ -255,7 +256,7 @@ void AddRunCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   cmd->add_option("--mode", a.mode, "chained, per_layer, or both (two runs, side by side in the report)")
       ->capture_default_str();
   AddReportOptions(*cmd, a.report);
-  cmd->add_option("--seed", a.seed, "seed for generated inputs");
+  cmd->add_option("--seed", a.seed, "seed for generated inputs")->check(Uint64Decimal());
   cmd->add_flag("--skip-reference", a.skip_reference, "no fp32 reference, no PCC");
   cmd->add_flag("--local", a.local, "run in process, no server");
   cmd->add_option("--name", a.name, "name to store a FILE under (default: the file stem)");

@@ -25,6 +25,9 @@ const std::string kCases = std::string(KILN_TEST_DATA) + "/conv-cases/";
 std::string Kiln(const std::string& args, int* rc) {
   return RunShell(std::string(KILN_BINARY) + " " + args + " 2>/dev/null", rc);
 }
+std::string KilnWithErrors(const std::string& args, int* rc) {
+  return RunShell(std::string(KILN_BINARY) + " " + args + " 2>&1", rc);
+}
 
 TEST(CliAdviseE2E, JsonAndItsKilnRunFlagsRunAsAdvised) {
   int rc = -1;
@@ -197,6 +200,19 @@ TEST(CliAdviseE2E, CommandLineErrorsAreStatus2) {
   EXPECT_EQ(rc, 2) << out;
   out = Kiln("advise " + kCases + "unet_small.onnx --local --report-html /no/such/dir/r.html", &rc);
   EXPECT_EQ(rc, 2) << out;
+  // Numbers out of range name the bound (cli/options.h), and a negative seed is not wrapped.
+  out = KilnWithErrors("advise " + kCases + "unet_small.onnx --local --seed -1", &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--seed: expected a whole number >= 0, got '-1'"), std::string::npos) << out;
+  out = KilnWithErrors("advise " + kCases + "unet_small.onnx --local --seed 18446744073709551616", &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("is over 18446744073709551615"), std::string::npos) << out;
+  out = KilnWithErrors("advise " + kCases + "unet_small.onnx --local --budget -2", &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--budget: expected a number >= 0, got '-2'"), std::string::npos) << out;
+  out = KilnWithErrors("jobs --limit 0", &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--limit: expected a whole number >= 1, got '0'"), std::string::npos) << out;
 }
 
 }  // namespace

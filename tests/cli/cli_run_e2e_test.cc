@@ -317,6 +317,9 @@ TEST_F(CliRunE2E, JobsByModelNameOrPrefixAndJson) {
     EXPECT_EQ(doc["state"], "succeeded");  // cancelling a finished job changes nothing
     EXPECT_EQ(doc["attempt"], 1);
   }
+  out = Kiln("cancel " + job, &rc, true);  // and the table says so
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out, job + " SUCCEEDED (already ended: nothing to cancel)\n");
   out = Kiln("devices --json", &rc, true);
   ASSERT_EQ(rc, 0) << out;
   const auto devices = nlohmann::json::parse(out);
