@@ -416,6 +416,28 @@ Status JobManager::Recover() {
   return Status::Ok();
 }
 
+namespace {
+
+// A request's input tensors against the model's graph inputs (store::ModelInfo::inputs, complete:
+// the store refuses a model whose names pass its metadata limit), at submission, so that a job
+// naming an input twice or one the model lacks is refused, not run and failed. The words are
+// runtime/inputs.cc ResolveInputs's and api/run_conv.cc's, which check the same when a job runs.
+Status CheckInputNames(const google::protobuf::RepeatedPtrField<kiln::v1::Tensor>& given, const store::ModelInfo& model,
+                       const std::string& where) {
+  std::set<std::string> seen;
+  for (const auto& t : given) {
+    if (!seen.insert(t.name()).second) return InvalidArgument(where + ": input tensor '" + t.name() + "' given twice");
+    if (std::find(model.inputs.begin(), model.inputs.end(), t.name()) == model.inputs.end()) {
+      std::string known;
+      for (const auto& n : model.inputs) known += (known.empty() ? "" : ", ") + n;
+      return InvalidArgument(where + ": unknown input '" + t.name() + "' (model inputs: " + known + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<kiln::v1::Job> JobManager::Submit(const kiln::v1::SubmitRunRequest& request, const std::string& client,
                                          bool* existed, int64_t* retry_after_ms) {
   if (existed) *existed = false;
@@ -474,7 +496,8 @@ Result<kiln::v1::Job> JobManager::Submit(const kiln::v1::SubmitRunRequest& reque
                  stored.mutable_run()->set_model_id(model_id);
                  return stored.SerializeAsString();
                },
-               existed, retry_after_ms);
+               [&run](const store::ModelInfo& m) { return CheckInputNames(run.inputs(), m, "run.inputs"); }, existed,
+               retry_after_ms);
 }
 
 Result<kiln::v1::Job> JobManager::SubmitAdvise(const kiln::v1::SubmitAdviseRequest& request, const std::string& client,
@@ -517,12 +540,20 @@ Result<kiln::v1::Job> JobManager::SubmitAdvise(const kiln::v1::SubmitAdviseReque
                  stored.mutable_advise()->set_model_id(model_id);
                  return stored.SerializeAsString();
                },
+               [&advise](const store::ModelInfo& m) -> Status {
+                 for (int i = 0; i < advise.input_sets_size(); ++i) {
+                   KILN_RETURN_IF_ERROR(CheckInputNames(advise.input_sets(i).inputs(), m,
+                                                        "advise.input_sets[" + std::to_string(i) + "]"));
+                 }
+                 return Status::Ok();
+               },
                existed, retry_after_ms);
 }
 
 Result<kiln::v1::Job> JobManager::Admit(store::JobRecord rec, const std::string& model_ref, const std::string& client,
                                         const std::vector<std::string_view>& inputs, int64_t input_bytes,
                                         const std::function<std::string(const std::string& model_id)>& request_blob,
+                                        const std::function<Status(const store::ModelInfo&)>& check_model,
                                         bool* existed, int64_t* retry_after_ms) {
   auto ref = ResolveModelRef(*env_.models, model_ref);  // api/models.h: a short id prefix too
   auto model = ref.ok() ? env_.models->Get(*ref) : Result<store::ModelInfo>(ref.status());
@@ -546,6 +577,7 @@ Result<kiln::v1::Job> JobManager::Admit(store::JobRecord rec, const std::string&
     }
   }
   if (!model.ok()) return model.status();
+  KILN_RETURN_IF_ERROR(check_model(*model));
   rec.model_id = model->model_id;
   if (farm()) {
     // A farm's jobs run on its workers, which come and go: a backend this build knows is enough,

@@ -204,13 +204,14 @@ class JobManager {
   // Reads a job just taken from the queue (`live`, already in live_ and counted in `lane`'s
   // running) and starts it; a start that fails ends the job and releases both.
   void StartJob(std::shared_ptr<LiveJob> live, const std::string& lane);
-  // Resolves the model, applies the queue and store limits, stores `rec` (its request blob made by
-  // `request_blob` from the resolved model id) with `inputs`, and queues it: Submit's and
-  // SubmitAdvise's common end.
+  // Resolves the model and checks the request against it (`check_model`), applies the queue and
+  // store limits, stores `rec` (its request blob made by `request_blob` from the resolved model id)
+  // with `inputs`, and queues it: Submit's and SubmitAdvise's common end.
   Result<kiln::v1::Job> Admit(store::JobRecord rec, const std::string& model_ref, const std::string& client,
                               const std::vector<std::string_view>& inputs, int64_t input_bytes,
                               const std::function<std::string(const std::string& model_id)>& request_blob,
-                              bool* existed, int64_t* retry_after_ms);
+                              const std::function<Status(const store::ModelInfo&)>& check_model, bool* existed,
+                              int64_t* retry_after_ms);
   /// Before a configuration (or an advise job's search) starts: ends the job where it was
   /// cancelled (`cancelled_message`), kilnd is stopping (left RUNNING for the next start) or every
   /// configuration is done; returns whether it did.

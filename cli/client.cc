@@ -92,8 +92,20 @@ void Prepare(const ClientOptions& options, grpc::ClientContext* context) {
 }
 
 std::string Describe(const grpc::Status& status) {
-  return std::string(StatusCodeName(static_cast<StatusCode>(status.error_code()))) + ": " +
-         status.error_message();
+  std::string out = std::string(StatusCodeName(static_cast<StatusCode>(status.error_code()))) + ": " +
+                    status.error_message();
+  // gRPC's own size refusals name no setting: "Sent" is this client's limit, "Received" the
+  // receiver's (kilnd's for a request, this client's for an answer).
+  const std::string& m = status.error_message();
+  if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    if (m.rfind("Sent message larger than max", 0) == 0) {
+      out += " (kiln --max-message-bytes, up to 2047 MiB; kilnd's own --max-message-bytes must allow it too)";
+    } else if (m.rfind("Received message larger than max", 0) == 0) {
+      out += " (a gRPC message limit: kilnd's --max-message-bytes for a request, kiln --max-message-bytes for an "
+             "answer)";
+    }
+  }
+  return out;
 }
 
 std::string NewIdempotencyKey(const std::string& prefix) {

@@ -1,7 +1,8 @@
 // api::JobManager in process (api/jobs.h) over a real model store, job store (SQLite) and
 // scheduler: retention skips pinned results; recovery of interrupted jobs (queued again, or FAILED
 // ABORTED after --job-max-attempts); the per-job event limit; Stop's wait for running jobs; a
-// cancel while a job is being started; NewJobId's format and order. And
+// cancel while a job is being started; input names checked at submission; NewJobId's format and
+// order. And
 // store::JobStore (store/job_store.h): idempotency keys, schema version refusal, orphan files.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -262,6 +263,33 @@ TEST_F(JobsTest, ACancelWhileTheJobIsBeingStartedEndsItCancelled) {
   auto next = manager_->Submit(Run(), "c");
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(WaitDone(next->job_id()).state(), kiln::v1::SUCCEEDED);
+}
+
+TEST_F(JobsTest, InputNamesAreCheckedAtSubmission) {
+  // An input the model lacks, or one given twice, is refused at once: no job is stored.
+  StartManager();
+  auto with_inputs = [this](std::vector<std::string> names) {
+    kiln::v1::SubmitRunRequest r = Run();
+    for (const auto& n : names) {
+      auto* t = r.mutable_run()->add_inputs();
+      t->set_name(n);
+      t->set_datatype("FP32");
+      t->add_shape(1);
+      t->set_raw_data(std::string(4, '\0'));
+    }
+    return manager_->Submit(r, "c");
+  };
+  auto unknown = with_inputs({"nosuch"});
+  EXPECT_EQ(unknown.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.status().message().find("run.inputs: unknown input 'nosuch' (model inputs: X"), std::string::npos)
+      << unknown.status().ToString();
+  auto twice = with_inputs({"X", "X"});
+  EXPECT_EQ(twice.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(twice.status().message().find("run.inputs: input tensor 'X' given twice"), std::string::npos)
+      << twice.status().ToString();
+  auto list = manager_->List(kiln::v1::ListJobsRequest());
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->jobs_size(), 0);
 }
 
 TEST(JobIds, SortByTimeAndHaveTheDocumentedForm) {

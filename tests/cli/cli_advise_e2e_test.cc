@@ -180,13 +180,24 @@ TEST_F(CliAdviseJobE2E, AdviseJobOnKilndGivesTheLocalAnswer) {
   EXPECT_NE(table.find("kiln run '" + want["model"]["sha256"].get<std::string>() + "'"), std::string::npos) << table;
 
   // A search that cannot run fails the job with the advisor's error (tests/data/conv-cases has no
-  // conv-free model: an input the model does not have is refused by the search instead).
-  const std::string bad = RunShell(std::string(KILN_BINARY) + " " + server + "advise " + kCases +
-                                       "unet_small.onnx --input nosuch=" + kCases + "unet_small.input.npy --quiet 2>&1",
-                                   &rc);
+  // conv-free model: an input of another shape than the model's is refused by the search instead).
+  const std::string bad =
+      RunShell(std::string(KILN_BINARY) + " " + server + "advise " + kCases + "unet_small.onnx --input input=" + kCases +
+                   "avgpool_ceil_cip0_pads.input.npy --quiet 2>&1",
+               &rc);
   EXPECT_EQ(rc, 1) << bad;
   EXPECT_NE(bad.find("FAILED: INVALID_ARGUMENT"), std::string::npos) << bad;
-  EXPECT_NE(bad.find("unknown input 'nosuch'"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("the model declares [1,3,128,128]"), std::string::npos) << bad;
+  // An input the model does not have is refused at submission: no job.
+  const std::string unknown = RunShell(std::string(KILN_BINARY) + " " + server + "advise " + kCases +
+                                           "unet_small.onnx --input nosuch=" + kCases +
+                                           "unet_small.input.npy --quiet 2>&1",
+                                       &rc);
+  EXPECT_EQ(rc, 1) << unknown;
+  EXPECT_NE(unknown.find("INVALID_ARGUMENT: advise.input_sets[0]: unknown input 'nosuch' (model inputs: input)"),
+            std::string::npos)
+      << unknown;
+  EXPECT_EQ(unknown.find("FAILED"), std::string::npos) << unknown;
   EXPECT_EQ(kilnd->Stop(), 0);
 }
 

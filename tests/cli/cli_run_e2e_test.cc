@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "device/npy.h"
 #include "kiln/v1/job.grpc.pb.h"
 #include "tests/server/kilnd_process.h"
 #include "tests/server/kilnd_test_util.h"
@@ -100,6 +101,22 @@ TEST_F(CliRunE2E, InputsFromAFileAreNamed) {
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("inputs: X from " + x + "; any other input random uniform [-1, 1), seed 0\n"), std::string::npos)
       << out;
+}
+
+// A request over a gRPC message limit names the setting that governs it (cli/client.cc Describe):
+// here the client's own --max-message-bytes, at its 4 MiB floor, against an 8 MB input.
+TEST_F(CliRunE2E, AMessageOverTheLimitNamesTheFlag) {
+  Upload("residual_add_relu");
+  const std::string big = (std::filesystem::temp_directory_path() / ("big-" + std::to_string(getpid()) + ".npy")).string();
+  auto t = device::Tensor::Zeros({1, 2, 1000, 1000});
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE(device::WriteNpy(big, *t).ok());
+  int rc = -1;
+  const std::string out = Kiln("--max-message-bytes 4194304 run residual_add_relu --input X=" + big, &rc);
+  std::filesystem::remove(big);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("RESOURCE_EXHAUSTED: Sent message larger than max"), std::string::npos) << out;
+  EXPECT_NE(out.find("(kiln --max-message-bytes, up to 2047 MiB"), std::string::npos) << out;
 }
 
 // --skip-reference compares nothing: no "all layers pass", exit status 4 (remote and --local).
