@@ -311,7 +311,10 @@ std::optional<api::advisor::AdviseResult> AdviseRemote(const ClientOptions& opti
   if (job.state() != kiln::v1::SUCCEEDED) {
     std::cerr << "kiln: advise: job " << job.job_id() << " " << kiln::v1::JobState_Name(job.state());
     if (job.has_error()) {
-      std::cerr << ": " << StatusCodeName(static_cast<StatusCode>(job.error().code())) << ": " << job.error().message();
+      // The code only where it adds to the state (not "CANCELLED: CANCELLED").
+      const char* code = StatusCodeName(static_cast<StatusCode>(job.error().code()));
+      if (std::string(code) != kiln::v1::JobState_Name(job.state())) std::cerr << ": " << code;
+      std::cerr << ": " << job.error().message();
     }
     std::cerr << "\n";
     return std::nullopt;
@@ -490,7 +493,7 @@ void AddAdviseCommand(CLI::App& app, ClientOptions& options, int* exit_code) {
   cmd->add_flag("--local", a.local, "search in process on tt-emu (default: an advise job on kilnd)");
   cmd->add_flag("--detach", a.detach, "submit the advise job, print its id and return (see kiln watch/result)");
   cmd->add_option("--target-pcc", a.target_pcc, "chained end-to-end PCC to meet (worst input)")
-      ->check(CLI::Range(1e-9, 1.0))
+      ->check(Between(1e-9, 1.0))
       ->capture_default_str();
   cmd->add_option("--space", a.space, "knobs to vary: fidelity,weights,dest,l1acc,output_dtype")->capture_default_str();
   cmd->add_option("--budget", a.budget, "seconds; when spent, the best answer so far (flagged partial); 0 = none")

@@ -94,15 +94,14 @@ void Prepare(const ClientOptions& options, grpc::ClientContext* context) {
 std::string Describe(const grpc::Status& status) {
   std::string out = std::string(StatusCodeName(static_cast<StatusCode>(status.error_code()))) + ": " +
                     status.error_message();
-  // gRPC's own size refusals name no setting: "Sent" is this client's limit, "Received" the
-  // receiver's (kilnd's for a request, this client's for an answer).
+  // gRPC's own size refusals name no setting. Both ends check both directions: "Sent" is the
+  // sender's limit, "Received" the receiver's.
   const std::string& m = status.error_message();
   if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
     if (m.rfind("Sent message larger than max", 0) == 0) {
-      out += " (kiln --max-message-bytes, up to 2047 MiB; kilnd's own --max-message-bytes must allow it too)";
+      out += " (the sender's --max-message-bytes, up to 2047 MiB: this kiln's for a request, kilnd's for an answer)";
     } else if (m.rfind("Received message larger than max", 0) == 0) {
-      out += " (a gRPC message limit: kilnd's --max-message-bytes for a request, kiln --max-message-bytes for an "
-             "answer)";
+      out += " (the receiver's --max-message-bytes, up to 2047 MiB: kilnd's for a request, this kiln's for an answer)";
     }
   }
   return out;

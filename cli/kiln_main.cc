@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", options.timeout_seconds,
                  "per-call deadline in seconds (0 = none); a job's watch (run, watch, advise) waits for the "
                  "job however long it runs: Ctrl-C stops it")
-      ->check(kiln::cli::AtLeast(0))
+      ->check(kiln::cli::Between(0, 1e6))  // seconds; the deadline is made in ms (cli/client.cc Prepare)
       ->capture_default_str();
   app.add_option("--max-message-bytes", options.max_message_bytes, "largest gRPC message sent or received")
       ->check(CLI::Range(4 << 20, 2047 << 20))

@@ -5,44 +5,58 @@
 #include <CLI/CLI.hpp>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 #include <string>
 
 namespace kiln::cli {
 
-/// A whole number 0 .. 2^64 − 1 in decimal. CLI11 converts an unsigned option with strtoull, which
-/// takes "-1" as 2^64 − 1 and clamps values past the top; this refuses both instead.
+/// A whole number 0 .. 2^64 − 1 in decimal, without leading zeros. CLI11 converts an unsigned
+/// option with strtoull in base 0, which takes "-1" as 2^64 − 1, clamps values past the top and
+/// reads "010" as octal 8; this refuses all three instead.
 inline CLI::Validator Uint64Decimal() {
   return CLI::Validator(
       [](std::string& s) -> std::string {
-        if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) {
-          return "expected a whole number >= 0, got '" + s + "'";
+        if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || (s.size() > 1 && s[0] == '0')) {
+          return "expected a whole number >= 0 in decimal, got '" + s + "'";
         }
         errno = 0;
         (void)std::strtoull(s.c_str(), nullptr, 10);
         if (errno == ERANGE) return "'" + s + "' is over 18446744073709551615";
         return {};
       },
-      "UINT");
+      "");
 }
 
-/// A number >= `min` (CLI11's NonNegativeNumber and PositiveNumber print their range as
-/// "0.000000 to 1797...": this names the bound). The value's own type is checked by its conversion.
-inline CLI::Validator AtLeast(double min, const std::string& what = "a number") {
+/// A finite number in [min, max] (CLI11's NonNegativeNumber, PositiveNumber and Range print their
+/// bounds as "0.000000 to 1797...": this names them as given). The value's own type is checked
+/// by its conversion after this.
+inline CLI::Validator Between(double min, double max, const std::string& what = "a number") {
   return CLI::Validator(
-      [min, what](std::string& s) -> std::string {
+      [min, max, what](std::string& s) -> std::string {
         char* end = nullptr;
         errno = 0;
         const double v = std::strtod(s.c_str(), &end);
-        if (end == s.c_str() || *end != '\0' || errno == ERANGE || !(v >= min)) {
-          std::ostringstream bound;
-          bound << min;
-          return "expected " + what + " >= " + bound.str() + ", got '" + s + "'";
+        if (end == s.c_str() || *end != '\0' || !std::isfinite(v) || !(v >= min && v <= max)) {
+          std::ostringstream want;
+          want << "expected " << what;
+          if (max == std::numeric_limits<double>::max()) {
+            want << " >= " << min;
+          } else {
+            want << " from " << min << " to " << max;
+          }
+          return want.str() + ", got '" + s + "'";
         }
         return {};
       },
       "");
+}
+
+/// A finite number >= `min`.
+inline CLI::Validator AtLeast(double min, const std::string& what = "a number") {
+  return Between(min, std::numeric_limits<double>::max(), what);
 }
 
 }  // namespace kiln::cli

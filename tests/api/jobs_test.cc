@@ -268,8 +268,9 @@ TEST_F(JobsTest, ACancelWhileTheJobIsBeingStartedEndsItCancelled) {
 TEST_F(JobsTest, InputNamesAreCheckedAtSubmission) {
   // An input the model lacks, or one given twice, is refused at once: no job is stored.
   StartManager();
-  auto with_inputs = [this](std::vector<std::string> names) {
+  auto with_inputs = [this](std::vector<std::string> names, const std::string& key = "", bool* existed = nullptr) {
     kiln::v1::SubmitRunRequest r = Run();
+    r.set_idempotency_key(key);
     for (const auto& n : names) {
       auto* t = r.mutable_run()->add_inputs();
       t->set_name(n);
@@ -277,7 +278,7 @@ TEST_F(JobsTest, InputNamesAreCheckedAtSubmission) {
       t->add_shape(1);
       t->set_raw_data(std::string(4, '\0'));
     }
-    return manager_->Submit(r, "c");
+    return manager_->Submit(r, "c", existed);
   };
   auto unknown = with_inputs({"nosuch"});
   EXPECT_EQ(unknown.status().code(), StatusCode::kInvalidArgument);
@@ -290,6 +291,14 @@ TEST_F(JobsTest, InputNamesAreCheckedAtSubmission) {
   auto list = manager_->List(kiln::v1::ListJobsRequest());
   ASSERT_TRUE(list.ok());
   EXPECT_EQ(list->jobs_size(), 0);
+  // A retried submission is answered with its job before anything else is checked.
+  auto first = with_inputs({}, "retry-me");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  bool existed = false;
+  auto again = with_inputs({"nosuch"}, "retry-me", &existed);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(existed);
+  EXPECT_EQ(again->job_id(), first->job_id());
 }
 
 TEST(JobIds, SortByTimeAndHaveTheDocumentedForm) {

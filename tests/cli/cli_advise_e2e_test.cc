@@ -214,7 +214,14 @@ TEST(CliAdviseE2E, CommandLineErrorsAreStatus2) {
   // Numbers out of range name the bound (cli/options.h), and a negative seed is not wrapped.
   out = KilnWithErrors("advise " + kCases + "unet_small.onnx --local --seed -1", &rc);
   EXPECT_EQ(rc, 2) << out;
-  EXPECT_NE(out.find("--seed: expected a whole number >= 0, got '-1'"), std::string::npos) << out;
+  EXPECT_NE(out.find("--seed: expected a whole number >= 0 in decimal, got '-1'"), std::string::npos) << out;
+  out = KilnWithErrors("advise " + kCases + "unet_small.onnx --local --seed 010", &rc);  // not octal 8
+  EXPECT_EQ(rc, 2) << out;
+  out = KilnWithErrors("advise " + kCases + "unet_small.onnx --local --budget inf", &rc);
+  EXPECT_EQ(rc, 2) << out;
+  out = KilnWithErrors("advise " + kCases + "unet_small.onnx --local --target-pcc 2", &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--target-pcc: expected a number from 1e-09 to 1, got '2'"), std::string::npos) << out;
   out = KilnWithErrors("advise " + kCases + "unet_small.onnx --local --seed 18446744073709551616", &rc);
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("is over 18446744073709551615"), std::string::npos) << out;

@@ -116,7 +116,8 @@ TEST_F(CliRunE2E, AMessageOverTheLimitNamesTheFlag) {
   std::filesystem::remove(big);
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("RESOURCE_EXHAUSTED: Sent message larger than max"), std::string::npos) << out;
-  EXPECT_NE(out.find("(kiln --max-message-bytes, up to 2047 MiB"), std::string::npos) << out;
+  EXPECT_NE(out.find("(the sender's --max-message-bytes, up to 2047 MiB: this kiln's for a request"), std::string::npos)
+      << out;
 }
 
 // --skip-reference compares nothing: no "all layers pass", exit status 4 (remote and --local).
