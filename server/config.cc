@@ -15,6 +15,9 @@
 #include <optional>
 #include <sstream>
 
+#include "device/backends/builtin.h"
+#include "sched/scheduler.h"
+
 namespace kiln::server {
 namespace {
 
@@ -258,7 +261,19 @@ const std::vector<Setting>& Settings() {
       {"--devices", "KILN_DEVICES", nullptr, "device workers, e.g. tt-emu:2,reference:1",
        [](Config& c, const std::string& v) {
          c.devices = v;
-         return v.empty() ? std::string("must name at least one backend") : std::string();
+         if (v.empty()) return std::string("must name at least one backend");
+         // Checked here, as the other flags are (exit 2 before the data directory is touched),
+         // with the scheduler's own parser and the built-in backends' names.
+         auto list = sched::ParseDeviceList(v);
+         if (!list.ok()) return std::string(list.status().message());
+         const auto& registry = device::DefaultBackendRegistry();
+         for (const auto& d : *list) {
+           if (registry.Contains(d.backend)) continue;
+           std::string known;
+           for (const auto& n : registry.Names()) known += (known.empty() ? "" : ", ") + n;
+           return "unknown backend '" + d.backend.substr(0, 64) + "' (known: " + known + ")";
+         }
+         return std::string();
        },
        [](const Config& c) { return std::string(c.devices); }, "BACKEND:N,..."},
       {"--device-queue", "KILN_DEVICE_QUEUE", nullptr, "queued conv runs per backend",

@@ -1,5 +1,6 @@
 // kilnd's database URL (server/config.h Config::database_url): from
-// --database-url-file or KILN_DATABASE, never a flag of its own, never echoed in errors.
+// --database-url-file or KILN_DATABASE, never a flag of its own, never echoed in errors. And the
+// --devices check at parse time.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -33,6 +34,21 @@ class DatabaseConfigTest : public ::testing::Test {
   void Write(const std::string& text) { std::ofstream(file_) << text; }
   std::filesystem::path file_;
 };
+
+// --devices is checked with the other flags (exit 2, before the data directory is made): the
+// scheduler's list syntax and the built-in backends' names.
+TEST_F(DatabaseConfigTest, DevicesNameBuiltInBackends) {
+  auto ok = Load({"--devices", "tt-emu:2,reference:1"});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->devices, "tt-emu:2,reference:1");
+  auto gpu = Load({"--devices", "gpu:1"});
+  EXPECT_EQ(gpu.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(gpu.status().message().find("--devices: unknown backend 'gpu' (known: "), std::string::npos)
+      << gpu.status().ToString();
+  auto zero = Load({"--devices", "tt-emu:0"});
+  EXPECT_EQ(zero.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(zero.status().message().find("must be in 1..256"), std::string::npos) << zero.status().ToString();
+}
 
 TEST_F(DatabaseConfigTest, EmbeddedWithoutADatabase) {
   auto c = Load({});
