@@ -1141,7 +1141,6 @@ void JobManager::ConfigurationFailed(std::shared_ptr<LiveJob> live, const Status
       if (cancelled && queued.ok()) {
         live->rec = rec;  // the end follows the QUEUED row: its state, the attempt not counted
       } else if (!cancelled) {
-        live->ending = true;
         EraseLiveLocked(live);
         --lanes_[rec.backend].running;
         retry_at_.emplace(SteadyClock::now() + std::chrono::milliseconds(retry_after_ms), rec.job_id);

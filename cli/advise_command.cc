@@ -16,6 +16,7 @@
 #include "api/convert.h"
 #include "api/run_conv.h"
 #include "cli/html_report.h"
+#include "cli/job_commands.h"
 #include "cli/run_report.h"
 #include "cli/model_commands.h"
 #include "cli/options.h"
@@ -309,14 +310,7 @@ std::optional<api::advisor::AdviseResult> AdviseRemote(const ClientOptions& opti
     return std::nullopt;
   }
   if (job.state() != kiln::v1::SUCCEEDED) {
-    std::cerr << "kiln: advise: job " << job.job_id() << " " << kiln::v1::JobState_Name(job.state());
-    if (job.has_error()) {
-      // The code only where it adds to the state (not "CANCELLED: CANCELLED").
-      const char* code = StatusCodeName(static_cast<StatusCode>(job.error().code()));
-      if (std::string(code) != kiln::v1::JobState_Name(job.state())) std::cerr << ": " << code;
-      std::cerr << ": " << job.error().message();
-    }
-    std::cerr << "\n";
+    std::cerr << "kiln: advise: job " << job.job_id() << " " << JobEndText(job) << "\n";
     return std::nullopt;
   }
   grpc::ClientContext ctx;

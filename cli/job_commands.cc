@@ -329,14 +329,7 @@ int WatchAndReport(const ClientOptions& options, const std::vector<std::string>&
       return 1;
     }
     if (w.job.state() != kiln::v1::SUCCEEDED) {
-      std::cerr << "kiln: job " << job_id << " " << StateName(w.job.state());
-      if (w.job.has_error()) {
-        // The code only where it adds to the state (a FAILED job's cause; not "CANCELLED: CANCELLED").
-        const char* code = StatusCodeName(static_cast<StatusCode>(w.job.error().code()));
-        if (std::string(code) != StateName(w.job.state())) std::cerr << ": " << code;
-        std::cerr << ": " << w.job.error().message();
-      }
-      std::cerr << "\n";
+      std::cerr << "kiln: job " << job_id << " " << JobEndText(w.job) << "\n";
       return 1;
     }
   }
@@ -479,6 +472,14 @@ int SubmitAndWatch(const ClientOptions& options, std::vector<kiln::v1::SubmitRun
   }
   if (detach) return 0;
   return WatchAndReport(options, ids, report);
+}
+
+std::string JobEndText(const kiln::v1::Job& job) {
+  std::string out = StateName(job.state());
+  if (!job.has_error()) return out;
+  const std::string code = StatusCodeName(static_cast<StatusCode>(job.error().code()));
+  if (code != out) out += ": " + code;
+  return out + ": " + job.error().message();
 }
 
 void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {

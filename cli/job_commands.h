@@ -24,6 +24,9 @@
 namespace kiln::cli {
 
 void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code);
+/// A job that did not succeed, as its watch reports it: "STATE", then ": CODE: message" of its
+/// error, the code left out where it only repeats the state (a cancelled job's CANCELLED).
+std::string JobEndText(const kiln::v1::Job& job);
 
 /// Submits each request (one job each, e.g. a chained and a per_layer run); with `detach` prints
 /// the job ids and returns 0, else watches them in order and prints their results as one report
