@@ -36,6 +36,8 @@ constexpr ChipSpec kMax78000{
     .emulate_eltwise_mp = true,
     .support_multipass_eltwise_conv_bias = true,
     .support_binary_weights = false,
+    .support_stream_bias = false,
+    .require_flatten_bias_first = true,
     .support_read_gap = false,
 };
 
@@ -69,6 +71,8 @@ constexpr ChipSpec kMax78002{
     .emulate_eltwise_mp = false,
     .support_multipass_eltwise_conv_bias = false,
     .support_binary_weights = true,
+    .support_stream_bias = true,
+    .require_flatten_bias_first = false,
     .support_read_gap = true,
 };
 

@@ -52,6 +52,13 @@ struct ChipSpec {
   bool emulate_eltwise_mp;  ///< EMULATE_ELTWISE_MP: >2 passes x operands cannot pool/convolve
   bool support_multipass_eltwise_conv_bias;  ///< false on ai87 (max7800x.py L2074-2080)
   bool support_binary_weights;  ///< SUPPORT_BINARY_WEIGHTS (quantization -1)
+  /// SUPPORT_STREAM_BIAS (tornadocnn.py): false on ai85, where a streaming layer with a bias may not
+  /// compute correctly (kbias.py L222-224 warns) and a streaming layer 0 takes one more bias byte
+  /// (kbias.py L80-81, L230-233).
+  bool support_stream_bias;
+  /// REQUIRE_FLATTEN_BIAS_FIRST (tornadocnn.py): true on ai85, where the biases of `flatten` layers
+  /// are placed before every other layer's (kbias.py L181-183, bias_sort).
+  bool require_flatten_bias_first;
   /// SUPPORT_MULTIPASS_STRIDE: `read_gap` (a layer reads every (gap+1)-th word of its input);
   /// max7800x.py L687-692 allows it only on single-pass inputs (SUPPORT_MULTIPASS_READ_STRIDE is
   /// false on both devices).

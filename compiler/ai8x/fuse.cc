@@ -45,6 +45,20 @@ std::string FusedComment(const Layer& a, const Layer& b) {
   return a.name + " fused with " + b.name;
 }
 
+// Whether layer `l`'s output is never negative: it has an activation (ReLU and Abs give x >= 0),
+// or it only pools (max or average) data that is never negative.
+bool NonNegative(const Network& net, const Layer& l) {
+  const Layer* x = &l;
+  for (int depth = 0; depth < 64; ++depth) {  // a chain of pooling layers; ids never form a cycle
+    if (x->activation != Activation::kNone) return true;
+    if (!x->is_pool_only() || x->inputs.size() != 1 || x->inputs[0] == kNetworkInput) return false;
+    int i = net.IndexOf(x->inputs[0]);
+    if (i < 0) return false;
+    x = &net.layers[static_cast<size_t>(i)];
+  }
+  return false;
+}
+
 }  // namespace
 
 void FuseActivation(Network& net) {
@@ -59,6 +73,39 @@ void FuseActivation(Network& net) {
     int p = a.inputs.empty() ? kNetworkInput : a.inputs[0];
     int pi = p == kNetworkInput ? -1 : net.IndexOf(p);
     Layer* prod = pi < 0 ? nullptr : &net.layers[pi];
+    // The activation of data that is never negative is the identity: its readers read the producer.
+    if (prod != nullptr && NonNegative(net, *prod)) {
+      prod->output = prod->output || a.output;
+      prod->onnx_nodes.insert(prod->onnx_nodes.end(), a.onnx_nodes.begin(), a.onnx_nodes.end());
+      prod->comment = (prod->comment.empty() ? prod->name : prod->comment) + " (" + a.name +
+                      " dropped: its input is never negative)";
+      auto& r = readers[p];
+      r.erase(std::remove(r.begin(), r.end(), a.id), r.end());
+      r.insert(r.end(), readers[a.id].begin(), readers[a.id].end());
+      replace[a.id] = p;
+      removed[i] = true;
+      continue;
+    }
+    // Relu(maxpool(x)) = maxpool(Relu(x)): a Relu after a max-pooling layer moves into the
+    // conv/linear the pooling reads, when neither has another reader.
+    if (prod != nullptr && a.activation == Activation::kRelu && prod->is_pool_only() && prod->pool == PoolType::kMax &&
+        readers[p].size() == 1 && !prod->output && prod->inputs.size() == 1 && prod->inputs[0] != kNetworkInput) {
+      const int c_id = prod->inputs[0];
+      const int ci = net.IndexOf(c_id);
+      Layer* conv = ci < 0 ? nullptr : &net.layers[static_cast<size_t>(ci)];
+      if (conv != nullptr && conv->has_weights() && conv->activation == Activation::kNone &&
+          readers[c_id].size() == 1 && !conv->output) {
+        conv->activation = Activation::kRelu;
+        conv->onnx_nodes.insert(conv->onnx_nodes.end(), a.onnx_nodes.begin(), a.onnx_nodes.end());
+        conv->comment = conv->comment.empty() ? FusedComment(*conv, a) : conv->comment + " and " + a.name;
+        prod->comment = a.name + " moved before " + prod->name + " (ReLU commutes with max pooling)";
+        prod->output = a.output;
+        readers[p] = readers[a.id];
+        replace[a.id] = p;
+        removed[i] = true;
+        continue;
+      }
+    }
     std::string why;
     if (prod == nullptr) {
       why = "it reads the network input";

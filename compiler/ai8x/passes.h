@@ -76,9 +76,13 @@ Status ApplyStructureOverrides(Network& net, const std::vector<LayerOverride>& o
 Status ApplyPlacementOverrides(Network& net, const std::vector<LayerOverride>& overrides);
 
 /// FuseActivation (fuse.cc) — fuse a stand-alone Relu/Abs into the conv/linear that produces its
-/// only input when that layer has no other reader and no activation yet. A stand-alone activation
-/// that cannot be fused is an error (AI8X_ACTIVATION): the izer rejects activation on passthrough
-/// layers (izer.py L593-595).
+/// only input when that layer has no other reader and no activation yet. Two exact rewrites come
+/// first: a Relu/Abs of data that cannot be negative (the output of an activation, or a max/avg
+/// pooling of such data) is the identity and is dropped (Relu(Relu(x)) = Relu(x)); a Relu after a
+/// max-pooling layer whose input is a conv/linear without activation moves into that conv/linear
+/// (Relu(maxpool(x)) = maxpool(Relu(x)), Relu being monotone), when the conv/linear and the pooling
+/// have no other reader. A stand-alone activation that cannot be fused is an error
+/// (AI8X_ACTIVATION): the izer rejects activation on passthrough layers (izer.py L593-595).
 void FuseActivation(Network& net);
 
 /// FusePooling (fuse.cc) — fuse a pooling-only layer into the conv/linear that is its only reader.

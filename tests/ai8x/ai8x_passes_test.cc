@@ -151,13 +151,78 @@ TEST(Ai8xPasses, FuseActivationIntoConv) {
   EXPECT_FALSE(HasError(b.net));
 }
 
-TEST(Ai8xPasses, ActivationAfterPoolingIsAnError) {
+// Relu(maxpool(x)) = maxpool(Relu(x)): the ReLU moves into conv1, and the pooling then fuses into
+// conv2 as its max_pool (a model the izer takes as conv1 `activate: ReLU`, conv2 `max_pool: 2`).
+TEST(Ai8xPasses, ReluAfterMaxPoolingMovesIntoTheConv) {
   NetBuilder b({3, 8, 8});
   int c = b.Conv("conv1", kNetworkInput, 8);
   int p = b.Pool("pool", c, 2);
-  b.Act("act", p);
+  int a = b.Act("act", p);
+  int c2 = b.Conv("conv2", a, 8);
   FuseActivation(b.net);
-  EXPECT_TRUE(HasCode(b.net, "AI8X_ACTIVATION"));
+  EXPECT_FALSE(HasError(b.net));
+  ASSERT_EQ(b.net.layers.size(), 3u);
+  EXPECT_EQ(b.L(c).activation, Activation::kRelu);
+  EXPECT_EQ(b.L(c).onnx_nodes, (std::vector<std::string>{"/conv1/Conv", "/act/Relu"}));
+  EXPECT_EQ(b.L(p).activation, Activation::kNone);
+  EXPECT_EQ(b.L(c2).inputs, std::vector<int>{p});
+  FusePooling(b.net);
+  ASSERT_EQ(b.net.layers.size(), 2u);
+  EXPECT_EQ(b.L(c2).pool, PoolType::kMax);
+}
+
+// Average pooling does not commute with ReLU, Abs is not monotone, and a conv read elsewhere
+// cannot take the activation: each stays the AI8X_ACTIVATION error it was.
+TEST(Ai8xPasses, ActivationAfterPoolingIsAnErrorWhereItCannotMove) {
+  struct Case {
+    const char* what;
+    PoolType pool;
+    Activation act;
+    bool shared;
+  };
+  for (const Case& k : {Case{"avg pool", PoolType::kAvg, Activation::kRelu, false},
+                        Case{"abs", PoolType::kMax, Activation::kAbs, false},
+                        Case{"conv read elsewhere", PoolType::kMax, Activation::kRelu, true}}) {
+    NetBuilder b({3, 8, 8});
+    int c = b.Conv("conv1", kNetworkInput, 8);
+    int p = b.Pool("pool", c, 2, k.pool);
+    if (k.shared) b.Conv("side", c, 8);
+    b.Act("act", p, k.act);
+    FuseActivation(b.net);
+    EXPECT_TRUE(HasCode(b.net, "AI8X_ACTIVATION")) << k.what;
+    EXPECT_EQ(b.L(c).activation, Activation::kNone) << k.what;
+  }
+}
+
+// ReLU or Abs of data that is never negative is the identity: Relu(Relu(x)), and Abs after a max
+// pooling of ReLU output, are dropped; their readers read the producer.
+TEST(Ai8xPasses, ActivationOfNonNegativeDataIsDropped) {
+  {
+    NetBuilder b({3, 8, 8});
+    int c = b.Conv("conv1", kNetworkInput, 8);
+    int a1 = b.Act("relu1", c);
+    int a2 = b.Act("relu2", a1);
+    int c2 = b.Conv("conv2", a2, 8);
+    FuseActivation(b.net);
+    EXPECT_FALSE(HasError(b.net));
+    ASSERT_EQ(b.net.layers.size(), 2u);
+    EXPECT_EQ(b.L(c).activation, Activation::kRelu);
+    EXPECT_EQ(b.L(c2).inputs, std::vector<int>{c});
+  }
+  {
+    NetBuilder b({3, 8, 8});
+    int c = b.Conv("conv1", kNetworkInput, 8);
+    int a1 = b.Act("relu1", c);
+    int p = b.Pool("pool", a1, 2);
+    int a2 = b.Act("abs", p, Activation::kAbs);
+    int c2 = b.Conv("conv2", a2, 8);
+    FuseActivation(b.net);
+    EXPECT_FALSE(HasError(b.net));
+    ASSERT_EQ(b.net.layers.size(), 3u);
+    EXPECT_EQ(b.L(c).activation, Activation::kRelu);
+    EXPECT_EQ(b.L(p).activation, Activation::kNone);
+    EXPECT_EQ(b.L(c2).inputs, std::vector<int>{p});
+  }
 }
 
 TEST(Ai8xPasses, ActivationNotFusedWhenConvOutputIsShared) {
@@ -671,6 +736,68 @@ TEST(Ai8xRules, BiasMemory) {
   Network net = Planned(b);
   CheckRules(net);
   EXPECT_TRUE(HasCode(net, "AI8X_BIAS_MEMORY"));
+}
+
+// izer/kbias.py L80-81: on MAX78000 a streaming layer 0 with a bias takes one byte more. The
+// biases below fill the four 512-byte quadrants exactly (512, 512, 512, 448 + 64), so that byte is
+// the one too many (the izer: "bias memory capacity exhausted ... needed: 65 bytes").
+TEST(Ai8xRules, BiasMemoryOfAStreamingLayerZeroOnMax78000) {
+  for (bool streaming : {false, true}) {
+    NetBuilder b({3, 8, 8});
+    int prev = b.Conv("c0", kNetworkInput, 64, 3, 1, true);
+    int i = 1;
+    for (int out : {512, 512, 512, 448}) {
+      prev = b.Conv("s" + std::to_string(i), prev, 16, 1, 0, false);
+      prev = b.Conv("c" + std::to_string(i++), prev, out, 1, 0, true);
+    }
+    Network net = Planned(b);
+    net.layers[0].placed.streaming = streaming;
+    CheckRules(net);
+    EXPECT_EQ(HasCode(net, "AI8X_BIAS_MEMORY"), streaming) << "streaming " << streaming;
+  }
+}
+
+// izer/kbias.py bias_sort: on MAX78000 (REQUIRE_FLATTEN_BIAS_FIRST) a flatten layer's biases are
+// placed first, and only then the others longest first, each into the least-used quadrant. With
+// 192 flattened and 384, 320, 320, 256, 256 other bytes, longest first fits (384+0, 320+192,
+// 320+0, 256+256) but flatten first does not (192+256, 384, 320+256 = 576 > 512). On MAX78002 the
+// order is longest first (and its quadrants hold 2048 bytes).
+TEST(Ai8xRules, BiasMemoryPlacesFlattenBiasesFirstOnMax78000) {
+  for (bool flatten : {false, true}) {
+    NetBuilder b({3, 8, 8});
+    int prev = kNetworkInput;
+    int i = 0;
+    for (int out : {320, 256, 320, 256, 384, 192}) {
+      if (i > 0) prev = b.Conv("s" + std::to_string(i), prev, 16, 1, 0, false);
+      prev = b.Conv("c" + std::to_string(i++), prev, out, 1, 0, true);
+    }
+    Network net = Planned(b);
+    net.layers.back().flatten = flatten;  // the rule reads the flag only
+    CheckRules(net);
+    EXPECT_EQ(HasCode(net, "AI8X_BIAS_MEMORY"), flatten) << "flatten " << flatten;
+  }
+}
+
+// izer/kbias.py L222-224: a streaming layer with a bias is a warning on MAX78000 (no
+// SUPPORT_STREAM_BIAS), named by its layer and ONNX node, and nothing on MAX78002.
+TEST(Ai8xRules, StreamingWithABiasIsAWarningOnMax78000) {
+  for (Chip chip : {Chip::kMAX78000, Chip::kMAX78002}) {
+    NetBuilder b({3, 8, 8}, chip);
+    int c1 = b.Conv("conv1", kNetworkInput, 8, 3, 1, true);
+    b.Conv("conv2", c1, 8);
+    Network net = Planned(b);
+    net.layers[0].placed.streaming = true;
+    CheckRules(net);
+    int warnings = 0;
+    for (const Diagnostic& d : net.diagnostics) {
+      if (d.code != "AI8X_STREAMING" || d.severity != Severity::kWarning) continue;
+      ++warnings;
+      EXPECT_EQ(d.layer_name, "conv1");
+      EXPECT_EQ(d.onnx_node, "/conv1/Conv");
+      EXPECT_NE(d.message.find("Combining streaming and a bias"), std::string::npos) << d.message;
+    }
+    EXPECT_EQ(warnings, chip == Chip::kMAX78000 ? 1 : 0) << ChipName(chip);
+  }
 }
 
 TEST(Ai8xRules, StreamingMustBeAPrefix) {

@@ -1,7 +1,9 @@
 // Rule family "bias memory" (AI8X_BIAS_MEMORY): izer/kbias.py L55-210. Depthwise layers put their
 // bias bytes into the quadrants of their processors first; every other biased layer (out_ch +
-// output start column * passes bytes) goes, longest first, to the least-used quadrant the network
-// uses.
+// output start column * passes bytes, one more for a streaming layer 0 on a chip without
+// SUPPORT_STREAM_BIAS, kbias.py L80-81) goes to the least-used quadrant the network uses, in
+// kbias.py's bias_sort order: `flatten` layers first where REQUIRE_FLATTEN_BIAS_FIRST, then longest
+// first (a stable sort, so equal lengths keep layer order).
 #include <algorithm>
 
 #include "compiler/ai8x/rules/checks.h"
@@ -38,9 +40,17 @@ void CheckBiasMemory(RuleContext& c) {
       continue;
     }
     int start_col = l.placed.output_processors ? std::countr_zero(l.placed.output_processors) % 4 : 0;
-    general.push_back({l.out_shape.c + int64_t{start_col} * out_exp, i});
+    int64_t bytes = l.out_shape.c + int64_t{start_col} * out_exp;
+    if (i == 0 && l.placed.streaming && !c.spec.support_stream_bias) ++bytes;  // "Work around a problem on AI85"
+    general.push_back({bytes, i});
   }
-  std::stable_sort(general.begin(), general.end(), [](const Item& a, const Item& b) { return a.bytes > b.bytes; });
+  // bias_sort's key: -1 for a flatten layer where REQUIRE_FLATTEN_BIAS_FIRST, else BIAS_SIZE - bytes
+  // (a layer longer than a quadrant sorts first, so its error comes early, as in the izer).
+  auto key = [&](const Item& it) -> int64_t {
+    if (c.spec.require_flatten_bias_first && net.layers[it.layer].flatten) return -1;
+    return c.spec.bias_bytes_per_group - it.bytes;
+  };
+  std::stable_sort(general.begin(), general.end(), [&](const Item& a, const Item& b) { return key(a) < key(b); });
   for (const Item& b : general) {
     int best = -1;
     for (int g = 0; g < 4; ++g) {

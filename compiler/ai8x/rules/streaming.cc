@@ -33,6 +33,15 @@ void CheckStreaming(RuleContext& c, const Layer& l, size_t i) {
   if (!spec.support_streaming_passthrough && l.op == OpKind::kNone) {
     Err(net, code::kStreaming, l, "passthrough layers cannot stream on this device");
   }
+  // kbias.py L222-224: the izer warns for every streaming layer with a bias on a chip without
+  // SUPPORT_STREAM_BIAS (depthwise biases are placed per quadrant and not warned about).
+  if (l.has_bias && l.groups == 1 && !spec.support_stream_bias) {
+    net.Report(Severity::kWarning, code::kStreaming, &l,
+               "a streaming layer with a bias may not compute correctly on " + std::string(spec.name) +
+                   " (the izer warns \"Combining streaming and a bias. THIS COMBINATION MIGHT NOT FUNCTION "
+                   "CORRECTLY!!!\", kbias.py L222-224); what would help: no bias on the streaming layers, or "
+                   "MAX78002 (SUPPORT_STREAM_BIAS)");
+  }
 }
 
 void CheckFifoInput(RuleContext& c, const Layer& l, size_t i) {
