@@ -135,6 +135,7 @@ Result<kiln::v1::CompileAi8xResponse> CompileAi8x(std::string_view bytes,
     p->set_reason(f.reason);
   }
   resp.set_needs_quantized_checkpoint(result->needs_quantized_checkpoint);
+  resp.set_quantized_checkpoint_reason(result->quantized_checkpoint_reason);
   resp.set_kiln_version(KilnVersion());
   ToProto(result->resolved, resp.mutable_resolved_options());
   resp.set_model_id(model_sha256.empty() ? Sha256Hex(bytes) : model_sha256);
@@ -165,9 +166,11 @@ IzerCommandLine IzerCommand(const kiln::v1::CompileAi8xResponse& r, const std::s
   add("--config-file", paths.config_file.empty() ? arch + ".yaml" : paths.config_file, "the network YAML Kiln wrote");
   if (r.needs_quantized_checkpoint()) {
     add("--checkpoint-file", paths.checkpoint_file.empty() ? arch + "-q.pth.tar" : paths.checkpoint_file,
-        "the weights: this export's sit behind QAT quantize chains, which the izer's ONNX reader (izer/onnxcp.py) "
-        "does not follow, so give the quantized checkpoint (ai8x-synthesis quantize.py of the training "
-        "checkpoint) of arch '" + arch + "'");
+        "the weights: the .onnx cannot be the checkpoint here (" +
+            (r.quantized_checkpoint_reason().empty() ? std::string("QAT quantize chains")
+                                                     : r.quantized_checkpoint_reason()) +
+            "), so give the quantized checkpoint (ai8x-synthesis quantize.py of the training checkpoint) of arch '" +
+            arch + "'");
   } else {
     add("--checkpoint-file", paths.checkpoint_file.empty() ? model_name + ".onnx" : paths.checkpoint_file,
         "the weights: the ONNX model itself (izer/onnxcp.py reads its Conv/Gemm initializers), or the quantized "

@@ -86,8 +86,8 @@ std::string ShellWord(const std::string& s) {
 }
 
 // The next step: the ai8xize.py command line (api IzerCommand) with this invocation's files:
-// --config-file is -o, --checkpoint-file is the FILE itself unless its weights sit behind QAT
-// chains the izer does not read (then the quantized checkpoint of the arch).
+// --config-file is -o, --checkpoint-file is the FILE itself unless the izer's ONNX reader cannot
+// take it (needs_quantized_checkpoint; then the quantized checkpoint of the arch).
 api::IzerCommandLine IzerCommandFor(const kiln::v1::CompileAi8xResponse& r, const CompileArgs& a) {
   api::IzerPaths paths;
   paths.config_file = a.output;  // empty: <arch>.yaml

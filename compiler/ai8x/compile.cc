@@ -88,7 +88,6 @@ void FillReport(Network& net, const Ai8xOptions& resolved_options, Ai8xCompileRe
   }
   r.resources.max_kernel_words_used = kernel_memory.MaxFill();
   r.izer_flags = net.izer_flags;  // filled by the passes that need a flag (Network::RequireIzerFlag)
-  r.needs_quantized_checkpoint = net.qat_weight_chains;
   r.diagnostics = std::move(net.diagnostics);
 }
 

@@ -128,10 +128,13 @@ struct Ai8xCompileResult {
   std::vector<IzerFlag> izer_flags;
   /// Options after defaulting (arch, dataset, input format actually used, fifo).
   Ai8xOptions resolved;
-  /// The ONNX weights sit behind QAT quantize chains (qat export), which ai8x-synthesis'
-  /// izer/onnxcp.py cannot read (it takes Conv/Gemm initializers): `--checkpoint-file` must then be
-  /// the quantized checkpoint (ai8x-synthesis quantize.py of the training checkpoint).
+  /// ai8x-synthesis' izer/onnxcp.py cannot read the model's .onnx as the weights of this YAML
+  /// (OnnxCheckpointProblem, compiler/ai8x/passes.h: QAT quantize chains, a layer order it numbers
+  /// differently, kernels it checks wrongly): `--checkpoint-file` must then be the quantized
+  /// checkpoint (ai8x-synthesis quantize.py of the training checkpoint).
   bool needs_quantized_checkpoint = false;
+  /// Why, in one sentence ("" when the .onnx works).
+  std::string quantized_checkpoint_reason;
 };
 
 /// Compiles the ONNX model to an izer network YAML.

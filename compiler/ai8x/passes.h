@@ -173,4 +173,14 @@ std::string EmitYaml(const Network& net, const Ai8xOptions& options);
 /// Moves names, node lists and diagnostics out of `net`.
 void FillReport(Network& net, const Ai8xOptions& resolved, Ai8xCompileResult& r);
 
+/// OnnxCheckpointProblem (compiler/ai8x/onnx_checkpoint.cc; run by the Report pass before
+/// FillReport) — why the izer's ONNX weight reader (izer/onnxcp.py) cannot take the model's .onnx
+/// (`graph`, BuildLayers' input) as the --checkpoint-file of `net`'s YAML, or "" when it can: QAT
+/// weight chains; a YAML layer order that is not the order of the graph's Conv/Gemm nodes with
+/// initializer weights (a weightless layer before a weight layer, ConvTranspose or MatMul
+/// layers); a kernel check the reader gets wrong (biased layers with mixed kernel sizes, Conv1d).
+/// Then the quantized checkpoint (ai8x-synthesis quantize.py) is needed. `graph` null (a network
+/// built elsewhere): only the QAT chains are checked.
+std::string OnnxCheckpointProblem(const onnx_fe::Graph* graph, const Network& net);
+
 }  // namespace kiln::ai8x

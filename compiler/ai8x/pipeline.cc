@@ -72,7 +72,10 @@ Status RunEmitYaml(PassContext& c) {
   return Status::Ok();
 }
 Status RunReport(PassContext& c) {
+  std::string why = OnnxCheckpointProblem(c.graph, c.net);  // before FillReport moves the node lists out
   FillReport(c.net, c.resolved, c.result);
+  c.result.needs_quantized_checkpoint = !why.empty();
+  c.result.quantized_checkpoint_reason = std::move(why);
   return Status::Ok();
 }
 
@@ -109,7 +112,7 @@ constexpr Pass kPipeline[] = {
     {"CheckRules", "rules/registry.cc", "the rule registry (rules/rules.h), docs/specs/ai8x-izer-rules.md §1.3-§1.8", true,
      RunCheckRules},
     {"EmitYaml", "yaml_writer.cc", "seed key order and comments", true, RunEmitYaml},
-    {"Report", "compile.cc", "diagnostic layer positions, per-layer rows, resources, izer flags", false, RunReport},
+    {"Report", "compile.cc", "diagnostic layer positions, per-layer rows, resources, izer flags; whether the .onnx can be the izer's checkpoint (onnx_checkpoint.cc)", false, RunReport},
 };
 
 int IndexOfPass(std::string_view name) {

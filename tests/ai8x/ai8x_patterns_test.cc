@@ -154,6 +154,78 @@ TEST(Ai8xPatterns, PlainWeightsWarnBitsNotDerived) {
   EXPECT_FALSE(r->needs_quantized_checkpoint);  // plain initializers: the .onnx is the checkpoint
 }
 
+// izer/onnxcp.py (ab4f4c0) numbers the YAML's layers by the graph's Conv/Gemm nodes and checks
+// each weight's kernel against a list with one entry per initializer, biases included
+// (compiler/ai8x/onnx_checkpoint.cc): the .onnx can be the checkpoint of a plain chain of 2-D convs
+// of one kernel size (with biases), but not after a passthrough layer, with biased convs of two
+// kernel sizes, with a Conv1d or with a ConvTranspose; each reason names the layer or node.
+TEST(Ai8xPatterns, OnnxCheckpointOnlyWhereTheIzersOnnxReaderNumbersTheLayersRight) {
+  {
+    Export e({1, 8, 16, 16});
+    auto c1 = e.Conv("conv1", "x", 8, 16, {3, 3}, 1, 0, 1, /*bias=*/true);
+    auto c2 = e.Conv("conv2", c1, 16, 16, {3, 3}, 1, 0, 1, /*bias=*/true);
+    auto r = e.Compile(c2);
+    ASSERT_TRUE(r.ok() && r->ok) << (r.ok() ? Dump(*r) : r.status().ToString());
+    EXPECT_FALSE(r->needs_quantized_checkpoint) << r->quantized_checkpoint_reason;
+    EXPECT_EQ(r->quantized_checkpoint_reason, "");
+  }
+  {  // a residual add with the input: the gap_input copy is layer 0, before conv1's layer
+    Export e({1, 16, 8, 8});
+    auto a = e.Conv("conv1", "x", 16, 16, {3, 3}, 1);
+    auto z = e.Binary("Add", "/resid", a, "x");
+    auto c2 = e.Conv("conv2", z, 16, 16, {3, 3}, 1);
+    auto r = e.Compile(c2);
+    ASSERT_TRUE(r.ok() && r->ok) << (r.ok() ? Dump(*r) : r.status().ToString());
+    EXPECT_TRUE(r->needs_quantized_checkpoint);
+    EXPECT_NE(r->quantized_checkpoint_reason.find("a layer without weights"), std::string::npos)
+        << r->quantized_checkpoint_reason;
+    EXPECT_NE(r->quantized_checkpoint_reason.find("('/conv1/Conv') to YAML layer 0 ('gap_input'"), std::string::npos)
+        << r->quantized_checkpoint_reason;
+  }
+  {  // biased 3x3 then 1x1: the second weight meets the first conv's bias entry
+    Export e({1, 8, 16, 16});
+    auto c1 = e.Conv("conv1", "x", 8, 16, {3, 3}, 1, 0, 1, /*bias=*/true);
+    auto c2 = e.Conv("conv2", c1, 16, 16, {1, 1}, 0, 0, 1, /*bias=*/true);
+    auto r = e.Compile(c2);
+    ASSERT_TRUE(r.ok() && r->ok) << (r.ok() ? Dump(*r) : r.status().ToString());
+    EXPECT_TRUE(r->needs_quantized_checkpoint);
+    EXPECT_NE(r->quantized_checkpoint_reason.find("kernel of YAML layer 1 ('conv2'"), std::string::npos)
+        << r->quantized_checkpoint_reason;
+  }
+  {  // the same without biases: one entry per conv, so the list stays aligned
+    Export e({1, 8, 16, 16});
+    auto c1 = e.Conv("conv1", "x", 8, 16, {3, 3}, 1);
+    auto c2 = e.Conv("conv2", c1, 16, 16, {1, 1}, 0);
+    auto r = e.Compile(c2);
+    ASSERT_TRUE(r.ok() && r->ok) << (r.ok() ? Dump(*r) : r.status().ToString());
+    EXPECT_FALSE(r->needs_quantized_checkpoint) << r->quantized_checkpoint_reason;
+  }
+  {  // Conv1d: its kernel_shape has one value
+    Export e({1, 16, 64});
+    auto c1 = e.Conv("conv1", "x", 16, 32, {5}, 2);
+    auto r = e.Compile(c1);
+    ASSERT_TRUE(r.ok() && r->ok) << (r.ok() ? Dump(*r) : r.status().ToString());
+    EXPECT_TRUE(r->needs_quantized_checkpoint);
+    EXPECT_NE(r->quantized_checkpoint_reason.find("Conv1d"), std::string::npos) << r->quantized_checkpoint_reason;
+  }
+  {  // ConvTranspose is not read at all
+    Export e({1, 4, 8, 8});
+    auto c1 = e.Conv("l1", "x", 4, 4, {1, 1}, 0);
+    auto w = e.Weight("l2", {4, 4, 3, 3});
+    auto& n = e.b().Node("ConvTranspose", {c1, w}, {"/l2/out"}, "/l2/ConvTranspose");
+    SetInts(n, "kernel_shape", {3, 3});
+    SetInts(n, "strides", {2, 2});
+    SetInts(n, "pads", {1, 1, 1, 1});
+    SetInts(n, "output_padding", {1, 1});
+    auto r = e.Compile("/l2/out");
+    ASSERT_TRUE(r.ok() && r->ok) << (r.ok() ? Dump(*r) : r.status().ToString());
+    EXPECT_TRUE(r->needs_quantized_checkpoint);
+    EXPECT_NE(r->quantized_checkpoint_reason.find("YAML layer 1 ('l2', ONNX node '/l2/ConvTranspose') is a convtranspose2d"),
+              std::string::npos)
+        << r->quantized_checkpoint_reason;
+  }
+}
+
 TEST(Ai8xPatterns, WideClampMarksOutputWidth32) {
   Export e({1, 8, 8, 8});
   auto c1 = e.Conv("conv1", "x", 8, 16, {3, 3}, 1);
