@@ -1064,7 +1064,7 @@ void JobManager::StartConfiguration(std::shared_ptr<LiveJob> live) {
     live->rec.layers_total = 0;
     live->rec.current_layer.clear();
   }
-  RunConvJob::Env env{env_.models, env_.scheduler, env_.plans, env_.on_refused};
+  RunConvJob::Env env{env_.models, env_.scheduler, env_.plans, env_.on_refused, limits_.max_result_bytes};
   RunConvJob::Hooks hooks;
   hooks.on_device_start = [this, live](const std::string& device) {
     store::JobRecord rec;

@@ -205,6 +205,18 @@ Status CheckRunMemory(const PreparedConvRun& run, const std::string& model_name,
                            "), over the memory budget of " + FormatBytes(budget_bytes) + " (--memory-budget)");
 }
 
+Status CheckRunOutputs(const PreparedConvRun& run, const kiln::v1::RunConvLayersRequest& request,
+                       const std::string& model_name, int64_t max_result_bytes) {
+  if (max_result_bytes <= 0 || request.omit_outputs() || run.memory.output_bytes <= max_result_bytes) {
+    return Status::Ok();
+  }
+  return ResourceExhausted("run of model '" + model_name + "' would return ~" +
+                           FormatBytes(static_cast<uint64_t>(run.memory.output_bytes)) +
+                           " of outputs, over the result limit of " +
+                           FormatBytes(static_cast<uint64_t>(max_result_bytes)) +
+                           " (--max-message-bytes); run with omit_outputs");
+}
+
 int64_t PlanBytes(const convplan::ConvPlan& plan, int64_t model_bytes) {
   auto add = [](int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; };
   int64_t total = std::max<int64_t>(model_bytes, 0);
@@ -500,6 +512,10 @@ void RunConvJob::StartPlanStage() {
     if (Status mem = CheckRunMemory(*run, name, self->env_.scheduler->MemoryBudgetBytes()); !mem.ok()) {
       if (self->env_.on_refused) self->env_.on_refused("run_memory_budget");
       return mem;
+    }
+    if (Status out = CheckRunOutputs(*run, *self->request_, name, self->env_.max_result_bytes); !out.ok()) {
+      if (self->env_.on_refused) self->env_.on_refused("result_size");
+      return out;
     }
     *prepared = std::move(run).value();
     return Status::Ok();

@@ -42,6 +42,10 @@ struct PreparedConvRun {
 /// ~2.0 GiB), over the memory budget of 2.0 GiB (--memory-budget)" — refused before anything of
 /// the run is allocated.
 Status CheckRunMemory(const PreparedConvRun& run, const std::string& model_name, uint64_t budget_bytes);
+/// RESOURCE_EXHAUSTED when the run's outputs (MemoryEstimate::output_bytes) exceed `max_result_bytes`
+/// (> 0) and the request wants them (not omit_outputs): refused before the run, not after it.
+Status CheckRunOutputs(const PreparedConvRun& run, const kiln::v1::RunConvLayersRequest& request,
+                       const std::string& model_name, int64_t max_result_bytes);
 
 /// The bytes a cached plan keeps alive: the model's bytes (`model_bytes`, held by the loaded
 /// model), its constants as converted by the loader, the device ops' weights and the plan's host
@@ -165,8 +169,11 @@ class RunConvJob : public std::enable_shared_from_this<RunConvJob> {
     sched::Scheduler* scheduler = nullptr;
     PlanCache* plans = nullptr;
     /// Called with "run_memory_budget" when the plan stage refuses a run that can never fit in
-    /// the memory budget (CheckRunMemory); optional (kilnd counts it, server/daemon.cc).
+    /// the memory budget (CheckRunMemory), "result_size" when its outputs could not be returned
+    /// (CheckRunOutputs); optional (kilnd counts it, server/daemon.cc).
     std::function<void(std::string_view reason)> on_refused;
+    /// Largest outputs a run may return (kilnd: --max-message-bytes); 0: not checked.
+    int64_t max_result_bytes = 0;
   };
   // The memory budget is the scheduler's (sched/scheduler.h "Memory"): the plan stage refuses a
   // run that can never fit in it (CheckRunMemory); the device stage reserves its estimate.

@@ -38,9 +38,31 @@ std::string_view DictValue(std::string_view header, std::string_view key) {
   return header.substr(pos, end - pos);
 }
 
-}  // namespace
+// The header of a .npy image (magic, version, dict): where the data starts and what it holds.
+struct NpyHeader {
+  std::size_t data_start = 0;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+  bool fortran_order = false;
+  bool swap = false;
+};
 
-Result<Tensor> ParseNpy(std::string_view bytes) {
+// The byte count `bytes` must at least hold for the header to be parsed: 0 when it already does
+// (or the prefix is bad, which ParseHeader then reports).
+std::size_t HeaderBytesNeeded(std::string_view bytes) {
+  if (bytes.size() < 12) return 12;
+  const unsigned major = static_cast<unsigned char>(bytes[6]);
+  std::size_t len = 0, start = 10;
+  if (major == 1) {
+    len = static_cast<unsigned char>(bytes[8]) | (static_cast<unsigned char>(bytes[9]) << 8);
+  } else {
+    for (int i = 0; i < 4; ++i) len |= static_cast<std::size_t>(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
+    start = 12;
+  }
+  return bytes.size() < start + len ? start + len : 0;
+}
+
+Result<NpyHeader> ParseHeader(std::string_view bytes) {
   if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0) {
     return InvalidArgument("not a .npy file (bad magic)");
   }
@@ -114,9 +136,26 @@ Result<Tensor> ParseNpy(std::string_view bytes) {
       return InvalidArgument("malformed .npy shape " + std::string(shape_s));
     }
   }
+  NpyHeader h;
+  h.data_start = header_start + header_len;
+  h.dtype = dtype;
+  h.shape = std::move(shape);
+  h.fortran_order = fortran_order;
+  h.swap = swap;
+  return h;
+}
+
+}  // namespace
+
+Result<Tensor> ParseNpy(std::string_view bytes) {
+  auto hdr = ParseHeader(bytes);
+  if (!hdr.ok()) return hdr.status();
+  const std::vector<int64_t>& shape = hdr->shape;
+  const DataType dtype = hdr->dtype;
+  const bool swap = hdr->swap, fortran_order = hdr->fortran_order;
   auto t = Tensor::Zeros(shape, dtype);
   if (!t.ok()) return t.status();
-  const std::size_t data_start = header_start + header_len;
+  const std::size_t data_start = hdr->data_start;
   if (bytes.size() - data_start < t->size_bytes()) {
     return DataLoss(".npy data truncated: " + std::to_string(bytes.size() - data_start) + " bytes for " +
                     t->DebugString());
@@ -157,9 +196,46 @@ Result<Tensor> ParseNpy(std::string_view bytes) {
 Result<Tensor> ReadNpy(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return NotFound("cannot open " + path);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  auto t = ParseNpy(ss.str());
+  // Read the header first, then exactly the data it declares: the file may be a pipe or a device
+  // (/dev/zero is refused by its magic after 12 bytes), never read past what the tensor needs.
+  std::string bytes(12, '\0');
+  f.read(bytes.data(), 12);
+  bytes.resize(static_cast<std::size_t>(f.gcount()));
+  constexpr std::size_t kMaxHeaderBytes = std::size_t{1} << 20;
+  if (bytes.size() >= 10 && std::memcmp(bytes.data(), "\x93NUMPY", 6) == 0) {
+    const std::size_t need = HeaderBytesNeeded(bytes);
+    if (need > kMaxHeaderBytes) {
+      return Status(InvalidArgument(".npy header of " + std::to_string(need) + " bytes is over the 1 MiB limit"))
+          .WithContext(path);
+    }
+    if (need > bytes.size()) {
+      const std::size_t have = bytes.size();
+      bytes.resize(need);
+      f.read(bytes.data() + have, static_cast<std::streamsize>(need - have));
+      bytes.resize(have + static_cast<std::size_t>(f.gcount()));
+    }
+  }
+  auto hdr = ParseHeader(bytes);
+  if (!hdr.ok()) return hdr.status().WithContext(path);
+  int64_t elements = 1;
+  for (int64_t d : hdr->shape) {
+    if (d != 0 && elements > static_cast<int64_t>(kMaxTensorBytes) / d) {
+      return Status(ResourceExhausted(".npy shape holds more than the 16 GiB tensor limit")).WithContext(path);
+    }
+    elements *= d;
+  }
+  const std::size_t data = static_cast<std::size_t>(elements) * DataTypeSize(hdr->dtype);
+  if (data > kMaxTensorBytes) {
+    return Status(ResourceExhausted(".npy data of " + std::to_string(data) + " bytes is over the 16 GiB tensor limit"))
+        .WithContext(path);
+  }
+  const std::size_t have = bytes.size();
+  if (have < hdr->data_start + data) {
+    bytes.resize(hdr->data_start + data);
+    f.read(bytes.data() + have, static_cast<std::streamsize>(hdr->data_start + data - have));
+    bytes.resize(have + static_cast<std::size_t>(f.gcount()));
+  }
+  auto t = ParseNpy(bytes);
   if (!t.ok()) return t.status().WithContext(path);
   return t;
 }

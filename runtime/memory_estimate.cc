@@ -91,10 +91,30 @@ MemoryEstimate EstimateRunMemory(const convplan::ConvPlan& plan, const RunInputs
       op_bytes = known ? DeviceOpBytes(op.device(), in_shapes) : 0;
     } else {
       shapes_of(op.host().node.inputs);
+      // The outputs' inferred shapes: the kernel's estimate may use them (Resize: its scales are
+      // values), and an op never counts less than its outputs (a kernel estimate from the input
+      // shapes alone cannot see a size that an input's values decide).
+      std::vector<std::vector<int64_t>> out_shapes;
+      int64_t out_bytes = 0;
+      for (const std::string& out : op.host().node.outputs) {
+        if (out.empty()) {
+          out_shapes.push_back({});
+          continue;
+        }
+        auto s = shape_of(out);
+        if (!s) {
+          out_shapes.clear();
+          out_bytes = 0;
+          break;
+        }
+        out_bytes = SatAdd(out_bytes, Bytes(*s, element_size(out, false)));
+        out_shapes.push_back(*s);
+      }
       if (known) {
-        auto b = HostKernels().EstimateBytes(op.host().node, in_shapes);
+        auto b = HostKernels().EstimateBytes(op.host().node, in_shapes, out_shapes);
         op_bytes = b.ok() ? *b : 0;
       }
+      op_bytes = std::max(op_bytes, out_bytes);
     }
     if (!known) e.complete = false;
     const int64_t at_op = SatMul(chains, SatAdd(live, op_bytes));
@@ -123,6 +143,10 @@ MemoryEstimate EstimateRunMemory(const convplan::ConvPlan& plan, const RunInputs
         held.erase(h);
       }
     }
+  }
+  for (const auto& o : plan.outputs) {
+    auto it = values.find(o.tensor);
+    if (it != values.end()) e.output_bytes = SatAdd(e.output_bytes, it->second.bytes);
   }
   return e;
 }

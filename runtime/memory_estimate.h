@@ -29,6 +29,8 @@ struct MemoryEstimate {
   int64_t peak_bytes = 0;     ///< saturates at INT64_MAX
   std::string peak_op;        ///< the op at the peak: "conv1 (conv2d)"; "" for a plan without ops
   int64_t peak_op_bytes = 0;  ///< what that op itself allocates (one chain)
+  /// Bytes of the graph outputs the run returns (shapes as inferred; 0 for an unknown one).
+  int64_t output_bytes = 0;
   bool complete = true;       ///< false when some tensor's shape was unknown (counted as 0)
 };
 

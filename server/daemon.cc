@@ -155,7 +155,7 @@ Status Daemon::StartServices() {
   if (!scheduler.ok()) return scheduler.status().WithContext("scheduler");
   scheduler_ = std::move(scheduler).value();
 
-  ServiceEnv env{metrics_.get(), auth_.get(), &drain_, scheduler_.get()};
+  ServiceEnv env{metrics_.get(), auth_.get(), &drain_, scheduler_.get(), static_cast<int64_t>(config_.max_message_bytes)};
   ModelServiceOptions model_options;
   model_options.upload_idle_timeout = std::chrono::milliseconds(
       static_cast<int64_t>(config_.upload_idle_timeout_seconds * 1000));

@@ -58,7 +58,8 @@ class DeviceServiceImpl::RunReactor final : public grpc::ServerUnaryReactor {
     if (context_->deadline() != std::chrono::system_clock::time_point::max()) {
       deadline = std::chrono::steady_clock::now() + (context_->deadline() - std::chrono::system_clock::now());
     }
-    api::RunConvJob::Env env{service_->store_, service_->scheduler_, &service_->plans_, nullptr};
+    api::RunConvJob::Env env{service_->store_, service_->scheduler_, &service_->plans_, nullptr,
+                             service_->env_.max_message_bytes};
     if (Metrics* m = service_->env_.metrics) env.on_refused = [m](std::string_view r) { m->CountRejected(r); };
     auto job = api::RunConvJob::Start(env, std::move(info).value(), request_, response_, ClientId(*context_), deadline,
                                       [this](const Status& status, int64_t retry_after_ms) {

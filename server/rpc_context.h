@@ -82,6 +82,9 @@ struct ServiceEnv {
   const Authenticator* auth = nullptr;
   Drain* drain = nullptr;
   sched::Scheduler* scheduler = nullptr;
+  /// --max-message-bytes: the largest response; DeviceService refuses a run whose outputs would
+  /// not fit before running it (api/run_conv.h CheckRunOutputs). 0: not checked.
+  int64_t max_message_bytes = 0;
 };
 
 /// Tracks one RPC from start to Finish; Finish() logs and records metrics exactly once.

@@ -1,5 +1,7 @@
 #include "compiler/convplan/fold_constants.h"
 
+#include <algorithm>
+#include <climits>
 #include <map>
 
 #include "compiler/convplan/host_tensor.h"
@@ -29,6 +31,47 @@ std::vector<int64_t> ShapeSlice(const fe::Node& n, const std::vector<int64_t>& d
   return b < e ? std::vector<int64_t>(dims.begin() + b, dims.begin() + e) : std::vector<int64_t>{};
 }
 
+int64_t SatMul(int64_t a, int64_t b) {
+  if (a <= 0 || b <= 0) return 0;
+  return a > INT64_MAX / b ? INT64_MAX : a * b;
+}
+int64_t SatAdd(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
+int64_t Elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n = SatMul(n, std::max<int64_t>(d, 0));
+  return shape.empty() ? 1 : n;
+}
+
+// Bytes of the node's outputs as shape inference gives them, or -1 when an output's shape is not
+// fully known (its size may then depend on the input values: ConstantOfShape, Range, ...).
+int64_t InferredOutputBytes(const fe::Node& n, const fe::Graph& g) {
+  int64_t bytes = 0;
+  for (const std::string& out : n.outputs) {
+    if (out.empty()) continue;
+    const fe::Tensor* t = g.FindTensor(out);
+    if (t == nullptr || !t->shape.is_static()) return -1;
+    const int64_t element = t->dtype == fe::DataType::kUndefined ? 8 : static_cast<int64_t>(fe::DataTypeSize(t->dtype));
+    bytes = SatAdd(bytes, SatMul(Elements(*t->shape.values()), std::max<int64_t>(element, 1)));
+  }
+  return bytes;
+}
+
+// The work of evaluating the node, in multiply-adds or elements touched: M·N·K (times the batch)
+// for MatMul / Gemm, else the elements read and written.
+int64_t FoldWork(const fe::Node& n, const std::vector<const device::Tensor*>& ins, int64_t out_bytes) {
+  if ((n.op_type == "MatMul" || n.op_type == "Gemm" || n.op_type == "MatMulInteger") && ins.size() >= 2 && ins[0] &&
+      ins[1]) {
+    const std::vector<int64_t>& a = ins[0]->shape();
+    const std::vector<int64_t>& b = ins[1]->shape();
+    if (!a.empty() && !b.empty()) return SatMul(Elements(a), b.size() >= 2 ? b.back() : 1);  // batch·M·K·N
+  }
+  int64_t work = out_bytes;
+  for (const device::Tensor* t : ins) {
+    if (t != nullptr) work = SatAdd(work, Elements(t->shape()));
+  }
+  return work;
+}
+
 Result<device::Tensor> Int64(std::vector<int64_t> shape, const std::vector<int64_t>& v) {
   auto t = device::Tensor::Zeros(std::move(shape), device::DataType::kInt64);
   if (!t.ok()) return t.status();
@@ -56,6 +99,7 @@ Result<FoldResult> FoldConstants(std::shared_ptr<const fe::Model> model, const H
     return &values.emplace(name, std::move(*c)).first->second;
   };
 
+  int64_t model_work = 0;  // FoldWork of the nodes evaluated so far
   for (fe::NodeIndex i = 0; i < g.nodes().size(); ++i) {
     const fe::Node& n = g.node(i);
     if (!IsDefaultDomain(n.domain) || n.op_type == "Conv" || n.op_type == "ConvTranspose" || HasSubgraph(n)) {
@@ -90,6 +134,14 @@ Result<FoldResult> FoldConstants(std::shared_ptr<const fe::Model> model, const H
         ins.push_back(v);
       }
       if (!all_constant) continue;
+      // Bounded before evaluating (plan building has no memory budget and no cancel): outputs of a
+      // known size within kMaxFoldedBytes, the node's work within kMaxFoldWork, the model's within
+      // kMaxModelFoldWork. A node left here runs with the run, under its budget and cancellation.
+      const int64_t out_bytes = InferredOutputBytes(n, g);
+      if (out_bytes < 0 || out_bytes > kMaxFoldedBytes) continue;
+      const int64_t work = FoldWork(n, ins, out_bytes);
+      if (work > kMaxFoldWork || SatAdd(model_work, work) > kMaxModelFoldWork) continue;
+      model_work += work;
       auto r = host_ops.EvaluateHostOp(n, ins);
       if (!r.ok()) continue;
       outs = std::move(*r);

@@ -14,7 +14,12 @@
 //     bound input shape (api/run_conv.h).
 // Not folded: Conv / ConvTranspose (device ops), nodes with subgraphs, nodes outside ai.onnx, ops
 // the host cannot run, a node whose evaluation fails (it fails again at run time, with the run's
-// error), and outputs larger than kMaxFoldedBytes (they stay run-time values).
+// error), and — decided before evaluating, since plan building has no memory budget and cannot be
+// cancelled — a node whose outputs' shapes shape inference does not know or whose outputs exceed
+// kMaxFoldedBytes, whose work exceeds kMaxFoldWork (MatMul / Gemm: batch·M·N·K multiply-adds;
+// other ops: elements read and written), or that would take the model's folding past
+// kMaxModelFoldWork. Those stay run-time values, computed under the run's memory budget and
+// cancellation.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +35,11 @@ namespace kiln::convplan {
 
 /// Largest single value folding keeps as a constant (bytes).
 inline constexpr int64_t kMaxFoldedBytes = int64_t{256} << 20;
+/// Most work one folded node may take: 2^28 multiply-adds or elements (about a second of one core;
+/// one op of a 2048->2048 3x3 conv's QAT weight chain reads and writes 2^26.2 elements).
+inline constexpr int64_t kMaxFoldWork = int64_t{1} << 28;
+/// Most work the folds of one model may take together (the same units; 64 nodes at the limit).
+inline constexpr int64_t kMaxModelFoldWork = int64_t{1} << 34;
 
 struct FoldResult {
   /// The model with folded nodes removed and their outputs constants (the input model itself when

@@ -127,9 +127,13 @@ Result<std::vector<device::Tensor>> HostKernelRegistry::EvaluateHostOp(
 }
 
 Result<int64_t> HostKernelRegistry::EstimateBytes(const onnx_fe::Node& node,
-                                                  const std::vector<std::vector<int64_t>>& input_shapes) const {
+                                                  const std::vector<std::vector<int64_t>>& input_shapes,
+                                                  const std::vector<std::vector<int64_t>>& output_shapes) const {
   const HostKernel* k = Find(node.op_type);
   if (k == nullptr) return Unimplemented(node.Describe() + ": not a host op");
+  if (k->estimate_bytes_with_outputs != nullptr && !output_shapes.empty()) {
+    return k->estimate_bytes_with_outputs(node, input_shapes, output_shapes);
+  }
   return k->estimate_bytes(node, input_shapes);
 }
 

@@ -34,7 +34,11 @@
 //   scratch, from the input shapes (one per node input; {} for an
 //   omitted one) and the node's attributes alone. Where a size depends on input VALUES (Pad from
 //   opset 11: the pads input), the estimate assumes the smallest case the shapes allow, which is
-//   stated at the kernel. Saturates at INT64_MAX; never fails.
+//   stated at the kernel. Saturates at INT64_MAX; never fails. A kernel whose sizes depend on
+//   input values the output shapes reveal (Resize's scales) also gives
+//   estimate_bytes_with_outputs(node, input_shapes, output_shapes), used where shape inference
+//   knows every output shape. Either way the run's estimate (runtime/memory_estimate.cc) never
+//   counts an op at less than its outputs' inferred bytes.
 //
 // Adding a kernel: add a HostKernel to an existing family's Register function, or create
 // runtime/host_kernels/<family>.cc defining `void RegisterHostKernels_<family>(HostKernelRegistry&)`
@@ -69,6 +73,9 @@ using HostKernelInputs = std::vector<const device::Tensor*>;
 using HostKernelFn = Result<std::vector<device::Tensor>> (*)(const onnx_fe::Node& node, const HostKernelInputs& inputs,
                                                               const HostKernelContext& ctx);
 using HostKernelBytesFn = int64_t (*)(const onnx_fe::Node& node, const std::vector<std::vector<int64_t>>& input_shapes);
+using HostKernelBytesWithOutputsFn = int64_t (*)(const onnx_fe::Node& node,
+                                                 const std::vector<std::vector<int64_t>>& input_shapes,
+                                                 const std::vector<std::vector<int64_t>>& output_shapes);
 
 /// Which implementation computes one (op, element type).
 enum class KernelPath {
@@ -99,6 +106,8 @@ struct HostKernel {
   std::vector<DTypePath> dtypes = {{device::DataType::kFloat32, KernelPath::kTyped}};
   /// The input whose element type selects the path (ONNX's "T" constraint; Where: 1).
   int type_input = 0;
+  /// Optional: the estimate from the output shapes too (see the contract above).
+  HostKernelBytesWithOutputsFn estimate_bytes_with_outputs = nullptr;
 };
 
 class HostKernelRegistry final : public convplan::HostOpSupport {
@@ -133,7 +142,10 @@ class HostKernelRegistry final : public convplan::HostOpSupport {
                                                      const std::vector<const device::Tensor*>& inputs) const override;
 
   /// The kernel's memory estimate (contract above); UNIMPLEMENTED for an unregistered op type.
-  Result<int64_t> EstimateBytes(const onnx_fe::Node& node, const std::vector<std::vector<int64_t>>& input_shapes) const;
+  /// `output_shapes`, one per node output when shape inference knows them all (else empty), select
+  /// estimate_bytes_with_outputs where the kernel has one.
+  Result<int64_t> EstimateBytes(const onnx_fe::Node& node, const std::vector<std::vector<int64_t>>& input_shapes,
+                                const std::vector<std::vector<int64_t>>& output_shapes = {}) const;
 
  private:
   std::vector<HostKernel> kernels_;

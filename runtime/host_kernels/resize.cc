@@ -294,13 +294,24 @@ Out Resize(const fe::Node& n, const HostKernelInputs& in, const HostKernelContex
     if (!out.ok()) return out.status();
     return Outputs(std::move(*out));
   }
+  // The passes shrink first, then grow (each group from the last axis to the first), so that no
+  // intermediate holds more elements than the larger of input and output (ResizeBytesWithOutputs
+  // counts two of those in float64): growing one axis before shrinking another could allocate a
+  // tensor far larger than both. Where every resized axis grows (or every one shrinks) the order is
+  // the last axis to the first, as before.
+  std::vector<size_t> order;
+  for (int grow = 0; grow < 2; ++grow) {
+    for (size_t d = x.shape().size(); d-- > 0;) {
+      const bool identity = p.out[d] == x.shape()[d] && p.scales[d] == 1.0 && p.ctm != "tf_crop_and_resize";
+      if (identity || (p.out[d] > x.shape()[d]) != (grow == 1)) continue;
+      if (x.shape()[d] == 0) return Err(n, "cannot resize an empty axis");
+      order.push_back(d);
+    }
+  }
   auto cur = x.CastTo(DataType::kFloat64);
   if (!cur.ok()) return cur.status();
   Tensor t = std::move(*cur);
-  for (size_t d = x.shape().size(); d-- > 0;) {
-    const bool identity = p.out[d] == x.shape()[d] && p.scales[d] == 1.0 && p.ctm != "tf_crop_and_resize";
-    if (identity) continue;
-    if (x.shape()[d] == 0) return Err(n, "cannot resize an empty axis");
+  for (size_t d : order) {
     auto next = Pass(p, t, d, ctx.cancel);
     if (!next.ok()) return next.status();
     t = std::move(*next);
@@ -323,6 +334,15 @@ int64_t ResizeBytes(const fe::Node& n, const std::vector<Shape>& s) {
   return AddBytes(AddBytes(TensorBytes(big, 8), TensorBytes(big, 8)), Fp32Bytes(out));
 }
 
+// With the output shape known (shape inference from constant scales or sizes): the two float64
+// tensors of a pass, each at most the larger of input and output (Resize orders its passes so),
+// and the output converted back.
+int64_t ResizeBytesWithOutputs(const fe::Node& n, const std::vector<Shape>& s, const std::vector<Shape>& out) {
+  if (s.empty() || out.empty()) return ResizeBytes(n, s);
+  const Shape& big = TensorBytes(out[0], 1) > TensorBytes(s[0], 1) ? out[0] : s[0];
+  return AddBytes(AddBytes(TensorBytes(big, 8), TensorBytes(big, 8)), Fp32Bytes(out[0]));
+}
+
 std::vector<DTypePath> Paths() {
   std::vector<DTypePath> v = DTypes({DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16}, KernelPath::kOneDnn);
   for (DataType t : {DataType::kFloat64, DataType::kInt8, DataType::kInt16, DataType::kInt32, DataType::kInt64,
@@ -335,7 +355,7 @@ std::vector<DTypePath> Paths() {
 }  // namespace
 
 void RegisterHostKernels_resize(HostKernelRegistry& r) {
-  r.Add({{"Resize", "Upsample"}, ResizeBytes, Resize, Paths()});
+  r.Add({{"Resize", "Upsample"}, ResizeBytes, Resize, Paths(), 0, ResizeBytesWithOutputs});
 }
 
 }  // namespace kiln::runtime::host_kernels

@@ -102,6 +102,55 @@ TEST(FoldConstants, Int64ValuesStayExact) {
   EXPECT_EQ(c.data<int64_t>()[2], 5);
 }
 
+// The real host kernels, counting what folding evaluates.
+class CountingHostOps final : public HostOpSupport {
+ public:
+  explicit CountingHostOps(const HostOpSupport& real) : real_(real) {}
+  bool SupportsHostOp(std::string_view op_type) const override { return real_.SupportsHostOp(op_type); }
+  std::string CheckHostNode(const onnx_fe::Node& node, const onnx_fe::Graph& graph) const override {
+    return real_.CheckHostNode(node, graph);
+  }
+  std::vector<std::string> HostOpTypes() const override { return real_.HostOpTypes(); }
+  Result<std::vector<device::Tensor>> EvaluateHostOp(const onnx_fe::Node& node,
+                                                     const std::vector<const device::Tensor*>& inputs) const override {
+    evaluated.push_back(node.name);
+    return real_.EvaluateHostOp(node, inputs);
+  }
+  mutable std::vector<std::string> evaluated;
+
+ private:
+  const HostOpSupport& real_;
+};
+
+// Folding is bounded before it evaluates anything (plan building has no memory budget and cannot be
+// cancelled): a ConstantOfShape of 1.2 GB (over kMaxFoldedBytes) and a MatMul of 2^33 multiply-adds
+// (over kMaxFoldWork) are never evaluated and stay run-time values; the 16 MB ConstantOfShape
+// they read folds. Before, both were evaluated (the first allocating its 1.2 GB, the second taking
+// minutes on one core) and then the large one dropped.
+TEST(FoldConstants, LargeOrCostlyNodesAreNotEvaluated) {
+  OnnxModelBuilder b(13);
+  b.Input("x", onnx::TensorProto::FLOAT, {1, 2});
+  b.Initializer(kiln::testing::Int64Tensor("s_small", {2}, {2048, 2048}));
+  b.Initializer(kiln::testing::Int64Tensor("s_big", {3}, {1024, 1024, 300}));
+  b.Node("ConstantOfShape", {"s_small"}, {"a"}, "cos_small");
+  b.Node("MatMul", {"a", "a"}, {"mm"}, "matmul");
+  b.Node("ConstantOfShape", {"s_big"}, {"big"}, "cos_big");
+  b.Node("Relu", {"x"}, {"y"}, "relu");
+  b.Output("y");
+  b.Output("mm");
+  b.Output("big");
+  auto model = Load(b);
+  ASSERT_NE(model, nullptr);
+  CountingHostOps ops(runtime::HostKernels());
+  auto folded = FoldConstants(model, ops);
+  ASSERT_TRUE(folded.ok()) << folded.status().ToString();
+  EXPECT_EQ(ops.evaluated, std::vector<std::string>{"cos_small"});
+  EXPECT_EQ(folded->folded_nodes, 1);
+  EXPECT_NE(folded->model->graph().FindTensor("a")->constant, nullptr);
+  EXPECT_EQ(folded->model->graph().FindTensor("mm")->constant, nullptr);
+  EXPECT_EQ(folded->model->graph().FindTensor("big")->constant, nullptr);
+}
+
 // The unsupported-op error counts nodes by op type and stays short however many there are.
 TEST(CheckSupported, MessageIsGroupedAndBounded) {
   OnnxModelBuilder b(13);

@@ -68,6 +68,30 @@ TEST(NpyTest, RejectsBadInput) {
   EXPECT_EQ(ParseNpy(bad_order).status().code(), StatusCode::kInvalidArgument);
 }
 
+// ReadNpy reads the header, then exactly the data it declares: /dev/zero is refused by its magic
+// after 12 bytes (before, `kiln run --input x=/dev/zero` read until memory ran out), and a file
+// with more bytes than its shape needs is read only as far as the shape goes.
+TEST(NpyTest, ReadNpyReadsOnlyWhatTheHeaderDeclares) {
+  auto z = ReadNpy("/dev/zero");
+  EXPECT_EQ(z.status().code(), StatusCode::kInvalidArgument) << z.status().ToString();
+  EXPECT_NE(z.status().message().find("bad magic"), std::string::npos) << z.status().ToString();
+
+  auto t = Tensor::FromFloats({4}, std::vector<float>{1, 2, 3, 4});
+  const std::string path = (std::filesystem::temp_directory_path() / "kiln_npy_trailing.npy").string();
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const std::string b = *SerializeNpy(*t) + std::string(1000, 'x');
+    ASSERT_EQ(std::fwrite(b.data(), 1, b.size(), f), b.size());
+    std::fclose(f);
+  }
+  auto r = ReadNpy(path);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->shape(), (std::vector<int64_t>{4}));
+  EXPECT_EQ(r->data<float>()[3], 4.f);
+  std::remove(path.c_str());
+}
+
 // A 2x3 array written by numpy in Fortran order, big-endian int16: np.asfortranarray(
 // np.arange(6, dtype='>i2').reshape(2, 3)) — on disk column-major 0 3 1 4 2 5.
 TEST(NpyTest, ReadsFortranOrderAndBigEndian) {

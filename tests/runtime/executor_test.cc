@@ -10,6 +10,7 @@
 #include "device/backends/tt_emu/tt_emu_backend.h"
 #include "device/numerics/formats.h"
 #include "runtime/accuracy.h"
+#include "runtime/memory_estimate.h"
 #include "tests/convplan/test_util.h"
 
 namespace kiln::runtime {
@@ -201,6 +202,24 @@ TEST(Executor, HugeOutputIsResourceExhaustedNamingTheLayer) {
       EXPECT_NE(r.status().message().find("padded_conv"), std::string::npos) << r.status().ToString();
     }
   }
+}
+
+// The run's memory estimate counts a host op at no less than its outputs' inferred bytes, and
+// Resize from them (its scales are values the input shapes do not show). A Resize of 1x8x14x14 by
+// 1000 on H and W is 6.3 GB (fp32) plus its float64 passes; before, the estimate counted it from
+// its input (about 31 KB), kilnd admitted it and the kernel's per-axis passes exhausted the host.
+TEST(Executor, MemoryEstimateCountsAResizeByItsOutput) {
+  OnnxModelBuilder b(13);
+  b.Input("x", onnx::TensorProto::FLOAT, {1, 8, 14, 14});
+  b.FloatInitializer("scales", {4}, {1.0f, 1.0f, 1000.0f, 1000.0f});
+  b.Node("Resize", {"x", "", "scales"}, {"y"}, "resize");
+  b.Output("y");
+  auto plan = BuildConvPlan(Load(b), HostKernels());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const MemoryEstimate e = EstimateRunMemory(*plan, {}, {});
+  const int64_t out = int64_t{8} * 14000 * 14000 * 4;
+  EXPECT_GE(e.peak_op_bytes, out + 2 * 2 * out) << e.peak_op;  // the output, two float64 tensors of its size
+  EXPECT_NE(e.peak_op.find("resize"), std::string::npos) << e.peak_op;
 }
 
 TEST(Executor, ReferenceOnReferenceIsExact) {

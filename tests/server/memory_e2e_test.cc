@@ -131,17 +131,44 @@ TEST_F(MemoryE2E, OutOfMemoryIsResourceExhaustedAndKilndLives) {
   EXPECT_EQ(kilnd_->Stop(SIGTERM), 0);
 }
 
+// A Resize of a declared [1, 1, 14, 14] input by constant scales (1000 on H and W: a 784 MB output,
+// and the kernel's float64 passes of its size), and a ConstantOfShape of 4 GiB: sizes that input
+// values decide. Before, the estimate counted the Resize from its input and plan-time folding
+// allocated the constant outside the budget (a 1 KB model of this kind had kilnd OOM-killed).
+std::string ResizeModel(float scale) {
+  OnnxModelBuilder b;
+  b.Input("x", onnx::TensorProto::FLOAT, {1, 1, 14, 14});
+  b.FloatInitializer("scales", {4}, {1.0f, 1.0f, scale, scale});
+  b.Node("Resize", {"x", "", "scales"}, {"y"}, "resize");
+  b.Output("y");
+  return b.Serialize();
+}
+std::string ConstantOfShapeModel() {
+  OnnxModelBuilder b;
+  b.Input("x", onnx::TensorProto::FLOAT, {1, 4});
+  b.Initializer(Int64Tensor("shape", {4}, {4, 1024, 1024, 256}));
+  b.Node("ConstantOfShape", {"shape"}, {"c"}, "cos");
+  b.Node("Relu", {"x"}, {"y"}, "relu");
+  b.Output("y");
+  b.Output("c");
+  return b.Serialize();
+}
+
 // A 2 GiB budget: 1x1 conv over 4096² on tt-emu (its tilized input alone is 2 GiB), pads=4000 and
-// pads=20000 on a 1x1 input are refused at once, naming the budget and the layer, without
-// kilnd's memory growing; a small run still passes and the gauges show the budget, nothing held.
+// pads=20000 on a 1x1 input, a large Resize and a large ConstantOfShape are refused at once,
+// naming the budget and the layer, without kilnd's memory growing; a small run still passes and
+// the gauges show the budget, nothing held.
 TEST_F(MemoryE2E, BudgetRefusesBeforeAllocating) {
   Start({"--devices", "tt-emu:1,reference:1", "--memory-budget", "2147483648"});
   struct Case {
-    std::string name, bytes, backend;
+    std::string name, bytes, backend, layer = "conv (conv2d)";
   };
   const std::vector<Case> cases = {{"wide", ConvModel(4096, 4096), "tt-emu"},
                                    {"pads4000", ConvModel(1, 1, 1, 4000), "reference"},
-                                   {"pads20000", ConvModel(1, 1, 1, 20000), "tt-emu"}};
+                                   {"pads20000", ConvModel(1, 1, 1, 20000), "tt-emu"},
+                                   {"resize", ResizeModel(1000.0f), "reference", "resize (Resize)"},
+                                   // the peak is at the next op, with the 4 GiB constant held
+                                   {"cos", ConstantOfShapeModel(), "tt-emu", "relu (Relu)"}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string id = Upload(c.name, c.bytes);
@@ -149,7 +176,7 @@ TEST_F(MemoryE2E, BudgetRefusesBeforeAllocating) {
     grpc::Status st = Run(Req(id, c.backend));
     EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
     EXPECT_NE(st.error_message().find("memory budget of 2.0 GiB"), std::string::npos) << st.error_message();
-    EXPECT_NE(st.error_message().find("layer 'conv (conv2d)'"), std::string::npos) << st.error_message();
+    EXPECT_NE(st.error_message().find("layer '" + c.layer + "'"), std::string::npos) << st.error_message();
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
   }
   // Nothing of those runs was allocated (the 4096² input alone would be 64 MiB fp32, tt-emu's
@@ -184,6 +211,26 @@ TEST_F(MemoryE2E, BudgetRefusesBeforeAllocating) {
   st = compile_->CompileAi8x(&ctx, compile, &cresp);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
   EXPECT_NE(st.error_message().find("options.device: 99"), std::string::npos) << st.error_message();
+}
+
+// --max-message-bytes 4 MiB: a run whose outputs (a 1x1 conv over 2048², 16 MiB) could not be
+// returned is refused before it runs, and counted; the same run with omit_outputs runs.
+TEST_F(MemoryE2E, OutputsOverTheMessageLimitAreRefusedBeforeTheRun) {
+  Start({"--devices", "tt-emu:1,reference:1", "--max-message-bytes", "4194304"});
+  const std::string id = Upload("big_out", ConvModel(2048, 2048));
+  kiln::v1::RunConvLayersRequest req = Req(id, "reference");
+  req.set_omit_outputs(false);
+  const auto t0 = std::chrono::steady_clock::now();
+  grpc::Status st = Run(req);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_NE(st.error_message().find("would return ~16.0 MiB of outputs, over the result limit of 4.0 MiB"),
+            std::string::npos)
+      << st.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  auto m = ScrapeMetrics(kilnd_->metrics_address());
+  EXPECT_EQ(m["kiln_rejected_requests_total{reason=\"result_size\"}"], 1.0);
+  st = Run(Req(id, "reference"));
+  EXPECT_TRUE(st.ok()) << st.error_message();
 }
 
 // A long host MatMul (8192² × 8192², minutes on one core): a 1 s deadline frees the device within
