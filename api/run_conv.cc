@@ -15,6 +15,7 @@
 #include "compiler/onnx/loader.h"
 #include "device/backends/builtin.h"
 #include "runtime/host_kernels/registry.h"
+#include "runtime/inputs.h"
 
 namespace kiln::api {
 
@@ -159,6 +160,10 @@ Result<PreparedConvRun> PrepareConvRun(std::shared_ptr<const convplan::ConvPlan>
     }
     auto tensor = FromProto(t);
     if (!tensor.ok()) return tensor.status();
+    // A wrong shape is the request's mistake: say so before the memory estimate judges its size.
+    for (const convplan::PlanInput& in : run.plan->inputs) {
+      if (in.name == t.name()) KILN_RETURN_IF_ERROR(runtime::CheckInputShape(in, tensor->shape()));
+    }
     run.inputs.emplace(t.name(), std::move(tensor).value());
   }
   run.memory = runtime::EstimateRunMemory(*run.plan, run.inputs, run.options);

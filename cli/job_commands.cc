@@ -16,6 +16,7 @@
 #include "api/convert.h"
 #include "cli/advise_command.h"
 #include "cli/options.h"
+#include "common/echo.h"
 #include "kiln/v1/job.grpc.pb.h"
 
 namespace kiln::cli {
@@ -214,11 +215,12 @@ WatchOutcome Watch(const ClientOptions& options, const std::string& job_id, bool
       if (tty) {
         std::fprintf(stderr, "\r%s[%s%s] %lld/%lld %-28.28s%s\033[K", conf.c_str(), std::string(filled, '#').c_str(),
                      std::string(width - filled, '.').c_str(), static_cast<long long>(l.index()),
-                     static_cast<long long>(l.total()), l.report().name().c_str(), pcc);
+                     static_cast<long long>(l.total()), EscapeControls(l.report().name()).c_str(), pcc);
         bar = true;
       } else {
         std::fprintf(stderr, "%s[%lld/%lld] %s %s %.3f ms%s\n", conf.c_str(), static_cast<long long>(l.index()),
-                     static_cast<long long>(l.total()), l.report().name().c_str(), l.report().op().c_str(),
+                     static_cast<long long>(l.total()), EscapeControls(l.report().name()).c_str(),
+                     EscapeControls(l.report().op()).c_str(),
                      l.report().device_seconds() * 1e3, pcc);
       }
     }

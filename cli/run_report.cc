@@ -14,6 +14,7 @@
 
 #include "api/convert.h"
 #include "cli/html_report.h"
+#include "common/echo.h"
 #include "device/backends/builtin.h"
 #include "device/npy.h"
 
@@ -153,7 +154,12 @@ std::string InputsLine(const InputSource& in) {
 struct Table {
   std::vector<std::vector<std::string>> rows;  // rows[0] = header
   std::vector<bool> left;                      // per column: left aligned
+  // Cells carry model-supplied names: control characters are escaped (common/echo.h EscapeControls).
   std::string Render() const {
+    std::vector<std::vector<std::string>> rows = this->rows;
+    for (auto& r : rows) {
+      for (std::string& cell : r) cell = EscapeControls(cell);
+    }
     std::vector<size_t> w(left.size(), 0);
     for (const auto& r : rows) {
       for (size_t c = 0; c < r.size(); ++c) w[c] = std::max(w[c], r[c].size());
@@ -208,7 +214,9 @@ std::string ConfigurationTable(const kiln::v1::RunConvLayersResponse& r) {
   out += t.Render();
   // Layers the request gave their own precision (layer_precision): what each ran with.
   for (const auto& l : r.layers()) {
-    if (l.layer_precision_set()) out += "layer precision " + l.name() + ": " + l.resolved_precision() + "\n";
+    if (l.layer_precision_set()) {
+      out += "layer precision " + EscapeControls(l.name()) + ": " + l.resolved_precision() + "\n";
+    }
   }
   if (r.folded_nodes() > 0) {
     out += std::to_string(r.folded_nodes()) + " node(s) evaluated when the plan was built (constant folding)\n";
@@ -401,7 +409,8 @@ int PrintRunReport(const std::vector<RunConfiguration>& configs, const ReportOpt
     for (const auto& t : configs[i].response.outputs()) {
       auto tensor = api::FromProto(t);
       if (!tensor.ok()) {
-        std::cerr << "kiln: output '" << t.name() << "': " << tensor.status().message() << "\n";
+        std::cerr << "kiln: output '" << EscapeControls(t.name()) << "': " << EscapeControls(tensor.status().message())
+                  << "\n";
         return 1;
       }
       const std::string path = (fs::path(dir) / OutputFileName(t.name())).string();

@@ -78,20 +78,20 @@ Result<Tensor> ConvertInput(const PlanInput& in, const Tensor& given) {
   if (!f.ok()) return f.status();
   auto t = f->ToLayout(device::Layout::kNCHW);
   if (!t.ok()) return t.status();
-  if (in.shape.has_rank()) {
-    if (static_cast<size_t>(t->rank()) != in.shape.rank()) {
-      return InvalidArgument("input '" + in.name + "' has shape " + device::ShapeToString(t->shape()) +
-                             ", the model declares " + in.shape.ToString());
-    }
-    for (size_t i = 0; i < in.shape.rank(); ++i) {
-      const fe::Dim& d = in.shape.dim(i);
-      if (d.is_known() && d.value() != t->dim(static_cast<int>(i))) {
-        return InvalidArgument("input '" + in.name + "' has shape " + device::ShapeToString(t->shape()) +
-                               ", the model declares " + in.shape.ToString());
-      }
-    }
-  }
+  KILN_RETURN_IF_ERROR(CheckInputShape(in, t->shape()));
   return t;
+}
+
+Status CheckInputShape(const PlanInput& in, const std::vector<int64_t>& shape) {
+  if (!in.shape.has_rank()) return Status::Ok();
+  bool same = shape.size() == in.shape.rank();
+  for (size_t i = 0; same && i < in.shape.rank(); ++i) {
+    const fe::Dim& d = in.shape.dim(i);
+    same = !d.is_known() || d.value() == shape[i];
+  }
+  if (same) return Status::Ok();
+  return InvalidArgument("input '" + in.name + "' has shape " + device::ShapeToString(shape) + ", the model declares " +
+                         in.shape.ToString());
 }
 
 Result<ResolvedInputs> ResolveInputs(const std::vector<PlanInput>& plan_inputs, const RunInputs& given, uint64_t seed) {

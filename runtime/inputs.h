@@ -47,6 +47,10 @@ Result<ResolvedInputs> ResolveInputs(const std::vector<convplan::PlanInput>& pla
 Result<device::DataType> InputDataType(const convplan::PlanInput& in);
 /// One given input checked against `in` and converted to its element type, NCHW.
 Result<device::Tensor> ConvertInput(const convplan::PlanInput& in, const device::Tensor& given);
+/// INVALID_ARGUMENT ("input 'x' has shape [...], the model declares [...]") when `shape` differs
+/// from `in`'s declared shape in rank or in a known dim; what ConvertInput checks, for callers that
+/// check before anything is estimated or allocated (api/run_conv.cc PrepareConvRun).
+Status CheckInputShape(const convplan::PlanInput& in, const std::vector<int64_t>& shape);
 /// One absent input generated with `seed`.
 Result<device::Tensor> GenerateInput(const convplan::PlanInput& in, uint64_t seed);
 

@@ -131,7 +131,14 @@ void Builder::HandleConv(const Node& n) {
   auto dil = n.GetInts("dilations", std::vector<int64_t>(kernel.size(), 1));
   auto group = n.GetInt("group", 1);
   std::vector<int64_t> p = pads.ok() ? *pads : std::vector<int64_t>{};
-  if (!p.empty() && rules::ConvAttributeInRange(net_, l, rules::ConvAttribute::kPads, p)) {
+  // auto_pad (SAME_UPPER / SAME_LOWER / VALID) stands for explicit pads: those are what the layer gets.
+  auto auto_pad = n.GetString("auto_pad", "NOTSET");
+  const std::vector<int64_t> in_dims =
+      one_d ? std::vector<int64_t>{l.in_shape.h} : std::vector<int64_t>{l.in_shape.h, l.in_shape.w};
+  const bool pads_known =
+      auto_pad.ok() && rules::ResolveAutoPad(net_, l, *auto_pad, in_dims, kernel, strides.ok() ? *strides : std::vector<int64_t>{},
+                                             dil.ok() ? *dil : std::vector<int64_t>{}, &p);
+  if (pads_known && !p.empty() && rules::ConvAttributeInRange(net_, l, rules::ConvAttribute::kPads, p)) {
     l.pad = static_cast<int>(p[0]);
     rules::CheckUniformPads(net_, l, p);
   }
@@ -160,6 +167,9 @@ void Builder::HandleConv(const Node& n) {
   l.in_channels_w = static_cast<int>(w_in);
   auto out_shape = TensorShape(n.outputs[0], nullptr);
   rules::CheckConvWeightShape(net_, l, *wshape, w_in, w_out, out_shape ? out_shape->c : -1);
+  if (l.has_bias) {
+    if (auto bshape = g_.StaticInputShape(n, 2); bshape.ok()) rules::CheckConvBiasShape(net_, l, *bshape, w_out);
+  }
   FinishWeightLayer(l, n);
 }
 

@@ -17,6 +17,7 @@ namespace {
 using kiln::testing::OnnxModelBuilder;
 using kiln::testing::SetInt;
 using kiln::testing::SetInts;
+using kiln::testing::SetString;
 
 // Builds ai8x-style exports: node names carry the module scope (/conv1/Conv), weights are
 // `<layer>.op.weight` initializers, optionally behind the QAT weight-quantize chain.
@@ -223,6 +224,53 @@ TEST(Ai8xPatterns, OnnxCheckpointOnlyWhereTheIzersOnnxReaderNumbersTheLayersRigh
     EXPECT_NE(r->quantized_checkpoint_reason.find("YAML layer 1 ('l2', ONNX node '/l2/ConvTranspose') is a convtranspose2d"),
               std::string::npos)
         << r->quantized_checkpoint_reason;
+  }
+}
+
+// auto_pad stands for explicit pads (SAME_UPPER on a 3x3, stride 1: pad 1; VALID: 0); a value
+// ONNX does not define and a bias of the wrong length are errors naming the node (kiln run
+// refused both while kiln compile wrote a YAML).
+TEST(Ai8xPatterns, AutoPadAndBiasShapeOfAConv) {
+  auto conv = [](const std::string& auto_pad, int64_t bias_len) {
+    Export e({1, 8, 16, 16});
+    auto w = e.Weight("conv1", {16, 8, 3, 3});
+    std::vector<std::string> ins{"x", w};
+    if (bias_len > 0) {
+      e.b().FloatInitializer("conv1.op.bias", {bias_len}, kiln::testing::RandomFloats(bias_len, 5));
+      ins.push_back("conv1.op.bias");
+    }
+    auto& n = e.b().Node("Conv", ins, {"/conv1/Conv_output_0"}, "/conv1/Conv");
+    SetInts(n, "kernel_shape", {3, 3});
+    SetString(n, "auto_pad", auto_pad);
+    return e.Compile("/conv1/Conv_output_0");
+  };
+  {
+    auto r = conv("SAME_UPPER", 16);
+    ASSERT_TRUE(r.ok() && r->ok) << (r.ok() ? Dump(*r) : r.status().ToString());
+    EXPECT_EQ(YAML::Load(r->yaml)["layers"][0]["pad"].as<int>(), 1);
+  }
+  {
+    auto r = conv("VALID", 0);
+    ASSERT_TRUE(r.ok() && r->ok) << (r.ok() ? Dump(*r) : r.status().ToString());
+    EXPECT_EQ(YAML::Load(r->yaml)["layers"][0]["pad"].as<int>(), 0);
+  }
+  {
+    auto r = conv("BOGUS", 0);
+    ASSERT_TRUE(r.ok());
+    const Diagnostic* d = Find(*r, "AI8X_PAD");
+    ASSERT_NE(d, nullptr) << Dump(*r);
+    EXPECT_EQ(d->onnx_node, "/conv1/Conv");
+    EXPECT_NE(d->message.find("auto_pad 'BOGUS'"), std::string::npos) << d->message;
+    EXPECT_FALSE(r->ok);
+  }
+  {
+    auto r = conv("NOTSET", 3);
+    ASSERT_TRUE(r.ok());
+    const Diagnostic* d = Find(*r, "AI8X_SHAPE");
+    ASSERT_NE(d, nullptr) << Dump(*r);
+    EXPECT_EQ(d->onnx_node, "/conv1/Conv");
+    EXPECT_NE(d->message.find("bias [3] for 16 output channels"), std::string::npos) << d->message;
+    EXPECT_FALSE(r->ok);
   }
 }
 

@@ -88,6 +88,23 @@ TEST(RequestLimits, MemoryEstimateAndCheckNameTheLayer) {
   EXPECT_GT(small->memory.peak_bytes, 16 * 16 * 8 * 4);
 }
 
+// A given input of the wrong shape is INVALID_ARGUMENT naming the input, before the memory
+// estimate could call its size RESOURCE_EXHAUSTED (kilnd said "needs ~10.4 GiB" for a
+// [1,1,4096,4096] input to a model declaring [1,1,16,16], where `kiln run --local` named the shape).
+TEST(RequestLimits, AWronglyShapedInputIsRefusedBeforeTheEstimate) {
+  kiln::v1::RunConvLayersRequest req;
+  req.set_backend("tt-emu");
+  auto big = device::Tensor::Zeros({1, 1, 4096, 4096});
+  ASSERT_TRUE(big.ok());
+  ToProto("x", *big, req.add_inputs());
+  auto p = PrepareConvRun(ConvModel(16, 16, 3, 1), "m", req);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << p.status().ToString();
+  EXPECT_NE(p.status().message().find("input 'x' has shape [1, 1, 4096, 4096], the model declares [1,1,16,16]"),
+            std::string::npos)
+      << p.status().message();
+}
+
 TEST(RequestLimits, PlanCacheIsBoundedInBytes) {
   auto plan = PlanModel(ConvModel(8, 8, 3, 1, 4, 4), "m");
   ASSERT_TRUE(plan.ok());

@@ -26,4 +26,15 @@ TEST(EscapeForEcho, LongTextIsCutAndSaysHowLong) {
 }
 
 }  // namespace
+
+// Terminal display: an ONNX node name with ANSI and OSC sequences, a newline and a C1 control
+// (U+009B, the 8-bit CSI) is shown with them escaped; UTF-8 text passes unchanged.
+TEST(EscapeControls, ControlCharactersAreEscapedAndUtf8Passes) {
+  EXPECT_EQ(EscapeControls("\x1b[31mred\x1b[2J\x1b]0;pwned\x07\nfake\r\x7f"),
+            "\\x1b[31mred\\x1b[2J\\x1b]0;pwned\\x07\\nfake\\r\\x7f");
+  EXPECT_EQ(EscapeControls("a\xc2\x9b" "31m"), "a\\u009b31m");
+  EXPECT_EQ(EscapeControls("conv/卷积 ü"), "conv/卷积 ü");
+  EXPECT_EQ(EscapeControls("\xc2\xa0nbsp"), "\xc2\xa0nbsp");  // U+00A0 is not a control
+}
+
 }  // namespace kiln

@@ -634,6 +634,23 @@ TEST(MergeSiblingConvs, SameGeometryMerged) {
   EXPECT_LT(FusedVsUnfused(m), 1e-5);
 }
 
+// Many siblings: the merged op's name is shortened in the middle (error messages and reports name
+// it; 10,000 joined names once pushed the reason out of a bounded message), and all still merge.
+TEST(MergeSiblingConvs, ManySiblingsGetAShortName) {
+  auto b = Base();
+  for (int i = 0; i < 10; ++i) {
+    const std::string k = std::to_string(i);
+    AddConv(b, "x", "y" + k, "c" + k, 4, 2, 3, 20 + i);
+    b.Output("y" + k);
+  }
+  auto m = Load(b);
+  ConvPlan p = PlanWith(m, MakeMergeSiblingConvs());
+  ASSERT_EQ(p.num_device_ops(), 1u) << p.ToString();
+  EXPECT_EQ(p.ops[0].name, "c0+c1+c2+…+c9 (10 convs)");
+  EXPECT_EQ(p.ops[0].device().outputs.size(), 10u);
+  EXPECT_LT(FusedVsUnfused(m), 1e-5);
+}
+
 TEST(MergeSiblingConvs, DifferentStridesOrActivationsNotMerged) {
   auto b = Base();
   AddConv(b, "x", "a", "ca", 4, 3, 3, 12);

@@ -118,6 +118,13 @@ void CheckConvWeightShape(Network& net, const Layer& l, const std::vector<int64_
   }
 }
 
+void CheckConvBiasShape(Network& net, const Layer& l, const std::vector<int64_t>& bshape, int64_t w_out) {
+  if (bshape.size() == 1 && bshape[0] == w_out) return;
+  net.Report(Severity::kError, code::kShape, &l,
+             "bias " + IntsString(bshape) + " for " + std::to_string(w_out) + " output channels (it must be [" +
+                 std::to_string(w_out) + "])");
+}
+
 void CheckLinearWeightShape(Network& net, const Layer& l, const std::vector<int64_t>& wshape, int64_t in_features,
                             const Shape3& src) {
   if (in_features == src.elements()) return;

@@ -5,6 +5,7 @@
 // L787-789, L909-914.
 #include <algorithm>
 
+#include "common/echo.h"
 #include "compiler/ai8x/rules/checks.h"
 
 namespace kiln::ai8x::rules {
@@ -57,6 +58,35 @@ bool ConvAttributeInRange(Network& net, const Layer& l, ConvAttribute attr, cons
   if (why.empty()) return true;
   Err(net, info.code, l, why);
   return false;
+}
+
+bool ResolveAutoPad(Network& net, const Layer& l, const std::string& auto_pad, const std::vector<int64_t>& in,
+                    const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
+                    const std::vector<int64_t>& dilations, std::vector<int64_t>* pads) {
+  if (auto_pad.empty() || auto_pad == "NOTSET") return true;
+  const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+  if (!same && auto_pad != "VALID") {
+    Err(net, code::kPad, l,
+        "auto_pad '" + EscapeForEcho(auto_pad, 64) + "' is not an ONNX value (NOTSET, SAME_UPPER, SAME_LOWER, VALID)");
+    return false;
+  }
+  if (l.op == OpKind::kConvTranspose2d) {
+    Err(net, code::kPad, l, "auto_pad " + auto_pad + " on a ConvTranspose is not supported; give explicit pads");
+    return false;
+  }
+  const size_t r = kernel.size();
+  pads->assign(2 * r, 0);
+  if (!same) return true;
+  for (size_t i = 0; i < r && i < in.size(); ++i) {
+    const int64_t s = i < strides.size() ? std::max<int64_t>(strides[i], 1) : 1;
+    const int64_t d = i < dilations.size() ? std::max<int64_t>(dilations[i], 1) : 1;
+    const int64_t out = (in[i] + s - 1) / s;
+    const int64_t total = std::max<int64_t>((out - 1) * s + (kernel[i] - 1) * d + 1 - in[i], 0);
+    const int64_t small = total / 2, big = total - small;
+    (*pads)[i] = auto_pad == "SAME_UPPER" ? small : big;
+    (*pads)[i + r] = auto_pad == "SAME_UPPER" ? big : small;
+  }
+  return true;
 }
 
 void CheckUniformPads(Network& net, const Layer& l, const std::vector<int64_t>& pads) {

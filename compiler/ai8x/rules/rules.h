@@ -79,6 +79,9 @@ std::string BitsNotDerivedMessage(const std::vector<std::string>& missing, size_
 /// AI8X_SHAPE: Conv weights `wshape` (`w_in` input channels, `w_out` output channels, group
 /// included) disagree with the input (`l.in_shape`) or the node's output channels `out_c` (< 0:
 /// unknown).
+/// AI8X_SHAPE: a Conv/ConvTranspose bias whose shape is not [output channels] (the izer: "Output
+/// channel count ... does not match the number of bias values", kbias.py).
+void CheckConvBiasShape(Network& net, const Layer& l, const std::vector<int64_t>& bshape, int64_t w_out);
 void CheckConvWeightShape(Network& net, const Layer& l, const std::vector<int64_t>& wshape, int64_t w_in,
                           int64_t w_out, int out_c);
 /// AI8X_SHAPE: Gemm/MatMul weights `wshape` take `in_features` but the input `src` has other.
@@ -116,6 +119,14 @@ enum class ConvAttribute { kKernelShape, kPads, kStrides, kDilations, kGroup, kO
 /// False (and that attribute's code: AI8X_KERNEL, AI8X_PAD, AI8X_STRIDE, AI8X_DILATION,
 /// AI8X_GROUPS) when a value is out of range.
 bool ConvAttributeInRange(Network& net, const Layer& l, ConvAttribute attr, const std::vector<int64_t>& v);
+/// The explicit pads [begin..., end...] an ONNX `auto_pad` stands for (onnx/defs/nn/defs.cc:
+/// VALID none; SAME_UPPER / SAME_LOWER the total max((ceil(in / s) - 1)·s + (k - 1)·d + 1 - in, 0)
+/// per axis, its odd unit at the end / the beginning), over the spatial dims `in`; NOTSET: `pads`
+/// unchanged. False with AI8X_PAD naming the value for anything else, and for auto_pad on a
+/// ConvTranspose (its SAME padding depends on output_shape; give explicit pads).
+bool ResolveAutoPad(Network& net, const Layer& l, const std::string& auto_pad, const std::vector<int64_t>& in,
+                    const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
+                    const std::vector<int64_t>& dilations, std::vector<int64_t>* pads);
 /// AI8X_PAD for asymmetric pads, AI8X_STRIDE for non-square strides (the izer has one of each).
 void CheckUniformPads(Network& net, const Layer& l, const std::vector<int64_t>& pads);
 void CheckSquareStrides(Network& net, const Layer& l, const std::vector<int64_t>& strides);

@@ -69,13 +69,25 @@ class MergeSiblingConvsPass : public RewriteRule<std::vector<size_t>> {
       off += o;
     }
     PlanOp& op = g.op(i);
+    // The merged op's name joins the siblings' names, shortened in the middle past kNamedSiblings
+    // ("conv1+pconv0+pconv1+…+pconv9999 (10001 convs)"): error messages and reports name the op,
+    // and 10,000 joined names pushed the reason out of a bounded message.
+    constexpr size_t kNamedSiblings = 4;
     std::string names;
-    for (size_t j : sib) {
-      op.name += "+" + g.op(j).name;
+    for (size_t k = 0; k < sib.size(); ++k) {
+      const size_t j = sib[k];
       for (const std::string& s : g.op(j).source_nodes) op.source_nodes.push_back(s);
       for (const std::string& f : g.op(j).fusions) op.fusions.push_back(f);
-      names += (names.empty() ? "" : ", ") + g.op(j).name;
+      const bool shown = sib.size() <= kNamedSiblings || k + 2 < kNamedSiblings || k + 1 == sib.size();
+      if (shown) {
+        op.name += "+" + g.op(j).name;
+        names += (names.empty() ? "" : ", ") + g.op(j).name;
+      } else if (k + 2 == kNamedSiblings) {
+        op.name += "+…";
+        names += ", … " + std::to_string(sib.size() - kNamedSiblings + 1) + " more …";
+      }
     }
+    if (sib.size() > kNamedSiblings) op.name += " (" + std::to_string(sib.size() + 1) + " convs)";
     d.weights = {std::move(*w)};
     d.bias = std::move(bias);
     d.outputs = std::move(outs);
