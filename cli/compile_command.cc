@@ -15,6 +15,7 @@
 
 #include "cli/model_commands.h"
 #include "cli/run_report.h"
+#include "common/echo.h"
 #include "kiln/v1/compile.grpc.pb.h"
 #include "api/compile_ai8x.h"
 #include "kiln/v1/model.grpc.pb.h"
@@ -52,14 +53,14 @@ int64_t DataPeak(const kiln::v1::Ai8xLayer& l) {
 void PrintTable(const kiln::v1::CompileAi8xResponse& r, std::FILE* to) {
   int name_w = 16, op_w = 14;
   for (const auto& l : r.layers()) {
-    name_w = std::max(name_w, static_cast<int>(l.name().size()));
+    name_w = std::max(name_w, static_cast<int>(EscapeControls(l.name()).size()));
     op_w = std::max(op_w, static_cast<int>(l.op().size()));
   }
   std::fprintf(to, "%-3s %-*s %-*s %18s %18s %7s %7s %8s %6s %9s\n", "#", name_w, "LAYER", op_w, "OP", "PROCESSORS",
                "OUTPUT_PROCESSORS", "IN_OFF", "OUT_OFF", "KWORDS", "BIAS", "DATA_PEAK");
   for (const auto& l : r.layers()) {
     std::fprintf(to, "%-3d %-*s %-*s 0x%016llx 0x%016llx 0x%04x  0x%04x %8lld %6lld %9lld%s\n", l.index(), name_w,
-                 l.name().c_str(), op_w, l.op().c_str(), static_cast<unsigned long long>(l.processors()),
+                 EscapeControls(l.name()).c_str(), op_w, l.op().c_str(), static_cast<unsigned long long>(l.processors()),
                  static_cast<unsigned long long>(l.output_processors()), l.in_offset(), l.out_offset(),
                  static_cast<long long>(l.kernel_words()), static_cast<long long>(l.bias_bytes()),
                  static_cast<long long>(DataPeak(l)), l.streaming() ? " streaming" : "");
@@ -104,7 +105,7 @@ void PrintIzerCommand(const kiln::v1::CompileAi8xResponse& r, const CompileArgs&
   std::string line;
   for (const auto& w : cmd.argv) line += (line.empty() ? "" : " ") + ShellWord(w);
   std::cerr << "next: turn the YAML into C code with ai8x-synthesis (from its checkout):\n  " << line << "\n";
-  for (const auto& f : cmd.why) std::cerr << "    " << f.flag() << ": " << f.reason() << "\n";
+  for (const auto& f : cmd.why) std::cerr << "    " << f.flag() << ": " << EscapeControls(f.reason()) << "\n";
   if (a.output.empty()) {
     // The command names a file this invocation did not write: say where the YAML is.
     std::string config;
@@ -248,9 +249,9 @@ int Report(const kiln::v1::CompileAi8xResponse& r, const CompileArgs& a) {
   for (const auto& d : r.diagnostics()) {
     if (d.severity() == kiln::v1::ERROR) ++errors;
     std::cerr << SeverityWord(d.severity()) << ": " << d.code();
-    if (!d.layer_name().empty()) std::cerr << " layer " << d.layer() << " '" << d.layer_name() << "'";
-    if (!d.onnx_node().empty()) std::cerr << " (ONNX node '" << d.onnx_node() << "')";
-    std::cerr << ": " << d.message() << "\n";
+    if (!d.layer_name().empty()) std::cerr << " layer " << d.layer() << " '" << EscapeControls(d.layer_name()) << "'";
+    if (!d.onnx_node().empty()) std::cerr << " (ONNX node '" << EscapeControls(d.onnx_node()) << "')";
+    std::cerr << ": " << EscapeControls(d.message()) << "\n";
   }
   // A failed compile's YAML is for inspection only (the izer must not get it): it never
   // replaces a file; on stdout it is marked as failed.

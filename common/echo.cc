@@ -40,9 +40,21 @@ std::string EscapeForEcho(std::string_view text, size_t max_bytes) {
 std::string EscapeControls(std::string_view text) {
   std::string out;
   out.reserve(text.size());
+  int pending = 0;  // continuation bytes the current UTF-8 sequence still needs
   for (size_t i = 0; i < text.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
     char esc[8];
+    if (c >= 0x80 && c <= 0xbf) {  // a continuation byte: kept inside a sequence, escaped alone
+      if (pending > 0) {
+        --pending;
+        out += static_cast<char>(c);
+      } else {
+        std::snprintf(esc, sizeof(esc), "\\x%02x", c);
+        out += esc;
+      }
+      continue;
+    }
+    pending = 0;
     if (c == '\n' || c == '\r' || c == '\t') {
       out += c == '\n' ? "\\n" : c == '\r' ? "\\r" : "\\t";
     } else if (c < 0x20 || c == 0x7f) {
@@ -53,6 +65,7 @@ std::string EscapeControls(std::string_view text) {
       std::snprintf(esc, sizeof(esc), "\\u%04x", static_cast<unsigned char>(text[++i]));
       out += esc;
     } else {
+      if (c >= 0xc0) pending = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : 1;
       out += static_cast<char>(c);
     }
   }

@@ -17,7 +17,8 @@ std::string EscapeForEcho(std::string_view text, size_t max_bytes = 256);
 
 /// Model-supplied text on its way to a terminal (the CLI's tables and progress lines): the C0
 /// control bytes and DEL written as \xNN (\n, \r, \t as C escapes) and the C1 controls
-/// U+0080..U+009F (UTF-8 C2 80..C2 9F) as \u00NN, so that an ONNX name cannot clear the screen, set
+/// U+0080..U+009F (UTF-8 C2 80..C2 9F) as \u00NN, and a byte 80..BF outside a UTF-8 sequence (an
+/// 8-bit C1 control on some terminals) as \xNN, so that an ONNX name cannot clear the screen, set
 /// the window title or forge a line; everything else, UTF-8 included, passes unchanged.
 std::string EscapeControls(std::string_view text);
 

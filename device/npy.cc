@@ -153,13 +153,22 @@ Result<Tensor> ParseNpy(std::string_view bytes) {
   const std::vector<int64_t>& shape = hdr->shape;
   const DataType dtype = hdr->dtype;
   const bool swap = hdr->swap, fortran_order = hdr->fortran_order;
+  const std::size_t data_start = hdr->data_start;
+  // Truncation is checked before the tensor is allocated: a short file declaring a huge shape
+  // costs nothing.
+  std::size_t need = DataTypeSize(dtype);
+  for (int64_t d : shape) {
+    if (d != 0 && need > kMaxTensorBytes / static_cast<std::size_t>(d)) {
+      return ResourceExhausted(".npy shape holds more than the 16 GiB tensor limit");
+    }
+    need *= static_cast<std::size_t>(d);
+  }
+  if (bytes.size() - data_start < need) {
+    return DataLoss(".npy data truncated: " + std::to_string(bytes.size() - data_start) + " bytes of " +
+                    std::to_string(need));
+  }
   auto t = Tensor::Zeros(shape, dtype);
   if (!t.ok()) return t.status();
-  const std::size_t data_start = hdr->data_start;
-  if (bytes.size() - data_start < t->size_bytes()) {
-    return DataLoss(".npy data truncated: " + std::to_string(bytes.size() - data_start) + " bytes for " +
-                    t->DebugString());
-  }
   if (t->size_bytes() != 0) std::memcpy(t->raw().data(), bytes.data() + data_start, t->size_bytes());
   if (swap) {
     const std::size_t es = DataTypeSize(dtype);
@@ -229,10 +238,13 @@ Result<Tensor> ReadNpy(const std::string& path) {
     return Status(ResourceExhausted(".npy data of " + std::to_string(data) + " bytes is over the 16 GiB tensor limit"))
         .WithContext(path);
   }
-  const std::size_t have = bytes.size();
-  if (have < hdr->data_start + data) {
-    bytes.resize(hdr->data_start + data);
-    f.read(bytes.data() + have, static_cast<std::streamsize>(hdr->data_start + data - have));
+  // In chunks as the data arrives: a file or pipe that ends early never costs the declared size.
+  constexpr std::size_t kChunk = std::size_t{64} << 20;
+  while (bytes.size() < hdr->data_start + data && f) {
+    const std::size_t have = bytes.size();
+    const std::size_t want = std::min(kChunk, hdr->data_start + data - have);
+    bytes.resize(have + want);
+    f.read(bytes.data() + have, static_cast<std::streamsize>(want));
     bytes.resize(have + static_cast<std::size_t>(f.gcount()));
   }
   auto t = ParseNpy(bytes);

@@ -39,6 +39,13 @@ std::string OnnxCheckpointProblem(const onnx_fe::Graph* graph, const Network& ne
   for (const onnx_fe::Node& n : g.nodes()) {
     const bool gemm = n.op_type == "Gemm";
     if (!gemm && n.op_type != "Conv") continue;
+    if (gemm) {  // onnxcp reads W as [out, in]: a Gemm with transB = 0 stores it [in, out]
+      auto tb = n.GetInt("transB", 0);
+      if (!tb.ok() || *tb == 0) {
+        return "izer/onnxcp.py reads the weights of Gemm node '" + n.name + "' as [out, in], but transB is 0 ([in, out])";
+      }
+    }
+    bool weight_read = false;
     for (const std::string& in : n.inputs) {
       if (in.empty() || inits.count(in) == 0) continue;
       if (gemm) {
@@ -50,15 +57,21 @@ std::string OnnxCheckpointProblem(const onnx_fe::Graph* graph, const Network& ne
       const onnx_fe::Tensor* t = g.FindTensor(in);
       const size_t rank = t == nullptr ? 0 : t->shape.rank();
       if (rank <= 1) continue;  // a bias
+      weight_read = true;
       if (seq >= n_layers) {
         return "izer/onnxcp.py finds more Conv/Gemm weights than the YAML has layers (node '" + n.name + "')";
       }
       const Layer& l = net.layers[seq];
-      if (!l.has_weights() || l.onnx_nodes.empty() || l.onnx_nodes.front() != n.name) {
-        return "izer/onnxcp.py gives the weights of Conv/Gemm node number " +
+      if (!l.has_weights()) {
+        // izer.py re-inserts empty weights at the YAML's weightless layers afterwards, but load()
+        // has already applied this node's quantization and output_shift at index `seq`.
+        return "izer/onnxcp.py applies the weight width and output_shift of Conv/Gemm node number " +
                std::to_string(seq) + " ('" + n.name + "') to " + layer_text(seq) +
-               (l.has_weights() ? "" : ", a layer without weights") +
-               ": it numbers the YAML's layers by Conv and Gemm nodes only";
+               ", a layer without weights: it numbers the YAML's layers by Conv and Gemm nodes only";
+      }
+      if (l.onnx_nodes.empty() || l.onnx_nodes.front() != n.name) {
+        return "izer/onnxcp.py gives the weights of Conv/Gemm node number " + std::to_string(seq) + " ('" + n.name +
+               "') to " + layer_text(seq) + ": it numbers the YAML's layers by Conv and Gemm nodes only";
       }
       std::vector<int64_t> dims;
       if (t != nullptr) {
@@ -72,6 +85,17 @@ std::string OnnxCheckpointProblem(const onnx_fe::Graph* graph, const Network& ne
         return "izer/onnxcp.py checks the kernel of " + layer_text(seq) +
                " against the wrong entry of its kernel list (one entry per initializer, biases included; a Conv1d's "
                "single-value kernel_shape fails)";
+      }
+    }
+    if (!weight_read) {
+      // A weight that is not an initializer of the node in the graph (a Constant node's, a
+      // computed one): onnxcp reads none, yet counts the node, so every later layer shifts.
+      for (size_t i = 0; i < n_layers; ++i) {
+        const Layer& l = net.layers[i];
+        if (l.has_weights() && !l.onnx_nodes.empty() && l.onnx_nodes.front() == n.name) {
+          return "izer/onnxcp.py reads no weights for " + layer_text(i) +
+                 " (they are not an initializer of the node) but counts the node";
+        }
       }
     }
     ++seq;

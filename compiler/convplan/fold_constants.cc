@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <map>
 
 #include "compiler/convplan/host_tensor.h"
@@ -56,16 +57,101 @@ int64_t InferredOutputBytes(const fe::Node& n, const fe::Graph& g) {
   return bytes;
 }
 
-// The work of evaluating the node, in multiply-adds or elements touched: M·N·K (times the batch)
-// for MatMul / Gemm, else the elements read and written.
+// Numpy broadcasting of `shapes` (right-aligned; a dim of 1 stretches).
+std::vector<int64_t> Broadcast(const std::vector<std::vector<int64_t>>& shapes) {
+  size_t r = 0;
+  for (const auto& s : shapes) r = std::max(r, s.size());
+  std::vector<int64_t> out(r, 1);
+  for (const auto& s : shapes) {
+    for (size_t i = 0; i < s.size(); ++i) {
+      int64_t& o = out[r - s.size() + i];
+      o = std::max(o, s[i]);
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> IntValues(const device::Tensor* t) {
+  if (t == nullptr) return {};
+  auto v = t->CastTo(device::DataType::kInt64);
+  if (!v.ok()) return {};
+  return std::vector<int64_t>(v->data<int64_t>(), v->data<int64_t>() + v->num_elements());
+}
+
+// Where shape inference left an output's size open (it runs before folding, without data
+// propagation, so ops reading a folded Shape chain have open dims): an upper bound of the node's
+// output bytes from the input values (8 bytes an element), or -1 for an op that may grow its
+// input in a way not bounded here (Pad, Resize, Upsample, OneHot, ...: left unfolded).
+int64_t OutputBoundBytes(const fe::Node& n, const std::vector<const device::Tensor*>& ins) {
+  auto shape = [&](size_t i) { return i < ins.size() && ins[i] ? ins[i]->shape() : std::vector<int64_t>{}; };
+  int64_t elements = -1;
+  const std::string& op = n.op_type;
+  if (op == "ConstantOfShape") {
+    elements = Elements(IntValues(ins.empty() ? nullptr : ins[0]));
+  } else if (op == "Expand") {
+    elements = Elements(Broadcast({shape(0), IntValues(ins.size() > 1 ? ins[1] : nullptr)}));
+  } else if (op == "Tile") {
+    elements = Elements(shape(0));
+    for (int64_t r : IntValues(ins.size() > 1 ? ins[1] : nullptr)) elements = SatMul(elements, std::max<int64_t>(r, 0));
+  } else if (op == "Range") {
+    if (ins.size() < 3 || !ins[0] || !ins[1] || !ins[2]) return -1;
+    auto v = [](const device::Tensor* t) {
+      auto d = t->CastTo(device::DataType::kFloat64);
+      return d.ok() && d->num_elements() == 1 ? d->data<double>()[0] : 0.0;
+    };
+    const double start = v(ins[0]), limit = v(ins[1]), delta = v(ins[2]);
+    const double count = delta == 0 ? 0 : std::ceil((limit - start) / delta);
+    if (!(count < 9e15)) return -1;
+    elements = std::max<int64_t>(static_cast<int64_t>(count), 0);
+  } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow" || op == "Max" || op == "Min" ||
+             op == "Sum" || op == "Mean" || op == "Where" || op == "Equal" || op == "Less" || op == "Greater" ||
+             op == "LessOrEqual" || op == "GreaterOrEqual" || op == "And" || op == "Or" || op == "Xor" ||
+             op == "Mod" || op == "BitShift" || op == "PRelu") {
+    std::vector<std::vector<int64_t>> shapes;
+    for (size_t i = 0; i < ins.size(); ++i) shapes.push_back(shape(i));
+    elements = Elements(Broadcast(shapes));
+  } else if (op == "Pad" || op == "Resize" || op == "Upsample" || op == "OneHot" || op == "MatMul" || op == "Gemm" ||
+             op == "Einsum" || op == "CumSum" || op == "ScatterND" || op == "GatherND" || op == "Gather" ||
+             op == "GatherElements") {
+    return -1;
+  } else {  // ops that reorder, select or reduce: no more elements than they read (NonZero: rank times)
+    elements = 0;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      elements = SatAdd(elements, SatMul(Elements(shape(i)), std::max<int64_t>(1, static_cast<int64_t>(shape(i).size()))));
+    }
+  }
+  return SatMul(elements, 8);
+}
+
+// The work of evaluating the node, in multiply-adds or elements touched (`out_bytes`, the
+// outputs' size in bytes, stands in for their element count: an upper bound of it):
+// batch·M·K·N for MatMul / Gemm (transA / transB read), the output times the kernel area for
+// pooling, else the elements read and written.
 int64_t FoldWork(const fe::Node& n, const std::vector<const device::Tensor*>& ins, int64_t out_bytes) {
-  if ((n.op_type == "MatMul" || n.op_type == "Gemm" || n.op_type == "MatMulInteger") && ins.size() >= 2 && ins[0] &&
-      ins[1]) {
-    const std::vector<int64_t>& a = ins[0]->shape();
-    const std::vector<int64_t>& b = ins[1]->shape();
-    if (!a.empty() && !b.empty()) return SatMul(Elements(a), b.size() >= 2 ? b.back() : 1);  // batch·M·K·N
+  const std::string& op = n.op_type;
+  if ((op == "MatMul" || op == "MatMulInteger" || op == "Gemm") && ins.size() >= 2 && ins[0] && ins[1]) {
+    std::vector<int64_t> a = ins[0]->shape(), b = ins[1]->shape();
+    if (a.empty() || b.empty()) return out_bytes;
+    if (op == "Gemm") {
+      if (a.size() != 2 || b.size() != 2) return INT64_MAX;
+      auto ta_attr = n.GetInt("transA", 0), tb_attr = n.GetInt("transB", 0);
+      const bool ta = ta_attr.ok() && *ta_attr != 0, tb = tb_attr.ok() && *tb_attr != 0;
+      return SatMul(SatMul(ta ? a[1] : a[0], ta ? a[0] : a[1]), tb ? b[0] : b[1]);
+    }
+    if (a.size() == 1) a.insert(a.begin(), 1);
+    if (b.size() == 1) b.push_back(1);
+    const int64_t m = a[a.size() - 2], k = a.back(), nn = b.back();
+    const std::vector<int64_t> batch =
+        Broadcast({std::vector<int64_t>(a.begin(), a.end() - 2), std::vector<int64_t>(b.begin(), b.end() - 2)});
+    return SatMul(SatMul(SatMul(Elements(batch), m), k), nn);
   }
   int64_t work = out_bytes;
+  if (op == "MaxPool" || op == "AveragePool" || op == "LpPool") {
+    auto kernel = n.GetInts("kernel_shape", std::vector<int64_t>{});
+    if (kernel.ok()) {
+      for (int64_t k : *kernel) work = SatMul(work, std::max<int64_t>(k, 1));
+    }
+  }
   for (const device::Tensor* t : ins) {
     if (t != nullptr) work = SatAdd(work, Elements(t->shape()));
   }
@@ -137,7 +223,8 @@ Result<FoldResult> FoldConstants(std::shared_ptr<const fe::Model> model, const H
       // Bounded before evaluating (plan building has no memory budget and no cancel): outputs of a
       // known size within kMaxFoldedBytes, the node's work within kMaxFoldWork, the model's within
       // kMaxModelFoldWork. A node left here runs with the run, under its budget and cancellation.
-      const int64_t out_bytes = InferredOutputBytes(n, g);
+      int64_t out_bytes = InferredOutputBytes(n, g);
+      if (out_bytes < 0) out_bytes = OutputBoundBytes(n, ins);
       if (out_bytes < 0 || out_bytes > kMaxFoldedBytes) continue;
       const int64_t work = FoldWork(n, ins, out_bytes);
       if (work > kMaxFoldWork || SatAdd(model_work, work) > kMaxModelFoldWork) continue;

@@ -15,8 +15,11 @@
 // Not folded: Conv / ConvTranspose (device ops), nodes with subgraphs, nodes outside ai.onnx, ops
 // the host cannot run, a node whose evaluation fails (it fails again at run time, with the run's
 // error), and — decided before evaluating, since plan building has no memory budget and cannot be
-// cancelled — a node whose outputs' shapes shape inference does not know or whose outputs exceed
-// kMaxFoldedBytes, whose work exceeds kMaxFoldWork (MatMul / Gemm: batch·M·N·K multiply-adds;
+// cancelled — a node whose outputs exceed kMaxFoldedBytes (their inferred shapes; where shape
+// inference left them open, which it does for ops reading a folded Shape chain, a bound from the
+// input values: ConstantOfShape, Expand, Tile, Range, broadcasting ops, ops that only reorder,
+// select or reduce; Pad, Resize, Gather and the like stay unfolded then), whose work exceeds
+// kMaxFoldWork (MatMul / Gemm: batch·M·K·N multiply-adds; pooling: output times kernel area;
 // other ops: elements read and written), or that would take the model's folding past
 // kMaxModelFoldWork. Those stay run-time values, computed under the run's memory budget and
 // cancellation.

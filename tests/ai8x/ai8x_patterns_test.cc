@@ -180,7 +180,8 @@ TEST(Ai8xPatterns, OnnxCheckpointOnlyWhereTheIzersOnnxReaderNumbersTheLayersRigh
     EXPECT_TRUE(r->needs_quantized_checkpoint);
     EXPECT_NE(r->quantized_checkpoint_reason.find("a layer without weights"), std::string::npos)
         << r->quantized_checkpoint_reason;
-    EXPECT_NE(r->quantized_checkpoint_reason.find("('/conv1/Conv') to YAML layer 0 ('gap_input'"), std::string::npos)
+    EXPECT_NE(r->quantized_checkpoint_reason.find("output_shift of Conv/Gemm node number 0 ('/conv1/Conv') to YAML layer 0 ('gap_input'"),
+              std::string::npos)
         << r->quantized_checkpoint_reason;
   }
   {  // biased 3x3 then 1x1: the second weight meets the first conv's bias entry

@@ -35,6 +35,7 @@ TEST(EscapeControls, ControlCharactersAreEscapedAndUtf8Passes) {
   EXPECT_EQ(EscapeControls("a\xc2\x9b" "31m"), "a\\u009b31m");
   EXPECT_EQ(EscapeControls("conv/卷积 ü"), "conv/卷积 ü");
   EXPECT_EQ(EscapeControls("\xc2\xa0nbsp"), "\xc2\xa0nbsp");  // U+00A0 is not a control
+  EXPECT_EQ(EscapeControls("a\x9b" "31m"), "a\\x9b31m");        // a lone 8-bit CSI (invalid UTF-8)
 }
 
 }  // namespace kiln

@@ -123,10 +123,12 @@ class CountingHostOps final : public HostOpSupport {
 };
 
 // Folding is bounded before it evaluates anything (plan building has no memory budget and cannot be
-// cancelled): a ConstantOfShape of 1.2 GB (over kMaxFoldedBytes) and a MatMul of 2^33 multiply-adds
-// (over kMaxFoldWork) are never evaluated and stay run-time values; the 16 MB ConstantOfShape
-// they read folds. Before, both were evaluated (the first allocating its 1.2 GB, the second taking
-// minutes on one core) and then the large one dropped.
+// cancelled): a ConstantOfShape of 1.2 GB (over kMaxFoldedBytes), a MatMul of 2^33 multiply-adds
+// and one of [2048, 2048] by a batch of 64 [2048, 16] (2^32; counted from A alone it looked like
+// 2^26) are never evaluated and stay run-time values; the 16 MB ConstantOfShape they read folds,
+// and so does a ConstantOfShape of a folded Shape (its output size left open by shape inference,
+// bounded from the value). Before, the large ones were evaluated (1.2 GB allocated, minutes on one
+// core) and then dropped.
 TEST(FoldConstants, LargeOrCostlyNodesAreNotEvaluated) {
   OnnxModelBuilder b(13);
   b.Input("x", onnx::TensorProto::FLOAT, {1, 2});
@@ -135,17 +137,26 @@ TEST(FoldConstants, LargeOrCostlyNodesAreNotEvaluated) {
   b.Node("ConstantOfShape", {"s_small"}, {"a"}, "cos_small");
   b.Node("MatMul", {"a", "a"}, {"mm"}, "matmul");
   b.Node("ConstantOfShape", {"s_big"}, {"big"}, "cos_big");
+  b.Initializer(kiln::testing::Int64Tensor("s_batch", {3}, {64, 2048, 16}));
+  b.Node("ConstantOfShape", {"s_batch"}, {"bb"}, "cos_batch");
+  b.Node("MatMul", {"a", "bb"}, {"mm2"}, "matmul_batch");
+  b.Node("Shape", {"bb"}, {"bb_shape"}, "shape_bb");
+  b.Node("ConstantOfShape", {"bb_shape"}, {"c2"}, "cos_from_shape");
   b.Node("Relu", {"x"}, {"y"}, "relu");
   b.Output("y");
   b.Output("mm");
   b.Output("big");
+  b.Output("mm2");
+  b.Output("c2");
   auto model = Load(b);
   ASSERT_NE(model, nullptr);
   CountingHostOps ops(runtime::HostKernels());
   auto folded = FoldConstants(model, ops);
   ASSERT_TRUE(folded.ok()) << folded.status().ToString();
-  EXPECT_EQ(ops.evaluated, std::vector<std::string>{"cos_small"});
-  EXPECT_EQ(folded->folded_nodes, 1);
+  EXPECT_EQ(ops.evaluated, (std::vector<std::string>{"cos_small", "cos_batch", "cos_from_shape"}));
+  EXPECT_EQ(folded->folded_nodes, 4);  // the three, and Shape
+  EXPECT_EQ(folded->model->graph().FindTensor("mm2")->constant, nullptr);
+  EXPECT_NE(folded->model->graph().FindTensor("c2")->constant, nullptr);
   EXPECT_NE(folded->model->graph().FindTensor("a")->constant, nullptr);
   EXPECT_EQ(folded->model->graph().FindTensor("mm")->constant, nullptr);
   EXPECT_EQ(folded->model->graph().FindTensor("big")->constant, nullptr);

@@ -89,6 +89,18 @@ TEST(NpyTest, ReadNpyReadsOnlyWhatTheHeaderDeclares) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->shape(), (std::vector<int64_t>{4}));
   EXPECT_EQ(r->data<float>()[3], 4.f);
+  // A short image declaring 16 GiB ((2^31,) float64) is DATA_LOSS, checked before the tensor is
+  // allocated (before, ParseNpy allocated the declared size first).
+  {
+    std::string dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (2147483648,), }";
+    dict.append(64 - (10 + dict.size() + 1) % 64, ' ');
+    dict += '\n';
+    std::string img = std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(dict.size() & 0xff) +
+                      static_cast<char>(dict.size() >> 8) + dict + std::string(16, '\0');
+    auto p = ParseNpy(img);
+    EXPECT_EQ(p.status().code(), StatusCode::kDataLoss) << p.status().ToString();
+    EXPECT_NE(p.status().message().find("16 bytes of 17179869184"), std::string::npos) << p.status().ToString();
+  }
   std::remove(path.c_str());
 }
 

@@ -70,7 +70,7 @@ bool ResolveAutoPad(Network& net, const Layer& l, const std::string& auto_pad, c
         "auto_pad '" + EscapeForEcho(auto_pad, 64) + "' is not an ONNX value (NOTSET, SAME_UPPER, SAME_LOWER, VALID)");
     return false;
   }
-  if (l.op == OpKind::kConvTranspose2d) {
+  if (l.op == OpKind::kConvTranspose2d && same) {
     Err(net, code::kPad, l, "auto_pad " + auto_pad + " on a ConvTranspose is not supported; give explicit pads");
     return false;
   }

@@ -123,7 +123,7 @@ bool ConvAttributeInRange(Network& net, const Layer& l, ConvAttribute attr, cons
 /// VALID none; SAME_UPPER / SAME_LOWER the total max((ceil(in / s) - 1)·s + (k - 1)·d + 1 - in, 0)
 /// per axis, its odd unit at the end / the beginning), over the spatial dims `in`; NOTSET: `pads`
 /// unchanged. False with AI8X_PAD naming the value for anything else, and for auto_pad on a
-/// ConvTranspose (its SAME padding depends on output_shape; give explicit pads).
+/// ConvTranspose with SAME_* (its SAME padding depends on output_shape; give explicit pads).
 bool ResolveAutoPad(Network& net, const Layer& l, const std::string& auto_pad, const std::vector<int64_t>& in,
                     const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
                     const std::vector<int64_t>& dilations, std::vector<int64_t>* pads);
