@@ -339,6 +339,19 @@ int64_t ResizeBytes(const fe::Node& n, const std::vector<Shape>& s) {
 // and the output converted back.
 int64_t ResizeBytesWithOutputs(const fe::Node& n, const std::vector<Shape>& s, const std::vector<Shape>& out) {
   if (s.empty() || out.empty()) return ResizeBytes(n, s);
+  // The oneDNN linear path (DnnLinearForm) writes the fp32 output straight from an fp32 copy of the
+  // input, with no float64 passes: judged from the attributes and shapes (the element type is
+  // not known here; a float model is assumed, as Resize's linear modes are float in practice).
+  auto mode = n.GetString("mode", "nearest");
+  auto ctm = n.GetString("coordinate_transformation_mode", "half_pixel");
+  auto excl = n.GetInt("exclude_outside", 0);
+  const Shape& x = s[0];
+  const Shape& y = out[0];
+  bool dnn = n.op_type == "Resize" && mode.ok() && *mode == "linear" && ctm.ok() &&
+             (*ctm == "half_pixel" || *ctm == "pytorch_half_pixel") && excl.ok() && *excl == 0 && x.size() >= 3 &&
+             x.size() <= 5 && y.size() == x.size() && y[0] == x[0] && y[1] == x[1];
+  for (size_t d = 0; dnn && d < x.size(); ++d) dnn = x[d] > 0 && y[d] > 0 && y[d] % x[d] == 0;
+  if (dnn) return AddBytes(Fp32Bytes(y), Fp32Bytes(x));
   const Shape& big = TensorBytes(out[0], 1) > TensorBytes(s[0], 1) ? out[0] : s[0];
   return AddBytes(AddBytes(TensorBytes(big, 8), TensorBytes(big, 8)), Fp32Bytes(out[0]));
 }

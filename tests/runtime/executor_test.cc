@@ -220,6 +220,18 @@ TEST(Executor, MemoryEstimateCountsAResizeByItsOutput) {
   const int64_t out = int64_t{8} * 14000 * 14000 * 4;
   EXPECT_GE(e.peak_op_bytes, out + 2 * 2 * out) << e.peak_op;  // the output, two float64 tensors of its size
   EXPECT_NE(e.peak_op.find("resize"), std::string::npos) << e.peak_op;
+  // A bilinear 2x upsample (half_pixel) runs on oneDNN's fp32 path: its output and an fp32 copy of
+  // the input, no float64 passes (about 5x less than the form above would charge).
+  OnnxModelBuilder u(13);
+  u.Input("x", onnx::TensorProto::FLOAT, {1, 64, 512, 512});
+  u.FloatInitializer("scales", {4}, {1.0f, 1.0f, 2.0f, 2.0f});
+  kiln::testing::SetString(u.Node("Resize", {"x", "", "scales"}, {"y"}, "up"), "mode", "linear");
+  u.Output("y");
+  auto up = BuildConvPlan(Load(u), HostKernels());
+  ASSERT_TRUE(up.ok()) << up.status().ToString();
+  const MemoryEstimate eu = EstimateRunMemory(*up, {}, {});
+  const int64_t out_u = int64_t{64} * 1024 * 1024 * 4, in_u = out_u / 4;
+  EXPECT_EQ(eu.peak_op_bytes, out_u + in_u) << eu.peak_op;
 }
 
 TEST(Executor, ReferenceOnReferenceIsExact) {
