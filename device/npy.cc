@@ -45,6 +45,7 @@ struct NpyHeader {
   std::vector<int64_t> shape;
   bool fortran_order = false;
   bool swap = false;
+  std::size_t data_bytes = 0;  ///< what the shape and dtype need (at most kMaxTensorBytes)
 };
 
 // The byte count `bytes` must at least hold for the header to be parsed: 0 when it already does
@@ -137,6 +138,13 @@ Result<NpyHeader> ParseHeader(std::string_view bytes) {
     }
   }
   NpyHeader h;
+  h.data_bytes = DataTypeSize(dtype);
+  for (int64_t d : shape) {
+    if (d != 0 && h.data_bytes > kMaxTensorBytes / static_cast<std::size_t>(d)) {
+      return ResourceExhausted(".npy shape holds more than the 16 GiB tensor limit");
+    }
+    h.data_bytes *= static_cast<std::size_t>(d);
+  }
   h.data_start = header_start + header_len;
   h.dtype = dtype;
   h.shape = std::move(shape);
@@ -156,16 +164,9 @@ Result<Tensor> ParseNpy(std::string_view bytes) {
   const std::size_t data_start = hdr->data_start;
   // Truncation is checked before the tensor is allocated: a short file declaring a huge shape
   // costs nothing.
-  std::size_t need = DataTypeSize(dtype);
-  for (int64_t d : shape) {
-    if (d != 0 && need > kMaxTensorBytes / static_cast<std::size_t>(d)) {
-      return ResourceExhausted(".npy shape holds more than the 16 GiB tensor limit");
-    }
-    need *= static_cast<std::size_t>(d);
-  }
-  if (bytes.size() - data_start < need) {
+  if (bytes.size() - data_start < hdr->data_bytes) {
     return DataLoss(".npy data truncated: " + std::to_string(bytes.size() - data_start) + " bytes of " +
-                    std::to_string(need));
+                    std::to_string(hdr->data_bytes));
   }
   auto t = Tensor::Zeros(shape, dtype);
   if (!t.ok()) return t.status();
@@ -205,48 +206,31 @@ Result<Tensor> ParseNpy(std::string_view bytes) {
 Result<Tensor> ReadNpy(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return NotFound("cannot open " + path);
-  // Read the header first, then exactly the data it declares: the file may be a pipe or a device
-  // (/dev/zero is refused by its magic after 12 bytes), never read past what the tensor needs.
-  std::string bytes(12, '\0');
-  f.read(bytes.data(), 12);
-  bytes.resize(static_cast<std::size_t>(f.gcount()));
-  constexpr std::size_t kMaxHeaderBytes = std::size_t{1} << 20;
-  if (bytes.size() >= 10 && std::memcmp(bytes.data(), "\x93NUMPY", 6) == 0) {
-    const std::size_t need = HeaderBytesNeeded(bytes);
-    if (need > kMaxHeaderBytes) {
-      return Status(InvalidArgument(".npy header of " + std::to_string(need) + " bytes is over the 1 MiB limit"))
-          .WithContext(path);
-    }
-    if (need > bytes.size()) {
+  // The header first, then exactly the data it declares, in chunks as it arrives: the file may be
+  // a pipe or a device (/dev/zero is refused by its magic after 12 bytes), and one that ends
+  // early never costs the declared size.
+  std::string bytes;
+  auto read_to = [&](std::size_t size) {
+    constexpr std::size_t kChunk = std::size_t{64} << 20;
+    while (bytes.size() < size && f) {
       const std::size_t have = bytes.size();
-      bytes.resize(need);
-      f.read(bytes.data() + have, static_cast<std::streamsize>(need - have));
+      bytes.resize(have + std::min(kChunk, size - have));
+      f.read(bytes.data() + have, static_cast<std::streamsize>(bytes.size() - have));
       bytes.resize(have + static_cast<std::size_t>(f.gcount()));
     }
+  };
+  read_to(12);
+  if (bytes.size() >= 10 && std::memcmp(bytes.data(), "\x93NUMPY", 6) == 0) {
+    constexpr std::size_t kMaxHeaderBytes = std::size_t{1} << 20;
+    const std::size_t need = HeaderBytesNeeded(bytes);
+    if (need > kMaxHeaderBytes) {
+      return InvalidArgument(".npy header of " + std::to_string(need) + " bytes is over the 1 MiB limit").WithContext(path);
+    }
+    read_to(need);
   }
   auto hdr = ParseHeader(bytes);
   if (!hdr.ok()) return hdr.status().WithContext(path);
-  int64_t elements = 1;
-  for (int64_t d : hdr->shape) {
-    if (d != 0 && elements > static_cast<int64_t>(kMaxTensorBytes) / d) {
-      return Status(ResourceExhausted(".npy shape holds more than the 16 GiB tensor limit")).WithContext(path);
-    }
-    elements *= d;
-  }
-  const std::size_t data = static_cast<std::size_t>(elements) * DataTypeSize(hdr->dtype);
-  if (data > kMaxTensorBytes) {
-    return Status(ResourceExhausted(".npy data of " + std::to_string(data) + " bytes is over the 16 GiB tensor limit"))
-        .WithContext(path);
-  }
-  // In chunks as the data arrives: a file or pipe that ends early never costs the declared size.
-  constexpr std::size_t kChunk = std::size_t{64} << 20;
-  while (bytes.size() < hdr->data_start + data && f) {
-    const std::size_t have = bytes.size();
-    const std::size_t want = std::min(kChunk, hdr->data_start + data - have);
-    bytes.resize(have + want);
-    f.read(bytes.data() + have, static_cast<std::streamsize>(want));
-    bytes.resize(have + static_cast<std::size_t>(f.gcount()));
-  }
+  read_to(hdr->data_start + hdr->data_bytes);
   auto t = ParseNpy(bytes);
   if (!t.ok()) return t.status().WithContext(path);
   return t;

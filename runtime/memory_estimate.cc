@@ -6,22 +6,14 @@
 #include <optional>
 #include <vector>
 
+#include "common/saturating.h"
 #include "runtime/device_op_runner.h"
 #include "runtime/host_kernels/registry.h"
 
 namespace kiln::runtime {
 namespace {
 
-int64_t SatAdd(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
-int64_t SatMul(int64_t a, int64_t b) {
-  if (a <= 0 || b <= 0) return 0;
-  return a > INT64_MAX / b ? INT64_MAX : a * b;
-}
-int64_t Bytes(const std::vector<int64_t>& shape, int64_t element) {
-  int64_t n = element;
-  for (int64_t d : shape) n = SatMul(n, std::max<int64_t>(d, 0));
-  return shape.empty() ? element : n;
-}
+int64_t Bytes(const std::vector<int64_t>& shape, int64_t element) { return SatMul(SatElements(shape), element); }
 
 }  // namespace
 

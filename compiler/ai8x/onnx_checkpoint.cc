@@ -2,10 +2,10 @@
 // izer/onnxcp.py load() (ab4f4c0), can take the model's .onnx as the --checkpoint-file of the YAML.
 // What load() does, which this file replays on the graph:
 //  * it walks the graph's nodes in order and reads only Conv and Gemm nodes (not ConvTranspose, not
-//    MatMul), numbering them `seq`; the weights of node `seq` become YAML layer `seq`'s, and that
-//    layer's quantization and output_shift are updated there (izer.py inserts empty weights for the
-//    YAML's weightless layers only after load() returns, so a passthrough layer before a weight
-//    layer shifts every later layer);
+//    MatMul), numbering them `seq`, and applies node `seq`'s weight width and output_shift to YAML
+//    layer `seq` (izer.py re-inserts empty weights at the YAML's weightless layers only after
+//    load() returns, so the weights line up again but those values stay on the wrong layers);
+//  * it reads W of a Gemm as [out, in] (transB = 1);
 //  * of a node it reads only inputs that are initializers (a weight behind a QAT quantize chain is
 //    not read);
 //  * for every initializer input it appends a kernel to one list (Gemm [1, 1], Conv its
@@ -77,8 +77,8 @@ std::string OnnxCheckpointProblem(const onnx_fe::Graph* graph, const Network& ne
       if (t != nullptr) {
         for (const onnx_fe::Dim& d : t->shape.dims()) dims.push_back(d.value());
       }
-      bool ok = seq < kernels.size() && (rank == 2 || kernels[seq].size() >= 2);
-      if (ok && rank == 2) ok = kernels[seq].size() >= 2 && kernels[seq][0] == 1 && kernels[seq][1] == 1;
+      bool ok = seq < kernels.size() && kernels[seq].size() >= 2;  // onnxcp indexes [0] and [1]
+      if (ok && rank == 2) ok = kernels[seq][0] == 1 && kernels[seq][1] == 1;
       if (ok && rank == 3) ok = kernels[seq][0] == dims[2] && kernels[seq][1] == 1;
       if (ok && rank == 4) ok = kernels[seq][0] == dims[2] && kernels[seq][1] == dims[3];
       if (!ok) {

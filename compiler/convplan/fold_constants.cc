@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 
+#include "common/saturating.h"
 #include "compiler/convplan/host_tensor.h"
 
 namespace kiln::convplan {
@@ -32,17 +33,6 @@ std::vector<int64_t> ShapeSlice(const fe::Node& n, const std::vector<int64_t>& d
   return b < e ? std::vector<int64_t>(dims.begin() + b, dims.begin() + e) : std::vector<int64_t>{};
 }
 
-int64_t SatMul(int64_t a, int64_t b) {
-  if (a <= 0 || b <= 0) return 0;
-  return a > INT64_MAX / b ? INT64_MAX : a * b;
-}
-int64_t SatAdd(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
-int64_t Elements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n = SatMul(n, std::max<int64_t>(d, 0));
-  return shape.empty() ? 1 : n;
-}
-
 // Bytes of the node's outputs as shape inference gives them, or -1 when an output's shape is not
 // fully known (its size may then depend on the input values: ConstantOfShape, Range, ...).
 int64_t InferredOutputBytes(const fe::Node& n, const fe::Graph& g) {
@@ -52,7 +42,7 @@ int64_t InferredOutputBytes(const fe::Node& n, const fe::Graph& g) {
     const fe::Tensor* t = g.FindTensor(out);
     if (t == nullptr || !t->shape.is_static()) return -1;
     const int64_t element = t->dtype == fe::DataType::kUndefined ? 8 : static_cast<int64_t>(fe::DataTypeSize(t->dtype));
-    bytes = SatAdd(bytes, SatMul(Elements(*t->shape.values()), std::max<int64_t>(element, 1)));
+    bytes = SatAdd(bytes, SatMul(SatElements(*t->shape.values()), std::max<int64_t>(element, 1)));
   }
   return bytes;
 }
@@ -87,11 +77,11 @@ int64_t OutputBoundBytes(const fe::Node& n, const std::vector<const device::Tens
   int64_t elements = -1;
   const std::string& op = n.op_type;
   if (op == "ConstantOfShape") {
-    elements = Elements(IntValues(ins.empty() ? nullptr : ins[0]));
+    elements = SatElements(IntValues(ins.empty() ? nullptr : ins[0]));
   } else if (op == "Expand") {
-    elements = Elements(Broadcast({shape(0), IntValues(ins.size() > 1 ? ins[1] : nullptr)}));
+    elements = SatElements(Broadcast({shape(0), IntValues(ins.size() > 1 ? ins[1] : nullptr)}));
   } else if (op == "Tile") {
-    elements = Elements(shape(0));
+    elements = SatElements(shape(0));
     for (int64_t r : IntValues(ins.size() > 1 ? ins[1] : nullptr)) elements = SatMul(elements, std::max<int64_t>(r, 0));
   } else if (op == "Range") {
     if (ins.size() < 3 || !ins[0] || !ins[1] || !ins[2]) return -1;
@@ -109,7 +99,7 @@ int64_t OutputBoundBytes(const fe::Node& n, const std::vector<const device::Tens
              op == "Mod" || op == "BitShift" || op == "PRelu") {
     std::vector<std::vector<int64_t>> shapes;
     for (size_t i = 0; i < ins.size(); ++i) shapes.push_back(shape(i));
-    elements = Elements(Broadcast(shapes));
+    elements = SatElements(Broadcast(shapes));
   } else if (op == "Pad" || op == "Resize" || op == "Upsample" || op == "OneHot" || op == "MatMul" || op == "Gemm" ||
              op == "Einsum" || op == "CumSum" || op == "ScatterND" || op == "GatherND" || op == "Gather" ||
              op == "GatherElements") {
@@ -117,7 +107,7 @@ int64_t OutputBoundBytes(const fe::Node& n, const std::vector<const device::Tens
   } else {  // ops that reorder, select or reduce: no more elements than they read (NonZero: rank times)
     elements = 0;
     for (size_t i = 0; i < ins.size(); ++i) {
-      elements = SatAdd(elements, SatMul(Elements(shape(i)), std::max<int64_t>(1, static_cast<int64_t>(shape(i).size()))));
+      elements = SatAdd(elements, SatMul(SatElements(shape(i)), std::max<int64_t>(1, static_cast<int64_t>(shape(i).size()))));
     }
   }
   return SatMul(elements, 8);
@@ -143,7 +133,7 @@ int64_t FoldWork(const fe::Node& n, const std::vector<const device::Tensor*>& in
     const int64_t m = a[a.size() - 2], k = a.back(), nn = b.back();
     const std::vector<int64_t> batch =
         Broadcast({std::vector<int64_t>(a.begin(), a.end() - 2), std::vector<int64_t>(b.begin(), b.end() - 2)});
-    return SatMul(SatMul(SatMul(Elements(batch), m), k), nn);
+    return SatMul(SatMul(SatMul(SatElements(batch), m), k), nn);
   }
   int64_t work = out_bytes;
   if (op == "MaxPool" || op == "AveragePool" || op == "LpPool") {
@@ -153,7 +143,7 @@ int64_t FoldWork(const fe::Node& n, const std::vector<const device::Tensor*>& in
     }
   }
   for (const device::Tensor* t : ins) {
-    if (t != nullptr) work = SatAdd(work, Elements(t->shape()));
+    if (t != nullptr) work = SatAdd(work, SatElements(t->shape()));
   }
   return work;
 }

@@ -250,17 +250,24 @@ Result<Tensor> Pass(const Params& p, const Tensor& x, size_t axis, const device:
 }
 
 // The oneDNN resampling_linear form (see the header comment).
-bool DnnLinearForm(const Params& p, const Tensor& x) {
-  const Shape& s = x.shape();
-  if (!IsDnnFloat(x.dtype()) || p.mode != "linear" || p.exclude_outside || s.size() < 3 || s.size() > 5) return false;
-  if (p.ctm != "half_pixel" && p.ctm != "pytorch_half_pixel") return false;
-  if (p.out[0] != s[0] || p.out[1] != s[1]) return false;
+// The element type aside (IsDnnFloat), whether oneDNN's resampling_linear computes this resize as
+// ONNX does: input shape `s` to `out` by `scales` with (mode, ctm, exclude_outside) as Parse gives
+// them. Shared by the kernel (DnnLinearForm) and its estimate (ResizeBytesWithOutputs).
+bool DnnLinearShapes(const std::string& mode, const std::string& ctm, bool exclude_outside, const Shape& s,
+                     const Shape& out, const std::vector<double>& scales) {
+  if (mode != "linear" || exclude_outside || s.size() < 3 || s.size() > 5) return false;
+  if (ctm != "half_pixel" && ctm != "pytorch_half_pixel") return false;
+  if (out.size() != s.size() || scales.size() != s.size() || out[0] != s[0] || out[1] != s[1]) return false;
   for (size_t d = 0; d < s.size(); ++d) {
-    if (s[d] == 0 || p.out[d] == 0) return false;
-    if (p.scales[d] * static_cast<double>(s[d]) != static_cast<double>(p.out[d])) return false;
-    if (p.ctm == "pytorch_half_pixel" && p.out[d] == 1 && s[d] != 1) return false;
+    if (s[d] == 0 || out[d] == 0) return false;
+    if (scales[d] * static_cast<double>(s[d]) != static_cast<double>(out[d])) return false;
+    if (ctm == "pytorch_half_pixel" && out[d] == 1 && s[d] != 1) return false;
   }
   return true;
+}
+
+bool DnnLinearForm(const Params& p, const Tensor& x) {
+  return IsDnnFloat(x.dtype()) && DnnLinearShapes(p.mode, p.ctm, p.exclude_outside, x.shape(), p.out, p.scales);
 }
 
 Out Resize(const fe::Node& n, const HostKernelInputs& in, const HostKernelContext& ctx) {
@@ -340,18 +347,22 @@ int64_t ResizeBytes(const fe::Node& n, const std::vector<Shape>& s) {
 int64_t ResizeBytesWithOutputs(const fe::Node& n, const std::vector<Shape>& s, const std::vector<Shape>& out) {
   if (s.empty() || out.empty()) return ResizeBytes(n, s);
   // The oneDNN linear path (DnnLinearForm) writes the fp32 output straight from an fp32 copy of the
-  // input, with no float64 passes: judged from the attributes and shapes (the element type is
-  // not known here; a float model is assumed, as Resize's linear modes are float in practice).
+  // input, with no float64 passes: judged from the attributes and shapes with the scales out / in
+  // (the element type is not known here; a float model is assumed, as Resize's linear modes are
+  // float in practice). Resize-10 and Upsample are Parse's legacy form (asymmetric: typed path).
   auto mode = n.GetString("mode", "nearest");
   auto ctm = n.GetString("coordinate_transformation_mode", "half_pixel");
   auto excl = n.GetInt("exclude_outside", 0);
   const Shape& x = s[0];
   const Shape& y = out[0];
-  bool dnn = n.op_type == "Resize" && mode.ok() && *mode == "linear" && ctm.ok() &&
-             (*ctm == "half_pixel" || *ctm == "pytorch_half_pixel") && excl.ok() && *excl == 0 && x.size() >= 3 &&
-             x.size() <= 5 && y.size() == x.size() && y[0] == x[0] && y[1] == x[1];
-  for (size_t d = 0; dnn && d < x.size(); ++d) dnn = x[d] > 0 && y[d] > 0 && y[d] % x[d] == 0;
-  if (dnn) return AddBytes(Fp32Bytes(y), Fp32Bytes(x));
+  std::vector<double> scales;
+  for (size_t d = 0; d < x.size() && d < y.size(); ++d) {
+    scales.push_back(x[d] == 0 ? 1.0 : static_cast<double>(y[d]) / static_cast<double>(x[d]));
+  }
+  const bool legacy = n.op_type != "Resize" || n.opset_version < 11;
+  if (!legacy && mode.ok() && ctm.ok() && excl.ok() && DnnLinearShapes(*mode, *ctm, *excl != 0, x, y, scales)) {
+    return AddBytes(Fp32Bytes(y), Fp32Bytes(x));
+  }
   const Shape& big = TensorBytes(out[0], 1) > TensorBytes(s[0], 1) ? out[0] : s[0];
   return AddBytes(AddBytes(TensorBytes(big, 8), TensorBytes(big, 8)), Fp32Bytes(out[0]));
 }

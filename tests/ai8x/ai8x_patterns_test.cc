@@ -115,6 +115,18 @@ class Export {
   std::set<std::string> consts_;
 };
 
+// Layer l2: a 4 -> 4 3x3 ConvTranspose, stride 2, pad 1, output padding 1 (2x upsampling), reading
+// `in`; returns its output.
+std::string UpsamplingConvTranspose(Export& e, const std::string& in) {
+  auto w = e.Weight("l2", {4, 4, 3, 3});
+  auto& n = e.b().Node("ConvTranspose", {in, w}, {"/l2/out"}, "/l2/ConvTranspose");
+  SetInts(n, "kernel_shape", {3, 3});
+  SetInts(n, "strides", {2, 2});
+  SetInts(n, "pads", {1, 1, 1, 1});
+  SetInts(n, "output_padding", {1, 1});
+  return "/l2/out";
+}
+
 const Diagnostic* Find(const Ai8xCompileResult& r, const std::string& code) {
   for (const Diagnostic& d : r.diagnostics) {
     if (d.code == code) return &d;
@@ -213,13 +225,7 @@ TEST(Ai8xPatterns, OnnxCheckpointOnlyWhereTheIzersOnnxReaderNumbersTheLayersRigh
   {  // ConvTranspose is not read at all
     Export e({1, 4, 8, 8});
     auto c1 = e.Conv("l1", "x", 4, 4, {1, 1}, 0);
-    auto w = e.Weight("l2", {4, 4, 3, 3});
-    auto& n = e.b().Node("ConvTranspose", {c1, w}, {"/l2/out"}, "/l2/ConvTranspose");
-    SetInts(n, "kernel_shape", {3, 3});
-    SetInts(n, "strides", {2, 2});
-    SetInts(n, "pads", {1, 1, 1, 1});
-    SetInts(n, "output_padding", {1, 1});
-    auto r = e.Compile("/l2/out");
+    auto r = e.Compile(UpsamplingConvTranspose(e, c1));
     ASSERT_TRUE(r.ok() && r->ok) << (r.ok() ? Dump(*r) : r.status().ToString());
     EXPECT_TRUE(r->needs_quantized_checkpoint);
     EXPECT_NE(r->quantized_checkpoint_reason.find("YAML layer 1 ('l2', ONNX node '/l2/ConvTranspose') is a convtranspose2d"),
@@ -455,13 +461,7 @@ TEST(Ai8xPatterns, ReshapeBetweenLayersEmitsInDim) {
 TEST(Ai8xPatterns, ConvTranspose2d) {
   Export e({1, 4, 8, 8});
   auto c1 = e.Conv("l1", "x", 4, 4, {1, 1}, 0);
-  auto w = e.Weight("l2", {4, 4, 3, 3});
-  auto& n = e.b().Node("ConvTranspose", {c1, w}, {"/l2/out"}, "/l2/ConvTranspose");
-  SetInts(n, "kernel_shape", {3, 3});
-  SetInts(n, "strides", {2, 2});
-  SetInts(n, "pads", {1, 1, 1, 1});
-  SetInts(n, "output_padding", {1, 1});
-  auto r = e.Compile("/l2/out");
+  auto r = e.Compile(UpsamplingConvTranspose(e, c1));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(r->ok) << Dump(*r);
   YAML::Node l = YAML::Load(r->yaml)["layers"];
