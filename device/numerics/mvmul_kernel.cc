@@ -66,7 +66,8 @@ int Forced() {
   if (v == -2) {
     const char* env = std::getenv("KILN_MVMUL_KERNEL");
     int from_env = -1;
-    for (auto p : {MvmulKernelPath::kScalar, MvmulKernelPath::kAvx2, MvmulKernelPath::kAvx512}) {
+    for (auto p : {MvmulKernelPath::kScalar, MvmulKernelPath::kAvx2, MvmulKernelPath::kAvx512,
+                   MvmulKernelPath::kAvx512Fp16}) {
       if (env != nullptr && std::strcmp(env, MvmulKernelPathName(p)) == 0) from_env = static_cast<int>(p);
     }
     int expected = -2;
@@ -74,6 +75,13 @@ int Forced() {
     v = g_forced.load(std::memory_order_relaxed);
   }
   return v;
+}
+
+// Whether the active path is one of the AVX-512 ones, which share the operand preparation and the
+// row functions (mvmul_kernel_avx512.cc).
+bool Avx512Active() {
+  const MvmulKernelPath p = ActiveMvmulKernel();
+  return p == MvmulKernelPath::kAvx512 || p == MvmulKernelPath::kAvx512Fp16;
 }
 
 }  // namespace
@@ -132,7 +140,7 @@ Result<PreparedSrcA> AllocateSrcA(int64_t cols, int64_t K, MathFidelity fid) {
 
 void FillSrcABlocks(const uint32_t* a, SrcFormat fmt, int64_t cb0, int64_t cb1, PreparedSrcA* out) {
 #if defined(__x86_64__)
-  if (ActiveMvmulKernel() == MvmulKernelPath::kAvx512 && kMvmulColumnBlock * out->K < (int64_t{1} << 31)) {
+  if (Avx512Active() && kMvmulColumnBlock * out->K < (int64_t{1} << 31)) {
     mvmul_detail::FillSrcABlocksAvx512(a, fmt, cb0, cb1, out);
     return;
   }
@@ -188,7 +196,7 @@ Status PrepareSrcBRow(const uint32_t* b, int64_t K, MathFidelity fid, SrcFormat 
   p.pair.resize(static_cast<size_t>(p.variants * K));
   p.nz_mask.resize(static_cast<size_t>(K / 8));
 #if defined(__x86_64__)
-  if (ActiveMvmulKernel() == MvmulKernelPath::kAvx512) {
+  if (Avx512Active()) {
     mvmul_detail::PrepareSrcBRowAvx512(b, fmt, &p);
     return Status::Ok();
   }
@@ -222,6 +230,9 @@ Status RunKBlockPhases(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0,
   if (k0 == k1 || o0 == o1 || phase_begin == phase_end) return Status::Ok();
 #if defined(__x86_64__)
   switch (ActiveMvmulKernel()) {
+    case MvmulKernelPath::kAvx512Fp16:
+      mvmul_detail::RunAvx512Fp16(a, b, k0, k1, o0, o1, phase_begin, phase_end, fp32_dst, arch, dst);
+      return Status::Ok();
     case MvmulKernelPath::kAvx512:
       mvmul_detail::RunAvx512(a, b, k0, k1, o0, o1, phase_begin, phase_end, fp32_dst, arch, dst);
       return Status::Ok();
@@ -238,7 +249,7 @@ Status RunKBlockPhases(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0,
 
 void ElwaddRow(const uint32_t* a, const uint32_t* b, int64_t n, const FpuConfig& cfg, uint32_t* out) {
 #if defined(__x86_64__)
-  if (ActiveMvmulKernel() == MvmulKernelPath::kAvx512) {
+  if (Avx512Active()) {
     mvmul_detail::ElwaddRowAvx512(a, b, n, cfg, out);
     return;
   }
@@ -248,7 +259,7 @@ void ElwaddRow(const uint32_t* a, const uint32_t* b, int64_t n, const FpuConfig&
 
 void AddIntoDstRow(const float* s, int64_t n, bool fp32_dst, uint32_t* dst) {
 #if defined(__x86_64__)
-  if (ActiveMvmulKernel() == MvmulKernelPath::kAvx512) {
+  if (Avx512Active()) {
     mvmul_detail::AddIntoDstRowAvx512(s, n, fp32_dst, dst);
     return;
   }
@@ -268,6 +279,8 @@ Status RunKBlock(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64
 
 const char* MvmulKernelPathName(MvmulKernelPath p) {
   switch (p) {
+    case MvmulKernelPath::kAvx512Fp16:
+      return "avx512fp16";
     case MvmulKernelPath::kAvx512:
       return "avx512";
     case MvmulKernelPath::kAvx2:
@@ -282,7 +295,10 @@ bool MvmulKernelSupported(MvmulKernelPath p) {
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2");
   static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  static const bool fp16 = avx512 && __builtin_cpu_supports("avx512fp16") && __builtin_cpu_supports("avx512vbmi2");
   switch (p) {
+    case MvmulKernelPath::kAvx512Fp16:
+      return fp16;
     case MvmulKernelPath::kAvx512:
       return avx512;
     case MvmulKernelPath::kAvx2:
@@ -297,6 +313,7 @@ bool MvmulKernelSupported(MvmulKernelPath p) {
 }
 
 MvmulKernelPath BestMvmulKernel() {
+  if (MvmulKernelSupported(MvmulKernelPath::kAvx512Fp16)) return MvmulKernelPath::kAvx512Fp16;
   if (MvmulKernelSupported(MvmulKernelPath::kAvx512)) return MvmulKernelPath::kAvx512;
   if (MvmulKernelSupported(MvmulKernelPath::kAvx2)) return MvmulKernelPath::kAvx2;
   return MvmulKernelPath::kScalar;

@@ -3,14 +3,15 @@
 // chain of numerics::MvmulPhase (device/numerics/fpu.h) in the order of §5.6:
 //   for each output column o: for each 32-deep K tile t0 of [k0, k1): for each phase p:
 //     Dst[o] ← MV(t0 .. t0+15), then Dst[o] ← MV(t0+16 .. t0+31)
-// Three implementations behind one interface: a scalar one (the fallback, and with MvmulPhase the
-// oracle of the tests), and two vectorised across the 32 output columns of a block in int16 lanes
+// Four implementations behind one interface: a scalar one (the fallback, and with MvmulPhase the
+// oracle of the tests), and three vectorised across the 32 output columns of a block in int16 lanes
 // (they share the activation operand, so §5.4's 8-lane maximum becomes a vertical max; the per-lane
 // alignment does not depend on the phase, so its rounding multiplier is computed once per K tile
 // for all phases): an AVX-512 one (AVX-512F + BW, one block per 512-bit vector,
-// mvmul_kernel_avx512.cc, which derives the lane arithmetic) and an AVX2 one (two 256-bit halves);
-// chosen at run time (__builtin_cpu_supports; the vector code is compiled with target attributes,
-// not -mavx2 / -mavx512f).
+// mvmul_kernel_avx512.cc, which derives the lane arithmetic), the same with a bf16 Dst combined on
+// all 32 columns in int16 (mvmul_kernel_avx512fp16.cc, AVX512-FP16 + VBMI2 too) and an AVX2 one (two
+// 256-bit halves); chosen at run time (__builtin_cpu_supports; the vector code is compiled with
+// target attributes or a file's `#pragma GCC target`, not -mavx2 / -mavx512f).
 //
 // Zero MVMULs: an MVMUL whose lanes are all zero (§5.3: exponent field 0 on either side) is not
 // computed. It is not a no-op in general: §5.5 maps a Dst of −0 or a denormal to +0 and an exponent-255
@@ -173,16 +174,17 @@ void ElwaddRow(const uint32_t* a, const uint32_t* b, int64_t n, const FpuConfig&
 void AddIntoDstRow(const float* s, int64_t n, bool fp32_dst, uint32_t* dst);
 
 /// The implementation RunKBlock uses; all give identical results.
-enum class MvmulKernelPath { kScalar, kAvx2, kAvx512 };
-/// "scalar", "avx2" or "avx512".
+enum class MvmulKernelPath { kScalar, kAvx2, kAvx512, kAvx512Fp16 };
+/// "scalar", "avx2", "avx512" or "avx512fp16".
 const char* MvmulKernelPathName(MvmulKernelPath p);
 /// Whether this CPU runs path `p`: scalar always; avx2 on x86-64 with AVX2; avx512 with AVX-512F
-/// and AVX-512BW (mvmul_kernel_avx512.cc).
+/// and AVX-512BW (mvmul_kernel_avx512.cc); avx512fp16 with those, AVX512-FP16 and AVX512-VBMI2
+/// (mvmul_kernel_avx512fp16.cc: avx512 with a bf16 Dst combined in int16; the same for an fp32 Dst).
 bool MvmulKernelSupported(MvmulKernelPath p);
-/// The widest path this CPU supports (avx512, else avx2, else scalar).
+/// The widest path this CPU supports (avx512fp16, else avx512, else avx2, else scalar).
 MvmulKernelPath BestMvmulKernel();
 /// The path RunKBlock takes now: BestMvmulKernel(), unless forced by SetMvmulKernel or by the
-/// environment variable KILN_MVMUL_KERNEL=scalar|avx2|avx512 read at the first call (the tests' and
+/// environment variable KILN_MVMUL_KERNEL=scalar|avx2|avx512|avx512fp16 read at the first call (the tests' and
 /// benchmarks' switch; a path the CPU lacks falls back to the best one it has).
 MvmulKernelPath ActiveMvmulKernel();
 /// Forces path `p` (where supported, else the best one) for the whole process; thread-safe, takes

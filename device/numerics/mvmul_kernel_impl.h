@@ -1,4 +1,4 @@
-// Internal to device/numerics/mvmul_kernel*.cc: the three implementations of RunKBlockPhases, and
+// Internal to device/numerics/mvmul_kernel*.cc: the four implementations of RunKBlockPhases, and
 // the AVX-512 forms of PrepareSrcBRow and ElwaddRow, behind the dispatch in mvmul_kernel.cc.
 // Arguments are already validated there (see mvmul_kernel.h).
 // Section numbers (§) cite docs/specs/tt-numerics.md.
@@ -37,6 +37,10 @@ void AddIntoDstRowAvx512(const float* s, int64_t n, bool fp32_dst, uint32_t* dst
 void ElwaddRowAvx512(const uint32_t* a, const uint32_t* b, int64_t n, const FpuConfig& cfg, uint32_t* out);
 void RunAvx512(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
                int p1, bool fp32_dst, Arch arch, uint32_t* dst);
+/// RunAvx512 with a bf16 Dst held in int16 (mvmul_kernel_avx512fp16.cc; AVX512-FP16 and VBMI2 too);
+/// an fp32 Dst, or Dst patterns with non-zero low 16 bits, go to RunAvx512.
+void RunAvx512Fp16(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1,
+                   int p0, int p1, bool fp32_dst, Arch arch, uint32_t* dst);
 #endif
 
 }  // namespace kiln::numerics::mvmul_detail

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <iterator>
 #include <random>
 #include <string>
@@ -27,7 +28,7 @@ const std::string kDir = std::string(KILN_TEST_DATA) + "/tt-vectors";
 // The kernel paths to run on this machine.
 std::vector<MvmulKernelPath> Paths() {
   std::vector<MvmulKernelPath> p{MvmulKernelPath::kScalar};
-  for (auto v : {MvmulKernelPath::kAvx2, MvmulKernelPath::kAvx512}) {
+  for (auto v : {MvmulKernelPath::kAvx2, MvmulKernelPath::kAvx512, MvmulKernelPath::kAvx512Fp16}) {
     if (MvmulKernelSupported(v)) p.push_back(v);
   }
   return p;
@@ -441,6 +442,122 @@ TEST(MvmulKernelDifferential, ZeroLanePatternsMatchModel) {
 }
 
 // Results do not depend on how columns and rows are split between calls and threads.
+// Group sums at their extremes, where a bf16 Dst's int16 combine (mvmul_kernel_avx512fp16.cc) leaves
+// int16: every product at its largest slices (a = ±1.9375·2^e, b = ±1.984375·2^e: |S| = 8 · 31 · 127
+// per group at LoFi) with equal signs in both groups of an MVMUL (totals near ±2^16, which saturate),
+// opposite signs (totals near 0, and exactly 0), the second group's exponents lowered by 12..18 (its
+// alignment d around 14..16, where the term's rounding changes form), and Dst starting from large,
+// small, zero and infinite values. Every path against the model, both Dst formats and archs.
+TEST(MvmulKernelDifferential, ExtremeGroupSumsMatchModel) {
+  std::mt19937 rng(20261203);
+  const uint32_t dsts[] = {0x00000000u, 0x80000000u, 0x47800000u, 0xC7FF0000u, 0x3F800000u, 0x4B7F0000u,
+                           0xCB000000u, 0x7F800000u, 0x00010000u, 0x7F7F0000u};
+  size_t compared = 0;
+  for (int it = 0; it < 60; ++it) {
+    Problem pr;
+    pr.cols = 40;
+    pr.K = 64;
+    pr.a.resize(static_cast<size_t>(pr.cols * pr.K));
+    pr.b.resize(static_cast<size_t>(pr.K));
+    const uint32_t e = 120 + rng() % 16;  // the common exponent field
+    for (int64_t k = 0; k < pr.K; ++k) pr.b[static_cast<size_t>(k)] = (e << 23) | 0x7E0000u | (rng() % 8 == 0 ? 0x80000000u : 0);
+    for (int64_t o = 0; o < pr.cols; ++o) {
+      const int mode = static_cast<int>(rng() % 4);  // 0 equal signs, 1 opposite signs, 2 lowered second group, 3 mixed
+      const uint32_t drop = 12 + rng() % 7;
+      for (int64_t k = 0; k < pr.K; ++k) {
+        const bool second = (k % 16) >= 8;
+        uint32_t ea = e, sign = 0;
+        if (mode == 1 && second) sign = 0x80000000u;
+        if (mode == 2 && second) ea = e - drop;
+        if (mode == 3) sign = rng() % 2 ? 0x80000000u : 0u;
+        // Signs against b's so that a column's products mostly share one sign.
+        sign ^= pr.b[static_cast<size_t>(k)] & 0x80000000u;
+        pr.a[static_cast<size_t>(o * pr.K + k)] = sign | (ea << 23) | 0x780000u;
+      }
+    }
+    for (MvmulKernelPath path : Paths()) {
+      UsePath use(path);
+      for (bool fp32 : {false, true}) {
+        for (Arch arch : {Arch::kWormholeB0, Arch::kBlackhole}) {
+          const MathFidelity fid = kFids[static_cast<size_t>(it % 4)].second;
+          std::vector<uint32_t> dst(static_cast<size_t>(pr.cols));
+          for (auto& d : dst) d = dsts[rng() % std::size(dsts)];
+          const auto want = Oracle(pr, 0, pr.K, 0, pr.cols, 0, NumPhases(fid), fp32, arch, dst);
+          const auto got = Kernel(pr, fid, 0, pr.K, 0, pr.cols, 0, NumPhases(fid), fp32, arch, dst);
+          for (size_t i = 0; i < want.size(); ++i, ++compared)
+            ASSERT_EQ(Hex(got[i]), Hex(want[i])) << MvmulKernelPathName(path) << " case " << it << " column " << i
+                                                 << " fp32_dst=" << fp32 << " arch=" << ArchName(arch)
+                                                 << " dst_in=" << Hex(dst[i]);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 60u * 4 * 40 * Paths().size());
+}
+
+// A group term aligned by d = 13..16 whose rounding sits at its edge: §5.5 step 2's tie rule (to +inf)
+// and step 3's bf16 pre-rounding (half up in units of 2^13) compose to floor(S / 2^d + 1/2 + 2^−14),
+// which differs from floor(S / 2^d + 1/2) only for S ≡ 2^13 − 1 (mod 2^14) at d = 14 and S ≡ 2^14 − 2,
+// 2^14 − 1 (mod 2^15) at d = 15. One MVMUL (LoFi): group 0 sums exactly S (lanes of equal exponents,
+// products P = slice_a · slice_b chosen to add up to S), group 1 holds two lanes d binades higher whose
+// products differ by 80, so the total 80 + T0 needs no rounding and shows T0 itself.
+TEST(MvmulKernelDifferential, GroupTermRoundingAtLargeAlignments) {
+  std::map<int, std::pair<int, int>> prod;  // P → (slice_a − 16, slice_b − 64)
+  for (int ma = 0; ma < 16; ++ma)
+    for (int mb = 0; mb < 64; ++mb) prod.emplace((16 + ma) * (64 + mb), std::make_pair(ma, mb));
+  // Operands with slices (16 + ma, 64 + mb): bf16 significand bits 1.ma(4) and 1.mb(6).
+  auto a_op = [](int ma, uint32_t exp, bool neg) { return (neg ? 0x80000000u : 0u) | (exp << 23) | (uint32_t(ma) << 19); };
+  auto b_op = [](int mb, uint32_t exp) { return (exp << 23) | (uint32_t(mb) << 17); };
+  size_t compared = 0;
+  for (int target : {8191, -8193, 24575, -24577, 16382, 16383, -16385, -16386, 8190, 16381}) {
+    // Lanes of group 0: m products of 31 · 127 and two found by search.
+    std::vector<std::pair<int, int>> lanes;
+    const int t = target < 0 ? -target : target;
+    for (int m = 0; m <= 6 && lanes.empty(); ++m) {
+      const int r = t - m * 31 * 127;
+      for (auto it = prod.begin(); it != prod.end() && lanes.empty(); ++it) {
+        auto jt = prod.find(r - it->first);
+        if (jt == prod.end()) continue;
+        lanes.assign(static_cast<size_t>(m), {15, 63});
+        lanes.push_back(it->second);
+        lanes.push_back(jt->second);
+      }
+    }
+    ASSERT_FALSE(lanes.empty()) << target;
+    ASSERT_LE(lanes.size(), 8u);
+    for (int d : {13, 14, 15, 16}) {
+      Problem pr;
+      pr.cols = 3;
+      pr.K = 32;
+      pr.a.assign(96, 0);
+      pr.b.assign(32, 0);
+      const uint32_t e = 110;
+      for (size_t j = 0; j < lanes.size(); ++j) {
+        pr.b[j] = b_op(lanes[j].second, e);
+        for (int c = 0; c < 3; ++c) pr.a[static_cast<size_t>(c * 32) + j] = a_op(lanes[j].first, e, target < 0);
+      }
+      pr.b[8] = b_op(5, e);
+      pr.b[9] = b_op(0, e);
+      for (int c = 0; c < 3; ++c) {
+        pr.a[static_cast<size_t>(c * 32 + 8)] = a_op(0, e + static_cast<uint32_t>(d), false);
+        pr.a[static_cast<size_t>(c * 32 + 9)] = a_op(0, e + static_cast<uint32_t>(d), true);
+      }
+      for (bool fp32 : {false, true}) {
+        const std::vector<uint32_t> dst(3, 0u);
+        const auto want = Oracle(pr, 0, 32, 0, 3, 0, 1, fp32, Arch::kBlackhole, dst);
+        for (MvmulKernelPath path : Paths()) {
+          UsePath use(path);
+          const auto got = Kernel(pr, MathFidelity::kLoFi, 0, 32, 0, 3, 0, 1, fp32, Arch::kBlackhole, dst);
+          for (size_t i = 0; i < 3; ++i, ++compared)
+            ASSERT_EQ(Hex(got[i]), Hex(want[i])) << MvmulKernelPathName(path) << " S " << target << " d " << d
+                                                 << " fp32_dst=" << fp32;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 10u * 4 * 2 * 3 * Paths().size());
+}
+
 TEST(MvmulKernelThreads, SplitOverThreadsIsBitIdentical) {
   std::mt19937 rng(3);
   const int64_t cols = 64, K = 576, rows = 6;

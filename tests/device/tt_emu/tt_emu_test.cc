@@ -515,7 +515,7 @@ TEST(TtEmuExact, VectorKernelAndThreadCountDoNotChangeABit) {
     nx::SetMvmulKernel(nx::MvmulKernelPath::kScalar);
     auto scalar = tt_emu::Conv2d(x, w, bias, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, 1);
     ASSERT_TRUE(scalar.ok());
-    for (auto path : {nx::MvmulKernelPath::kAvx2, nx::MvmulKernelPath::kAvx512}) {
+    for (auto path : {nx::MvmulKernelPath::kAvx2, nx::MvmulKernelPath::kAvx512, nx::MvmulKernelPath::kAvx512Fp16}) {
       if (!nx::MvmulKernelSupported(path)) continue;
       nx::SetMvmulKernel(path);
       ASSERT_EQ(nx::ActiveMvmulKernel(), path);
