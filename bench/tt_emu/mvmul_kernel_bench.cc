@@ -195,11 +195,9 @@ class RatioReporter : public benchmark::ConsoleReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs)
       if (r.run_type == Run::RT_Iteration && r.iterations > 0 && !r.error_occurred) {
-        // With --benchmark_repetitions, the best repetition (the run name without its suffix).
-        std::string name = r.benchmark_name();
-        if (const size_t at = name.find("/repeats:"); at != std::string::npos) name.resize(at);
+        // With --benchmark_repetitions, the best repetition (each reports under the same name).
         const double t = r.real_accumulated_time / static_cast<double>(r.iterations);
-        auto [it, fresh] = seconds.emplace(name, t);
+        auto [it, fresh] = seconds.emplace(r.benchmark_name(), t);
         if (!fresh) it->second = std::min(it->second, t);
       }
     ConsoleReporter::ReportRuns(runs);

@@ -231,8 +231,10 @@ Status RunKBlockPhases(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0,
 #if defined(__x86_64__)
   switch (ActiveMvmulKernel()) {
     case MvmulKernelPath::kAvx512Fp16:
+#if KILN_MVMUL_AVX512FP16
       mvmul_detail::RunAvx512Fp16(a, b, k0, k1, o0, o1, phase_begin, phase_end, fp32_dst, arch, dst);
       return Status::Ok();
+#endif
     case MvmulKernelPath::kAvx512:
       mvmul_detail::RunAvx512(a, b, k0, k1, o0, o1, phase_begin, phase_end, fp32_dst, arch, dst);
       return Status::Ok();
@@ -295,7 +297,11 @@ bool MvmulKernelSupported(MvmulKernelPath p) {
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2");
   static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+#if KILN_MVMUL_AVX512FP16
   static const bool fp16 = avx512 && __builtin_cpu_supports("avx512fp16") && __builtin_cpu_supports("avx512vbmi2");
+#else
+  static const bool fp16 = false;
+#endif
   switch (p) {
     case MvmulKernelPath::kAvx512Fp16:
       return fp16;

@@ -39,8 +39,8 @@
 // Also here, on the same identities: PrepareSrcBRow's words 16 operands a step, the bias ELWADD of a
 // row (§6 as one term of the combine with a zero Dst) and the fast level's Dst rounding of a row.
 // The lanes, the int32 combine and the block loop are in mvmul_kernel_avx512_core.h, compiled here
-// for AVX-512F + BW by a file-wide `#pragma GCC target` (no -m flags); mvmul_kernel.cc calls this file
-// only where the CPU has AVX-512F and AVX-512BW.
+// for AVX-512F + BW by target attributes only (no -m flags); mvmul_kernel.cc calls this file only
+// where the CPU has AVX-512F and AVX-512BW.
 #if defined(__x86_64__)
 
 #include <immintrin.h>
@@ -51,7 +51,7 @@
 #include "device/numerics/fpu.h"
 #include "device/numerics/mvmul_kernel_impl.h"
 
-#pragma GCC target("avx512f,avx512bw")
+#define KILN_AVX512_TARGET "avx512f,avx512bw"
 #include "device/numerics/mvmul_kernel_avx512_core.h"
 
 namespace kiln::numerics::mvmul_detail {
@@ -130,7 +130,7 @@ KILN_AVX512 void Combine(__m512i E0, __m512i S0, __m512i E1, __m512i S1, DstStat
 
 KILN_AVX512 __m512i Twice(__m512i v) { return _mm512_or_si512(_mm512_slli_epi32(v, 16), v); }  // the low word twice
 
-void PrepareSrcBRowAvx512(const uint32_t* b, SrcFormat fmt, PreparedSrcB* out) {
+__attribute__((target(KILN_AVX512_TARGET))) void PrepareSrcBRowAvx512(const uint32_t* b, SrcFormat fmt, PreparedSrcB* out) {
   PreparedSrcB& p = *out;
   const int64_t K = p.K;  // a multiple of 32
   const __m512i keep = _mm512_set1_epi32(static_cast<int>(fmt == SrcFormat::kTf32 ? 0xFFFFE000u : 0xFFFF0000u));
@@ -156,7 +156,7 @@ void PrepareSrcBRowAvx512(const uint32_t* b, SrcFormat fmt, PreparedSrcB* out) {
   }
 }
 
-void FillSrcABlocksAvx512(const uint32_t* a, SrcFormat fmt, int64_t cb0,
+__attribute__((target(KILN_AVX512_TARGET))) void FillSrcABlocksAvx512(const uint32_t* a, SrcFormat fmt, int64_t cb0,
                                                                       int64_t cb1, PreparedSrcA* out) {
   PreparedSrcA& p = *out;
   const int64_t K = p.K, stride = int64_t{64} * p.rows;
@@ -211,7 +211,7 @@ void FillSrcABlocksAvx512(const uint32_t* a, SrcFormat fmt, int64_t cb0,
 }
 
 template <bool kFp32Dst, bool kWormhole>
-void ElwaddRowAvx512T(const uint32_t* a, const uint32_t* b, int64_t n,
+__attribute__((target(KILN_AVX512_TARGET))) void ElwaddRowAvx512T(const uint32_t* a, const uint32_t* b, int64_t n,
                                                                   uint32_t keep_a, uint32_t keep_b, uint32_t* out) {
   const __m512i zero = _mm512_setzero_si512(), ff = _mm512_set1_epi32(0xFF), one = _mm512_set1_epi32(1);
   const CombineConsts cc = MakeCombineConsts();
@@ -252,7 +252,7 @@ void ElwaddRowAvx512(const uint32_t* a, const uint32_t* b, int64_t n, const FpuC
   }
 }
 
-void AddIntoDstRowAvx512(const float* s, int64_t n, bool fp32_dst,
+__attribute__((target(KILN_AVX512_TARGET))) void AddIntoDstRowAvx512(const float* s, int64_t n, bool fp32_dst,
                                                                      uint32_t* dst) {
   const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
   const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u)), ff = _mm512_set1_epi32(0xFF);

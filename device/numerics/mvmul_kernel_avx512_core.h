@@ -2,10 +2,10 @@
 // terms, int32 Dst combine and block loop (RunAvx512T), shared by the AVX-512 path
 // (mvmul_kernel_avx512.cc, which derives the arithmetic) and the AVX-512 FP16 one
 // (mvmul_kernel_avx512fp16.cc, which holds a bf16 Dst in int16). Everything here is in an
-// anonymous namespace and carries no target attribute: each of those files includes this header
-// after its own `#pragma GCC target` (at least "avx512f,avx512bw"), so each compiles its own copy
-// for its own instruction set, and the plain AVX-512 path never holds an instruction its CPUs may
-// lack. Include the project's and the standard headers before that pragma.
+// anonymous namespace, compiled for the target string KILN_AVX512_TARGET that each of those files
+// defines before including this header (at least "avx512f,avx512bw"): each compiles its own copy
+// for its own instruction set, so the plain AVX-512 path never holds an instruction its CPUs may
+// lack. Target attributes, not `#pragma GCC target`, which clang (the fuzz builds') ignores.
 // Section numbers (§) cite docs/specs/tt-numerics.md.
 #pragma once
 
@@ -19,8 +19,11 @@
 #include "device/numerics/fpu.h"
 #include "device/numerics/mvmul_kernel_impl.h"
 
-#define KILN_AVX512 __attribute__((always_inline)) inline
-#define KILN_AVX512_LAMBDA __attribute__((always_inline))
+#ifndef KILN_AVX512_TARGET
+#error "define KILN_AVX512_TARGET before including mvmul_kernel_avx512_core.h"
+#endif
+#define KILN_AVX512 __attribute__((target(KILN_AVX512_TARGET), always_inline)) inline
+#define KILN_AVX512_LAMBDA __attribute__((target(KILN_AVX512_TARGET), always_inline))
 
 namespace kiln::numerics::mvmul_detail {
 
@@ -362,14 +365,14 @@ struct Dst32 {
 };
 
 // The exact kernel over columns [o0, o1) (RunKBlockPhases' contract), one 32-column block at a
-// time, with the block's Dst held between MVMULs as the policy `Dst` holds it (Dst32 below, or the
+// time, with the block's Dst held between MVMULs as the policy `Dst` holds it (Dst32 above, or the
 // bf16 Dst in int16 of mvmul_kernel_avx512fp16.cc):
 //   State                       the decoded block; its member Xr is X − adj per position (DstBlock)
 //   Consts, MakeConsts()        the step's constants, made once per call
 //   Load(tmp, adj), Store(s, adj, tmp)   decode / encode the block's 32 Dst patterns (column order)
 //   Step<kTwo>(t0, t1, &s, pc, c)        one MVMUL (MvmulStep's contract)
 template <int kRows, bool kOnePhase, class Dst>
-void RunAvx512T(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
+__attribute__((target(KILN_AVX512_TARGET))) void RunAvx512T(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
                 int p1, uint32_t* dst) {
   constexpr int64_t kStride = 64 * kRows, kBlk = kMvmulColumnBlock;
   const int64_t K = a.K, K8 = K / 8;

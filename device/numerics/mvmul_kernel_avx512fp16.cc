@@ -7,18 +7,21 @@
 // and numerics::CombineWithDst bit for bit, from these identities (bf16 Dst; per column: group sums
 // S0, S1 (|S| <= 8 · 3937 = 31496, zero where G <= 0), alignments d0, d1, dd >= 0 to X = max(G0, G1,
 // Dst's exponent), Dst = ±M · 2^(X − 7 − bias) with M its 8-bit significand, 128..255, or 0):
-//  * Group term, units of 2^13 (mvmul_kernel_avx512.cc: T = (S·2^16 >> d + 32772) >> 16). For d <= 15,
-//    S·2^16 >> d = I·2^16 + F with I = S >> d (vpsravw) and F the low 16 bits of (S:0) >> d
-//    (vpshrdvw, 0 for d = 0), so T = I + (F >= 32764, unsigned). For d >= 16, |S·2^16 >> d| < 2^15
-//    gives T = 0 (and vpshrdvw counts modulo 16): the masked shift zeroes those columns.
+//  * Group term, units of 2^13 (HalfStep in mvmul_kernel_avx512_core.h: T = (S·2^16 >> d + 32772)
+//    >> 16). For d <= 15, S·2^16 >> d = I·2^16 + F with I = S >> d (vpsravw) and F the low 16 bits
+//    of (S:0) >> d (vpshrdvw, 0 for d = 0), so T = I + (F >= 32764, unsigned). For d >= 16,
+//    |S·2^16 >> d| <= 31496 < 32764 gives T = 0 (and vpshrdvw counts modulo 16): the masked shift
+//    zeroes those columns.
 //  * Dst term: ((2D >> dd) + 8193) >> 14 with 2D = M · 2^17 is floor(M · 8 / 2^dd + 1/2) for dd <= 17
 //    (the extra 2^−14 moves no fraction of M · 2^(3 − dd) across an integer) and 0 beyond, which is
 //    avg_epu16(16·M >> dd, 0) = (floor(16·M / 2^dd) + 1) >> 1 (vpsrlvw gives 0 for dd >= 16). The
 //    state holds 16·M (M16).
-//  * The total ±Dt + T0 + T1 lies in (−2^16, 2^16): it is summed with saturating adds and a column
-//    whose |total| reaches 29998 runs the int32 step instead (a saturated partial sum leaves at least
-//    32767 − 2049 − 2 there), as does the whole block for that MVMUL (ToBlock32, MvmulStep,
-//    FromBlock32: the int32 state of a bf16 Dst holds 2D = M16 · 2^13 exactly).
+//  * The total ±Dt + T0 + T1 lies in (−2^16, 2^16): it is summed with saturating adds, in the order
+//    T0 + T1, then ±Dt (|Dt| <= 8 · 255 = 2040), then the two carries, so a sum that saturated ends
+//    with |total| >= 32768 − 2040 − 2 = 30726, and one that did not is exact. Where some column's
+//    |total| reaches 29998 (any threshold up to 30726 would do), the whole block runs the int32 step
+//    for that MVMUL instead (ToBlock32, MvmulStep, FromBlock32: the int32 state of a bf16 Dst holds
+//    2D = M16 · 2^13 exactly).
 //  * Step 5 (round half away from zero to 8 significant bits): v = |total| < 29998 converts to fp16
 //    truncated to 11 significant bits ({rz-sae}), then (h + 4) & ~7 rounds half up at 8 bits. The
 //    half point lies on the 11-bit grid, so truncation first changes no result: floor(floor(v / 2^t)
@@ -28,7 +31,9 @@
 //    a multiple of 2^10 commutes with clearing the low 3 bits. The new M16 is 16 · (128 | the 7
 //    mantissa bits kept). A zero total, X' <= 0 and X' >= 255 are the rare columns, as in the int32
 //    step. Wormhole's −1 quirk (§5.5 step 5) concerns an fp32 Dst only.
-#if defined(__x86_64__)
+#include "device/numerics/mvmul_kernel_impl.h"
+
+#if KILN_MVMUL_AVX512FP16
 
 #include <immintrin.h>
 
@@ -36,9 +41,8 @@
 #include <cstdint>
 
 #include "device/numerics/fpu.h"
-#include "device/numerics/mvmul_kernel_impl.h"
 
-#pragma GCC target("avx512f,avx512bw,avx512fp16,avx512vbmi2")
+#define KILN_AVX512_TARGET "avx512f,avx512bw,avx512fp16,avx512vbmi2"
 #include "device/numerics/mvmul_kernel_avx512_core.h"
 
 namespace kiln::numerics::mvmul_detail {
@@ -69,7 +73,7 @@ KILN_AVX512 Step16Consts MakeStep16Consts() {
           Opaque16(0x7F0), Opaque16(0x800), Opaque16(29997)};
 }
 
-// The int32 state of the same Dst (lo.X, hi.X unused, as in RunAvx512T), and back.
+// The int32 state of the same Dst (lo.X, hi.X unused, as in DstBlock), and back.
 KILN_AVX512 DstBlock ToBlock32(const DstBlock16& s) {
   const __m512i zero = _mm512_setzero_si512(), nv = _mm512_movm_epi16(s.neg);
   DstBlock b;
@@ -182,7 +186,7 @@ struct DstBf16 {
 
 }  // namespace
 
-void RunAvx512Fp16(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
+__attribute__((target(KILN_AVX512_TARGET))) void RunAvx512Fp16(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
                    int p1, bool fp32_dst, Arch arch, uint32_t* dst) {
   // A bf16 Dst holds patterns with their low 16 bits 0 (the engine's, and every MVMUL result); a
   // call given others, and an fp32 Dst, run the int32 state.
@@ -209,4 +213,4 @@ void RunAvx512Fp16(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int
 
 }  // namespace kiln::numerics::mvmul_detail
 
-#endif  // defined(__x86_64__)
+#endif  // KILN_MVMUL_AVX512FP16

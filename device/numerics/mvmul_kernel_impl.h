@@ -9,6 +9,15 @@
 #include "device/numerics/fpu.h"
 #include "device/numerics/mvmul_kernel.h"
 
+// Whether this build has the AVX-512 FP16 path: GCC 12 or later on x86-64. Clang 14 (the fuzz
+// builds') offers AVX512-FP16's intrinsics only where the whole file is compiled with -mavx512fp16
+// and does not know the feature's name for __builtin_cpu_supports, so its builds leave it out.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#define KILN_MVMUL_AVX512FP16 1
+#else
+#define KILN_MVMUL_AVX512FP16 0
+#endif
+
 namespace kiln::numerics::mvmul_detail {
 
 /// Exponent stored for a zero SrcA operand (mvmul_kernel.h, PreparedSrcA): with any SrcB term it
@@ -37,10 +46,12 @@ void AddIntoDstRowAvx512(const float* s, int64_t n, bool fp32_dst, uint32_t* dst
 void ElwaddRowAvx512(const uint32_t* a, const uint32_t* b, int64_t n, const FpuConfig& cfg, uint32_t* out);
 void RunAvx512(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
                int p1, bool fp32_dst, Arch arch, uint32_t* dst);
+#if KILN_MVMUL_AVX512FP16
 /// RunAvx512 with a bf16 Dst held in int16 (mvmul_kernel_avx512fp16.cc; AVX512-FP16 and VBMI2 too);
 /// an fp32 Dst, or Dst patterns with non-zero low 16 bits, go to RunAvx512.
 void RunAvx512Fp16(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1,
                    int p0, int p1, bool fp32_dst, Arch arch, uint32_t* dst);
+#endif
 #endif
 
 }  // namespace kiln::numerics::mvmul_detail
