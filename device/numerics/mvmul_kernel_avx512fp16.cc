@@ -1,12 +1,13 @@
 // The AVX-512 FP16 path of the exact MVMUL kernel (device/numerics/mvmul_kernel.h): the AVX-512 path's
-// lanes, group terms and block loop (mvmul_kernel_avx512_core.h), with a bf16 Dst's combine (§5.5)
-// run on all 32 columns of a block in int16 instead of two halves of 16 int32 (no unpacks to int32,
-// no packs back), and step 5's normalisation by the int16 → fp16 conversion of AVX512-FP16. Needs
-// AVX-512F, BW, FP16 and VBMI2 (Intel Sapphire Rapids and later); an fp32 Dst, and a bf16 Dst call
-// whose patterns have non-zero low 16 bits, run the AVX-512 path. Results equal it, the scalar path
-// and numerics::CombineWithDst bit for bit, from these identities (bf16 Dst; per column: group sums
-// S0, S1 (|S| <= 8 · 3937 = 31496, zero where G <= 0), alignments d0, d1, dd >= 0 to X = max(G0, G1,
-// Dst's exponent), Dst = ±M · 2^(X − 7 − bias) with M its 8-bit significand, 128..255, or 0):
+// lanes, group terms and block loop (mvmul_kernel_avx512_core.h), with a bf16 Dst's combine
+// (docs/specs/tt-numerics.md §5.5) run on all 32 columns of a block in int16 instead of two halves
+// of 16 int32 (no unpacks to int32, no packs back), and step 5's normalisation by the int16 → fp16
+// conversion of AVX512-FP16. Needs AVX-512F, BW, FP16 and VBMI2 (Intel Sapphire Rapids and later);
+// an fp32 Dst, and a bf16 Dst call whose patterns have non-zero low 16 bits, run the AVX-512 path.
+// Results equal it, the scalar path and numerics::CombineWithDst bit for bit, from these identities
+// (bf16 Dst; per column: group sums S0, S1 (|S| <= 8 · 3937 = 31496, zero where G <= 0), alignments
+// d0, d1, dd >= 0 to X = max(G0, G1, Dst's exponent), Dst = ±M · 2^(X − 7 − bias) with M its 8-bit
+// significand, 128..255, or 0):
 //  * Group term, units of 2^13 (HalfStep in mvmul_kernel_avx512_core.h: T = (S·2^16 >> d + 32772)
 //    >> 16). For d <= 15, S·2^16 >> d = I·2^16 + F with I = S >> d (vpsravw) and F the low 16 bits
 //    of (S:0) >> d (vpshrdvw, 0 for d = 0), so T = I + (F >= 32764, unsigned). For d >= 16,
