@@ -11,7 +11,7 @@
 // mvmul_kernel_avx512.cc, which derives the lane arithmetic), the same with a bf16 Dst combined on
 // all 32 columns in int16 (mvmul_kernel_avx512fp16.cc, AVX512-FP16 + VBMI2 too) and an AVX2 one (two
 // 256-bit halves); chosen at run time (__builtin_cpu_supports; the vector code is compiled with
-// target attributes or a file's `#pragma GCC target`, not -mavx2 / -mavx512f).
+// target attributes, not -mavx2 / -mavx512f).
 //
 // Zero MVMULs: an MVMUL whose lanes are all zero (§5.3: exponent field 0 on either side) is not
 // computed. It is not a no-op in general: §5.5 maps a Dst of −0 or a denormal to +0 and an exponent-255
@@ -184,8 +184,8 @@ bool MvmulKernelSupported(MvmulKernelPath p);
 /// The widest path this CPU supports (avx512fp16, else avx512, else avx2, else scalar).
 MvmulKernelPath BestMvmulKernel();
 /// The path RunKBlock takes now: BestMvmulKernel(), unless forced by SetMvmulKernel or by the
-/// environment variable KILN_MVMUL_KERNEL=scalar|avx2|avx512|avx512fp16 read at the first call (the tests' and
-/// benchmarks' switch; a path the CPU lacks falls back to the best one it has).
+/// environment variable KILN_MVMUL_KERNEL=scalar|avx2|avx512|avx512fp16 read at the first call
+/// (the tests' and benchmarks' switch; a path the CPU lacks falls back to the best one it has).
 MvmulKernelPath ActiveMvmulKernel();
 /// Forces path `p` (where supported, else the best one) for the whole process; thread-safe, takes
 /// effect for calls that start afterwards. ResetMvmulKernel() returns to the automatic choice.
