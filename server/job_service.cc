@@ -269,9 +269,16 @@ class JobServiceImpl::WatchReactor final : public grpc::ServerWriteReactor<kiln:
   void ReadDoneLocked(const Status& status, std::vector<kiln::v1::JobEvent> events) {
     reading_ = false;
     if (!status.ok()) return FinishLocked(ToGrpc(status));
-    const bool again = events.empty() && reread_;
+    if (events.empty()) {
+      // Nothing new: read again only for a notification that came during the read; otherwise the
+      // next notification pumps (JobManager::Subscribe notifies after each new event, once a
+      // second while a farm's NOTIFY is down, and at shutdown). Pumping here would read again at
+      // once: a watcher of a quiet job then spun on the store lane (25,000 reads a second).
+      if (reread_) return ReadLocked();
+      if (service_->jobs_->stopping()) PumpLocked();  // finishes: UNAVAILABLE
+      return;
+    }
     for (auto& e : events) pending_.push_back(std::move(e));
-    if (again) return ReadLocked();
     PumpLocked();
   }
 

@@ -312,6 +312,44 @@ TEST_F(JobE2E, CancelQueuedAndRunning) {
   EXPECT_EQ(after.state(), kiln::v1::CANCELLED);
 }
 
+// A watcher of a job with nothing new waits for the next event instead of reading again at once:
+// while a queued job waits behind a running one, its open WatchJob costs no store-lane reads (it
+// once read the job's events in a loop, about 25,000 times a second); cancelling the job ends the
+// watch with the job's last event.
+TEST_F(JobE2E, WatchOfAQuietJobDoesNotPoll) {
+  Start({"--devices", "tt-emu:1"});
+  const std::string slow = UploadCase("unet_small");
+  kiln::v1::SubmitRunRequest long_run = RunOf(slow, "tt-emu");
+  for (int i = 0; i < 8; ++i) long_run.add_sweep()->set_math_fidelity(i % 2 ? kiln::v1::HIFI4 : kiln::v1::LOFI);
+  kiln::v1::Job running, queued;
+  ASSERT_TRUE(Submit(long_run, &running).ok());
+  ASSERT_TRUE(Submit(RunOf(slow, "tt-emu"), &queued).ok());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (Get(running.job_id()).progress().layers_done() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::vector<kiln::v1::JobEvent> events;
+  std::thread watcher([&] { events = WatchAll(queued.job_id()); });
+  const std::string reads = "kiln_sched_job_duration_seconds_count{lane=\"store\"}";
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the watch's first reads
+  const double before = Scrape()[reads];
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  const double after = Scrape()[reads];
+  EXPECT_EQ(Get(queued.job_id()).state(), kiln::v1::QUEUED);
+  EXPECT_LE(after - before, 5) << "store-lane reads in one second of an idle watch";
+  for (const auto& job : {queued, running}) {
+    grpc::ClientContext c;
+    kiln::v1::CancelJobRequest cq;
+    cq.set_job_id(job.job_id());
+    kiln::v1::Job out;
+    ASSERT_TRUE(jobs_->CancelJob(&c, cq, &out).ok());
+  }
+  watcher.join();
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().state_change().state(), kiln::v1::CANCELLED);
+  WaitDone(running.job_id());
+}
+
 // 100 jobs from 8 clients on one device: after every k completions no client has more than
 // ceil(k/8)+1 of them.
 TEST_F(JobE2E, FairAcrossClients) {
