@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -323,8 +325,31 @@ void Daemon::Shutdown() {
   // Cancels whatever work is left (its RPCs then finish with CANCELLED or UNAVAILABLE).
   if (scheduler_) scheduler_->Shutdown(/*drain=*/false);
   if (listener_) listener_->Stop();
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
-  server_->Wait();
+  {
+    // gRPC cancels the calls left after 100 ms, but a call whose client stopped reading keeps a
+    // write pending on a full socket, and Shutdown waits on it for as long as the client sleeps.
+    // So if Shutdown has not returned a second later, the connections still open are shut down
+    // under it (ConnectionListener::ShutdownConnections), which fails those writes.
+    std::mutex mu;
+    std::condition_variable cv;
+    bool down = false;
+    std::thread watchdog([&] {
+      std::unique_lock<std::mutex> lock(mu);
+      if (cv.wait_for(lock, std::chrono::milliseconds(1100), [&] { return down; }) || !listener_) return;
+      const int n = listener_->ShutdownConnections();
+      spdlog::warn("shutdown: {} connection(s) still open after their calls were cancelled (clients not reading); "
+                   "closed their sockets",
+                   n);
+    });
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+    server_->Wait();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      down = true;
+    }
+    cv.notify_all();
+    watchdog.join();
+  }
   server_.reset();
   // The job manager's last writes before main's _Exit: the ends of the jobs cancelled above, a
   // worker's claims released and its row removed from the farm's registry. Bounded, so that a

@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -15,6 +16,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 
 #include "server/config.h"
 
@@ -162,8 +164,42 @@ void ConnectionListener::AcceptLoop() {
     grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters params;
     params.listener_fd = fd_;
     params.fd = conn;
+    TrackConnection(conn);
     acceptor_->HandleNewConnection(&params);  // gRPC owns (and eventually closes) conn now
   }
+}
+
+namespace {
+// The inode of the socket behind `fd`, or 0 when `fd` is closed or not a socket.
+uint64_t SocketInode(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return 0;
+  return static_cast<uint64_t>(st.st_ino);
+}
+}  // namespace
+
+void ConnectionListener::TrackConnection(int fd) {
+  std::lock_guard<std::mutex> lock(conns_mu_);
+  // Entries of connections gRPC has closed since are dropped when the map has doubled, so it
+  // stays within twice the open connections.
+  static constexpr size_t kMinPrune = 256;
+  if (conns_.size() >= kMinPrune && conns_.size() >= 2 * prune_mark_) {
+    for (auto it = conns_.begin(); it != conns_.end();) {
+      it = SocketInode(it->first) == it->second ? std::next(it) : conns_.erase(it);
+    }
+    prune_mark_ = conns_.size();
+  }
+  conns_[fd] = SocketInode(fd);
+}
+
+int ConnectionListener::ShutdownConnections() {
+  std::lock_guard<std::mutex> lock(conns_mu_);
+  int n = 0;
+  for (const auto& [fd, inode] : conns_) {
+    if (inode != 0 && SocketInode(fd) == inode && ::shutdown(fd, SHUT_RDWR) == 0) ++n;
+  }
+  conns_.clear();
+  return n;
 }
 
 }  // namespace kiln::server

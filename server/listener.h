@@ -19,8 +19,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 
 #include "common/status.h"
 
@@ -65,8 +67,21 @@ class ConnectionListener {
   void Start(grpc::experimental::ExternalConnectionAcceptor* acceptor);
   /// Stops accepting and closes the listening socket (idempotent).
   void Stop();
+  /// Shuts down (shutdown(2), SHUT_RDWR; the descriptors stay gRPC's to close) every accepted
+  /// connection still open, so that gRPC's pending reads and writes on them fail at once. For the
+  /// end of a shutdown: a connection whose client stopped reading holds a write that a cancelled
+  /// call never completes, and gRPC's Server::Shutdown waits for it for ever (a stopped client
+  /// held kilnd's exit for 12 minutes). Returns how many were shut down. Safe after Stop().
+  int ShutdownConnections();
 
  private:
+  // The accepted connections gRPC may still hold: descriptor → the socket's inode (st_ino), so
+  // that a descriptor gRPC closed and the process reused for something else is never touched.
+  void TrackConnection(int fd);
+  std::mutex conns_mu_;
+  std::unordered_map<int, uint64_t> conns_;
+  size_t prune_mark_ = 0;  // conns_.size() after the last prune
+
   ConnectionListener(Options options, int fd, int port);
   void AcceptLoop();
 

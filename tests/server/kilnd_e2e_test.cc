@@ -8,6 +8,8 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <string>
+#include <vector>
 #include <sstream>
 #include <thread>
 
@@ -298,6 +300,58 @@ TEST_F(KilndE2E, MetricsProcessSeries) {
   EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter"), std::string::npos);
   EXPECT_NE(text.find("# TYPE process_open_fds gauge"), std::string::npos);
   EXPECT_EQ(k->Stop(), 0);
+}
+
+// SIGTERM while clients that stopped reading (stopped processes: their sockets fill) hold model
+// downloads: the calls are cancelled after the grace, and kilnd exits instead of waiting on their
+// full sockets (a stopped curl once held its exit for 12 minutes).
+TEST_F(KilndE2E, SigtermWithStoppedReadersExits) {
+  const std::string bytes = MakeOnnxBytes(24 << 20, 9);
+  auto k = Start();  // a grace of 2 s (StartKilnd)
+  auto stub = ModelService::NewStub(Channel(*k));
+  kiln::v1::UploadModelResponse resp;
+  ASSERT_TRUE(Upload(*stub, "big", bytes, &resp).ok());
+  // A ReadModel request as a gRPC frame (uncompressed flag, big-endian length, message), sent by
+  // curl over cleartext HTTP/2.
+  kiln::v1::ReadModelRequest req;
+  req.set_model_id(resp.model().model_id());
+  const std::string msg = req.SerializeAsString();
+  std::string frame(5, '\0');
+  frame[4] = static_cast<char>(msg.size());
+  frame += msg;
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("kiln_stopped_readers_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "req.bin", std::ios::binary) << frame;
+  std::vector<pid_t> readers;
+  for (int i = 0; i < 4; ++i) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      const std::string url = "http://" + k->grpc_address() + "/kiln.v1.ModelService/ReadModel";
+      const std::string data = "@" + (dir / "req.bin").string();
+      execlp("curl", "curl", "-s", "--limit-rate", "2M", "--http2-prior-knowledge", "-X", "POST", "-H", "content-type: application/grpc",
+             "-H", "te: trailers", "--data-binary", data.c_str(), "-o", "/dev/null", url.c_str(),
+             static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    readers.push_back(pid);
+  }
+  // Let the downloads start (at 2 MB/s each: 12 s for the whole model), then stop the clients
+  // mid-stream; the server's writes then fill their sockets.
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  for (pid_t p : readers) kill(p, SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = k->Stop(SIGTERM, std::chrono::seconds(20));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (pid_t p : readers) {
+    kill(p, SIGKILL);
+    waitpid(p, nullptr, 0);
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(rc, 0) << "kilnd did not exit within 20 s of SIGTERM";
+  EXPECT_LT(seconds, 9.0);  // the 2 s grace, the cancel, the sockets closed a second later
 }
 
 TEST_F(KilndE2E, SigtermDuringUploadStoresNothingAndExitsZero) {
