@@ -261,24 +261,18 @@ TEST(Ai8xPatterns, AutoPadAndBiasShapeOfAConv) {
     ASSERT_TRUE(r.ok() && r->ok) << (r.ok() ? Dump(*r) : r.status().ToString());
     EXPECT_EQ(YAML::Load(r->yaml)["layers"][0]["pad"].as<int>(), 0);
   }
-  {
-    auto r = conv("BOGUS", 0);
+  // Refused, with the code and a message naming the conv's node.
+  auto refused = [&](const std::string& auto_pad, int bias, const char* code, const std::string& text) {
+    auto r = conv(auto_pad, bias);
     ASSERT_TRUE(r.ok());
-    const Diagnostic* d = Find(*r, "AI8X_PAD");
+    const Diagnostic* d = Find(*r, code);
     ASSERT_NE(d, nullptr) << Dump(*r);
     EXPECT_EQ(d->onnx_node, "/conv1/Conv");
-    EXPECT_NE(d->message.find("auto_pad 'BOGUS'"), std::string::npos) << d->message;
+    EXPECT_NE(d->message.find(text), std::string::npos) << d->message;
     EXPECT_FALSE(r->ok);
-  }
-  {
-    auto r = conv("NOTSET", 3);
-    ASSERT_TRUE(r.ok());
-    const Diagnostic* d = Find(*r, "AI8X_SHAPE");
-    ASSERT_NE(d, nullptr) << Dump(*r);
-    EXPECT_EQ(d->onnx_node, "/conv1/Conv");
-    EXPECT_NE(d->message.find("bias [3] for 16 output channels"), std::string::npos) << d->message;
-    EXPECT_FALSE(r->ok);
-  }
+  };
+  refused("BOGUS", 0, "AI8X_PAD", "auto_pad 'BOGUS'");
+  refused("NOTSET", 3, "AI8X_SHAPE", "bias [3] for 16 output channels");
 }
 
 TEST(Ai8xPatterns, WideClampMarksOutputWidth32) {

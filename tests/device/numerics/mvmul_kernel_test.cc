@@ -86,6 +86,22 @@ std::string Hex(uint32_t v) {
   return buf;
 }
 
+// Every path against the model over the whole problem (all columns and K, every phase of `fid`),
+// bit for bit; `what` names the case in a failure. Adds the values compared to *compared.
+void ExpectPathsMatchModel(const Problem& pr, MathFidelity fid, bool fp32, Arch arch, const std::vector<uint32_t>& dst,
+                           const std::string& what, size_t* compared) {
+  const int phases = NumPhases(fid);
+  const auto want = Oracle(pr, 0, pr.K, 0, pr.cols, 0, phases, fp32, arch, dst);
+  for (MvmulKernelPath path : Paths()) {
+    UsePath use(path);
+    const auto got = Kernel(pr, fid, 0, pr.K, 0, pr.cols, 0, phases, fp32, arch, dst);
+    for (size_t i = 0; i < want.size(); ++i, ++*compared)
+      ASSERT_EQ(Hex(got[i]), Hex(want[i])) << MvmulKernelPathName(path) << " " << what << " column " << i
+                                           << " fp32_dst=" << fp32 << " arch=" << ArchName(arch)
+                                           << " dst_in=" << Hex(dst[i]);
+  }
+}
+
 uint32_t ParseHex(const nlohmann::json& j) { return static_cast<uint32_t>(std::stoul(j.get<std::string>(), nullptr, 16)); }
 
 SrcFormat ParseFmt(const nlohmann::json& o, const char* key) {
@@ -428,15 +444,7 @@ TEST(MvmulKernelDifferential, ZeroLanePatternsMatchModel) {
     const Arch arch = rng() % 2 ? Arch::kWormholeB0 : Arch::kBlackhole;
     std::vector<uint32_t> dst(static_cast<size_t>(pr.cols));
     for (auto& d : dst) d = RandDst(rng, fp32);
-    const auto want = Oracle(pr, 0, pr.K, 0, pr.cols, 0, NumPhases(fid), fp32, arch, dst);
-    for (MvmulKernelPath path : Paths()) {
-      UsePath use(path);
-      const auto got = Kernel(pr, fid, 0, pr.K, 0, pr.cols, 0, NumPhases(fid), fp32, arch, dst);
-      for (size_t i = 0; i < want.size(); ++i, ++compared)
-        ASSERT_EQ(Hex(got[i]), Hex(want[i])) << MvmulKernelPathName(path) << " case " << it << " column " << i
-                                             << " fp32_dst=" << fp32 << " arch=" << ArchName(arch)
-                                             << " dst_in=" << Hex(dst[i]);
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectPathsMatchModel(pr, fid, fp32, arch, dst, "case " + std::to_string(it), &compared));
   }
   EXPECT_GT(compared, 5000u);
 }
@@ -485,15 +493,8 @@ TEST(MvmulKernelDifferential, ExtremeGroupSumsMatchModel) {
     const MathFidelity fid = kFids[static_cast<size_t>(it % 4)].second;
     for (bool fp32 : {false, true}) {
       for (Arch arch : {Arch::kWormholeB0, Arch::kBlackhole}) {
-        const auto want = Oracle(pr, 0, pr.K, 0, pr.cols, 0, NumPhases(fid), fp32, arch, dst);
-        for (MvmulKernelPath path : Paths()) {
-          UsePath use(path);
-          const auto got = Kernel(pr, fid, 0, pr.K, 0, pr.cols, 0, NumPhases(fid), fp32, arch, dst);
-          for (size_t i = 0; i < want.size(); ++i, ++compared)
-            ASSERT_EQ(Hex(got[i]), Hex(want[i])) << MvmulKernelPathName(path) << " case " << it << " column " << i
-                                                 << " fp32_dst=" << fp32 << " arch=" << ArchName(arch)
-                                                 << " dst_in=" << Hex(dst[i]);
-        }
+        ASSERT_NO_FATAL_FAILURE(
+            ExpectPathsMatchModel(pr, fid, fp32, arch, dst, "case " + std::to_string(it), &compared));
       }
     }
   }
@@ -548,15 +549,10 @@ TEST(MvmulKernelDifferential, GroupTermRoundingAtLargeAlignments) {
         pr.a[static_cast<size_t>(c * 32 + 9)] = a_op(0, e + static_cast<uint32_t>(d), true);
       }
       for (bool fp32 : {false, true}) {
-        const std::vector<uint32_t> dst(3, 0u);
-        const auto want = Oracle(pr, 0, 32, 0, 3, 0, 1, fp32, Arch::kBlackhole, dst);
-        for (MvmulKernelPath path : Paths()) {
-          UsePath use(path);
-          const auto got = Kernel(pr, MathFidelity::kLoFi, 0, 32, 0, 3, 0, 1, fp32, Arch::kBlackhole, dst);
-          for (size_t i = 0; i < 3; ++i, ++compared)
-            ASSERT_EQ(Hex(got[i]), Hex(want[i])) << MvmulKernelPathName(path) << " S " << target << " d " << d
-                                                 << " fp32_dst=" << fp32;
-        }
+        ASSERT_NO_FATAL_FAILURE(ExpectPathsMatchModel(pr, MathFidelity::kLoFi, fp32, Arch::kBlackhole,
+                                                      std::vector<uint32_t>(3, 0u),
+                                                      "S " + std::to_string(target) + " d " + std::to_string(d),
+                                                      &compared));
       }
     }
   }
