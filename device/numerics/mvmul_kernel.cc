@@ -30,26 +30,29 @@ using mvmul_detail::kZeroExpB;
 FpuTerm GroupScalar(const int8_t* acol, int pos, int64_t stride, const PreparedSrcB& b, int64_t q, int p) {
   int lanes[8], n = 0;
   for (unsigned m = b.nz_mask[static_cast<size_t>(q)]; m != 0; m &= m - 1) lanes[n++] = __builtin_ctz(m);
-  const uint32_t* bpair = &b.pair[static_cast<size_t>(((p >> 1) & 1) * b.K)];
+  const uint32_t* bg = b.group[static_cast<size_t>(q)];
+  const uint32_t* bpair = bg + kSrcBPairWord + 8 * ((p >> 1) & 1);
   auto aexp = [&](int64_t k) {
     int16_t e;
     std::memcpy(&e, acol + k * stride + 2 * pos, sizeof e);
     return int32_t{e};
   };
-  auto raw = [&](int64_t k) { return aexp(k) + static_cast<int16_t>(b.exp[static_cast<size_t>(k)]); };
+  // Lane l (0..7) of the group: K index 8q + l.
+  auto raw = [&](int l) { return aexp(q * 8 + l) + static_cast<int16_t>(bg[kSrcBExpWord + l]); };
   int32_t maxraw = INT32_MIN;
-  for (int j = 0; j < n; ++j) maxraw = std::max(maxraw, raw(q * 8 + lanes[j]));
+  for (int j = 0; j < n; ++j) maxraw = std::max(maxraw, raw(lanes[j]));
   FpuTerm t;
   const int32_t G = maxraw + PhaseAdjust(p);
   if (n == 0 || G <= 0) return t;
   int32_t S = 0;
   for (int j = 0; j < n; ++j) {
-    const int64_t k = q * 8 + lanes[j];
-    const int32_t d = std::min(maxraw - raw(k), kMaxAlign);
+    const int l = lanes[j];
+    const int64_t k = q * 8 + l;
+    const int32_t d = std::min(maxraw - raw(l), kMaxAlign);
     const int8_t* ab = acol + k * stride + 64 * (1 + (p & 1)) + 2 * pos;  // (4·slice·s, s)
-    const int32_t P2 = (ab[0] < 0 ? -ab[0] : ab[0]) / 2 * int32_t{static_cast<uint8_t>(bpair[k] & 0xFFu)};  // 2·|P|
+    const int32_t P2 = (ab[0] < 0 ? -ab[0] : ab[0]) / 2 * int32_t{static_cast<uint8_t>(bpair[l] & 0xFFu)};  // 2·|P|
     const int32_t R = (P2 + (1 << d)) >> (d + 1);  // §5.4: (2P + 2^d) >> (d+1)
-    const bool neg = (ab[1] < 0) != (static_cast<int16_t>(b.mult[static_cast<size_t>(k)]) < 0);
+    const bool neg = (ab[1] < 0) != (static_cast<int16_t>(bg[kSrcBMultWord + l]) < 0);
     S += neg ? -R : R;
   }
   t.sign = S < 0 ? 1 : 0;
@@ -185,33 +188,62 @@ Result<PreparedSrcA> PrepareSrcA(const uint32_t* a, int64_t cols, int64_t K, Mat
   return p;
 }
 
-Status PrepareSrcBRow(const uint32_t* b, int64_t K, MathFidelity fid, SrcFormat fmt, PreparedSrcB* out) {
-  if (K <= 0 || K % 32 != 0) return InvalidArgument("PrepareSrcBRow: K = " + std::to_string(K) + " is not a positive multiple of 32");
+Status ShapeSrcBRow(int64_t K, MathFidelity fid, PreparedSrcB* out) {
+  if (K <= 0 || K % 32 != 0) return InvalidArgument("SrcB row: K = " + std::to_string(K) + " is not a positive multiple of 32");
   PreparedSrcB& p = *out;
   p.K = K;
   p.phases = NumPhases(fid);
-  p.variants = p.phases >= 3 ? 2 : 1;
-  p.exp.resize(static_cast<size_t>(K));
-  p.mult.resize(static_cast<size_t>(K));
-  p.pair.resize(static_cast<size_t>(p.variants * K));
+  p.variants = SrcBVariants(fid);
+  p.group.resize(static_cast<size_t>(K / 8));
   p.nz_mask.resize(static_cast<size_t>(K / 8));
+  return Status::Ok();
+}
+
+void PrepareSrcBGroups(const uint32_t* x, int64_t groups, MathFidelity fid, SrcFormat fmt, uint32_t* words,
+                       uint8_t* nz) {
+  const int variants = SrcBVariants(fid);
 #if defined(__x86_64__)
   if (Avx512Active()) {
-    mvmul_detail::PrepareSrcBRowAvx512(b, fmt, &p);
-    return Status::Ok();
+    mvmul_detail::PrepareSrcBGroupsAvx512(x, groups, variants, fmt, words, nz);
+    return;
   }
 #endif
   auto twice = [](uint32_t v16) { return (v16 & 0xFFFFu) * 0x10001u; };
-  std::fill(p.nz_mask.begin(), p.nz_mask.end(), uint8_t{0});
-  for (int64_t k = 0; k < K; ++k) {
-    const uint32_t x = MaskSrcOperand(b[k], fmt);
-    const FpuSlice s0 = SliceB(x, 0);  // a zero operand: exponent 0, slice 0
-    const bool nz = s0.exp != 0;
-    p.exp[k] = twice(nz ? static_cast<uint32_t>(s0.exp) : static_cast<uint32_t>(kZeroExpB));
-    p.mult[k] = twice(s0.sign ? 0xE000u : 0x2000u);  // int16 −0x2000 or 0x2000
-    for (int v = 0; v < p.variants; ++v) p.pair[static_cast<size_t>(v * K + k)] = twice(0x100u | SliceB(x, 2 * v).slice);
-    p.nz_mask[static_cast<size_t>(k / 8)] |= static_cast<uint8_t>(nz << (k & 7));
+  const int64_t gw = SrcBGroupWords(variants);
+  for (int64_t g = 0; g < groups; ++g) {
+    uint32_t* w = words + g * gw;
+    uint8_t m = 0;
+    for (int l = 0; l < 8; ++l) {
+      const uint32_t v = MaskSrcOperand(x[g * 8 + l], fmt);
+      const FpuSlice s0 = SliceB(v, 0);  // a zero operand: exponent 0, slice 0
+      const bool live = s0.exp != 0;
+      w[kSrcBExpWord + l] = twice(live ? static_cast<uint32_t>(s0.exp) : static_cast<uint32_t>(kZeroExpB));
+      w[kSrcBMultWord + l] = twice(s0.sign ? 0xE000u : 0x2000u);  // int16 −0x2000 or 0x2000
+      for (int vi = 0; vi < variants; ++vi) w[kSrcBPairWord + 8 * vi + l] = twice(0x100u | SliceB(v, 2 * vi).slice);
+      m = static_cast<uint8_t>(m | (live ? 1u << l : 0u));
+    }
+    nz[g] = m;
   }
+}
+
+const uint32_t* ZeroSrcBGroup() {
+  static const auto* kZero = [] {
+    static uint32_t w[SrcBGroupWords(2)];
+    uint8_t nz = 0;
+    const uint32_t zeros[8] = {};
+    PrepareSrcBGroups(zeros, 1, MathFidelity::kHiFi4, SrcFormat::kBf16, w, &nz);
+    return w;
+  }();
+  return kZero;
+}
+
+Status PrepareSrcBRow(const uint32_t* b, int64_t K, MathFidelity fid, SrcFormat fmt, PreparedSrcB* out) {
+  KILN_RETURN_IF_ERROR(ShapeSrcBRow(K, fid, out));
+  PreparedSrcB& p = *out;
+  const int64_t gw = SrcBGroupWords(p.variants);
+  p.words.resize(static_cast<size_t>(K / 8 * gw));
+  PrepareSrcBGroups(b, K / 8, fid, fmt, p.words.data(), p.nz_mask.data());
+  for (int64_t q = 0; q < K / 8; ++q) p.group[static_cast<size_t>(q)] = p.words.data() + q * gw;
   return Status::Ok();
 }
 

@@ -33,7 +33,10 @@
 //                   the conv's K order (already or not yet masked), O_pad columns (zero weights in
 //                   padded columns give Dst 0 from 0);
 //   once per row  : PrepareSrcBRow(x, K, fid, b_fmt, &b), x the row's im2col SrcB values in the same
-//                   K order; `b` is per thread and reused, so no allocation per row;
+//                   K order; `b` is per thread and reused, so no allocation per row. Or, where each
+//                   group of 8 K entries reads 8 consecutive channels of one input pixel (or is
+//                   padding), the input image prepared once per conv (PrepareSrcBGroups) and per
+//                   row ShapeSrcBRow plus one pointer per group into it (ZeroSrcBGroup for padding);
 //   per K block   : dst[0 .. O_pad) = 0 (first block / L1 accumulation) or the reloaded partials,
 //                   then RunKBlock(a, b, kb0, kb1, 0, O_pad, fid, fp32_dst, arch, dst.data());
 //                   kb0, kb1 multiples of 32 (a K block is whole 32-deep tiles). Consecutive K
@@ -103,19 +106,40 @@ struct PreparedSrcA {
   size_t bytes() const { return lanes.size() + group_nz.size(); }
 };
 
-/// SrcB operands (one im2col row of activations), prepared once per row. Each per-k value is a
-/// 32-bit word holding its 16-bit value twice, so that a vector path broadcasts it with one
-/// 32-bit broadcast load.
-/// Memory: 4 · (2 + variants) · K + K / 8 bytes (under 17 bytes per K element).
+/// SrcB slice variants prepared for `fid` (v = (phase >> 1) & 1, §5.2): 1 up to HiFi2, else 2.
+inline int SrcBVariants(MathFidelity fid) { return NumPhases(fid) >= 3 ? 2 : 1; }
+
+/// One prepared SrcB group: the 8 operands of K indices 8q .. 8q+7 (§5.4's 8-lane group) as
+/// 8 · (2 + variants) 32-bit words, each holding its 16-bit value twice (so that a vector path
+/// broadcasts it with one 32-bit broadcast load):
+///   words [0, 8)              exponent field (kZeroExpB = −8192 for a zero operand);
+///   words [8, 16)             the rounding multiplier's base 2^13, negated for a negative operand
+///                             (int16 ±0x2000; +0x2000 for a zero one);
+///   words [16 + 8v, 24 + 8v)  per variant v, bytes (slice, 1) of the §5.2 slice magnitude;
+/// and an 8-bit mask, bit l set where lane l's operand is non-zero (§5.3: exponent field not 0).
+inline constexpr int64_t kSrcBExpWord = 0, kSrcBMultWord = 8, kSrcBPairWord = 16;
+constexpr int64_t SrcBGroupWords(int variants) { return 8 * (2 + variants); }
+
+/// SrcB operands (one im2col row of activations) as what the kernel reads: per 8-lane group q of K
+/// a pointer to its prepared words (above) and its mask. The words may live anywhere: in `words`
+/// (PrepareSrcBRow), or, where a conv's K groups are 8 consecutive channels of one input pixel,
+/// in an image of the input prepared once per conv (PrepareSrcBGroups, conv_engine.cc) — a row is
+/// then K/8 pointers, with no im2col copy and no per-row preparation.
+/// Memory: K/8 · 9 bytes, plus 4 · (2 + variants) · K bytes in `words` where PrepareSrcBRow fills it.
+/// Not copyable (`group` may point into `words`); moving keeps the pointers valid.
 struct PreparedSrcB {
   int64_t K = 0;
-  int phases = 0;                ///< NumPhases of the fidelity prepared for
-  int variants = 0;              ///< slice variants (v = (phase >> 1) & 1): 1 up to HiFi2, else 2
-  std::vector<uint32_t> exp;     ///< [K]: exponent field (kZeroExpB = −8192 for a zero operand), twice
-  std::vector<uint32_t> mult;    ///< [K]: the rounding multiplier's base 2^13, negated for a negative
-                                 ///< operand (int16 ±0x2000), twice
-  std::vector<uint32_t> pair;    ///< [variants][K]: bytes (slice, 1) of the §5.2 slice magnitude, twice
-  std::vector<uint8_t> nz_mask;  ///< [K/8]: bit l set where lane l of the group is non-zero
+  int phases = 0;                      ///< NumPhases of the fidelity prepared for
+  int variants = 0;                    ///< SrcBVariants of that fidelity
+  std::vector<const uint32_t*> group;  ///< [K/8]: group q's SrcBGroupWords(variants) words
+  std::vector<uint8_t> nz_mask;        ///< [K/8]: group q's mask
+  std::vector<uint32_t> words;         ///< PrepareSrcBRow's groups
+
+  PreparedSrcB() = default;
+  PreparedSrcB(const PreparedSrcB&) = delete;
+  PreparedSrcB& operator=(const PreparedSrcB&) = delete;
+  PreparedSrcB(PreparedSrcB&&) = default;
+  PreparedSrcB& operator=(PreparedSrcB&&) = default;
 };
 
 /// Bytes PrepareSrcA(·, cols, K, fid, ·) holds (PreparedSrcA::bytes() of the result): 2 · (1 + variants)
@@ -139,9 +163,25 @@ Result<PreparedSrcA> AllocateSrcA(int64_t cols, int64_t K, MathFidelity fid);
 void FillSrcABlocks(const uint32_t* a, SrcFormat fmt, int64_t cb0, int64_t cb1, PreparedSrcA* p);
 
 /// Prepares one activation row `b[0 .. K)` (fp32 patterns; masked to `fmt` here) into `out`,
-/// reusing its buffers (no allocation once they are large enough).
+/// reusing its buffers (no allocation once they are large enough): groups in `words`.
 /// Errors: INVALID_ARGUMENT when K is not a positive multiple of 32.
 Status PrepareSrcBRow(const uint32_t* b, int64_t K, MathFidelity fid, SrcFormat fmt, PreparedSrcB* out);
+
+/// Prepares `groups` SrcB groups from x[0 .. 8 · groups) (fp32 patterns; masked to `fmt` here):
+/// group g from x[8g .. 8g+7] into words[g · SrcBGroupWords(SrcBVariants(fid)) ...] and nz[g].
+/// Groups are independent: disjoint ranges may be prepared on several threads at once.
+void PrepareSrcBGroups(const uint32_t* x, int64_t groups, MathFidelity fid, SrcFormat fmt, uint32_t* words,
+                       uint8_t* nz);
+
+/// The words of a group of 8 zero operands for any fidelity (its mask is 0), for the groups of a
+/// row that read K padding or taps outside the input.
+const uint32_t* ZeroSrcBGroup();
+
+/// Sets out's K, phases and variants for `fid` and sizes `group` and `nz_mask` to K/8, whose
+/// entries the caller then sets: group[q] → SrcBGroupWords(variants) words prepared by
+/// PrepareSrcBGroups (or PrepareSrcBRow) for at least `fid`, nz_mask[q] the mask prepared with them.
+/// Errors: INVALID_ARGUMENT when K is not a positive multiple of 32.
+Status ShapeSrcBRow(int64_t K, MathFidelity fid, PreparedSrcB* out);
 
 /// Runs the fidelity sequence of `fid` over K tiles [k0, k1) for columns [o0, o1):
 /// dst[o − o0] ← the §5.6 MVMUL chain from its current value (Dst patterns in the Dst format: with a

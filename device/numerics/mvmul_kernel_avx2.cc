@@ -45,15 +45,15 @@ struct GroupPrep {
 template <int kRows>
 KILN_AVX2 void PrepGroup(const int8_t* ahalf, const PreparedSrcB& b, int64_t q, unsigned live, GroupPrep* g) {
   constexpr int64_t kStride = 64 * kRows;
-  const int64_t kq = q * 8;
-  const int8_t* ag = ahalf + kq * kStride;
+  const int8_t* ag = ahalf + q * 8 * kStride;
+  const uint32_t* bg = b.group[static_cast<size_t>(q)];
   __m256i raw[8];
   __m256i mr = _mm256_set1_epi16(INT16_MIN);
   int n = 0;
   if (live == 0xFFu) {  // dense: lane j at offset j, unrolled
     for (int j = 0; j < 8; ++j) {
       g->lane[j] = j;
-      raw[j] = _mm256_add_epi16(Load(ag + j * kStride), _mm256_set1_epi32(static_cast<int>(b.exp[static_cast<size_t>(kq + j)])));
+      raw[j] = _mm256_add_epi16(Load(ag + j * kStride), _mm256_set1_epi32(static_cast<int>(bg[kSrcBExpWord + j])));
       mr = _mm256_max_epi16(mr, raw[j]);
     }
     n = 8;
@@ -61,7 +61,7 @@ KILN_AVX2 void PrepGroup(const int8_t* ahalf, const PreparedSrcB& b, int64_t q, 
     for (; live != 0; live &= live - 1, ++n) {
       const int l = __builtin_ctz(live);
       g->lane[n] = l;
-      raw[n] = _mm256_add_epi16(Load(ag + l * kStride), _mm256_set1_epi32(static_cast<int>(b.exp[static_cast<size_t>(kq + l)])));
+      raw[n] = _mm256_add_epi16(Load(ag + l * kStride), _mm256_set1_epi32(static_cast<int>(bg[kSrcBExpWord + l])));
       mr = _mm256_max_epi16(mr, raw[n]);
     }
   }
@@ -72,7 +72,7 @@ KILN_AVX2 void PrepGroup(const int8_t* ahalf, const PreparedSrcB& b, int64_t q, 
     // 0 <= d < 2^15 per int16 lane; (±8192) >> d in each word via two 32-bit arithmetic shifts
     // (counts of 32 or more give the sign): the even word from the sign-extended base, the odd one
     // from the base in the high word, whose spill into the even word the blend drops.
-    const uint32_t m = b.mult[static_cast<size_t>(kq + g->lane[j])];
+    const uint32_t m = bg[kSrcBMultWord + g->lane[j]];
     const __m256i d = _mm256_sub_epi16(mr, raw[j]);
     const __m256i even = _mm256_srav_epi32(_mm256_set1_epi32(static_cast<int16_t>(m & 0xFFFFu)), _mm256_and_si256(d, lo_word));
     const __m256i odd = _mm256_srav_epi32(_mm256_set1_epi32(static_cast<int>(m << 16)), _mm256_srli_epi32(d, 16));
@@ -93,7 +93,7 @@ KILN_AVX2 __m256i LaneR(const int8_t* ag, const uint32_t* bpair, const GroupPrep
 template <int kRows>
 KILN_AVX2 __m256i GroupSum(const int8_t* ahalf, const PreparedSrcB& b, int64_t q, int v, int vb, const GroupPrep& g) {
   const int8_t* ag = ahalf + q * 8 * 64 * kRows;
-  const uint32_t* bpair = &b.pair[static_cast<size_t>(vb * b.K + q * 8)];
+  const uint32_t* bpair = b.group[static_cast<size_t>(q)] + kSrcBPairWord + 8 * vb;
   const int ar = 1 + v;
   __m256i s0 = LaneR<kRows>(ag, bpair, g, 0, ar), s1 = _mm256_setzero_si256();
   int j = 1;

@@ -36,7 +36,7 @@
 //    Dst it rides on the rounding constant, since adding a multiple of 2^16 commutes with clearing
 //    the low 16 bits), and a zero total shows as e = −137 or −150 (float +0), below every non-zero
 //    total's e >= −24.
-// Also here, on the same identities: PrepareSrcBRow's words 16 operands a step, the bias ELWADD of a
+// Also here, on the same identities: PrepareSrcBGroups' words 16 operands a step, the bias ELWADD of a
 // row (§6 as one term of the combine with a zero Dst) and the fast level's Dst rounding of a row.
 // The lanes, the int32 combine and the block loop are in mvmul_kernel_avx512_core.h, compiled here
 // for AVX-512F + BW by target attributes only (no -m flags); mvmul_kernel.cc calls this file only
@@ -130,29 +130,39 @@ KILN_AVX512 void Combine(__m512i E0, __m512i S0, __m512i E1, __m512i S1, DstStat
 
 KILN_AVX512 __m512i Twice(__m512i v) { return _mm512_or_si512(_mm512_slli_epi32(v, 16), v); }  // the low word twice
 
-__attribute__((target(KILN_AVX512_TARGET))) void PrepareSrcBRowAvx512(const uint32_t* b, SrcFormat fmt, PreparedSrcB* out) {
-  PreparedSrcB& p = *out;
-  const int64_t K = p.K;  // a multiple of 32
-  const __m512i keep = _mm512_set1_epi32(static_cast<int>(fmt == SrcFormat::kTf32 ? 0xFFFFE000u : 0xFFFF0000u));
+__attribute__((target(KILN_AVX512_TARGET))) void PrepareSrcBGroupsAvx512(const uint32_t* x, int64_t groups,
+                                                                         int variants, SrcFormat fmt,
+                                                                         uint32_t* words, uint8_t* nz) {
+  const int64_t gw = SrcBGroupWords(variants);
+  const __m512i keep = _mm512_set1_epi32(static_cast<int>(MaskSrcOperand(~0u, fmt)));
   const __m512i ff = _mm512_set1_epi32(0xFF), zero = _mm512_setzero_si512(), one00 = _mm512_set1_epi32(0x100);
-  for (int64_t k = 0; k < K; k += 16) {
-    const __m512i x = _mm512_and_si512(_mm512_loadu_si512(b + k), keep);
-    const __m512i e = _mm512_and_si512(_mm512_srli_epi32(x, 23), ff);
-    const __mmask16 nz = _mm512_test_epi32_mask(e, e);
-    const __m512i sig = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(x, 13), _mm512_set1_epi32(0x3FF)),
+  // Groups g and g + 1 (16 operands) a step, the last one alone where `groups` is odd: each word
+  // kind as 16 values, its low 8 stored into group g and its high 8 into group g + 1.
+  for (int64_t g = 0; g < groups; g += 2) {
+    const bool two = g + 1 < groups;
+    const __m512i x16 = _mm512_and_si512(_mm512_maskz_loadu_epi32(two ? 0xFFFF : 0x00FF, x + 8 * g), keep);
+    const __m512i e = _mm512_and_si512(_mm512_srli_epi32(x16, 23), ff);
+    const __mmask16 live = _mm512_test_epi32_mask(e, e);
+    const __m512i sig = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(x16, 13), _mm512_set1_epi32(0x3FF)),
                                         _mm512_set1_epi32(1024));  // §5.2's significand
-    _mm512_storeu_si512(p.exp.data() + k, Twice(_mm512_mask_mov_epi32(_mm512_set1_epi32(kZeroExpB & 0xFFFF), nz, e)));
-    const __mmask16 neg = nz & _mm512_cmplt_epi32_mask(x, zero);
-    _mm512_storeu_si512(p.mult.data() + k, _mm512_mask_mov_epi32(_mm512_set1_epi32(0x20002000), neg,
-                                                                _mm512_set1_epi32(static_cast<int>(0xE000E000u))));
+    const __mmask16 neg = live & _mm512_cmplt_epi32_mask(x16, zero);
+    uint32_t* w0 = words + g * gw;
+    uint32_t* w1 = w0 + gw;
+    auto put = [&](int64_t off, __m512i v) KILN_AVX512_LAMBDA {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w0 + off), _mm512_castsi512_si256(v));
+      if (two) _mm256_storeu_si256(reinterpret_cast<__m256i*>(w1 + off), _mm512_extracti64x4_epi64(v, 1));
+    };
+    put(kSrcBExpWord, Twice(_mm512_mask_mov_epi32(_mm512_set1_epi32(kZeroExpB & 0xFFFF), live, e)));
+    put(kSrcBMultWord, _mm512_mask_mov_epi32(_mm512_set1_epi32(0x20002000), neg,
+                                             _mm512_set1_epi32(static_cast<int>(0xE000E000u))));
     // SrcB slices (SliceB): phase 0 the top 7 significand bits, phase 2 the low 4 placed high.
-    _mm512_storeu_si512(p.pair.data() + k, Twice(_mm512_mask_or_epi32(one00, nz, one00, _mm512_srli_epi32(sig, 4))));
-    if (p.variants == 2) {
+    put(kSrcBPairWord, Twice(_mm512_mask_or_epi32(one00, live, one00, _mm512_srli_epi32(sig, 4))));
+    if (variants == 2) {
       const __m512i lo4 = _mm512_slli_epi32(_mm512_and_si512(sig, _mm512_set1_epi32(15)), 3);
-      _mm512_storeu_si512(p.pair.data() + K + k, Twice(_mm512_mask_or_epi32(one00, nz, one00, lo4)));
+      put(kSrcBPairWord + 8, Twice(_mm512_mask_or_epi32(one00, live, one00, lo4)));
     }
-    const uint16_t m = nz;
-    std::memcpy(p.nz_mask.data() + k / 8, &m, sizeof m);  // groups k/8 and k/8 + 1, lane l = bit l
+    nz[g] = static_cast<uint8_t>(live);
+    if (two) nz[g + 1] = static_cast<uint8_t>(live >> 8);
   }
 }
 

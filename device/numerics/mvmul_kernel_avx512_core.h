@@ -43,12 +43,13 @@ struct GroupPrep {
   int lane[8];
 };
 
-// The live lanes of the group of K indices kq .. kq+7 at `ag` (`live`: bit l for lane l) at their
-// offsets lane[0 .. n) (lane[j] = j when all 8 are live), and raw[j] = exponent(a) + exponent(b) of
-// lane lane[j] per position; returns n and sets *mr to the maximum of the raw values.
+// The live lanes of a group (SrcA lanes at `ag`, SrcB words at `bg`, mvmul_kernel.h; `live`: bit l
+// for lane l) at their offsets lane[0 .. n) (lane[j] = j when all 8 are live), and raw[j] =
+// exponent(a) + exponent(b) of lane lane[j] per position; returns n and sets *mr to the maximum of
+// the raw values.
 template <int kRows>
-KILN_AVX512 int RawExponents(const int8_t* ag, const PreparedSrcB& b, int64_t kq, unsigned live, __m512i* raw,
-                             int* lane, __m512i* mr) {
+KILN_AVX512 int RawExponents(const int8_t* ag, const uint32_t* bg, unsigned live, __m512i* raw, int* lane,
+                             __m512i* mr) {
   constexpr int64_t kStride = 64 * kRows;
   __m512i m = _mm512_set1_epi16(INT16_MIN);
   int n = 0;
@@ -56,7 +57,7 @@ KILN_AVX512 int RawExponents(const int8_t* ag, const PreparedSrcB& b, int64_t kq
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       lane[j] = j;
-      raw[j] = _mm512_add_epi16(Load(ag + j * kStride), Bcast(b.exp[static_cast<size_t>(kq + j)]));
+      raw[j] = _mm512_add_epi16(Load(ag + j * kStride), Bcast(bg[kSrcBExpWord + j]));
     }
     m = _mm512_max_epi16(_mm512_max_epi16(_mm512_max_epi16(raw[0], raw[1]), _mm512_max_epi16(raw[2], raw[3])),
                          _mm512_max_epi16(_mm512_max_epi16(raw[4], raw[5]), _mm512_max_epi16(raw[6], raw[7])));
@@ -65,7 +66,7 @@ KILN_AVX512 int RawExponents(const int8_t* ag, const PreparedSrcB& b, int64_t kq
     for (; live != 0; live &= live - 1, ++n) {
       const int l = __builtin_ctz(live);
       lane[n] = l;
-      raw[n] = _mm512_add_epi16(Load(ag + l * kStride), Bcast(b.exp[static_cast<size_t>(kq + l)]));
+      raw[n] = _mm512_add_epi16(Load(ag + l * kStride), Bcast(bg[kSrcBExpWord + l]));
       m = _mm512_max_epi16(m, raw[n]);
     }
   }
@@ -73,21 +74,22 @@ KILN_AVX512 int RawExponents(const int8_t* ag, const PreparedSrcB& b, int64_t kq
   return n;
 }
 
-// The rounding multiplier of lane l: s_b·2^(13−d), d = mr − raw (0 <= d < 2^15 per position).
-KILN_AVX512 __m512i Multiplier(const PreparedSrcB& b, int64_t k, __m512i mr, __m512i raw) {
-  return _mm512_srav_epi16(Bcast(b.mult[static_cast<size_t>(k)]), _mm512_sub_epi16(mr, raw));
+// The rounding multiplier of lane l of the group at `bg`: s_b·2^(13−d), d = mr − raw (0 <= d < 2^15
+// per position).
+KILN_AVX512 __m512i Multiplier(const uint32_t* bg, int l, __m512i mr, __m512i raw) {
+  return _mm512_srav_epi16(Bcast(bg[kSrcBMultWord + l]), _mm512_sub_epi16(mr, raw));
 }
 
 template <int kRows>
 KILN_AVX512 void PrepGroup(const int8_t* ablk, const PreparedSrcB& b, int64_t q, unsigned live, GroupPrep* g) {
-  const int64_t kq = q * 8;
+  const uint32_t* bg = b.group[static_cast<size_t>(q)];
   __m512i raw[8];
-  g->n = RawExponents<kRows>(ablk + kq * 64 * kRows, b, kq, live, raw, g->lane, &g->maxraw);
+  g->n = RawExponents<kRows>(ablk + q * 8 * 64 * kRows, bg, live, raw, g->lane, &g->maxraw);
   if (g->n == 8) {
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) g->mult[j] = Multiplier(b, kq + j, g->maxraw, raw[j]);
+    for (int j = 0; j < 8; ++j) g->mult[j] = Multiplier(bg, j, g->maxraw, raw[j]);
   } else {
-    for (int j = 0; j < g->n; ++j) g->mult[j] = Multiplier(b, kq + g->lane[j], g->maxraw, raw[j]);
+    for (int j = 0; j < g->n; ++j) g->mult[j] = Multiplier(bg, g->lane[j], g->maxraw, raw[j]);
   }
 }
 
@@ -104,7 +106,7 @@ template <int kRows>
 KILN_AVX512 __m512i GroupSum(const int8_t* ablk, const PreparedSrcB& b, int64_t q, int v, int vb, const GroupPrep& g,
                              __mmask32 valid) {
   const int8_t* ag = ablk + q * 8 * 64 * kRows;
-  const uint32_t* bp = &b.pair[static_cast<size_t>(vb * b.K + q * 8)];
+  const uint32_t* bp = b.group[static_cast<size_t>(q)] + kSrcBPairWord + 8 * vb;
   const int ar = 1 + v;
   if (g.n == 8) {  // every lane live (dense data): lane j at offset j, fully unrolled
     __m512i s0 = _mm512_add_epi16(LaneR<kRows>(ag, bp, 0, g.mult[0], ar), LaneR<kRows>(ag, bp, 2, g.mult[2], ar));
@@ -151,23 +153,23 @@ KILN_AVX512 Term SinglePhaseTerm(const int8_t* ablk, const PreparedSrcB& b, int6
                                  __m512i nadj16) {
   Term t{};
   if (live == 0) return t;
-  const int64_t kq = q * 8;
-  const int8_t* ag = ablk + kq * 64 * kRows;
-  const uint32_t* bp = &b.pair[static_cast<size_t>(((p >> 1) & 1) * b.K + kq)];
+  const int8_t* ag = ablk + q * 8 * 64 * kRows;
+  const uint32_t* bg = b.group[static_cast<size_t>(q)];
+  const uint32_t* bp = bg + kSrcBPairWord + 8 * ((p >> 1) & 1);
   const int ar = 1 + (p & 1);
   __m512i raw[8], mr;
   int lane[8];
-  const int n = RawExponents<kRows>(ag, b, kq, live, raw, lane, &mr);
+  const int n = RawExponents<kRows>(ag, bg, live, raw, lane, &mr);
   __m512i s0 = _mm512_setzero_si512(), s1 = s0;
   if (n == 8) {  // constant lane offsets
 #pragma GCC unroll 4
     for (int j = 0; j < 8; j += 2) {
-      s0 = _mm512_add_epi16(s0, LaneR<kRows>(ag, bp, j, Multiplier(b, kq + j, mr, raw[j]), ar));
-      s1 = _mm512_add_epi16(s1, LaneR<kRows>(ag, bp, j + 1, Multiplier(b, kq + j + 1, mr, raw[j + 1]), ar));
+      s0 = _mm512_add_epi16(s0, LaneR<kRows>(ag, bp, j, Multiplier(bg, j, mr, raw[j]), ar));
+      s1 = _mm512_add_epi16(s1, LaneR<kRows>(ag, bp, j + 1, Multiplier(bg, j + 1, mr, raw[j + 1]), ar));
     }
   } else {
     for (int j = 0; j < n; ++j) {
-      const __m512i R = LaneR<kRows>(ag, bp, lane[j], Multiplier(b, kq + lane[j], mr, raw[j]), ar);
+      const __m512i R = LaneR<kRows>(ag, bp, lane[j], Multiplier(bg, lane[j], mr, raw[j]), ar);
       if (j & 1) s1 = _mm512_add_epi16(s1, R);
       else s0 = _mm512_add_epi16(s0, R);
     }

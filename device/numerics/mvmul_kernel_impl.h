@@ -1,5 +1,5 @@
 // Internal to device/numerics/mvmul_kernel*.cc: the four implementations of RunKBlockPhases, and
-// the AVX-512 forms of PrepareSrcBRow and ElwaddRow, behind the dispatch in mvmul_kernel.cc.
+// the AVX-512 forms of PrepareSrcBGroups and ElwaddRow, behind the dispatch in mvmul_kernel.cc.
 // Arguments are already validated there (see mvmul_kernel.h).
 // Section numbers (§) cite docs/specs/tt-numerics.md.
 #pragma once
@@ -35,8 +35,9 @@ void RunScalar(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t
 #if defined(__x86_64__)
 void RunAvx2(const PreparedSrcA& a, const PreparedSrcB& b, int64_t k0, int64_t k1, int64_t o0, int64_t o1, int p0,
              int p1, bool fp32_dst, Arch arch, uint32_t* dst);
-/// PrepareSrcBRow's per-k words and group masks (out's buffers already sized), 16 operands per step.
-void PrepareSrcBRowAvx512(const uint32_t* b, SrcFormat fmt, PreparedSrcB* out);
+/// PrepareSrcBGroups (`variants` = SrcBVariants(fid)), two groups (16 operands) per step.
+void PrepareSrcBGroupsAvx512(const uint32_t* x, int64_t groups, int variants, SrcFormat fmt, uint32_t* words,
+                             uint8_t* nz);
 /// FillSrcABlocks with a block's 32 columns gathered per k, 16 per step (32 · K < 2^31: the gather's
 /// int32 offsets).
 void FillSrcABlocksAvx512(const uint32_t* a, SrcFormat fmt, int64_t cb0, int64_t cb1, PreparedSrcA* out);

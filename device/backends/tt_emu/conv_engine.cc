@@ -29,8 +29,9 @@ namespace nx = kiln::numerics;
 namespace {
 
 std::atomic<int64_t> g_max_prepared_bytes{0};  // 0: kMaxPreparedSrcABytes
-thread_local std::vector<uint32_t> t_scratch[3];  // ScratchBuffer's cache, by ScratchSlot
+thread_local std::vector<uint32_t> t_scratch[4];  // ScratchBuffer's cache, by ScratchSlot
 std::atomic<bool> g_fuse_blocks{true};          // SetFuseExactKBlocksForTesting
+std::atomic<bool> g_srcb_image{true};           // SetSrcBImageForTesting
 
 Status MatmulF32(const dnnl::engine& eng, dnnl::stream& strm, const float* src, int64_t M, int64_t Kb, int64_t lda,
                  const float* wei, int64_t N, int64_t ldw_k, float* dst) {
@@ -177,6 +178,15 @@ struct KRun {
   int64_t off;       // (i·dh·W + j·dw)·C + c0: the source's offset from the row's pixel in xdev_
 };
 
+// A group of 8 K entries (§5.4's 8-lane group, numerics::PreparedSrcB) that reads 8 consecutive
+// channels of one tap, for the exact level's SrcB image (Engine::PrepareSrcBImage): channel group
+// cg (channels 8·cg .. 8·cg + 7, those past C zero in the image) of tap (i, j); i = −1 for a group
+// of K padding.
+struct KGroup {
+  int32_t i, j, cg;
+  int64_t off;  // (i·dh·W + j·dw)·C8 + cg: the group's offset in groups from the row's pixel
+};
+
 // Im2colRow's copies for a row whose taps all fall inside the input: out[run.k0 + i] =
 // base[run.off + i] & keep, where `keep` changes no value: the SrcB operand mask where the image
 // holds SrcB operands already (Prepare), all ones where the row is tilized afterwards. The AND
@@ -242,6 +252,25 @@ class Engine {
     // Each run's source relative to the row's pixel (y0, x0) = (oy·sh − pt, ox·sw − pl) in an NHWC
     // image: rows whose taps all fall inside the input (Im2colRow's fast path) copy from there.
     for (KRun& r : runs_) r.off = (r.i * g.dh * g.W + r.j * g.dw) * g.C + r.c0;
+    // The exact level reads SrcB through the prepared image (PrepareSrcBImage) where every group of
+    // 8 K entries is padding or 8 consecutive channels of one tap: each run starts a group and a
+    // channel group, and one that ends inside a group ends at the pixel's last channel (the rest
+    // of the group is the image's zero channels past C, as the im2col row's K padding is zero).
+    // The per-element tilize makes the operands a function of the pixel alone; a bfp act dtype's
+    // per-row tilize does not.
+    const int64_t C8 = (g.C + 7) / 8;
+    srcb_image_ = level_ == EmuLevel::kExact && !per_row_tilize_;
+    kgroups_.assign(static_cast<size_t>(K_ / 8), KGroup{-1, -1, 0, 0});
+    for (const KRun& r : runs_) {
+      if (r.k0 % 8 != 0 || r.c0 % 8 != 0 || (r.len % 8 != 0 && r.c0 + r.len != g.C)) srcb_image_ = false;
+      for (int64_t q = r.k0 / 8; q < (r.k0 + r.len + 7) / 8 && q < K_ / 8; ++q) {
+        const int32_t cg = static_cast<int32_t>(r.c0 / 8 + (q - r.k0 / 8));
+        kgroups_[static_cast<size_t>(q)] = KGroup{r.i, r.j, cg, (r.i * g.dh * g.W + r.j * g.dw) * C8 + cg};
+      }
+    }
+    const int64_t image_bytes =
+        g.N * g.H * g.W * C8 * (nx::SrcBGroupWords(nx::SrcBVariants(fid_)) * 4 + 1);
+    if (image_bytes > kMaxSrcBImageBytes || !g_srcb_image.load(std::memory_order_relaxed)) srcb_image_ = false;
   }
 
   // The choices of the act tilize for this conv (TilizeValue).
@@ -347,6 +376,7 @@ class Engine {
   nx::SrcFormat a_fmt() const { return SrcFmtOf(wdt_, fp32_dst_); }
   nx::SrcFormat b_fmt() const { return SrcFmtOf(act_dt_, fp32_dst_); }
   double fast_sums_seconds() const { return fast_sums_s_; }
+  bool srcb_image() const { return srcb_image_; }
 
   // im2col of output row m in the program's K order: SrcB operands (padding and spatial padding
   // give zeros). With a per-row tilize the bfp groups are 16 consecutive K entries.
@@ -418,6 +448,7 @@ class Engine {
     const int64_t per_blk = nx::PreparedSrcABytes(kBlk, K_, fid_);
     const int64_t limit = g_max_prepared_bytes.load(std::memory_order_relaxed);
     const int64_t chunk = std::max<int64_t>(kBlk, (limit > 0 ? limit : kMaxPreparedSrcABytes) / per_blk * kBlk);
+    if (srcb_image_) PrepareSrcBImage(threads);
     for (int64_t c0 = 0; c0 < g.O; c0 += chunk) {
       const int64_t c1 = std::min(c0 + chunk, g.O_pad);
       auto pa = nx::AllocateSrcA(c1 - c0, K_, fid_);
@@ -449,8 +480,10 @@ class Engine {
     // pack, reload and kernel entry.
     const bool fuse = PartialsRoundTripExact() && g_fuse_blocks.load(std::memory_order_relaxed);
     const int64_t runs = fuse ? 1 : nb;
-    std::vector<uint32_t, AlignedAllocator<uint32_t, 64>> xrow(static_cast<size_t>(K_));  // see CopyRuns
+    std::vector<uint32_t, AlignedAllocator<uint32_t, 64>> xrow(srcb_image_ ? 0 : static_cast<size_t>(K_));  // see CopyRuns
     std::vector<nx::PreparedSrcB> pb(kRowTile);  // buffers reused tile to tile
+    if (srcb_image_)
+      for (nx::PreparedSrcB& b : pb) KILN_RETURN_IF_ERROR(ShapeSrcBRow(&b));
     std::vector<uint32_t> dst(static_cast<size_t>(kRowTile * nc)), part(dst.size()), l1(dst.size()), fin(dst.size()),
         btile(dst.size());
     for (int64_t r = 0; r < kRowTile; ++r) std::copy(&bdev_[c0], &bdev_[c0] + nc, &btile[r * nc]);  // bias per row
@@ -458,6 +491,10 @@ class Engine {
       if (cancel && ((m0 - m_begin) % 64) == 0) KILN_RETURN_IF_ERROR(cancel->Check());
       const int64_t T = std::min(kRowTile, m_end - m0);
       for (int64_t r = 0; r < T; ++r) {
+        if (srcb_image_) {
+          GatherSrcBRow(m0 + r, &pb[static_cast<size_t>(r)]);
+          continue;
+        }
         Im2colRow(m0 + r, xrow.data());
         KILN_RETURN_IF_ERROR(nx::PrepareSrcBRow(xrow.data(), K_, fid_, b_fmt(), &pb[static_cast<size_t>(r)]));
       }
@@ -490,6 +527,79 @@ class Engine {
         std::copy(&fin[r * nc], &fin[r * nc] + live, out->begin() + (m0 + r) * g.O + c0);
     }
     return Status::Ok();
+  }
+
+  // The exact level's SrcB operands of the whole input, prepared once per call: per pixel (NHWC
+  // order) C8 = ⌈C/8⌉ groups of 8 channels (numerics::PrepareSrcBGroups; channels past C zero), their
+  // words in srcb_words_ and masks in srcb_nz_. A conv reads each pixel in kh·kw rows, so this
+  // prepares each operand once instead of per im2col row, and a row is K/8 pointers into it
+  // (GatherSrcBRow): c64 exact LoFi spent a quarter of its time on the im2col copies and the per-row
+  // preparation (bench/tt_emu/RESULTS.md, tenth pass).
+  void PrepareSrcBImage(int threads) {
+    const EmuGeometry& g = g_;
+    const int64_t C8 = (g.C + 7) / 8, pixels = g.N * g.H * g.W, groups = pixels * C8;
+    const int64_t gw = nx::SrcBGroupWords(nx::SrcBVariants(fid_));
+    // One buffer: the words, then the masks (a byte per group).
+    srcb_buf_.v.resize(static_cast<size_t>(groups * gw + (groups + 3) / 4));
+    srcb_words_ = srcb_buf_.v.data();
+    srcb_nz_ = reinterpret_cast<uint8_t*>(srcb_words_ + groups * gw);
+    constexpr int64_t kPix = 64;  // pixels per step where channels are padded (through an L1 buffer)
+    (void)Parallel(0, pixels, C8 * 8 * 8, threads, [&](int64_t p0, int64_t p1) {
+      if (g.C % 8 == 0) {  // the image's pixels are whole groups already
+        nx::PrepareSrcBGroups(&xdev_[static_cast<size_t>(p0 * g.C)], (p1 - p0) * C8, fid_, b_fmt(),
+                              srcb_words_ + p0 * C8 * gw, srcb_nz_ + p0 * C8);
+        return Status::Ok();
+      }
+      std::vector<uint32_t> pad(static_cast<size_t>(kPix * C8 * 8), 0u);  // channels past C stay 0
+      for (int64_t a = p0; a < p1; a += kPix) {
+        const int64_t n = std::min(kPix, p1 - a);
+        for (int64_t i = 0; i < n; ++i)
+          std::copy_n(&xdev_[static_cast<size_t>((a + i) * g.C)], g.C, &pad[static_cast<size_t>(i * C8 * 8)]);
+        nx::PrepareSrcBGroups(pad.data(), n * C8, fid_, b_fmt(), srcb_words_ + a * C8 * gw, srcb_nz_ + a * C8);
+      }
+      return Status::Ok();
+    });
+  }
+
+  // A row's SrcB for GatherSrcBRow: K/8 groups, those of K padding the zero group (never changed).
+  Status ShapeSrcBRow(nx::PreparedSrcB* pb) const {
+    KILN_RETURN_IF_ERROR(nx::ShapeSrcBRow(K_, fid_, pb));
+    std::fill(pb->group.begin(), pb->group.end(), nx::ZeroSrcBGroup());
+    std::fill(pb->nz_mask.begin(), pb->nz_mask.end(), uint8_t{0});
+    return Status::Ok();
+  }
+
+  // Output row m's SrcB operands as pointers into the prepared image (Im2colRow's taps), into a
+  // row shaped by ShapeSrcBRow: a group of a tap outside the input reads the zero group.
+  void GatherSrcBRow(int64_t m, nx::PreparedSrcB* pb) const {
+    const EmuGeometry& g = g_;
+    const int64_t C8 = (g.C + 7) / 8, gw = nx::SrcBGroupWords(pb->variants);
+    const int64_t n = m / (g.OH * g.OW), r = m % (g.OH * g.OW), oy = r / g.OW, ox = r % g.OW;
+    const int64_t y0 = oy * g.sh - g.pt, x0 = ox * g.sw - g.pl;
+    const uint32_t* __restrict words = srcb_words_;
+    const uint8_t* __restrict nz = srcb_nz_;
+    const uint32_t** __restrict group = pb->group.data();
+    uint8_t* __restrict mask = pb->nz_mask.data();
+    const KGroup* kg = kgroups_.data();
+    const int64_t ng = static_cast<int64_t>(kgroups_.size());
+    if (y0 >= 0 && y0 + (g.kh - 1) * g.dh < g.H && x0 >= 0 && x0 + (g.kw - 1) * g.dw < g.W) {
+      // Every tap inside the input (most rows): the row's pixel plus each group's offset.
+      const int64_t base = ((n * g.H + y0) * g.W + x0) * C8;
+      for (int64_t q = 0; q < ng; ++q) {
+        if (kg[q].i < 0) continue;
+        group[q] = words + (base + kg[q].off) * gw;
+        mask[q] = nz[base + kg[q].off];
+      }
+      return;
+    }
+    for (int64_t q = 0; q < ng; ++q) {
+      if (kg[q].i < 0) continue;
+      const int64_t y = y0 + kg[q].i * g.dh, xx = x0 + kg[q].j * g.dw;
+      const bool in = y >= 0 && y < g.H && xx >= 0 && xx < g.W;
+      const int64_t idx = ((n * g.H + y) * g.W + xx) * C8 + kg[q].cg;
+      group[q] = in ? words + idx * gw : nx::ZeroSrcBGroup();
+      mask[q] = in ? nz[idx] : uint8_t{0};
+    }
   }
 
   // Whether packing Dst to the partials CB and reloading it (BlockEnd, then BlockStart of the next
@@ -816,6 +926,8 @@ class Engine {
   int64_t K_ = 0;
   std::vector<int32_t> ki_, kj_, kc_;  // per K index: kernel row, column (−1 = padding), channel
   std::vector<KRun> runs_;
+  std::vector<KGroup> kgroups_;  // per group of 8 K entries (K/8), where srcb_image_
+  bool srcb_image_ = false;      // the exact level reads SrcB from the image (PrepareSrcBImage)
   bool fp32_dst_ = false, l1acc_ = false, tf32_reload_ = true, precise_ = false, per_row_tilize_ = false;
   bool has_bias_ = false;
   double fast_sums_s_ = 0;
@@ -828,6 +940,9 @@ class Engine {
   ScratchBuffer xbuf_{ScratchSlot::kActivations}, wbuf_{ScratchSlot::kWeights};
   std::vector<uint32_t>& xdev_ = xbuf_.v;  // device images (Prepare)
   std::vector<uint32_t>& wdev_ = wbuf_.v;
+  ScratchBuffer srcb_buf_{ScratchSlot::kSrcBImage};
+  uint32_t* srcb_words_ = nullptr;  // PrepareSrcBImage's words and masks, in srcb_buf_
+  uint8_t* srcb_nz_ = nullptr;
   std::vector<uint32_t> bdev_;
 };
 
@@ -847,13 +962,18 @@ void SetMaxPreparedSrcABytesForTesting(int64_t bytes) { g_max_prepared_bytes.sto
 
 void SetFuseExactKBlocksForTesting(bool fuse) { g_fuse_blocks.store(fuse, std::memory_order_relaxed); }
 
+void SetSrcBImageForTesting(bool use) { g_srcb_image.store(use, std::memory_order_relaxed); }
+
 Status RunConvProgram(const EmuGeometry& g, const ConvProgram& program, const PrecisionConfig& precision,
                       Activation activation, EmuLevel level, const float* x, const float* w, const float* bias,
                       const CancelToken* cancel, int threads, std::vector<uint32_t>* out, EmuStats* stats) {
   Engine eng(g, program, precision, activation, level);
   eng.Prepare(x, w, bias, threads);
   KILN_RETURN_IF_ERROR(eng.Run(cancel, threads, out));
-  if (stats) stats->fast_matmul_seconds = eng.fast_sums_seconds();
+  if (stats) {
+    stats->fast_matmul_seconds = eng.fast_sums_seconds();
+    stats->srcb_image = eng.srcb_image();
+  }
   return Status::Ok();
 }
 

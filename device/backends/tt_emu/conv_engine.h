@@ -50,16 +50,26 @@ void SetMaxPreparedSrcABytesForTesting(int64_t bytes);
 /// and reload the partials between blocks, also where that round trip is exact and skipped (the
 /// default, true); the outputs must not differ by a bit.
 void SetFuseExactKBlocksForTesting(bool fuse);
+/// The exact level's SrcB operands are prepared once per call for the whole input (per pixel, 8
+/// channels a group: numerics::PrepareSrcBGroups) where the K layout allows (every 8 K entries
+/// padding or consecutive channels of one tap) and the act tilize is per element. This bounds
+/// that image (bytes: N·H·W·⌈C/8⌉ · (4 · numerics::SrcBGroupWords + 1), 97 bytes per 8 input
+/// channels up to HiFi2, 129 from HiFi3: 640×640×3 takes 53 MB, 160×160×128 51 MB); a larger
+/// input prepares each im2col row instead (numerics::PrepareSrcBRow), the same bits.
+inline constexpr int64_t kMaxSrcBImageBytes = int64_t{128} << 20;
+/// Tests: false makes the exact level prepare every im2col row (no SrcB image); true (the
+/// default) restores the image; the outputs must not differ by a bit.
+void SetSrcBImageForTesting(bool use);
 
 /// Per-thread buffers reused across conv calls (the engine's device images and output rows), so that
 /// a run of convs reuses pages instead of faulting in (and zeroing) fresh ones on every call: a
 /// ScratchBuffer takes slot `slot`'s vector from the calling thread's cache (empty the first time,
 /// or while another ScratchBuffer on this thread holds it) and gives it back when destroyed, where
 /// it is kept only up to kScratchKeepBytes of capacity (larger ones are freed), so a thread that has
-/// run convs holds at most 3 · kScratchKeepBytes (24 MB). Contents are unspecified on taking: every
+/// run convs holds at most 4 · kScratchKeepBytes (32 MB). Contents are unspecified on taking: every
 /// user assigns, or resizes and then writes every element.
 inline constexpr int64_t kScratchKeepBytes = int64_t{8} << 20;
-enum class ScratchSlot { kOutput, kActivations, kWeights };
+enum class ScratchSlot { kOutput, kActivations, kWeights, kSrcBImage };
 struct ScratchBuffer {
   explicit ScratchBuffer(ScratchSlot slot);
   ~ScratchBuffer();
@@ -82,6 +92,7 @@ struct EmuGeometry {
 /// Errors: CANCELLED / DEADLINE_EXCEEDED (checked per row block), INTERNAL (oneDNN, fast level).
 struct EmuStats {
   double fast_matmul_seconds = 0;
+  bool srcb_image = false;  ///< the exact level read SrcB from the prepared image (kMaxSrcBImageBytes)
 };
 Status RunConvProgram(const EmuGeometry& g, const ConvProgram& program, const PrecisionConfig& precision,
                       Activation activation, EmuLevel level, const float* x, const float* w, const float* bias,

@@ -160,6 +160,10 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
     auto secs = [](auto a, auto b) { return std::to_string(std::chrono::duration<double>(b - a).count()); };
     report->notes.emplace_back("run_s", secs(t_run, t_done));
     if (level == EmuLevel::kFast) report->notes.emplace_back("fast_matmul_s", std::to_string(stats.fast_matmul_seconds));
+    // Where the exact level's SrcB operands came from (conv_engine.h kMaxSrcBImageBytes): "image",
+    // prepared once per input pixel, or "rows", prepared per im2col row.
+    if (level == EmuLevel::kExact && program->path != ConvProgramPath::kDepthwise2d)
+      report->notes.emplace_back("exact_srcb", stats.srcb_image ? "image" : "rows");
   }
   return result;
 }

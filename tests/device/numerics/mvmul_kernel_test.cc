@@ -604,6 +604,67 @@ TEST(MvmulKernelThreads, SplitOverThreadsIsBitIdentical) {
   }
 }
 
+// A row read through group pointers (ShapeSrcBRow + PrepareSrcBGroups, as the conv engine's SrcB
+// image does: groups prepared in another order, elsewhere, some pointing at ZeroSrcBGroup) gives
+// the model's results on every path, as PrepareSrcBRow's own storage does. The groups are prepared
+// in odd counts, so the AVX-512 preparation's single-group step runs; its words and masks equal
+// the scalar preparation's (tf32 and bf16 operands, every fidelity's variants).
+TEST(MvmulKernelSrcBGroups, PointersIntoAnImageMatchModel) {
+  std::mt19937 rng(707);
+  size_t compared = 0;
+  for (auto [fname, fid] : kFids) {
+    for (SrcFormat bf : {SrcFormat::kBf16, SrcFormat::kTf32}) {
+      Problem pr;
+      pr.cols = 40;
+      pr.K = 96;
+      pr.b_fmt = bf;
+      pr.a.resize(static_cast<size_t>(pr.cols * pr.K));
+      for (auto& v : pr.a) v = RandOperand(rng, 0.1);
+      pr.b.resize(static_cast<size_t>(pr.K));
+      for (auto& v : pr.b) v = RandOperand(rng, 0.2);
+      for (int64_t k = 32; k < 40; ++k) pr.b[static_cast<size_t>(k)] = 0;  // group 4: read as the zero group
+      // The image: the row's groups in reverse order after one unrelated group, prepared 3 + 9 + 1
+      // groups at a time (odd counts), on the active path and on the scalar one.
+      const int64_t G = pr.K / 8, gw = SrcBGroupWords(SrcBVariants(fid));
+      std::vector<uint32_t> src(static_cast<size_t>(8 * (G + 1)));
+      for (int64_t q = 0; q < G; ++q)
+        std::copy_n(&pr.b[static_cast<size_t>(8 * q)], 8, &src[static_cast<size_t>(8 * (G - q))]);
+      for (int l = 0; l < 8; ++l) src[static_cast<size_t>(l)] = RandOperand(rng, 0.0);
+      std::vector<uint32_t> words(static_cast<size_t>((G + 1) * gw)), scalar_words(words.size());
+      std::vector<uint8_t> nz(static_cast<size_t>(G + 1)), scalar_nz(nz.size());
+      for (auto [g0, n] : {std::pair<int64_t, int64_t>{0, 3}, {3, 9}, {12, 1}})
+        PrepareSrcBGroups(&src[static_cast<size_t>(8 * g0)], n, fid, bf, &words[static_cast<size_t>(g0 * gw)],
+                          &nz[static_cast<size_t>(g0)]);
+      {
+        UsePath use(MvmulKernelPath::kScalar);
+        PrepareSrcBGroups(src.data(), G + 1, fid, bf, scalar_words.data(), scalar_nz.data());
+      }
+      ASSERT_EQ(words, scalar_words) << fname;
+      ASSERT_EQ(nz, scalar_nz) << fname;
+      ASSERT_EQ(nz[static_cast<size_t>(G - 4)], 0) << "the zero group's mask";
+      PreparedSrcB b;
+      ASSERT_TRUE(ShapeSrcBRow(pr.K, fid, &b).ok());
+      for (int64_t q = 0; q < G; ++q) {
+        b.group[static_cast<size_t>(q)] = q == 4 ? ZeroSrcBGroup() : &words[static_cast<size_t>((G - q) * gw)];
+        b.nz_mask[static_cast<size_t>(q)] = nz[static_cast<size_t>(G - q)];
+      }
+      const int phases = NumPhases(fid);
+      const std::vector<uint32_t> dst(static_cast<size_t>(pr.cols), 0u);
+      const auto want = Oracle(pr, 0, pr.K, 0, pr.cols, 0, phases, false, Arch::kWormholeB0, dst);
+      for (MvmulKernelPath path : Paths()) {
+        UsePath use(path);
+        auto got = dst;
+        ASSERT_TRUE(RunKBlock(*PrepareSrcA(pr.a.data(), pr.cols, pr.K, fid, pr.a_fmt), b, 0, pr.K, 0, pr.cols, fid,
+                              false, Arch::kWormholeB0, got.data())
+                        .ok());
+        for (size_t i = 0; i < want.size(); ++i, ++compared)
+          ASSERT_EQ(Hex(got[i]), Hex(want[i])) << MvmulKernelPathName(path) << " " << fname << " column " << i;
+      }
+    }
+  }
+  EXPECT_EQ(compared, Paths().size() * 4 * 2 * 40);
+}
+
 // ElwaddRow (the conv's bias add over a row) against the scalar model numerics::Elwadd on every
 // path: operand exponent edges (zeros, denormals, exponents 1, 2, 254, 255), equal magnitudes of
 // both signs (cancellation to 0), both operand formats, both Dst formats, both archs, row lengths

@@ -585,6 +585,71 @@ TEST(TtEmuExact, PreparedWeightChunksDoNotChangeABit) {
   EXPECT_EQ(compared, 8);
 }
 
+// The exact level's SrcB image (conv_engine.h kMaxSrcBImageBytes: operands prepared once per input
+// pixel, a row read as pointers into it) gives the bits the per-row im2col preparation gives:
+// channels a multiple of 8 and not (Cin = 3 and 12: groups that end in the image's zero
+// channels), stride, dilation, groups, a 1×1 conv, a batch of 2, border rows (padding), an fp32
+// input with an fp32 Dst (Tf32 operands), every fidelity, one and two threads. A bfp8 input is
+// tilized per row, so it reads rows either way. The report's note says which source ran.
+TEST(TtEmuExact, SrcBImageMatchesPerRowPreparation) {
+  struct Case {
+    const char* name;
+    int64_t N, C, O, H, W, k, s, dil, group, pad;
+    MF fid;
+    DT in;
+    bool fp32;
+    bool image;  // whether the image applies
+  };
+  const Case cases[] = {
+      {"c64 3x3", 1, 64, 40, 9, 9, 3, 1, 1, 1, 1, MF::kLoFi, kBf16, false, true},
+      {"cin3 7x7 s2", 1, 3, 32, 13, 11, 7, 2, 1, 1, 3, MF::kHiFi4, kBf16, false, true},
+      {"cin12 d2 n2", 2, 12, 24, 8, 8, 3, 1, 2, 1, 2, MF::kHiFi2, kBf16, false, true},
+      {"grouped", 1, 40, 40, 7, 7, 3, 1, 1, 4, 1, MF::kHiFi3, kBf16, false, true},
+      {"1x1 s2", 1, 32, 48, 10, 10, 1, 2, 1, 1, 0, MF::kLoFi, kBf16, false, true},
+      {"fp32 in", 1, 16, 32, 6, 6, 3, 1, 1, 1, 1, MF::kHiFi4, kFp32, true, true},
+      {"bfp8 in", 1, 32, 32, 6, 6, 3, 1, 1, 1, 1, MF::kHiFi2, kBfp8, false, false},
+  };
+  std::mt19937 rng(31);
+  auto source = [](const OpReport& r) {
+    for (const auto& [k, v] : r.notes)
+      if (k == "exact_srcb") return v;
+    return std::string("none");
+  };
+  int compared = 0;
+  for (const Case& c : cases) {
+    Tensor x = MakeTensor({c.N, c.C, c.H, c.W}, RandBf16(c.N * c.C * c.H * c.W, rng));
+    Tensor w = MakeTensor({c.O, c.C / c.group, c.k, c.k}, RandBf16(c.O * (c.C / c.group) * c.k * c.k, rng));
+    Tensor b = MakeTensor({c.O}, RandBf16(c.O, rng, 4.0f));
+    Conv2dParams cp;
+    cp.strides = {c.s, c.s};
+    cp.dilations = {c.dil, c.dil};
+    cp.group = c.group;
+    cp.pads = {c.pad, c.pad, c.pad, c.pad};
+    cp.activation = Activation::kRelu;
+    PrecisionConfig p;
+    p.math_fidelity = c.fid;
+    p.input_dtype = c.in;
+    p.fp32_dest_acc_en = c.fp32;
+    for (int threads : {1, 2}) {
+      OpReport img_rep, row_rep;
+      auto img = tt_emu::Conv2d(x, w, &b, cp, p, tt_emu::EmuLevel::kExact, nullptr, &img_rep, threads);
+      tt_emu::SetSrcBImageForTesting(false);
+      auto rows = tt_emu::Conv2d(x, w, &b, cp, p, tt_emu::EmuLevel::kExact, nullptr, &row_rep, threads);
+      tt_emu::SetSrcBImageForTesting(true);
+      ASSERT_TRUE(img.ok()) << c.name << ": " << img.status().ToString();
+      ASSERT_TRUE(rows.ok()) << c.name << ": " << rows.status().ToString();
+      EXPECT_EQ(source(img_rep), c.image ? "image" : "rows") << c.name;
+      EXPECT_EQ(source(row_rep), "rows") << c.name;
+      ASSERT_EQ(img->num_elements(), rows->num_elements());
+      for (int64_t i = 0; i < img->num_elements(); ++i)
+        ASSERT_EQ(nx::FloatBits(img->data<float>()[i]), nx::FloatBits(rows->data<float>()[i]))
+            << c.name << " threads=" << threads << " i=" << i;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 14);
+}
+
 // K blocks fused into one kernel call (the fast level: Dst kept between blocks) where the
 // partials' pack and reload give Dst back unchanged (conv_engine.cc PartialsRoundTripExact: bf16 Dst
 // with bf16 or fp32 partials, fp32 Dst with fp32 partials reloaded losslessly) give the bits the
