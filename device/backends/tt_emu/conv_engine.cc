@@ -17,6 +17,7 @@
 
 #include "common/memory.h"
 #include "device/backends/tt_emu/device_formats.h"
+#include "device/backends/tt_emu/transpose.h"
 #include "device/numerics/formats.h"
 #include "device/numerics/fpu.h"
 #include "device/numerics/mvmul_kernel.h"
@@ -128,7 +129,7 @@ struct TilizeChoice {
 
 // n pixels of C channels through the pipeline: x[c * plane + i] (NCHW) into dst[i * C + c]
 // (NHWC), through tmp[c * n + i] (C · n values): contiguous reads and conversion first, then the
-// transposition from L1. Compiled for AVX-512 and AVX2 besides the baseline (GCC function
+// transposition from L1 (Transpose32). Compiled for AVX-512 and AVX2 besides the baseline (GCC function
 // multiversioning, chosen once when the program loads); integer selects and moves only, so every
 // clone gives the same bits.
 __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) void ConvertActivationTile(
@@ -146,11 +147,7 @@ __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) void Convert
       d[i] = TilizeValue(HostConvertValue(u, in_dt), t);
     }
   }
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t* d = dst + i * C;
-#pragma omp simd
-    for (int64_t c = 0; c < C; ++c) d[c] = tmp[c * n + i];
-  }
+  Transpose32(tmp, C, n, n, dst, C);
 }
 
 // The weights of one output channel in the program's K order, for a weights dtype converted

@@ -17,6 +17,7 @@
 #include "device/backends/tt_emu/conv_engine.h"
 #include "device/backends/tt_emu/depthwise_engine.h"
 #include "device/backends/tt_emu/program.h"
+#include "device/backends/tt_emu/transpose.h"
 
 namespace kiln::device::tt_emu {
 
@@ -35,18 +36,8 @@ Result<EmuLevel> ParseEmuLevel(const std::string& name) {
 namespace {
 
 // Pixels [0, n) of O patterns each (src[s * O + o]) into O channel runs of the NCHW output,
-// dst[o * P + s]: the transposition read from a tile in L1, each channel's run stored as one vector
-// where AVX-512 or AVX2 is there (GCC function multiversioning; moves only, every clone the same;
-// c64's 3136 x 64 output, one thread, hot: 35–39 µs against 55–57 for the scalar loop).
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) void TransposeTile(const uint32_t* __restrict src,
-                                                                                    int64_t n, int64_t O, int64_t P,
-                                                                                    float* __restrict dst) {
-  for (int64_t o = 0; o < O; ++o) {
-    float* d = dst + o * P;
-#pragma omp simd
-    for (int64_t s = 0; s < n; ++s) d[s] = nx::BitsFloat(src[s * O + o]);
-  }
-}
+// dst[o * P + s] (transpose.h: 16×16 blocks in registers on AVX-512).
+void TransposeTile(const uint32_t* src, int64_t n, int64_t O, int64_t P, float* dst) { Transpose32(src, n, O, O, dst, P); }
 
 Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor* bias, const Conv2dParams& params,
                        const PrecisionConfig& precision, EmuLevel level, const CancelToken* cancel, OpReport* report,

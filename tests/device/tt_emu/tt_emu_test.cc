@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "device/backends/reference/reference_backend.h"
+#include "device/backends/tt_emu/transpose.h"
 #include "device/backends/tt_emu/tt_conv.h"
 #include "device/backends/tt_emu/tt_emu_backend.h"
 #include "device/numerics/formats.h"
@@ -583,6 +584,28 @@ TEST(TtEmuExact, PreparedWeightChunksDoNotChangeABit) {
     }
   }
   EXPECT_EQ(compared, 8);
+}
+
+// Transpose32 (the activations' and outputs' layout changes) against the element-by-element
+// definition: shapes below, at and past its 16×16 blocks, strides wider than the matrix.
+TEST(Transpose32, MatchesDefinitionOnEveryEdge) {
+  int checked = 0;
+  for (int64_t rows : {1, 3, 15, 16, 17, 33, 64}) {
+    for (int64_t cols : {1, 5, 16, 31, 48}) {
+      const int64_t ss = cols + 3, ds = rows + 5;
+      std::vector<uint32_t> src(static_cast<size_t>(rows * ss)), dst(static_cast<size_t>(cols * ds), 0xDEADBEEFu);
+      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint32_t>(i * 2654435761u);
+      tt_emu::Transpose32(src.data(), rows, cols, ss, dst.data(), ds);
+      for (int64_t c = 0; c < cols; ++c) {
+        for (int64_t r = 0; r < ds; ++r) {
+          const uint32_t want = r < rows ? src[static_cast<size_t>(r * ss + c)] : 0xDEADBEEFu;  // padding untouched
+          ASSERT_EQ(dst[static_cast<size_t>(c * ds + r)], want) << rows << "x" << cols << " r=" << r << " c=" << c;
+        }
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 35);
 }
 
 // The exact level's SrcB image (conv_engine.h kMaxSrcBImageBytes: operands prepared once per input

@@ -1,0 +1,75 @@
+#include "device/backends/tt_emu/transpose.h"
+
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace kiln::device::tt_emu {
+
+namespace {
+
+void TransposeScalar(const char* src, int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t src_stride, char* dst,
+                     int64_t dst_stride) {
+  for (int64_t c = c0; c < c1; ++c)
+    for (int64_t r = r0; r < r1; ++r) std::memcpy(dst + 4 * (c * dst_stride + r), src + 4 * (r * src_stride + c), 4);
+}
+
+#if defined(__x86_64__)
+// One 16×16 block: rows R0..R15 of 16 words (four 128-bit lanes of 4). Interleaving pairs of rows by
+// 32 and then 64 bits leaves B[4k + m] holding, in its lane L, column 4L + m of rows 4k .. 4k+3;
+// output row 4L + m is then lane L of B[m], B[4 + m], B[8 + m], B[12 + m], gathered by two rounds
+// of 128-bit lane shuffles.
+// GCC 12 flags the intrinsics' deliberately undefined pass-through operand (_mm512_undefined_epi32
+// in avx512fintrin.h) once they are inlined into this unrolled block.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+__attribute__((target("avx512f"))) void Block16(const char* src, int64_t src_stride, char* dst, int64_t dst_stride) {
+  __m512i a[16], b[16];
+  for (int k = 0; k < 8; ++k) {
+    const __m512i x = _mm512_loadu_si512(src + 4 * (2 * k) * src_stride);
+    const __m512i y = _mm512_loadu_si512(src + 4 * (2 * k + 1) * src_stride);
+    a[2 * k] = _mm512_unpacklo_epi32(x, y);
+    a[2 * k + 1] = _mm512_unpackhi_epi32(x, y);
+  }
+  for (int k = 0; k < 4; ++k) {
+    b[4 * k] = _mm512_unpacklo_epi64(a[4 * k], a[4 * k + 2]);
+    b[4 * k + 1] = _mm512_unpackhi_epi64(a[4 * k], a[4 * k + 2]);
+    b[4 * k + 2] = _mm512_unpacklo_epi64(a[4 * k + 1], a[4 * k + 3]);
+    b[4 * k + 3] = _mm512_unpackhi_epi64(a[4 * k + 1], a[4 * k + 3]);
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512i c0 = _mm512_shuffle_i32x4(b[m], b[4 + m], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i c1 = _mm512_shuffle_i32x4(b[m], b[4 + m], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512i c2 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i c3 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], _MM_SHUFFLE(3, 2, 3, 2));
+    _mm512_storeu_si512(dst + 4 * (0 + m) * dst_stride, _mm512_shuffle_i32x4(c0, c2, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm512_storeu_si512(dst + 4 * (4 + m) * dst_stride, _mm512_shuffle_i32x4(c0, c2, _MM_SHUFFLE(3, 1, 3, 1)));
+    _mm512_storeu_si512(dst + 4 * (8 + m) * dst_stride, _mm512_shuffle_i32x4(c1, c3, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm512_storeu_si512(dst + 4 * (12 + m) * dst_stride, _mm512_shuffle_i32x4(c1, c3, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+}
+#pragma GCC diagnostic pop
+#endif
+
+}  // namespace
+
+void Transpose32(const void* src_v, int64_t rows, int64_t cols, int64_t src_stride, void* dst_v, int64_t dst_stride) {
+  const char* src = static_cast<const char*>(src_v);
+  char* dst = static_cast<char*>(dst_v);
+  int64_t r16 = 0, c16 = 0;  // the extent covered by whole 16×16 blocks
+#if defined(__x86_64__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512) {
+    r16 = rows / 16 * 16;
+    c16 = cols / 16 * 16;
+    for (int64_t r = 0; r < r16; r += 16)
+      for (int64_t c = 0; c < c16; c += 16) Block16(src + 4 * (r * src_stride + c), src_stride, dst + 4 * (c * dst_stride + r), dst_stride);
+  }
+#endif
+  TransposeScalar(src, 0, r16, c16, cols, src_stride, dst, dst_stride);     // right edge of the blocks
+  TransposeScalar(src, r16, rows, 0, cols, src_stride, dst, dst_stride);    // bottom rows
+}
+
+}  // namespace kiln::device::tt_emu
