@@ -127,14 +127,14 @@ struct TilizeChoice {
   return SelectBits(t.per_row, v, tilized);
 }
 
-// n pixels of C channels through the pipeline: x[c * plane + i] (NCHW) into dst[i * C + c]
-// (NHWC), through tmp[c * n + i] (C · n values): contiguous reads and conversion first, then the
+// n pixels of C channels through the pipeline: x[c * plane + i] (NCHW) into dst[i * dst_stride +
+// c] (NHWC, dst_stride >= C), through tmp[c * n + i] (C · n values): contiguous reads and conversion first, then the
 // transposition from L1 (Transpose32). Compiled for AVX-512 and AVX2 besides the baseline (GCC function
 // multiversioning, chosen once when the program loads); integer selects and moves only, so every
 // clone gives the same bits.
 __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) void ConvertActivationTile(
     const float* __restrict x, int64_t plane, int64_t C, int64_t n, const TilizeChoice& choice,
-    uint32_t* __restrict tmp, uint32_t* __restrict dst) {
+    uint32_t* __restrict tmp, uint32_t* __restrict dst, int64_t dst_stride) {
   const TilizeChoice t = choice;
   const DeviceDType in_dt = t.in_fp32 ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
   for (int64_t c = 0; c < C; ++c) {
@@ -147,7 +147,7 @@ __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) void Convert
       d[i] = TilizeValue(HostConvertValue(u, in_dt), t);
     }
   }
-  Transpose32(tmp, C, n, n, dst, C);
+  Transpose32(tmp, C, n, n, dst, dst_stride);
 }
 
 // The weights of one output channel in the program's K order, for a weights dtype converted
@@ -286,7 +286,8 @@ class Engine {
     //    (ConvertActivationTile: contiguous NCHW reads), then transposed into the NHWC image (the
     //    tile stays in L1). Pixels are independent: split over the threads.
     const int64_t HW = g.H * g.W;
-    xdev_.resize(static_cast<size_t>(g.N * HW * g.C));  // every element is written below
+    // every element is written below (not needed where a per-value dtype goes into the SrcB image)
+    xdev_.resize(srcb_image_ && !IsBfp(p_.input_dtype) ? 0 : static_cast<size_t>(g.N * HW * g.C));
     if (IsBfp(p_.input_dtype)) {
       (void)Parallel(0, g.N * HW, C16 * 16, threads, [&](int64_t p0, int64_t p1) {
         std::vector<uint32_t> pix(static_cast<size_t>(C16)), conv(pix.size());
@@ -301,16 +302,32 @@ class Engine {
         }
         return Status::Ok();
       });
+      if (srcb_image_) {
+        AllocateSrcBImage();
+        PrepareSrcBImage(threads);
+      }
     } else {
       constexpr int64_t kPix = 64;
       const int64_t tiles = (HW + kPix - 1) / kPix;
+      // With the exact level's SrcB image, each tile goes into a buffer of whole 8-channel groups
+      // (zeros past C) and is prepared from there while it is in L1, instead of into xdev_, which
+      // nothing reads then.
+      const int64_t C8 = (g.C + 7) / 8, gw = nx::SrcBGroupWords(nx::SrcBVariants(fid_));
+      if (srcb_image_) AllocateSrcBImage();
       (void)Parallel(0, g.N * tiles, kPix * g.C * 4, threads, [&](int64_t t0, int64_t t1) {
         const TilizeChoice tc = Tilize();
         std::vector<uint32_t> dev(static_cast<size_t>(g.C * kPix));  // [c][pixel] of one tile
+        std::vector<uint32_t> px(srcb_image_ ? static_cast<size_t>(kPix * C8 * 8) : 0, 0u);  // [pixel][C8·8]
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t n = t / tiles, s0 = t % tiles * kPix, ns = std::min(kPix, HW - s0);
-          ConvertActivationTile(x + n * g.C * HW + s0, HW, g.C, ns, tc, dev.data(),
-                                &xdev_[static_cast<size_t>((n * HW + s0) * g.C)]);
+          if (!srcb_image_) {
+            ConvertActivationTile(x + n * g.C * HW + s0, HW, g.C, ns, tc, dev.data(),
+                                  &xdev_[static_cast<size_t>((n * HW + s0) * g.C)], g.C);
+            continue;
+          }
+          ConvertActivationTile(x + n * g.C * HW + s0, HW, g.C, ns, tc, dev.data(), px.data(), C8 * 8);
+          const int64_t p = n * HW + s0;  // the tile's first pixel
+          nx::PrepareSrcBGroups(px.data(), ns * C8, fid_, b_fmt(), srcb_words_ + p * C8 * gw, srcb_nz_ + p * C8);
         }
         return Status::Ok();
       });
@@ -445,7 +462,6 @@ class Engine {
     const int64_t per_blk = nx::PreparedSrcABytes(kBlk, K_, fid_);
     const int64_t limit = g_max_prepared_bytes.load(std::memory_order_relaxed);
     const int64_t chunk = std::max<int64_t>(kBlk, (limit > 0 ? limit : kMaxPreparedSrcABytes) / per_blk * kBlk);
-    if (srcb_image_) PrepareSrcBImage(threads);
     for (int64_t c0 = 0; c0 < g.O; c0 += chunk) {
       const int64_t c1 = std::min(c0 + chunk, g.O_pad);
       auto pa = nx::AllocateSrcA(c1 - c0, K_, fid_);
@@ -526,20 +542,28 @@ class Engine {
     return Status::Ok();
   }
 
-  // The exact level's SrcB operands of the whole input, prepared once per call: per pixel (NHWC
-  // order) C8 = ⌈C/8⌉ groups of 8 channels (numerics::PrepareSrcBGroups; channels past C zero), their
-  // words in srcb_words_ and masks in srcb_nz_. A conv reads each pixel in kh·kw rows, so this
-  // prepares each operand once instead of per im2col row, and a row is K/8 pointers into it
-  // (GatherSrcBRow): c64 exact LoFi spent a quarter of its time on the im2col copies and the per-row
-  // preparation (bench/tt_emu/RESULTS.md, tenth pass).
-  void PrepareSrcBImage(int threads) {
+  // The exact level's SrcB operands of the whole input, prepared once per call (in Prepare, with the
+  // activations' conversion): per pixel (NHWC order) C8 = ⌈C/8⌉ groups of 8 channels
+  // (numerics::PrepareSrcBGroups; channels past C zero), their words in srcb_words_ and masks in
+  // srcb_nz_. A conv reads each pixel in kh·kw rows, so this prepares each operand once instead of
+  // per im2col row, and a row is K/8 pointers into it (GatherSrcBRow): the im2col copies and the
+  // per-row preparation were about a seventh of c64 exact LoFi's emulator time (bench/tt_emu/
+  // RESULTS.md, tenth pass).
+  void AllocateSrcBImage() {
     const EmuGeometry& g = g_;
-    const int64_t C8 = (g.C + 7) / 8, pixels = g.N * g.H * g.W, groups = pixels * C8;
-    const int64_t gw = nx::SrcBGroupWords(nx::SrcBVariants(fid_));
+    const int64_t groups = g.N * g.H * g.W * ((g.C + 7) / 8), gw = nx::SrcBGroupWords(nx::SrcBVariants(fid_));
     // One buffer: the words, then the masks (a byte per group).
     srcb_buf_.v.resize(static_cast<size_t>(groups * gw + (groups + 3) / 4));
     srcb_words_ = srcb_buf_.v.data();
     srcb_nz_ = reinterpret_cast<uint8_t*>(srcb_words_ + groups * gw);
+  }
+
+  // The image from xdev_ (AllocateSrcBImage first), for the bfp input dtypes, whose conversion is
+  // per pixel rather than per tile.
+  void PrepareSrcBImage(int threads) {
+    const EmuGeometry& g = g_;
+    const int64_t C8 = (g.C + 7) / 8, pixels = g.N * g.H * g.W;
+    const int64_t gw = nx::SrcBGroupWords(nx::SrcBVariants(fid_));
     constexpr int64_t kPix = 64;  // pixels per step where channels are padded (through an L1 buffer)
     (void)Parallel(0, pixels, C8 * 8 * 8, threads, [&](int64_t p0, int64_t p1) {
       if (g.C % 8 == 0) {  // the image's pixels are whole groups already
