@@ -13,6 +13,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <dnnl.hpp>
 
 #include "common/memory.h"
@@ -184,6 +188,53 @@ struct KGroup {
   int64_t off;  // (i·dh·W + j·dw)·C8 + cg: the group's offset in groups from the row's pixel
 };
 
+// GatherSrcBRow for a row whose taps all fall inside the input: for each group q not of K padding
+// (bit q % 16 of real[q / 16]), group[q] = words + (base + off[q]) · gw and mask[q] = nz[base +
+// off[q]]; the padding groups' entries are left as they are (the zero group). `nz` must be readable
+// 3 bytes past its last group (the AVX-512 form reads each mask as the low byte of a 32-bit gather).
+void GatherInsideScalar(const uint32_t* words, int64_t gw, const uint8_t* nz, int64_t base, const int32_t* off,
+                        const uint16_t* real, int64_t ng, const uint32_t** group, uint8_t* mask) {
+  for (int64_t q = 0; q < ng; ++q) {
+    if (((real[q / 16] >> (q % 16)) & 1) == 0) continue;
+    group[q] = words + (base + off[q]) * gw;
+    mask[q] = nz[base + off[q]];
+  }
+}
+
+#if defined(__x86_64__)
+// 16 groups a step: the indices in int32 (an image holds under 2^31 groups: kMaxSrcBImageBytes).
+__attribute__((target("avx512f"))) void GatherInsideAvx512(const uint32_t* words, int64_t gw, const uint8_t* nz,
+                                                          int64_t base, const int32_t* off, const uint16_t* real,
+                                                          int64_t ng, const uint32_t** group, uint8_t* mask) {
+  const __m512i vbase = _mm512_set1_epi32(static_cast<int32_t>(base));
+  const __m512i vwords = _mm512_set1_epi64(static_cast<long long>(reinterpret_cast<uintptr_t>(words)));
+  const __m512i vgw = _mm512_set1_epi64(gw * 4);  // bytes per group
+  for (int64_t q = 0; q < ng; q += 16) {
+    const __mmask16 live = static_cast<__mmask16>(real[q / 16] & (ng - q >= 16 ? 0xFFFFu : (1u << (ng - q)) - 1));
+    const __m512i idx = _mm512_add_epi32(vbase, _mm512_maskz_loadu_epi32(live, off + q));
+    const __m512i m = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, nz, 1);
+    const __m128i m8 = _mm512_cvtepi32_epi8(m);  // low bytes; 0 for the padding groups
+    std::memcpy(mask + q, &m8, static_cast<size_t>(std::min<int64_t>(16, ng - q)));
+    const __m512i lo = _mm512_add_epi64(vwords, _mm512_mul_epu32(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(idx)), vgw));
+    const __m512i hi =
+        _mm512_add_epi64(vwords, _mm512_mul_epu32(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(idx, 1)), vgw));
+    _mm512_mask_storeu_epi64(group + q, static_cast<__mmask8>(live), lo);
+    _mm512_mask_storeu_epi64(group + q + 8, static_cast<__mmask8>(live >> 8), hi);
+  }
+}
+#endif
+
+void GatherInside(const uint32_t* words, int64_t gw, const uint8_t* nz, int64_t base, const int32_t* off,
+                  const uint16_t* real, int64_t ng, const uint32_t** group, uint8_t* mask) {
+#if defined(__x86_64__)
+  // With the kernel's AVX-512 paths (so that forcing another path, as the tests do, runs this one).
+  const nx::MvmulKernelPath kp = nx::ActiveMvmulKernel();
+  if (kp == nx::MvmulKernelPath::kAvx512 || kp == nx::MvmulKernelPath::kAvx512Fp16)
+    return GatherInsideAvx512(words, gw, nz, base, off, real, ng, group, mask);
+#endif
+  GatherInsideScalar(words, gw, nz, base, off, real, ng, group, mask);
+}
+
 // Im2colRow's copies for a row whose taps all fall inside the input: out[run.k0 + i] =
 // base[run.off + i] & keep, where `keep` changes no value: the SrcB operand mask where the image
 // holds SrcB operands already (Prepare), all ones where the row is tilized afterwards. The AND
@@ -264,6 +315,13 @@ class Engine {
         const int32_t cg = static_cast<int32_t>(r.c0 / 8 + (q - r.k0 / 8));
         kgroups_[static_cast<size_t>(q)] = KGroup{r.i, r.j, cg, (r.i * g.dh * g.W + r.j * g.dw) * C8 + cg};
       }
+    }
+    goff_.assign(kgroups_.size(), 0);
+    greal_.assign((kgroups_.size() + 15) / 16, 0);
+    for (size_t q = 0; q < kgroups_.size(); ++q) {
+      if (kgroups_[q].i < 0) continue;
+      goff_[q] = static_cast<int32_t>(kgroups_[q].off);
+      greal_[q / 16] = static_cast<uint16_t>(greal_[q / 16] | (1u << (q % 16)));
     }
     const int64_t image_bytes =
         g.N * g.H * g.W * C8 * (nx::SrcBGroupWords(nx::SrcBVariants(fid_)) * 4 + 1);
@@ -552,8 +610,8 @@ class Engine {
   void AllocateSrcBImage() {
     const EmuGeometry& g = g_;
     const int64_t groups = g.N * g.H * g.W * ((g.C + 7) / 8), gw = nx::SrcBGroupWords(nx::SrcBVariants(fid_));
-    // One buffer: the words, then the masks (a byte per group).
-    srcb_buf_.v.resize(static_cast<size_t>(groups * gw + (groups + 3) / 4));
+    // One buffer: the words, then the masks (a byte per group, and 4 more bytes: GatherInside).
+    srcb_buf_.v.resize(static_cast<size_t>(groups * gw + (groups + 3) / 4 + 1));
     srcb_words_ = srcb_buf_.v.data();
     srcb_nz_ = reinterpret_cast<uint8_t*>(srcb_words_ + groups * gw);
   }
@@ -605,12 +663,7 @@ class Engine {
     const int64_t ng = static_cast<int64_t>(kgroups_.size());
     if (y0 >= 0 && y0 + (g.kh - 1) * g.dh < g.H && x0 >= 0 && x0 + (g.kw - 1) * g.dw < g.W) {
       // Every tap inside the input (most rows): the row's pixel plus each group's offset.
-      const int64_t base = ((n * g.H + y0) * g.W + x0) * C8;
-      for (int64_t q = 0; q < ng; ++q) {
-        if (kg[q].i < 0) continue;
-        group[q] = words + (base + kg[q].off) * gw;
-        mask[q] = nz[base + kg[q].off];
-      }
+      GatherInside(words, gw, nz, ((n * g.H + y0) * g.W + x0) * C8, goff_.data(), greal_.data(), ng, group, mask);
       return;
     }
     for (int64_t q = 0; q < ng; ++q) {
@@ -948,6 +1001,8 @@ class Engine {
   std::vector<int32_t> ki_, kj_, kc_;  // per K index: kernel row, column (−1 = padding), channel
   std::vector<KRun> runs_;
   std::vector<KGroup> kgroups_;  // per group of 8 K entries (K/8), where srcb_image_
+  std::vector<int32_t> goff_;    // per group: kgroups_[q].off (0 for K padding), for GatherInside
+  std::vector<uint16_t> greal_;  // bit q % 16 of [q / 16]: group q is not K padding
   bool srcb_image_ = false;      // the exact level reads SrcB from the image (PrepareSrcBImage)
   bool fp32_dst_ = false, l1acc_ = false, tf32_reload_ = true, precise_ = false, per_row_tilize_ = false;
   bool has_bias_ = false;

@@ -612,8 +612,9 @@ TEST(Transpose32, MatchesDefinitionOnEveryEdge) {
 // pixel, a row read as pointers into it) gives the bits the per-row im2col preparation gives:
 // channels a multiple of 8 and not (Cin = 3 and 12: groups that end in the image's zero
 // channels), stride, dilation, groups, a 1×1 conv, a batch of 2, border rows (padding), an fp32
-// input with an fp32 Dst (Tf32 operands), every fidelity, one and two threads. A bfp8 input is
-// tilized per row, so it reads rows either way. The report's note says which source ran.
+// input with an fp32 Dst (Tf32 operands), every fidelity, one thread on the scalar kernel path and
+// two on the best one. A bfp8 input is tilized per row, so it reads rows either way. The report's
+// note says which source ran.
 TEST(TtEmuExact, SrcBImageMatchesPerRowPreparation) {
   struct Case {
     const char* name;
@@ -655,10 +656,13 @@ TEST(TtEmuExact, SrcBImageMatchesPerRowPreparation) {
     p.fp32_dest_acc_en = c.fp32;
     for (int threads : {1, 2}) {
       OpReport img_rep, row_rep;
-      auto img = tt_emu::Conv2d(x, w, &b, cp, p, tt_emu::EmuLevel::kExact, nullptr, &img_rep, threads);
       tt_emu::SetSrcBImageForTesting(false);
       auto rows = tt_emu::Conv2d(x, w, &b, cp, p, tt_emu::EmuLevel::kExact, nullptr, &row_rep, threads);
       tt_emu::SetSrcBImageForTesting(true);
+      // The image's preparation and gather on the scalar path (threads 1) and on the best one.
+      if (threads == 1) nx::SetMvmulKernel(nx::MvmulKernelPath::kScalar);
+      auto img = tt_emu::Conv2d(x, w, &b, cp, p, tt_emu::EmuLevel::kExact, nullptr, &img_rep, threads);
+      nx::ResetMvmulKernel();
       ASSERT_TRUE(img.ok()) << c.name << ": " << img.status().ToString();
       ASSERT_TRUE(rows.ok()) << c.name << ": " << rows.status().ToString();
       EXPECT_EQ(source(img_rep), c.image ? "image" : "rows") << c.name;
