@@ -37,6 +37,7 @@ std::atomic<int64_t> g_max_prepared_bytes{0};  // 0: kMaxPreparedSrcABytes
 thread_local std::vector<uint32_t> t_scratch[4];  // ScratchBuffer's cache, by ScratchSlot
 std::atomic<bool> g_fuse_blocks{true};          // SetFuseExactKBlocksForTesting
 std::atomic<bool> g_srcb_image{true};           // SetSrcBImageForTesting
+std::atomic<bool> g_direct_nchw{true};          // SetDirectNchwForTesting
 
 Status MatmulF32(const dnnl::engine& eng, dnnl::stream& strm, const float* src, int64_t M, int64_t Kb, int64_t lda,
                  const float* wei, int64_t N, int64_t ldw_k, float* dst) {
@@ -504,10 +505,14 @@ class Engine {
     }
   }
 
-  Status Run(const CancelToken* cancel, int threads, std::vector<uint32_t>* out) {
+  // `nchw` (may be null): the exact level's rows go there, NCHW (RunConvProgram), instead of `out`.
+  Status Run(const CancelToken* cancel, int threads, std::vector<uint32_t>* out, float* nchw) {
     const EmuGeometry& g = g_;
-    out->resize(static_cast<size_t>(g.M * g.O));  // every element is written: each row's O columns
+    if (level_ == EmuLevel::kFast || nchw == nullptr) {
+      out->resize(static_cast<size_t>(g.M * g.O));  // every element is written: each row's O columns
+    }
     if (level_ == EmuLevel::kFast) return RunFast(cancel, threads, out);
+    nchw_ = nchw;
     return RunExact(cancel, threads, out);
   }
 
@@ -594,8 +599,19 @@ class Engine {
       }
       // The epilogue of the tile's T rows in one pass (FinishRows; nc is a multiple of 32).
       FinishRows(T * nc, dst.data(), fuse ? dst.data() : part.data(), l1.data(), btile.data(), fin.data());
-      for (int64_t r = 0; r < T; ++r)
-        std::copy(&fin[r * nc], &fin[r * nc] + live, out->begin() + (m0 + r) * g.O + c0);
+      if (nchw_ == nullptr) {
+        for (int64_t r = 0; r < T; ++r)
+          std::copy(&fin[r * nc], &fin[r * nc] + live, out->begin() + (m0 + r) * g.O + c0);
+        continue;
+      }
+      // Straight into the NCHW output from L1: per image n the tile holds, each output channel's
+      // consecutive pixels are one run (no M × O buffer written and transposed afterwards).
+      const int64_t P = g.OH * g.OW;
+      for (int64_t r = 0; r < T;) {
+        const int64_t m = m0 + r, n = m / P, s0 = m % P, seg = std::min(T - r, P - s0);
+        Transpose32(&fin[r * nc], seg, live, nc, nchw_ + (n * g.O + c0) * P + s0, P);
+        r += seg;
+      }
     }
     return Status::Ok();
   }
@@ -1004,6 +1020,7 @@ class Engine {
   std::vector<int32_t> goff_;    // per group: kgroups_[q].off (0 for K padding), for GatherInside
   std::vector<uint16_t> greal_;  // bit q % 16 of [q / 16]: group q is not K padding
   bool srcb_image_ = false;      // the exact level reads SrcB from the image (PrepareSrcBImage)
+  float* nchw_ = nullptr;        // Run's NCHW destination of the exact rows, or null
   bool fp32_dst_ = false, l1acc_ = false, tf32_reload_ = true, precise_ = false, per_row_tilize_ = false;
   bool has_bias_ = false;
   double fast_sums_s_ = 0;
@@ -1040,15 +1057,20 @@ void SetFuseExactKBlocksForTesting(bool fuse) { g_fuse_blocks.store(fuse, std::m
 
 void SetSrcBImageForTesting(bool use) { g_srcb_image.store(use, std::memory_order_relaxed); }
 
+void SetDirectNchwForTesting(bool use) { g_direct_nchw.store(use, std::memory_order_relaxed); }
+
 Status RunConvProgram(const EmuGeometry& g, const ConvProgram& program, const PrecisionConfig& precision,
                       Activation activation, EmuLevel level, const float* x, const float* w, const float* bias,
-                      const CancelToken* cancel, int threads, std::vector<uint32_t>* out, EmuStats* stats) {
+                      const CancelToken* cancel, int threads, std::vector<uint32_t>* out, EmuStats* stats,
+                      float* nchw) {
+  if (!g_direct_nchw.load(std::memory_order_relaxed)) nchw = nullptr;
   Engine eng(g, program, precision, activation, level);
   eng.Prepare(x, w, bias, threads);
-  KILN_RETURN_IF_ERROR(eng.Run(cancel, threads, out));
+  KILN_RETURN_IF_ERROR(eng.Run(cancel, threads, out, nchw));
   if (stats) {
     stats->fast_matmul_seconds = eng.fast_sums_seconds();
     stats->srcb_image = eng.srcb_image();
+    stats->nchw_written = nchw != nullptr && level == EmuLevel::kExact;
   }
   return Status::Ok();
 }

@@ -60,6 +60,9 @@ inline constexpr int64_t kMaxSrcBImageBytes = int64_t{128} << 20;
 /// Tests: false makes the exact level prepare every im2col row (no SrcB image); true (the
 /// default) restores the image; the outputs must not differ by a bit.
 void SetSrcBImageForTesting(bool use);
+/// Tests: false makes RunConvProgram ignore `nchw` (the exact rows go to `out`, and the caller
+/// transposes them); true (the default) restores the direct write; the outputs must not differ.
+void SetDirectNchwForTesting(bool use);
 
 /// Per-thread buffers reused across conv calls (the engine's device images and output rows), so that
 /// a run of convs reuses pages instead of faulting in (and zeroing) fresh ones on every call: a
@@ -88,14 +91,18 @@ struct EmuGeometry {
 
 /// Runs one conv as `program` says. x: NCHW float32; w: OIHW; bias: [O] or null.
 /// out: (M, O) row-major fp32 patterns of what the card returns (bfp outputs decoded as the host does);
-/// resized, every element written on success, unspecified after an error.
+/// resized, every element written on success, unspecified after an error. nchw (may be null): an
+/// (N, O, OH, OW) float32 buffer; where given, the exact level writes the same patterns there
+/// instead (each tile's rows transposed from L1; stats->nchw_written, `out` then unused).
 /// Errors: CANCELLED / DEADLINE_EXCEEDED (checked per row block), INTERNAL (oneDNN, fast level).
 struct EmuStats {
   double fast_matmul_seconds = 0;
   bool srcb_image = false;  ///< the exact level read SrcB from the prepared image (kMaxSrcBImageBytes)
+  bool nchw_written = false;  ///< the output went to RunConvProgram's `nchw`, not to `out`
 };
 Status RunConvProgram(const EmuGeometry& g, const ConvProgram& program, const PrecisionConfig& precision,
                       Activation activation, EmuLevel level, const float* x, const float* w, const float* bias,
-                      const CancelToken* cancel, int threads, std::vector<uint32_t>* out, EmuStats* stats);
+                      const CancelToken* cancel, int threads, std::vector<uint32_t>* out, EmuStats* stats,
+                      float* nchw = nullptr);
 
 }  // namespace kiln::device::tt_emu

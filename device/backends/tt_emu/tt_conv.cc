@@ -114,19 +114,20 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
                                                  nthreads, &out)
                            : RunConvProgram(g, *program, precision, program->activation, level, x.data<float>(),
                                             weights.data<float>(), bias ? bias->data<float>() : nullptr, cancel,
-                                            nthreads, &out, &stats));
+                                            nthreads, &out, &stats, t->data<float>()));
   const auto t_done = std::chrono::steady_clock::now();
 
-  // Rows m = (n, s) of O patterns into NCHW, in tiles of 16 pixels: each channel's 16 values are
-  // one contiguous run of the output, and the tile's rows stay in cache while they are read.
+  // Rows m = (n, s) of O patterns into NCHW (unless the exact level wrote them there), in tiles of
+  // 16 pixels: each channel's 16 values are one contiguous run of the output, and the tile's rows
+  // stay in cache while they are read.
   float* dst = t->data<float>();
   const int64_t P = g.OH * g.OW;
   constexpr int64_t kTile = 16;
   const int64_t tiles = (P + kTile - 1) / kTile;
   // Split over the conv's threads when there is enough of it (tiles are independent).
   const int tthreads = static_cast<int>(std::min<int64_t>(nthreads, g.M * g.O / 65536 + 1));
-#pragma omp parallel for collapse(2) num_threads(tthreads) schedule(static) if (tthreads > 1)
-  for (int64_t n = 0; n < g.N; ++n)
+#pragma omp parallel for collapse(2) num_threads(tthreads) schedule(static) if (tthreads > 1 && !stats.nchw_written)
+  for (int64_t n = 0; n < (stats.nchw_written ? 0 : g.N); ++n)
     for (int64_t ti = 0; ti < tiles; ++ti) {
       const int64_t s0 = ti * kTile, s1 = std::min(P, s0 + kTile);
       TransposeTile(&out[static_cast<size_t>((n * P + s0) * g.O)], s1 - s0, g.O, P, dst + n * g.O * P + s0);

@@ -626,7 +626,7 @@ TEST(TtEmuExact, SrcBImageMatchesPerRowPreparation) {
   };
   const Case cases[] = {
       {"c64 3x3", 1, 64, 40, 9, 9, 3, 1, 1, 1, 1, MF::kLoFi, kBf16, false, true},
-      {"cin3 7x7 s2", 1, 3, 32, 13, 11, 7, 2, 1, 1, 3, MF::kHiFi4, kBf16, false, true},
+      {"cin3 7x7 s2 n2", 2, 3, 32, 13, 11, 7, 2, 1, 1, 3, MF::kHiFi4, kBf16, false, true},
       {"cin12 d2 n2", 2, 12, 24, 8, 8, 3, 1, 2, 1, 2, MF::kHiFi2, kBf16, false, true},
       {"grouped", 1, 40, 40, 7, 7, 3, 1, 1, 4, 1, MF::kHiFi3, kBf16, false, true},
       {"1x1 s2", 1, 32, 48, 10, 10, 1, 2, 1, 1, 0, MF::kLoFi, kBf16, false, true},
@@ -675,6 +675,41 @@ TEST(TtEmuExact, SrcBImageMatchesPerRowPreparation) {
     }
   }
   EXPECT_EQ(compared, 14);
+}
+
+// The exact rows written straight into the NCHW output from each tile (conv_engine.h,
+// RunConvProgram's `nchw`) give what the (M, O) row buffer transposed afterwards gives: a batch of
+// 3 whose images end inside a row tile (7×6 = 42 pixels, tiles of 8 rows), weights prepared in
+// column chunks of 32 (the tile's columns land at an offset), padded output channels (O = 40), one
+// and two threads.
+TEST(TtEmuExact, DirectNchwRowsMatchTheRowBuffer) {
+  std::mt19937 rng(41);
+  Tensor x = MakeTensor({3, 24, 7, 6}, RandBf16(3 * 24 * 42, rng));
+  Tensor w = MakeTensor({40, 24, 3, 3}, RandBf16(40 * 24 * 9, rng));
+  Tensor b = MakeTensor({40}, RandBf16(40, rng, 4.0f));
+  Conv2dParams cp;
+  cp.pads = {1, 1, 1, 1};
+  PrecisionConfig p;
+  p.math_fidelity = MF::kHiFi2;
+  int compared = 0;
+  for (int64_t chunk_cols : {0, 32}) {
+    tt_emu::SetMaxPreparedSrcABytesForTesting(chunk_cols == 0 ? 0 : nx::PreparedSrcABytes(chunk_cols, 9 * 32, MF::kHiFi2));
+    for (int threads : {1, 2}) {
+      auto direct = tt_emu::Conv2d(x, w, &b, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, threads);
+      tt_emu::SetDirectNchwForTesting(false);
+      auto rows = tt_emu::Conv2d(x, w, &b, cp, p, tt_emu::EmuLevel::kExact, nullptr, nullptr, threads);
+      tt_emu::SetDirectNchwForTesting(true);
+      ASSERT_TRUE(direct.ok()) << direct.status().ToString();
+      ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+      ASSERT_EQ(direct->shape(), rows->shape());
+      for (int64_t i = 0; i < direct->num_elements(); ++i)
+        ASSERT_EQ(nx::FloatBits(direct->data<float>()[i]), nx::FloatBits(rows->data<float>()[i]))
+            << "chunk=" << chunk_cols << " threads=" << threads << " i=" << i;
+      ++compared;
+    }
+  }
+  tt_emu::SetMaxPreparedSrcABytesForTesting(0);
+  EXPECT_EQ(compared, 4);
 }
 
 // K blocks fused into one kernel call (the fast level: Dst kept between blocks) where the
