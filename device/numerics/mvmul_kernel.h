@@ -34,9 +34,10 @@
 //                   padded columns give Dst 0 from 0);
 //   once per row  : PrepareSrcBRow(x, K, fid, b_fmt, &b), x the row's im2col SrcB values in the same
 //                   K order; `b` is per thread and reused, so no allocation per row. Or, where each
-//                   group of 8 K entries reads 8 consecutive channels of one input pixel (or is
-//                   padding), the input image prepared once per conv (PrepareSrcBGroups) and per
-//                   row ShapeSrcBRow plus one pointer per group into it (ZeroSrcBGroup for padding);
+//                   group of 8 K entries is padding or reads channels 8j .. 8j + 7 of one input
+//                   pixel (those past the last channel zero), the input image prepared once per
+//                   conv (PrepareSrcBGroups), ShapeSrcBRow once per reused `b`, and per row one
+//                   pointer and mask per group into it (ZeroSrcBGroup for padding);
 //   per K block   : dst[0 .. O_pad) = 0 (first block / L1 accumulation) or the reloaded partials,
 //                   then RunKBlock(a, b, kb0, kb1, 0, O_pad, fid, fp32_dst, arch, dst.data());
 //                   kb0, kb1 multiples of 32 (a K block is whole 32-deep tiles). Consecutive K

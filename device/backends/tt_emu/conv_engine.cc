@@ -237,7 +237,7 @@ void GatherInside(const uint32_t* words, int64_t gw, const uint8_t* nz, int64_t 
 }
 
 // Im2colRow's copies for a row whose taps all fall inside the input: out[run.k0 + i] =
-// base[run.off + i] & keep, where `keep` changes no value: the SrcB operand mask where the image
+// base[run.off + i] & keep, where `keep` changes no value: the SrcB operand mask where the NHWC xdev_
 // holds SrcB operands already (Prepare), all ones where the row is tilized afterwards. The AND
 // keeps GCC from turning the loop into a memcpy call per run, which costs more than the copy.
 // Multiversioned as ConvertActivationTile, so that 16 words are one 64-byte move on AVX-512 (16
@@ -342,8 +342,9 @@ class Engine {
     // 1. activations: host conversion (§2), then (unless tilized per row) the per-element tilize
     //    + unpack. A bfp input dtype converts 16 channels of a pixel as one group; the other input
     //    dtypes convert each value alone, so those run in tiles of 64 pixels, channel by channel
-    //    (ConvertActivationTile: contiguous NCHW reads), then transposed into the NHWC image (the
-    //    tile stays in L1). Pixels are independent: split over the threads.
+    //    (ConvertActivationTile: contiguous NCHW reads), then transposed into the NHWC xdev_ (the
+    //    tile stays in L1), or into the exact level's SrcB image (below). Pixels are independent:
+    //    split over the threads.
     const int64_t HW = g.H * g.W;
     // every element is written below (not needed where a per-value dtype goes into the SrcB image)
     xdev_.resize(srcb_image_ && !IsBfp(p_.input_dtype) ? 0 : static_cast<size_t>(g.N * HW * g.C));

@@ -41,7 +41,8 @@ enum class EmuLevel { kExact, kFast };
 /// 226 MB for a 2048→2048 3×3 conv at HiFi4) is bounded by this per conv call: larger weights are
 /// prepared and run in chunks of output columns (multiples of numerics::kMvmulColumnBlock, 32) of at
 /// most this size, one after another, each over every row. Columns are independent, so the result is the same bit for bit;
-/// the cost is one more im2col and SrcB preparation per row and chunk.
+/// the cost is one more SrcB gather (kMaxSrcBImageBytes; without the image, im2col and SrcB
+/// preparation) per row and chunk.
 inline constexpr int64_t kMaxPreparedSrcABytes = int64_t{64} << 20;
 /// Tests: replaces kMaxPreparedSrcABytes for calls that start afterwards (0 restores it), so that
 /// the column chunking runs on small convs.
@@ -51,11 +52,12 @@ void SetMaxPreparedSrcABytesForTesting(int64_t bytes);
 /// default, true); the outputs must not differ by a bit.
 void SetFuseExactKBlocksForTesting(bool fuse);
 /// The exact level's SrcB operands are prepared once per call for the whole input (per pixel, 8
-/// channels a group: numerics::PrepareSrcBGroups) where the K layout allows (every 8 K entries
-/// padding or consecutive channels of one tap) and the act tilize is per element. This bounds
-/// that image (bytes: N·H·W·⌈C/8⌉ · (4 · numerics::SrcBGroupWords + 1), 97 bytes per 8 input
-/// channels up to HiFi2, 129 from HiFi3: 640×640×3 takes 53 MB, 160×160×128 51 MB); a larger
-/// input prepares each im2col row instead (numerics::PrepareSrcBRow), the same bits.
+/// channels a group: numerics::PrepareSrcBGroups) where the K layout allows (every group of 8 K
+/// entries is padding or channels 8j .. 8j + 7 of one tap, a run of channels that ends inside a
+/// group ending at the last channel, C − 1) and the act tilize is per element. This bounds that
+/// image (bytes: N·H·W·⌈C/8⌉ · (4 · numerics::SrcBGroupWords + 1), 97 bytes per 8 input channels
+/// up to HiFi2, 129 from HiFi3: 640×640×3 and 160×160×128 take 53 MB each); a larger input
+/// prepares each im2col row instead (numerics::PrepareSrcBRow), the same bits.
 inline constexpr int64_t kMaxSrcBImageBytes = int64_t{128} << 20;
 /// Tests: false makes the exact level prepare every im2col row (no SrcB image); true (the
 /// default) restores the image; the outputs must not differ by a bit.
@@ -91,9 +93,10 @@ struct EmuGeometry {
 
 /// Runs one conv as `program` says. x: NCHW float32; w: OIHW; bias: [O] or null.
 /// out: (M, O) row-major fp32 patterns of what the card returns (bfp outputs decoded as the host does);
-/// resized, every element written on success, unspecified after an error. nchw (may be null): an
-/// (N, O, OH, OW) float32 buffer; where given, the exact level writes the same patterns there
-/// instead (each tile's rows transposed from L1; stats->nchw_written, `out` then unused).
+/// resized, every element written on success, unspecified after an error — unless the exact level
+/// writes `nchw`. nchw (may be null): an (N, O, OH, OW) float32 buffer; where given, the exact level
+/// writes the same patterns there instead (each tile's rows transposed from L1; stats->nchw_written;
+/// `out` is then neither resized nor written).
 /// Errors: CANCELLED / DEADLINE_EXCEEDED (checked per row block), INTERNAL (oneDNN, fast level).
 struct EmuStats {
   double fast_matmul_seconds = 0;

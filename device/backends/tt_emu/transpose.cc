@@ -50,6 +50,35 @@ __attribute__((target("avx512f"))) void Block16(const char* src, int64_t src_str
     _mm512_storeu_si512(dst + 4 * (12 + m) * dst_stride, _mm512_shuffle_i32x4(c1, c3, _MM_SHUFFLE(3, 1, 3, 1)));
   }
 }
+
+// Eight rows by 16 columns (the conv's row tiles): the first two stages as in Block16, then output
+// row 4L + m is lane L of B[m] (rows 0..3) and of B[4 + m] (rows 4..7), 8 words stored as 256 bits.
+__attribute__((target("avx512f"))) void Block8(const char* src, int64_t src_stride, char* dst, int64_t dst_stride) {
+  __m512i a[8], b[8];
+  for (int k = 0; k < 4; ++k) {
+    const __m512i x = _mm512_loadu_si512(src + 4 * (2 * k) * src_stride);
+    const __m512i y = _mm512_loadu_si512(src + 4 * (2 * k + 1) * src_stride);
+    a[2 * k] = _mm512_unpacklo_epi32(x, y);
+    a[2 * k + 1] = _mm512_unpackhi_epi32(x, y);
+  }
+  for (int k = 0; k < 2; ++k) {
+    b[4 * k] = _mm512_unpacklo_epi64(a[4 * k], a[4 * k + 2]);
+    b[4 * k + 1] = _mm512_unpackhi_epi64(a[4 * k], a[4 * k + 2]);
+    b[4 * k + 2] = _mm512_unpacklo_epi64(a[4 * k + 1], a[4 * k + 3]);
+    b[4 * k + 3] = _mm512_unpackhi_epi64(a[4 * k + 1], a[4 * k + 3]);
+  }
+  for (int m = 0; m < 4; ++m) {
+    // [B[m].L0, B[4+m].L0 | B[m].L1, B[4+m].L1] and the same for lanes 2, 3.
+    const __m512i c0 = _mm512_shuffle_i32x4(b[m], b[4 + m], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i c1 = _mm512_shuffle_i32x4(b[m], b[4 + m], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512i d0 = _mm512_shuffle_i32x4(c0, c0, _MM_SHUFFLE(3, 1, 2, 0));
+    const __m512i d1 = _mm512_shuffle_i32x4(c1, c1, _MM_SHUFFLE(3, 1, 2, 0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 4 * (0 + m) * dst_stride), _mm512_castsi512_si256(d0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 4 * (4 + m) * dst_stride), _mm512_extracti64x4_epi64(d0, 1));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 4 * (8 + m) * dst_stride), _mm512_castsi512_si256(d1));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 4 * (12 + m) * dst_stride), _mm512_extracti64x4_epi64(d1, 1));
+  }
+}
 #pragma GCC diagnostic pop
 #endif
 
@@ -58,18 +87,23 @@ __attribute__((target("avx512f"))) void Block16(const char* src, int64_t src_str
 void Transpose32(const void* src_v, int64_t rows, int64_t cols, int64_t src_stride, void* dst_v, int64_t dst_stride) {
   const char* src = static_cast<const char*>(src_v);
   char* dst = static_cast<char*>(dst_v);
-  int64_t r16 = 0, c16 = 0;  // the extent covered by whole 16×16 blocks
+  int64_t rb = 0, c16 = 0;  // the extent covered by whole blocks: rows [0, rb), columns [0, c16)
 #if defined(__x86_64__)
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   if (avx512) {
-    r16 = rows / 16 * 16;
     c16 = cols / 16 * 16;
-    for (int64_t r = 0; r < r16; r += 16)
-      for (int64_t c = 0; c < c16; c += 16) Block16(src + 4 * (r * src_stride + c), src_stride, dst + 4 * (c * dst_stride + r), dst_stride);
+    for (; rb + 16 <= rows; rb += 16)
+      for (int64_t c = 0; c < c16; c += 16)
+        Block16(src + 4 * (rb * src_stride + c), src_stride, dst + 4 * (c * dst_stride + rb), dst_stride);
+    if (rb + 8 <= rows) {
+      for (int64_t c = 0; c < c16; c += 16)
+        Block8(src + 4 * (rb * src_stride + c), src_stride, dst + 4 * (c * dst_stride + rb), dst_stride);
+      rb += 8;
+    }
   }
 #endif
-  TransposeScalar(src, 0, r16, c16, cols, src_stride, dst, dst_stride);     // right edge of the blocks
-  TransposeScalar(src, r16, rows, 0, cols, src_stride, dst, dst_stride);    // bottom rows
+  TransposeScalar(src, 0, rb, c16, cols, src_stride, dst, dst_stride);   // right edge of the blocks
+  TransposeScalar(src, rb, rows, 0, cols, src_stride, dst, dst_stride);  // bottom rows
 }
 
 }  // namespace kiln::device::tt_emu

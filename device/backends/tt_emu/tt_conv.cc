@@ -57,7 +57,8 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
   }
   const Tensor& x = converted ? *converted : input;
   // The output first: a size beyond the tensor limit is RESOURCE_EXHAUSTED before anything else.
-  // Uninitialized: the transpose below writes every element, on the conv's threads.
+  // Uninitialized: every element is written on the conv's threads (the exact level's row tiles, or
+  // the transpose below).
   auto t = Tensor::Uninitialized(*out_shape);
   if (!t.ok()) return t.status();
   ConvProblem pb;
@@ -102,8 +103,9 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
   g.O_pad = program->cout_padded;
   g.M = g.N * g.OH * g.OW;
   const auto t_run = std::chrono::steady_clock::now();
-  // The engine's output rows (M x O patterns): a buffer kept per thread between calls, so that
-  // repeated convs reuse its pages instead of faulting in fresh ones (ScratchBuffer).
+  // The engine's output rows (M x O patterns) where it does not write `t` itself (the fast level,
+  // depthwise): a buffer kept per thread between calls, so that repeated convs reuse its pages
+  // instead of faulting in fresh ones (ScratchBuffer).
   ScratchBuffer out_buf(ScratchSlot::kOutput);
   std::vector<uint32_t>& out = out_buf.v;
   EmuStats stats;

@@ -587,10 +587,10 @@ TEST(TtEmuExact, PreparedWeightChunksDoNotChangeABit) {
 }
 
 // Transpose32 (the activations' and outputs' layout changes) against the element-by-element
-// definition: shapes below, at and past its 16×16 blocks, strides wider than the matrix.
+// definition: shapes below, at and past its 16×16 and 8×16 blocks, strides wider than the matrix.
 TEST(Transpose32, MatchesDefinitionOnEveryEdge) {
   int checked = 0;
-  for (int64_t rows : {1, 3, 15, 16, 17, 33, 64}) {
+  for (int64_t rows : {1, 3, 8, 15, 16, 17, 24, 33, 64}) {
     for (int64_t cols : {1, 5, 16, 31, 48}) {
       const int64_t ss = cols + 3, ds = rows + 5;
       std::vector<uint32_t> src(static_cast<size_t>(rows * ss)), dst(static_cast<size_t>(cols * ds), 0xDEADBEEFu);
@@ -605,16 +605,16 @@ TEST(Transpose32, MatchesDefinitionOnEveryEdge) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 35);
+  EXPECT_EQ(checked, 45);
 }
 
 // The exact level's SrcB image (conv_engine.h kMaxSrcBImageBytes: operands prepared once per input
 // pixel, a row read as pointers into it) gives the bits the per-row im2col preparation gives:
 // channels a multiple of 8 and not (Cin = 3 and 12: groups that end in the image's zero
-// channels), stride, dilation, groups, a 1×1 conv, a batch of 2, border rows (padding), an fp32
-// input with an fp32 Dst (Tf32 operands), every fidelity, one thread on the scalar kernel path and
-// two on the best one. A bfp8 input is tilized per row, so it reads rows either way. The report's
-// note says which source ran.
+// channels), stride, dilation, groups, 1×1 convs (stride 1: the matmul path), batches of 2, border
+// rows (padding), an fp32 input with an fp32 Dst (Tf32 operands), every fidelity, one thread on the
+// scalar kernel path and two on the best one. A bfp8 input is tilized per row, so it reads rows
+// either way. The report's note says which source ran.
 TEST(TtEmuExact, SrcBImageMatchesPerRowPreparation) {
   struct Case {
     const char* name;
@@ -630,6 +630,7 @@ TEST(TtEmuExact, SrcBImageMatchesPerRowPreparation) {
       {"cin12 d2 n2", 2, 12, 24, 8, 8, 3, 1, 2, 1, 2, MF::kHiFi2, kBf16, false, true},
       {"grouped", 1, 40, 40, 7, 7, 3, 1, 1, 4, 1, MF::kHiFi3, kBf16, false, true},
       {"1x1 s2", 1, 32, 48, 10, 10, 1, 2, 1, 1, 0, MF::kLoFi, kBf16, false, true},
+      {"1x1 s1 (matmul path)", 2, 40, 24, 5, 7, 1, 1, 1, 1, 0, MF::kHiFi4, kBf16, false, true},
       {"fp32 in", 1, 16, 32, 6, 6, 3, 1, 1, 1, 1, MF::kHiFi4, kFp32, true, true},
       {"bfp8 in", 1, 32, 32, 6, 6, 3, 1, 1, 1, 1, MF::kHiFi2, kBfp8, false, false},
   };
@@ -674,7 +675,7 @@ TEST(TtEmuExact, SrcBImageMatchesPerRowPreparation) {
       ++compared;
     }
   }
-  EXPECT_EQ(compared, 14);
+  EXPECT_EQ(compared, 16);
 }
 
 // The exact rows written straight into the NCHW output from each tile (conv_engine.h,
