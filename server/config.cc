@@ -176,7 +176,8 @@ const std::vector<Setting>& Settings() {
        [](Config& c, const std::string& v) { return ParseU64(v, &c.max_metadata_bytes); },
        [](const Config& c) { return std::string(std::to_string(c.max_metadata_bytes)); }, "BYTES"},
       {"--upload-idle-timeout", "KILN_UPLOAD_IDLE_TIMEOUT", "upload_idle_timeout_seconds",
-       "an upload that sends no bytes for this long is ended and its reservation freed",
+       "an upload that sends less than 64 KiB (or what it still owes) in this time is ended and its "
+       "reservation freed",
        [](Config& c, const std::string& v) {
          try {
            size_t pos = 0;

@@ -77,6 +77,8 @@ class ModelServiceImpl::UploadReactor final
         return;
       }
       upload_ = std::move(upload).value();
+      outstanding_ = h.size_bytes();
+      progress_need_ = NeedLocked();  // the header itself is not progress
     } else {
       if (request_.has_header()) {
         AbortLocked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -90,7 +92,12 @@ class ModelServiceImpl::UploadReactor final
                                      " bytes exceeds the 1 MiB chunk limit"));
         return;
       }
-      if (!chunk.empty()) last_progress_ = std::chrono::steady_clock::now();
+      // Progress (what resets --upload-idle-timeout) is kUploadProgressBytes since the last mark, or
+      // all the declared bytes still outstanding there: an upload that trickles a few bytes at a
+      // time holds its reservation and in-flight slot no longer than one that sends nothing.
+      since_progress_ += chunk.size();
+      outstanding_ -= std::min<uint64_t>(outstanding_, chunk.size());
+      if (since_progress_ >= progress_need_) MarkProgressLocked();
       scope_.AddBytes(chunk.size());
       service_->env_.metrics->AddUploadBytes(chunk.size());
       Status st = upload_->Append(chunk.data(), chunk.size());
@@ -118,16 +125,18 @@ class ModelServiceImpl::UploadReactor final
                              "kilnd is shutting down; upload discarded, retry later"));
   }
 
-  /// Ends the upload if no bytes arrived for `timeout` (called with service_->uploads_mu_ held,
-  /// like CancelForShutdown). The header alone does not count as progress past the first period.
+  /// Ends the upload if it made no progress (OnReadDone) for `timeout` (called with
+  /// service_->uploads_mu_ held, like CancelForShutdown). The header counts once.
   void AbortIfIdle(std::chrono::steady_clock::time_point now, std::chrono::milliseconds timeout) {
     std::lock_guard<std::mutex> lock(mu_);
     if (committing_ || finished_ || now - last_progress_ < timeout) return;
     service_->env_.metrics->CountRejected("upload_idle_timeout");
     std::string reserved = upload_ ? std::to_string(upload_->declared_bytes()) + " declared bytes" : "nothing";
     AbortLocked(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                             "upload sent no bytes for " + std::to_string(timeout.count()) +
-                                 " ms (--upload-idle-timeout); ended, freeing " + reserved));
+                             "upload sent " + std::to_string(since_progress_) + " of the " +
+                                 std::to_string(progress_need_) + " bytes expected in " +
+                                 std::to_string(timeout.count()) + " ms (--upload-idle-timeout); ended, freeing " +
+                                 reserved));
   }
 
   void OnDone() override {
@@ -206,7 +215,17 @@ class ModelServiceImpl::UploadReactor final
   bool finished_ = false;
   bool registered_ = false;
   bool committing_ = false;
-  std::chrono::steady_clock::time_point last_progress_;  // header or last non-empty chunk
+  uint64_t NeedLocked() const { return std::max<uint64_t>(1, std::min<uint64_t>(kUploadProgressBytes, outstanding_)); }
+  void MarkProgressLocked() {
+    last_progress_ = std::chrono::steady_clock::now();
+    since_progress_ = 0;
+    progress_need_ = NeedLocked();
+  }
+
+  std::chrono::steady_clock::time_point last_progress_;  // start, header, or the last progress
+  uint64_t outstanding_ = 0;     // declared bytes not yet received
+  uint64_t since_progress_ = 0;  // bytes received since last_progress_
+  uint64_t progress_need_ = 1;   // bytes that make progress: min(kUploadProgressBytes, outstanding at the mark)
 };
 
 // Server-streaming read of a model's bytes in 1 MiB chunks. Each step (open, then one chunk per

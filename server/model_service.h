@@ -21,6 +21,11 @@ namespace kiln::server {
 
 /// Largest chunk UploadModel accepts in one message.
 inline constexpr size_t kMaxUploadChunkBytes = 1u << 20;
+/// Bytes an upload must send per --upload-idle-timeout (or all it still owes, if less) to stay
+/// open: one that trickles a few bytes at a time is ended like one that sends nothing, so slow
+/// clients cannot hold the in-flight upload slots (server/config.h max_uploads_in_flight) and
+/// their store reservations for as long as they like.
+inline constexpr uint64_t kUploadProgressBytes = 64u << 10;
 /// Largest model GetModel returns inline (include_bytes); larger ones are read with ReadModel.
 inline constexpr size_t kMaxInlineModelBytes = 3u << 20;
 

@@ -87,6 +87,53 @@ TEST_F(StoreE2E, IdleUploadIsEndedAndFreesItsReservation) {
   EXPECT_TRUE(st.ok()) << st.error_message();
 }
 
+// An upload that trickles a byte every 100 ms is ended like a silent one (kUploadProgressBytes: it
+// owes 200 kB, so 64 KiB per --upload-idle-timeout is progress), while one at 160 kB/s in 16 kB
+// chunks, the same idle timeout, stays open across several timeouts and is stored.
+TEST_F(StoreE2E, TricklingUploadIsEndedLikeAnIdleOne) {
+  auto k = StartKilnd({"--upload-idle-timeout", "1"});
+  auto stub = Stub(*k);
+  const std::string bytes = MakeOnnxBytes(200000);
+  // Sends `chunk` bytes every `every` until all is sent, the stream breaks or `stop` has passed,
+  // then half-closes and returns the call's status.
+  auto stream = [&](size_t chunk, std::chrono::milliseconds every, std::chrono::seconds stop, grpc::ClientContext* ctx,
+                    kiln::v1::UploadModelResponse* resp, size_t* sent) {
+    const auto end = std::chrono::steady_clock::now() + stop;
+    auto w = stub->UploadModel(ctx, resp);
+    kiln::v1::UploadModelRequest req;
+    req.mutable_header()->set_name("slow");
+    req.mutable_header()->set_size_bytes(bytes.size());
+    req.mutable_header()->set_sha256(Sha256Hex(bytes));
+    EXPECT_TRUE(w->Write(req));
+    for (*sent = 0; *sent < bytes.size() && std::chrono::steady_clock::now() < end; *sent += chunk) {
+      req.set_chunk(bytes.substr(*sent, chunk));
+      if (!w->Write(req)) break;  // the server ended the stream
+      std::this_thread::sleep_for(every);
+    }
+    w->WritesDone();
+    return w->Finish();
+  };
+  // 1 byte every 100 ms (5.5 hours for the whole model), for 3 s: the server has ended it by then,
+  // at the first timeout (under 64 KiB had come), with its own status; a client's Write may go on
+  // succeeding for a while after that, so the client stops by itself and reads the status.
+  grpc::ClientContext trickle_ctx;
+  kiln::v1::UploadModelResponse trickle_resp;
+  size_t trickled = 0;
+  grpc::Status st =
+      stream(1, std::chrono::milliseconds(100), std::chrono::seconds(3), &trickle_ctx, &trickle_resp, &trickled);
+  ASSERT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_NE(st.error_message().find("of the 65536 bytes expected in 1000 ms (--upload-idle-timeout)"),
+            std::string::npos)
+      << st.error_message();
+  // 200 kB at 16 kB every 100 ms: 64 KiB arrives within every timeout, so it is not idle.
+  grpc::ClientContext ok_ctx;
+  kiln::v1::UploadModelResponse ok_resp;
+  size_t sent = 0;
+  st = stream(16000, std::chrono::milliseconds(100), std::chrono::seconds(30), &ok_ctx, &ok_resp, &sent);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(ok_resp.model().model_id(), Sha256Hex(bytes));
+}
+
 // ListModels pages: every model exactly once, pages no larger than asked, a bad token refused.
 TEST_F(StoreE2E, ListModelsPagesThroughEveryModel) {
   auto k = StartKilnd({"--list-page-size", "7"});
