@@ -4,6 +4,7 @@
 #include "device/numerics/mvmul_kernel.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <climits>
 #include <cstdlib>
@@ -227,14 +228,14 @@ void PrepareSrcBGroups(const uint32_t* x, int64_t groups, MathFidelity fid, SrcF
 }
 
 const uint32_t* ZeroSrcBGroup() {
-  static const auto* kZero = [] {
-    static uint32_t w[SrcBGroupWords(2)];
+  static const std::array<uint32_t, SrcBGroupWords(2)> kZero = [] {
+    std::array<uint32_t, SrcBGroupWords(2)> w{};
     uint8_t nz = 0;
     const uint32_t zeros[8] = {};
-    PrepareSrcBGroups(zeros, 1, MathFidelity::kHiFi4, SrcFormat::kBf16, w, &nz);
+    PrepareSrcBGroups(zeros, 1, MathFidelity::kHiFi4, SrcFormat::kBf16, w.data(), &nz);
     return w;
   }();
-  return kZero;
+  return kZero.data();
 }
 
 Status PrepareSrcBRow(const uint32_t* b, int64_t K, MathFidelity fid, SrcFormat fmt, PreparedSrcB* out) {

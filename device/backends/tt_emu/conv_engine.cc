@@ -181,12 +181,11 @@ struct KRun {
 };
 
 // A group of 8 K entries (§5.4's 8-lane group, numerics::PreparedSrcB) that reads 8 consecutive
-// channels of one tap, for the exact level's SrcB image (Engine::PrepareSrcBImage): channel group
+// channels of one tap, for the exact level's SrcB image (Engine::AllocateSrcBImage): channel group
 // cg (channels 8·cg .. 8·cg + 7, those past C zero in the image) of tap (i, j); i = −1 for a group
-// of K padding.
+// of K padding. (Its offset in groups from the row's pixel is Engine::goff_.)
 struct KGroup {
   int32_t i, j, cg;
-  int64_t off;  // (i·dh·W + j·dw)·C8 + cg: the group's offset in groups from the row's pixel
 };
 
 // GatherSrcBRow for a row whose taps all fall inside the input: for each group q not of K padding
@@ -301,7 +300,7 @@ class Engine {
     // Each run's source relative to the row's pixel (y0, x0) = (oy·sh − pt, ox·sw − pl) in an NHWC
     // image: rows whose taps all fall inside the input (Im2colRow's fast path) copy from there.
     for (KRun& r : runs_) r.off = (r.i * g.dh * g.W + r.j * g.dw) * g.C + r.c0;
-    // The exact level reads SrcB through the prepared image (PrepareSrcBImage) where every group of
+    // The exact level reads SrcB through the prepared image (AllocateSrcBImage) where every group of
     // 8 K entries is padding or 8 consecutive channels of one tap: each run starts a group and a
     // channel group, and one that ends inside a group ends at the pixel's last channel (the rest
     // of the group is the image's zero channels past C, as the im2col row's K padding is zero).
@@ -309,20 +308,17 @@ class Engine {
     // per-row tilize does not.
     const int64_t C8 = (g.C + 7) / 8;
     srcb_image_ = level_ == EmuLevel::kExact && !per_row_tilize_;
-    kgroups_.assign(static_cast<size_t>(K_ / 8), KGroup{-1, -1, 0, 0});
+    kgroups_.assign(static_cast<size_t>(K_ / 8), KGroup{-1, -1, 0});
+    goff_.assign(kgroups_.size(), 0);
+    greal_.assign((kgroups_.size() + 15) / 16, 0);
     for (const KRun& r : runs_) {
       if (r.k0 % 8 != 0 || r.c0 % 8 != 0 || (r.len % 8 != 0 && r.c0 + r.len != g.C)) srcb_image_ = false;
       for (int64_t q = r.k0 / 8; q < (r.k0 + r.len + 7) / 8 && q < K_ / 8; ++q) {
         const int32_t cg = static_cast<int32_t>(r.c0 / 8 + (q - r.k0 / 8));
-        kgroups_[static_cast<size_t>(q)] = KGroup{r.i, r.j, cg, (r.i * g.dh * g.W + r.j * g.dw) * C8 + cg};
+        kgroups_[static_cast<size_t>(q)] = KGroup{r.i, r.j, cg};
+        goff_[static_cast<size_t>(q)] = static_cast<int32_t>((r.i * g.dh * g.W + r.j * g.dw) * C8 + cg);
+        greal_[static_cast<size_t>(q / 16)] = static_cast<uint16_t>(greal_[static_cast<size_t>(q / 16)] | (1u << (q % 16)));
       }
-    }
-    goff_.assign(kgroups_.size(), 0);
-    greal_.assign((kgroups_.size() + 15) / 16, 0);
-    for (size_t q = 0; q < kgroups_.size(); ++q) {
-      if (kgroups_[q].i < 0) continue;
-      goff_[q] = static_cast<int32_t>(kgroups_[q].off);
-      greal_[q / 16] = static_cast<uint16_t>(greal_[q / 16] | (1u << (q % 16)));
     }
     const int64_t image_bytes =
         g.N * g.H * g.W * C8 * (nx::SrcBGroupWords(nx::SrcBVariants(fid_)) * 4 + 1);
@@ -362,10 +358,7 @@ class Engine {
         }
         return Status::Ok();
       });
-      if (srcb_image_) {
-        AllocateSrcBImage();
-        PrepareSrcBImage(threads);
-      }
+      if (srcb_image_) PrepareSrcBImage(threads);
     } else {
       constexpr int64_t kPix = 64;
       const int64_t tiles = (HW + kPix - 1) / kPix;
@@ -633,9 +626,10 @@ class Engine {
     srcb_nz_ = reinterpret_cast<uint8_t*>(srcb_words_ + groups * gw);
   }
 
-  // The image from xdev_ (AllocateSrcBImage first), for the bfp input dtypes, whose conversion is
-  // per pixel rather than per tile.
+  // The image from xdev_, for the bfp input dtypes, whose conversion is per pixel rather than per
+  // tile.
   void PrepareSrcBImage(int threads) {
+    AllocateSrcBImage();
     const EmuGeometry& g = g_;
     const int64_t C8 = (g.C + 7) / 8, pixels = g.N * g.H * g.W;
     const int64_t gw = nx::SrcBGroupWords(nx::SrcBVariants(fid_));
@@ -1018,9 +1012,10 @@ class Engine {
   std::vector<int32_t> ki_, kj_, kc_;  // per K index: kernel row, column (−1 = padding), channel
   std::vector<KRun> runs_;
   std::vector<KGroup> kgroups_;  // per group of 8 K entries (K/8), where srcb_image_
-  std::vector<int32_t> goff_;    // per group: kgroups_[q].off (0 for K padding), for GatherInside
+  std::vector<int32_t> goff_;    // per group: (i·dh·W + j·dw)·C8 + cg, its offset in groups from the
+                                 // row's pixel (0 for K padding), for GatherInside
   std::vector<uint16_t> greal_;  // bit q % 16 of [q / 16]: group q is not K padding
-  bool srcb_image_ = false;      // the exact level reads SrcB from the image (PrepareSrcBImage)
+  bool srcb_image_ = false;      // the exact level reads SrcB from the image (AllocateSrcBImage)
   float* nchw_ = nullptr;        // Run's NCHW destination of the exact rows, or null
   bool fp32_dst_ = false, l1acc_ = false, tf32_reload_ = true, precise_ = false, per_row_tilize_ = false;
   bool has_bias_ = false;
@@ -1035,7 +1030,7 @@ class Engine {
   std::vector<uint32_t>& xdev_ = xbuf_.v;  // device images (Prepare)
   std::vector<uint32_t>& wdev_ = wbuf_.v;
   ScratchBuffer srcb_buf_{ScratchSlot::kSrcBImage};
-  uint32_t* srcb_words_ = nullptr;  // PrepareSrcBImage's words and masks, in srcb_buf_
+  uint32_t* srcb_words_ = nullptr;  // the image's words and masks, in srcb_buf_
   uint8_t* srcb_nz_ = nullptr;
   std::vector<uint32_t> bdev_;
 };

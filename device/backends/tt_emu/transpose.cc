@@ -17,28 +17,36 @@ void TransposeScalar(const char* src, int64_t r0, int64_t r1, int64_t c0, int64_
 }
 
 #if defined(__x86_64__)
-// One 16×16 block: rows R0..R15 of 16 words (four 128-bit lanes of 4). Interleaving pairs of rows by
-// 32 and then 64 bits leaves B[4k + m] holding, in its lane L, column 4L + m of rows 4k .. 4k+3;
-// output row 4L + m is then lane L of B[m], B[4 + m], B[8 + m], B[12 + m], gathered by two rounds
-// of 128-bit lane shuffles.
 // GCC 12 flags the intrinsics' deliberately undefined pass-through operand (_mm512_undefined_epi32
-// in avx512fintrin.h) once they are inlined into this unrolled block.
+// in avx512fintrin.h) once they are inlined into these unrolled blocks.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
-__attribute__((target("avx512f"))) void Block16(const char* src, int64_t src_stride, char* dst, int64_t dst_stride) {
-  __m512i a[16], b[16];
-  for (int k = 0; k < 8; ++k) {
+// The first two stages of a block of kRows (8 or 16) rows R0.. of 16 words (four 128-bit lanes of
+// 4): interleaving pairs of rows by 32 and then 64 bits leaves b[4k + m] holding, in its lane L,
+// column 4L + m of rows 4k .. 4k+3.
+template <int kRows>
+__attribute__((target("avx512f"), always_inline)) inline void InterleaveRows(const char* src, int64_t src_stride,
+                                                                             __m512i* b) {
+  __m512i a[kRows];
+  for (int k = 0; k < kRows / 2; ++k) {
     const __m512i x = _mm512_loadu_si512(src + 4 * (2 * k) * src_stride);
     const __m512i y = _mm512_loadu_si512(src + 4 * (2 * k + 1) * src_stride);
     a[2 * k] = _mm512_unpacklo_epi32(x, y);
     a[2 * k + 1] = _mm512_unpackhi_epi32(x, y);
   }
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < kRows / 4; ++k) {
     b[4 * k] = _mm512_unpacklo_epi64(a[4 * k], a[4 * k + 2]);
     b[4 * k + 1] = _mm512_unpackhi_epi64(a[4 * k], a[4 * k + 2]);
     b[4 * k + 2] = _mm512_unpacklo_epi64(a[4 * k + 1], a[4 * k + 3]);
     b[4 * k + 3] = _mm512_unpackhi_epi64(a[4 * k + 1], a[4 * k + 3]);
   }
+}
+
+// One 16×16 block: output row 4L + m is lane L of b[m], b[4 + m], b[8 + m], b[12 + m]
+// (InterleaveRows), gathered by two rounds of 128-bit lane shuffles.
+__attribute__((target("avx512f"))) void Block16(const char* src, int64_t src_stride, char* dst, int64_t dst_stride) {
+  __m512i b[16];
+  InterleaveRows<16>(src, src_stride, b);
   for (int m = 0; m < 4; ++m) {
     const __m512i c0 = _mm512_shuffle_i32x4(b[m], b[4 + m], _MM_SHUFFLE(1, 0, 1, 0));
     const __m512i c1 = _mm512_shuffle_i32x4(b[m], b[4 + m], _MM_SHUFFLE(3, 2, 3, 2));
@@ -51,24 +59,13 @@ __attribute__((target("avx512f"))) void Block16(const char* src, int64_t src_str
   }
 }
 
-// Eight rows by 16 columns (the conv's row tiles): the first two stages as in Block16, then output
-// row 4L + m is lane L of B[m] (rows 0..3) and of B[4 + m] (rows 4..7), 8 words stored as 256 bits.
+// Eight rows by 16 columns (the conv's row tiles): output row 4L + m is lane L of b[m] (rows 0..3)
+// and of b[4 + m] (rows 4..7), 8 words stored as 256 bits.
 __attribute__((target("avx512f"))) void Block8(const char* src, int64_t src_stride, char* dst, int64_t dst_stride) {
-  __m512i a[8], b[8];
-  for (int k = 0; k < 4; ++k) {
-    const __m512i x = _mm512_loadu_si512(src + 4 * (2 * k) * src_stride);
-    const __m512i y = _mm512_loadu_si512(src + 4 * (2 * k + 1) * src_stride);
-    a[2 * k] = _mm512_unpacklo_epi32(x, y);
-    a[2 * k + 1] = _mm512_unpackhi_epi32(x, y);
-  }
-  for (int k = 0; k < 2; ++k) {
-    b[4 * k] = _mm512_unpacklo_epi64(a[4 * k], a[4 * k + 2]);
-    b[4 * k + 1] = _mm512_unpackhi_epi64(a[4 * k], a[4 * k + 2]);
-    b[4 * k + 2] = _mm512_unpacklo_epi64(a[4 * k + 1], a[4 * k + 3]);
-    b[4 * k + 3] = _mm512_unpackhi_epi64(a[4 * k + 1], a[4 * k + 3]);
-  }
+  __m512i b[8];
+  InterleaveRows<8>(src, src_stride, b);
   for (int m = 0; m < 4; ++m) {
-    // [B[m].L0, B[4+m].L0 | B[m].L1, B[4+m].L1] and the same for lanes 2, 3.
+    // [b[m].L0, b[4+m].L0 | b[m].L1, b[4+m].L1] and the same for lanes 2, 3.
     const __m512i c0 = _mm512_shuffle_i32x4(b[m], b[4 + m], _MM_SHUFFLE(1, 0, 1, 0));
     const __m512i c1 = _mm512_shuffle_i32x4(b[m], b[4 + m], _MM_SHUFFLE(3, 2, 3, 2));
     const __m512i d0 = _mm512_shuffle_i32x4(c0, c0, _MM_SHUFFLE(3, 1, 2, 0));

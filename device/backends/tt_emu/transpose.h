@@ -1,7 +1,6 @@
 // A 32-bit matrix transpose for the tt-emu conv's layout changes: the activations' NCHW → NHWC tiles
 // (conv_engine.cc, ConvertActivationTile), the exact level's row tiles into the NCHW output
-// (conv_engine.cc, RunRowsExact) and the output rows' (pixel, channel) → NCHW (tt_conv.cc,
-// TransposeTile).
+// (conv_engine.cc, RunRowsExact) and the output rows' (pixel, channel) → NCHW (tt_conv.cc, RunConv).
 #pragma once
 
 #include <cstdint>

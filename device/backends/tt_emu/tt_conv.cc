@@ -35,10 +35,6 @@ Result<EmuLevel> ParseEmuLevel(const std::string& name) {
 
 namespace {
 
-// Pixels [0, n) of O patterns each (src[s * O + o]) into O channel runs of the NCHW output,
-// dst[o * P + s] (transpose.h: 16×16 blocks in registers on AVX-512).
-void TransposeTile(const uint32_t* src, int64_t n, int64_t O, int64_t P, float* dst) { Transpose32(src, n, O, O, dst, P); }
-
 Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor* bias, const Conv2dParams& params,
                        const PrecisionConfig& precision, EmuLevel level, const CancelToken* cancel, OpReport* report,
                        const char* op_name, const std::vector<std::pair<std::string, std::string>>& extra_notes,
@@ -119,21 +115,23 @@ Result<Tensor> RunConv(const Tensor& input, const Tensor& weights, const Tensor*
                                             nthreads, &out, &stats, t->data<float>()));
   const auto t_done = std::chrono::steady_clock::now();
 
-  // Rows m = (n, s) of O patterns into NCHW (unless the exact level wrote them there), in tiles of
-  // 16 pixels: each channel's 16 values are one contiguous run of the output, and the tile's rows
-  // stay in cache while they are read.
-  float* dst = t->data<float>();
-  const int64_t P = g.OH * g.OW;
-  constexpr int64_t kTile = 16;
-  const int64_t tiles = (P + kTile - 1) / kTile;
-  // Split over the conv's threads when there is enough of it (tiles are independent).
-  const int tthreads = static_cast<int>(std::min<int64_t>(nthreads, g.M * g.O / 65536 + 1));
-#pragma omp parallel for collapse(2) num_threads(tthreads) schedule(static) if (tthreads > 1 && !stats.nchw_written)
-  for (int64_t n = 0; n < (stats.nchw_written ? 0 : g.N); ++n)
-    for (int64_t ti = 0; ti < tiles; ++ti) {
-      const int64_t s0 = ti * kTile, s1 = std::min(P, s0 + kTile);
-      TransposeTile(&out[static_cast<size_t>((n * P + s0) * g.O)], s1 - s0, g.O, P, dst + n * g.O * P + s0);
-    }
+  if (!stats.nchw_written) {
+    // Rows m = (n, s) of O patterns into NCHW (the fast level's and depthwise's; the exact level
+    // writes the tensor itself), in tiles of 16 pixels: each tile's pixels (src[s * O + o]) into O
+    // channel runs dst[o * P + s] (Transpose32), the tile's rows staying in cache while read.
+    float* dst = t->data<float>();
+    const int64_t P = g.OH * g.OW;
+    constexpr int64_t kTile = 16;
+    const int64_t tiles = (P + kTile - 1) / kTile;
+    // Split over the conv's threads when there is enough of it (tiles are independent).
+    const int tthreads = static_cast<int>(std::min<int64_t>(nthreads, g.M * g.O / 65536 + 1));
+#pragma omp parallel for collapse(2) num_threads(tthreads) schedule(static) if (tthreads > 1)
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t ti = 0; ti < tiles; ++ti) {
+        const int64_t s0 = ti * kTile, s1 = std::min(P, s0 + kTile);
+        Transpose32(&out[static_cast<size_t>((n * P + s0) * g.O)], s1 - s0, g.O, g.O, dst + n * g.O * P + s0, P);
+      }
+  }
   Tensor result = std::move(*t);
   if (input.layout() != Layout::kNCHW) {
     auto c = result.ToLayout(input.layout());
