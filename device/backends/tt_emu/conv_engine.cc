@@ -99,13 +99,26 @@ Status Parallel(int64_t m0, int64_t m1, int64_t per_row, int threads, const Fn& 
   n = static_cast<int>(std::min<int64_t>(n, rows));
   if (n <= 1) return fn(m0, m1);
   const int64_t chunk = std::max<int64_t>(grain, (rows / (16 * n) + grain - 1) / grain * grain);
+  // A claim takes a chunk, or less over the last 4·n chunks' worth of rows: the size shrinks with
+  // the rows left, down to the grain (OpenMP's guided schedule), so that the threads reach the join
+  // together. With whole chunks to the end, the thread that found the counter spent waited for the
+  // other one's last chunk: c64 exact LoFi on 2 threads, median difference between the threads'
+  // finishing times 98 µs, 17 µs this way (bench/tt_emu/RESULTS.md, eleventh pass).
+  auto claim = [&](std::atomic<int64_t>& next, int64_t* size) {
+    int64_t a = next.load(std::memory_order_relaxed), s = chunk;
+    do {
+      s = std::clamp<int64_t>((m1 - a) / (4 * n) / grain * grain, grain, chunk);
+    } while (a < m1 && !next.compare_exchange_weak(a, a + s, std::memory_order_relaxed));
+    *size = s;
+    return a;
+  };
   std::atomic<int64_t> next{m0};
   std::vector<Status> st(static_cast<size_t>(n));
 #pragma omp parallel for num_threads(n) schedule(static, 1)
   for (int t = 0; t < n; ++t) {
-    for (int64_t a = next.fetch_add(chunk, std::memory_order_relaxed); a < m1 && st[static_cast<size_t>(t)].ok();
-         a = next.fetch_add(chunk, std::memory_order_relaxed))
-      st[static_cast<size_t>(t)] = fn(a, std::min(m1, a + chunk));
+    int64_t s = 0;
+    for (int64_t a = claim(next, &s); a < m1 && st[static_cast<size_t>(t)].ok(); a = claim(next, &s))
+      st[static_cast<size_t>(t)] = fn(a, std::min(m1, a + s));
   }
   for (const Status& s : st) KILN_RETURN_IF_ERROR(s);
   return Status::Ok();
