@@ -48,10 +48,14 @@ Result<std::shared_ptr<grpc::Channel>> Connect(const ClientOptions& options) {
   args.SetMaxSendMessageSize(options.max_message_bytes);
   // A full job queue answers RESOURCE_EXHAUSTED with the server's grpc-retry-pushback-ms: gRPC's
   // retry policy waits that long and submits again (`kiln run` and `kiln advise` always send an
-  // idempotency key, so a retry never makes a second job).
+  // idempotency key, so a retry never makes a second job). The streams of stored bytes answer
+  // RESOURCE_EXHAUSTED the same way when --max-read-streams are open (server/stream_guard.h),
+  // before any message, so gRPC may retry them too; they only read.
   args.SetServiceConfigJSON(R"({"methodConfig": [{
     "name": [{"service": "kiln.v1.JobService", "method": "SubmitRun"},
-             {"service": "kiln.v1.JobService", "method": "SubmitAdvise"}],
+             {"service": "kiln.v1.JobService", "method": "SubmitAdvise"},
+             {"service": "kiln.v1.JobService", "method": "GetJobResult"},
+             {"service": "kiln.v1.ModelService", "method": "ReadModel"}],
     "retryPolicy": {"maxAttempts": 5, "initialBackoff": "1s", "maxBackoff": "30s", "backoffMultiplier": 2,
                     "retryableStatusCodes": ["RESOURCE_EXHAUSTED", "UNAVAILABLE"]}}]})");
   std::shared_ptr<grpc::ChannelCredentials> creds;

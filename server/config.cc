@@ -189,6 +189,21 @@ const std::vector<Setting>& Settings() {
          return std::string();
        },
        [](const Config& c) { return std::string(Num(c.upload_idle_timeout_seconds) + " (seconds)"); }, "SECONDS"},
+      // Streams that send stored bytes (server/stream_guard.h).
+      {"--max-read-streams", "KILN_MAX_READ_STREAMS", nullptr,
+       "ReadModel and GetJobResult streams open at once, a client at most half of them",
+       [](Config& c, const std::string& v) {
+         std::string err = ParseU64(v, &c.max_read_streams);
+         return err.empty() && c.max_read_streams > 100000 ? std::string("must be 0..100000") : err;
+       },
+       [](const Config& c) {
+         return c.max_read_streams == 0 ? std::string("0 (32; 8 with a database)") : std::to_string(c.max_read_streams);
+       },
+       "COUNT"},
+      {"--stream-write-timeout", "KILN_STREAM_WRITE_TIMEOUT", nullptr,
+       "a ReadModel or GetJobResult stream whose client takes no message in this time is cancelled",
+       [](Config& c, const std::string& v) { return ParseSeconds(v, &c.stream_write_timeout_seconds, 0.1, 86400); },
+       [](const Config& c) { return Num(c.stream_write_timeout_seconds) + " (seconds)"; }, "SECONDS"},
       {"--list-page-size", "KILN_LIST_PAGE_SIZE", nullptr,
        "most models in one ListModels answer (pages also stay under 2 MiB)",
        [](Config& c, const std::string& v) {

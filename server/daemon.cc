@@ -157,7 +157,17 @@ Status Daemon::StartServices() {
   if (!scheduler.ok()) return scheduler.status().WithContext("scheduler");
   scheduler_ = std::move(scheduler).value();
 
-  ServiceEnv env{metrics_.get(), auth_.get(), &drain_, scheduler_.get(), static_cast<int64_t>(config_.max_message_bytes)};
+  StreamGuard::Options stream_options;
+  // A ReadModel stream of a blob the cache does not hold keeps one database connection while it
+  // runs (store/pg/pg_blob_store.h): by default at most half of them.
+  stream_options.max_streams = config_.max_read_streams > 0 ? static_cast<size_t>(config_.max_read_streams)
+                               : shared_                    ? kDatabaseConnections / 2
+                                                            : size_t{32};
+  stream_options.write_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config_.stream_write_timeout_seconds * 1000));
+  streams_ = std::make_unique<StreamGuard>(stream_options, metrics_.get());
+  ServiceEnv env{metrics_.get(), auth_.get(), &drain_, scheduler_.get(), static_cast<int64_t>(config_.max_message_bytes),
+                 streams_.get()};
   ModelServiceOptions model_options;
   model_options.upload_idle_timeout = std::chrono::milliseconds(
       static_cast<int64_t>(config_.upload_idle_timeout_seconds * 1000));

@@ -20,6 +20,7 @@
 #include "server/listener.h"
 #include "server/metrics.h"
 #include "server/model_service.h"
+#include "server/stream_guard.h"
 #include "server/rpc_context.h"
 #include "store/job_store.h"
 #include "store/model_store.h"
@@ -53,6 +54,7 @@ class Daemon {
   std::unique_ptr<store::ModelStore> store_;
   std::unique_ptr<Authenticator> auth_;
   Drain drain_;
+  std::unique_ptr<StreamGuard> streams_;  // before the services: their streams release slots in it
   std::unique_ptr<ModelServiceImpl> model_service_;
   std::unique_ptr<sched::Scheduler> scheduler_;
   std::unique_ptr<CompileServiceImpl> compile_service_;

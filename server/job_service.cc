@@ -10,6 +10,7 @@
 #include "api/lanes.h"
 #include "common/reactor.h"
 #include "server/model_service.h"
+#include "server/stream_guard.h"
 
 namespace kiln::server {
 
@@ -320,8 +321,16 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
         omit_outputs_(request->omit_outputs()) {
     grpc::Status st = scope_.Begin(*context);
     if (!st.ok()) {
-      Finish(scope_.Done(st));
+      End(st);
       return;
+    }
+    if (service->env_.streams != nullptr) {
+      auto slot = service->env_.streams->Acquire(context, "GetJobResult");
+      if (!slot.ok()) {
+        End(ToGrpc(slot.status()));
+        return;
+      }
+      slot_ = std::move(slot).value();
     }
     // Every store read on the store lane (ReadOnStoreLane); one read or one write at a time.
     client_ = ClientId(*context);
@@ -335,14 +344,16 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
           return Status::Ok();
         },
         [this](const Status& status) {
-          if (!status.ok()) return Finish(scope_.Done(ToGrpc(status)));
+          if (!status.ok()) return End(ToGrpc(status));
           Next();
         });
   }
   void OnWriteDone(bool ok) override {
     ReactorScope on_reactor;
+    if (slot_) slot_->WriteDone();
     if (!ok) {
-      Finish(scope_.Done(grpc::Status(grpc::StatusCode::CANCELLED, "stream broken")));
+      End(slot_ && slot_->timed_out() ? slot_->TimeoutStatus("GetJobResult")
+                                      : grpc::Status(grpc::StatusCode::CANCELLED, "stream broken"));
       return;
     }
     Next();
@@ -350,6 +361,18 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
   void OnDone() override { delete this; }
 
  private:
+  // Finishes the call, releasing its stream slot first (so that a client that reads one stream
+  // after another never finds its own ended streams holding its share while gRPC winds them down).
+  void End(const grpc::Status& status) {
+    slot_.reset();
+    // The results' pin (it keeps retention from removing them) and what was read go now too,
+    // not when a client that delays taking the status lets gRPC reach OnDone.
+    pin_.reset();
+    std::vector<store::JobResultRecord>().swap(results_);
+    kiln::v1::JobResultChunk().Swap(&chunk_);
+    Finish(scope_.Done(status));
+  }
+
   void Next() {
     chunk_.Clear();
     while (config_ < results_.size()) {
@@ -358,16 +381,17 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
         header_sent_ = true;
         chunk_.set_configuration(r.configuration);
         if (!chunk_.mutable_result()->ParseFromString(r.report)) {
-          Finish(scope_.Done(grpc::Status(grpc::StatusCode::DATA_LOSS, "stored result unreadable")));
+          End(grpc::Status(grpc::StatusCode::DATA_LOSS, "stored result unreadable"));
           return;
         }
         api::FillPassedFromPass(chunk_.mutable_result()->mutable_response());
+        if (slot_) slot_->WriteStarted();
         StartWrite(&chunk_);
         return;
       }
       if (!omit_outputs_ && output_ < r.output_sizes.size()) {
         if (offset_ == 0 && r.output_sizes[output_] < 0) {
-          Finish(scope_.Done(grpc::Status(grpc::StatusCode::DATA_LOSS, "result file missing")));
+          End(grpc::Status(grpc::StatusCode::DATA_LOSS, "result file missing"));
           return;
         }
         auto bytes = std::make_shared<std::string>();
@@ -381,7 +405,7 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
               return Status::Ok();
             },
             [this, bytes](const Status& status) {
-              if (!status.ok()) return Finish(scope_.Done(ToGrpc(status)));
+              if (!status.ok()) return End(ToGrpc(status));
               WriteOutput(std::move(*bytes));
             });
         return;
@@ -390,7 +414,7 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
       output_ = 0;
       header_sent_ = false;
     }
-    Finish(scope_.Done(grpc::Status::OK));
+    End(grpc::Status::OK);
   }
 
   // Sends `data`, the next slice of output output_ of configuration config_.
@@ -399,7 +423,7 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
     const int64_t size = r.output_sizes[output_];
     const int64_t n = static_cast<int64_t>(data.size());
     if (n == 0 && offset_ < size) {
-      Finish(scope_.Done(grpc::Status(grpc::StatusCode::DATA_LOSS, "result file shorter than recorded")));
+      End(grpc::Status(grpc::StatusCode::DATA_LOSS, "result file shorter than recorded"));
       return;
     }
     auto* out = chunk_.mutable_output();
@@ -415,6 +439,7 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
       ++output_;
     }
     scope_.AddBytes(static_cast<uint64_t>(n));
+    if (slot_) slot_->WriteStarted();
     StartWrite(&chunk_);
   }
 
@@ -431,6 +456,7 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
   size_t output_ = 0;
   bool header_sent_ = false;
   int64_t offset_ = 0;
+  std::unique_ptr<StreamGuard::Slot> slot_;  // env_.streams' place, given back in End
 };
 
 grpc::ServerWriteReactor<kiln::v1::JobResultChunk>* JobServiceImpl::GetJobResult(

@@ -47,7 +47,8 @@ class Metrics {
   /// kiln_rejected_requests_total{reason}. `reason` is a short fixed snake_case word naming the
   /// limit, never client text (labels are not escaped for cardinality): e.g.
   /// "connection_limit" (server/listener.h), "unauthenticated" (server/auth_interceptor.h),
-  /// "upload_idle_timeout" (server/model_service.cc); the store's, scheduler's, job manager's and
+  /// "upload_idle_timeout" (server/model_service.cc), "read_streams" and "stream_write_timeout"
+  /// (server/stream_guard.h); the store's, scheduler's, job manager's and
   /// runs' reasons are listed at their on_refused (store/model_store.h, sched/scheduler.h,
   /// api/jobs.h, api/run_conv.h), wired in server/daemon.cc.
   void CountRejected(std::string_view reason);

@@ -6,6 +6,7 @@
 #include "api/models.h"
 #include "common/reactor.h"
 #include "kiln/v1/model.pb.h"
+#include "server/stream_guard.h"
 
 namespace kiln::server {
 
@@ -240,15 +241,25 @@ class ModelServiceImpl::ReadReactor final
     ReactorScope on_reactor;
     grpc::Status auth = scope_.Begin(*context);
     if (!auth.ok()) {
-      Finish(scope_.Done(auth));
+      End(auth);
       return;
+    }
+    if (service->env_.streams != nullptr) {
+      auto slot = service->env_.streams->Acquire(context, "ReadModel");
+      if (!slot.ok()) {
+        End(ToGrpc(slot.status()));
+        return;
+      }
+      slot_ = std::move(slot).value();
     }
     NextStep();
   }
   void OnWriteDone(bool ok) override {
     ReactorScope on_reactor;
+    if (slot_) slot_->WriteDone();
     if (!ok) {
-      Finish(scope_.Done(grpc::Status(grpc::StatusCode::CANCELLED, "stream broken")));
+      End(slot_ && slot_->timed_out() ? slot_->TimeoutStatus("ReadModel")
+                                      : grpc::Status(grpc::StatusCode::CANCELLED, "stream broken"));
       return;
     }
     NextStep();
@@ -256,10 +267,17 @@ class ModelServiceImpl::ReadReactor final
   void OnDone() override { delete this; }
 
  private:
+  // Finishes the call, releasing its stream slot first (so that a client that reads one stream
+  // after another never finds its own ended streams holding its share while gRPC winds them down).
+  void End(const grpc::Status& status) {
+    slot_.reset();
+    Finish(scope_.Done(status));
+  }
+
   void NextStep() {
     if (!service_->store_->reads_block()) {
       Status st = Step();
-      if (!st.ok()) Finish(scope_.Done(ToGrpc(st)));
+      if (!st.ok()) End(ToGrpc(st));
       return;
     }
     sched::JobRequest job;
@@ -268,18 +286,27 @@ class ModelServiceImpl::ReadReactor final
     job.task = [this](sched::JobContext&) { return Step(); };
     auto handle = service_->env_.scheduler->Submit(std::move(job));
     if (!handle.ok()) {
-      Finish(scope_.Done(ToGrpc(handle.status())));
+      End(ToGrpc(handle.status()));
       return;
     }
     // A failed step (or one the scheduler never ran) finishes the call; a good one wrote or finished.
     (*handle)->OnDone([this](const Status& status) {
-      if (!status.ok()) Finish(scope_.Done(ToGrpc(status)));
+      if (!status.ok()) End(ToGrpc(status));
     });
+  }
+
+  // One step (Advance); on an error it lets go of the reader here, on the thread the store's
+  // rule picked (a farm's reader ends its database transaction, a blocking round trip), instead of
+  // when gRPC has sent the status.
+  Status Step() {
+    Status st = Advance();
+    if (!st.ok()) reader_.reset();
+    return st;
   }
 
   // Opens the model (first step), then hands out the next chunk or finishes with OK. An error is
   // returned, not finished: the caller finishes with it.
-  Status Step() {
+  Status Advance() {
     if (!reader_) {
       auto id = api::ResolveModelRef(*service_->store_, ref_);
       if (!id.ok()) return id.status();
@@ -288,7 +315,11 @@ class ModelServiceImpl::ReadReactor final
       reader_ = std::move(reader).value();
     }
     if (offset_ >= reader_->size()) {
-      Finish(scope_.Done(grpc::Status::OK));
+      // The reader (a farm's database connection) and the last chunk go now, not when a client
+      // that delays taking the status lets gRPC reach OnDone.
+      reader_.reset();
+      std::string().swap(*response_.mutable_chunk());
+      End(grpc::Status::OK);
       return Status::Ok();
     }
     // The reader checks the SHA-256 with the last chunk: a corrupted object ends the stream with
@@ -297,6 +328,7 @@ class ModelServiceImpl::ReadReactor final
     if (response_.chunk().empty()) return DataLoss("model " + reader_->model_id() + ": bytes end before its size");
     offset_ += response_.chunk().size();
     scope_.AddBytes(response_.chunk().size());
+    if (slot_) slot_->WriteStarted();
     StartWrite(&response_);
     return Status::Ok();
   }
@@ -308,6 +340,7 @@ class ModelServiceImpl::ReadReactor final
   std::unique_ptr<store::ModelReader> reader_;
   kiln::v1::ReadModelResponse response_;
   uint64_t offset_ = 0;
+  std::unique_ptr<StreamGuard::Slot> slot_;  // env_.streams' place, given back in End
 };
 
 ModelServiceImpl::ModelServiceImpl(store::ModelStore* store, ServiceEnv env, ModelServiceOptions options)

@@ -14,6 +14,8 @@
 
 namespace kiln::server {
 
+class StreamGuard;  // server/stream_guard.h
+
 /// Converts a Kiln Status to a grpc::Status (same numeric codes).
 grpc::Status ToGrpc(const Status& status);
 
@@ -85,6 +87,8 @@ struct ServiceEnv {
   /// --max-message-bytes: the largest response; DeviceService refuses a run whose outputs would
   /// not fit before running it (api/run_conv.h CheckRunOutputs). 0: not checked.
   int64_t max_message_bytes = 0;
+  /// The limits of the streams that send stored bytes (ReadModel, GetJobResult); null: none.
+  StreamGuard* streams = nullptr;
 };
 
 /// Tracks one RPC from start to Finish; Finish() logs and records metrics exactly once.

@@ -160,8 +160,8 @@ void Verify(kiln::v1::ModelService::Stub& stub, const fs::path& dir, Ledger& L, 
     grpc::Status st;
     std::string bytes = ReadAll(stub, id, &st);
     CHECK_OR_FAIL(st.ok() && Sha256Hex(bytes) == id && bytes.size() == L.sizes[id],
-                  "model %s reads back partial or wrong (%zu bytes, status %d)", id.c_str(), bytes.size(),
-                  static_cast<int>(st.error_code()));
+                  "model %s reads back partial or wrong (%zu bytes, status %d: %s)", id.c_str(), bytes.size(),
+                  static_cast<int>(st.error_code()), st.error_message().c_str());
   }
   // Reconcile: what was in flight either happened or did not.
   for (const auto& [id, name] : L.maybe_stored) {

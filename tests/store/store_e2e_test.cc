@@ -1,6 +1,6 @@
 // The store's hardening seen through a real kilnd on loopback (tests/server/kilnd_process.h):
-// idle uploads, ListModels pages, strings that are not UTF-8, one lookup per GetModel, the
-// damaged-index refusal and `kilnd --repair`.
+// idle uploads, stalled read streams, ListModels pages, strings that are not UTF-8, one lookup per
+// GetModel, the damaged-index refusal and `kilnd --repair`.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
@@ -11,8 +11,10 @@
 #include <fstream>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "common/sha256.h"
+#include "kiln/v1/job.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
 #include "tests/server/kilnd_process.h"
 #include "tests/server/kilnd_test_util.h"
@@ -132,6 +134,120 @@ TEST_F(StoreE2E, TricklingUploadIsEndedLikeAnIdleOne) {
   st = stream(16000, std::chrono::milliseconds(100), std::chrono::seconds(30), &ok_ctx, &ok_resp, &sent);
   ASSERT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(ok_resp.model().model_id(), Sha256Hex(bytes));
+}
+
+// Streams of stored bytes whose clients stop reading (server/stream_guard.h): a client holds at
+// most half of --max-read-streams, the next is refused before any message, and the server cancels
+// a stream whose write has waited --stream-write-timeout, which frees its slot for the next reader.
+TEST_F(StoreE2E, StalledReadStreamsAreCancelledAndFreeTheirSlots) {
+  auto k = StartKilnd({"--max-read-streams", "4", "--stream-write-timeout", "1"});
+  auto stub = Stub(*k);
+  // Larger than what gRPC's flow control lets through to a client that does not read.
+  const std::string bytes = MakeOnnxBytes(48u << 20);
+  kiln::v1::UploadModelResponse up;
+  ASSERT_TRUE(UploadBytes(*stub, "big", bytes, &up).ok());
+  kiln::v1::ReadModelRequest req;
+  req.set_model_id("big");
+  // Two streams (this client's share) that read one message, so they are open on the server, and
+  // then nothing.
+  grpc::ClientContext c1, c2;
+  auto r1 = stub->ReadModel(&c1, req);
+  auto r2 = stub->ReadModel(&c2, req);
+  kiln::v1::ReadModelResponse msg;
+  ASSERT_TRUE(r1->Read(&msg));
+  size_t got1 = msg.chunk().size();
+  ASSERT_TRUE(r2->Read(&msg));
+  // A third is refused at once, naming the limit.
+  {
+    grpc::ClientContext c3;
+    auto r3 = stub->ReadModel(&c3, req);
+    EXPECT_FALSE(r3->Read(&msg));
+    grpc::Status st = r3->Finish();
+    ASSERT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+    EXPECT_NE(st.error_message().find("its share of the 4 (--max-read-streams)"), std::string::npos)
+        << st.error_message();
+    auto pushback = c3.GetServerTrailingMetadata().find("grpc-retry-pushback-ms");
+    ASSERT_NE(pushback, c3.GetServerTrailingMetadata().end());
+    EXPECT_EQ(std::string(pushback->second.data(), pushback->second.size()), "1000");
+  }
+  // GetJobResult shares the limit (it is refused before it looks the job up).
+  {
+    auto jobs = kiln::v1::JobService::NewStub(grpc::CreateChannel(k->grpc_address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext c3;
+    kiln::v1::GetJobResultRequest jreq;
+    jreq.set_job_id("no-such-job");
+    auto r3 = jobs->GetJobResult(&c3, jreq);
+    kiln::v1::JobResultChunk chunk;
+    EXPECT_FALSE(r3->Read(&chunk));
+    grpc::Status st = r3->Finish();
+    ASSERT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+    EXPECT_NE(st.error_message().find("GetJobResult refused"), std::string::npos) << st.error_message();
+  }
+  // After the write timeout (and the sweep, a tenth of it), the stalled streams are cancelled: what
+  // is left to read ends CANCELLED, short of the model.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  while (r1->Read(&msg)) got1 += msg.chunk().size();
+  grpc::Status st1 = r1->Finish();
+  EXPECT_EQ(st1.error_code(), grpc::StatusCode::CANCELLED) << st1.error_message();
+  EXPECT_LT(got1, bytes.size());
+  while (r2->Read(&msg)) {
+  }
+  EXPECT_EQ(r2->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // Their slots are free: two readers that read get a whole model (a small one, which a loaded
+  // machine sends well within the timeout).
+  const std::string small = MakeOnnxBytes(3000);
+  ASSERT_TRUE(UploadBytes(*stub, "small", small, &up).ok());
+  req.set_model_id("small");
+  grpc::ClientContext c4, c5;
+  auto r4 = stub->ReadModel(&c4, req);
+  auto r5 = stub->ReadModel(&c5, req);
+  for (auto* r : {r4.get(), r5.get()}) {
+    std::string all;
+    while (r->Read(&msg)) all += msg.chunk();
+    grpc::Status st = r->Finish();
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(all, small);
+  }
+  auto m = ScrapeMetrics(k->metrics_address());
+  EXPECT_EQ(m["kiln_rejected_requests_total{reason=\"stream_write_timeout\"}"], 2);
+  EXPECT_EQ(m["kiln_rejected_requests_total{reason=\"read_streams\"}"], 2);
+}
+
+// A client that reads streams one after another never finds its own ended streams holding its
+// share (one stream, with --max-read-streams 2): a stream's slot is released before its status is
+// sent, not when gRPC later runs OnDone. Two busy threads compete with kilnd for the CPU while
+// the 200 reads run (a fraction of a second), which delayed OnDone enough that 29–44 of them were
+// refused when the slot went there.
+TEST_F(StoreE2E, SequentialReadsNeverFindTheirEndedStreamsHoldingTheShare) {
+  auto k = StartKilnd({"--max-read-streams", "2"});
+  auto stub = Stub(*k);
+  const std::string bytes = MakeOnnxBytes(3000);
+  kiln::v1::UploadModelResponse up;
+  ASSERT_TRUE(UploadBytes(*stub, "small", bytes, &up).ok());
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> busy;
+  for (int i = 0; i < 2; ++i)
+    busy.emplace_back([&stop] {
+      volatile uint64_t x = 0;
+      while (!stop.load(std::memory_order_relaxed)) x = x + 1;
+    });
+  int refused = 0, short_reads = 0;
+  for (int i = 0; i < 200; ++i) {
+    kiln::v1::ReadModelRequest req;
+    req.set_model_id("small");
+    grpc::ClientContext c;
+    auto r = stub->ReadModel(&c, req);
+    kiln::v1::ReadModelResponse msg;
+    std::string got;
+    while (r->Read(&msg)) got += msg.chunk();
+    grpc::Status st = r->Finish();
+    if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ++refused;
+    else if (!st.ok() || got != bytes) ++short_reads;
+  }
+  stop = true;
+  for (auto& t : busy) t.join();
+  EXPECT_EQ(refused, 0);
+  EXPECT_EQ(short_reads, 0);
 }
 
 // ListModels pages: every model exactly once, pages no larger than asked, a bad token refused.

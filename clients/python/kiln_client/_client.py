@@ -28,11 +28,14 @@ PathOrBytes = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
 PrecisionLike = Union[Mapping[str, Any], device_pb2.Precision, None]
 
 _CHUNK = 1 << 20  # kiln/v1/model.proto: chunks of at most 1 MiB
-# As the CLI's channel (cli/client.cc): a full job queue answers RESOURCE_EXHAUSTED with
-# grpc-retry-pushback-ms, which gRPC's retry policy honours.
+# As the CLI's channel (cli/client.cc): a full job queue, and kilnd's limit on streams of stored
+# bytes (--max-read-streams), answer RESOURCE_EXHAUSTED with grpc-retry-pushback-ms, which gRPC's
+# retry policy honours.
 _SERVICE_CONFIG = json.dumps({"methodConfig": [{
     "name": [{"service": "kiln.v1.JobService", "method": "SubmitRun"},
-             {"service": "kiln.v1.JobService", "method": "SubmitAdvise"}],
+             {"service": "kiln.v1.JobService", "method": "SubmitAdvise"},
+             {"service": "kiln.v1.JobService", "method": "GetJobResult"},
+             {"service": "kiln.v1.ModelService", "method": "ReadModel"}],
     "retryPolicy": {"maxAttempts": 5, "initialBackoff": "1s", "maxBackoff": "30s", "backoffMultiplier": 2,
                     "retryableStatusCodes": ["RESOURCE_EXHAUSTED", "UNAVAILABLE"]}}]})
 _FINISHED = {job_pb2.SUCCEEDED, job_pb2.FAILED, job_pb2.CANCELLED}
