@@ -322,7 +322,9 @@ scrape_configs:
         check('kiln_grpc_requests_total{job="kiln", grpc_service="kiln.v1.CompileService", grpc_method="CompileAi8x", code="OK"}', 3)
         check('sum(kiln_grpc_requests_total{job="kiln", grpc_service="kiln.v1.ModelService", grpc_method="GetModel", code="NOT_FOUND"})', 2)
         check('kiln_grpc_request_duration_seconds_count{job="kiln", grpc_service="kiln.v1.ModelService", grpc_method="ListModels"}', 2)
-        check('increase(kiln_compile_total{job="kiln", result="ok"}[1m]) > 0', 1, tol=1.5)
+        # Whether it rose, as a boolean: increase() extrapolates to the window's edges, so its value
+        # for the 3 compiles depends on when the scrapes fell (2.504 was seen, over the old 1 ± 1.5).
+        check('increase(kiln_compile_total{job="kiln", result="ok"}[1m]) > bool 0', 1)
         # process_*: kilnd started within this test, holds some descriptors below its limit
         check('time() - process_start_time_seconds{job="kiln"} < bool 300', 1)
         check('process_open_fds{job="kiln"} > bool 5', 1)
