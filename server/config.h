@@ -45,7 +45,7 @@ struct Config {
   // Streams that send stored bytes (server/stream_guard.h StreamGuard::Options). 0: 32, or 8 with
   // a database (half of its connections, server/daemon.cc).
   uint64_t max_read_streams = 0;
-  double stream_write_timeout_seconds = 60;
+  double stream_write_timeout_seconds = 300;
   uint64_t list_page_size = 1000;
   std::string tls_cert;  ///< PEM file; with tls_key enables TLS
   std::string tls_key;

@@ -32,8 +32,9 @@ Result<std::unique_ptr<StreamGuard::Slot>> StreamGuard::Acquire(grpc::CallbackSe
     if (entries_.size() >= options_.max_streams) {
       refusal = std::to_string(entries_.size()) + " streams of stored bytes are open, the limit (--max-read-streams)";
     } else if (mine >= share) {
-      refusal = "this client holds " + std::to_string(mine) + " streams of stored bytes, its share of the " +
-                std::to_string(options_.max_streams) + " (--max-read-streams)";
+      refusal = "this client (" + principal + ") holds " + std::to_string(mine) +
+                " streams of stored bytes, its share of the " + std::to_string(options_.max_streams) +
+                " (--max-read-streams)";
     }
     if (!refusal.empty()) {
       if (metrics_) metrics_->CountRejected("read_streams");

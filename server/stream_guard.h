@@ -49,8 +49,14 @@ class StreamGuard {
     /// leaves half of its 16 connections (server/daemon.cc kDatabaseConnections) to everything
     /// else, unless --max-read-streams says otherwise (kilnd's 0 means that default).
     size_t max_streams = 32;
-    /// Longest wait of one write for the client (flow control) before the call is cancelled.
-    std::chrono::milliseconds write_timeout{60'000};
+    /// Longest wait of one write for the client (flow control) before the call is cancelled. A
+    /// client's transport returns flow-control window in steps of megabytes (grpc-core sizes its
+    /// window by bandwidth-delay probing), so a write can wait while the client's application
+    /// works through several megabytes it has already received: a grpcio 1.51 reader taking one
+    /// 1 MiB message per 1.6 s was cancelled at a 10 s timeout, one per 1.2 s was not (so a step
+    /// of about 7 MiB). kilnd's default, 300 s, keeps readers of about 25 KiB/s and more, by
+    /// that measure (extrapolated, not measured at 300 s).
+    std::chrono::milliseconds write_timeout{300'000};
   };
   /// The pushback a refused call gets: streams end within a write timeout, most much sooner.
   static constexpr std::chrono::milliseconds kRetryAfter{1000};
