@@ -50,11 +50,6 @@ Result<std::unique_ptr<StreamGuard::Slot>> StreamGuard::Acquire(grpc::CallbackSe
   return std::unique_ptr<Slot>(new Slot(this, std::move(entry)));
 }
 
-size_t StreamGuard::open() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return entries_.size();
-}
-
 StreamGuard::Slot::~Slot() {
   {
     // After this block the sweeper no longer touches the call's context: a TryCancel running on

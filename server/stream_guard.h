@@ -96,9 +96,6 @@ class StreamGuard {
   /// also the grpc-retry-pushback-ms trailer on `context`). `method` names the call in the message.
   Result<std::unique_ptr<Slot>> Acquire(grpc::CallbackServerContext* context, const std::string& method);
 
-  /// Streams holding a slot now.
-  size_t open() const;
-
  private:
   // Shared by the slot and the sweeper, which may still hold it when the slot is gone. The write
   // fields are guarded by mu_; `context` by cancel_mu, and null once the slot is destroyed (the
@@ -116,7 +113,7 @@ class StreamGuard {
 
   const Options options_;
   Metrics* metrics_;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::condition_variable cv_;  // wakes the sweeper to stop
   bool stopping_ = false;
   std::unordered_set<std::shared_ptr<Entry>> entries_;
