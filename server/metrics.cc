@@ -40,6 +40,11 @@ Metrics::Metrics(const std::string& version)
                        .Help("Bytes of model data in the model store")
                        .Register(*registry_)
                        .Add({})),
+      read_streams_(prometheus::BuildGauge()
+                        .Name("kiln_read_streams")
+                        .Help("Streams of stored bytes (ReadModel, GetJobResult) open now, against --max-read-streams")
+                        .Register(*registry_)
+                        .Add({})),
       rejected_(prometheus::BuildCounter()
                     .Name("kiln_rejected_requests_total")
                     .Help("Requests and connections refused by a limit, by the limit (reason)")

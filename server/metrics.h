@@ -43,6 +43,9 @@ class Metrics {
   void AddUploadBytes(uint64_t bytes) { upload_bytes_.Increment(static_cast<double>(bytes)); }
   /// kiln_model_store_models and kiln_model_store_bytes.
   void SetStore(size_t models, uint64_t bytes);
+  /// kiln_read_streams: streams of stored bytes (ReadModel, GetJobResult) holding a slot of
+  /// --max-read-streams now (server/stream_guard.h).
+  void SetReadStreams(size_t streams) { read_streams_.Set(static_cast<double>(streams)); }
   /// The one place a refused request (or connection) is counted:
   /// kiln_rejected_requests_total{reason}. `reason` is a short fixed snake_case word naming the
   /// limit, never client text (labels are not escaped for cardinality): e.g.
@@ -67,6 +70,7 @@ class Metrics {
   prometheus::Counter& upload_bytes_;
   prometheus::Gauge& store_models_;
   prometheus::Gauge& store_bytes_;
+  prometheus::Gauge& read_streams_;
   prometheus::Family<prometheus::Counter>& rejected_;
   std::unique_ptr<MetricsEndpoint> endpoint_;
 };

@@ -47,6 +47,7 @@ Result<std::unique_ptr<StreamGuard::Slot>> StreamGuard::Acquire(grpc::CallbackSe
   entry->principal = std::move(principal);
   ++per_principal_[entry->principal];
   entries_.insert(entry);
+  if (metrics_) metrics_->SetReadStreams(entries_.size());
   return std::unique_ptr<Slot>(new Slot(this, std::move(entry)));
 }
 
@@ -61,6 +62,7 @@ StreamGuard::Slot::~Slot() {
   }
   std::lock_guard<std::mutex> lock(guard_->mu_);
   guard_->entries_.erase(entry_);
+  if (guard_->metrics_) guard_->metrics_->SetReadStreams(guard_->entries_.size());
   auto it = guard_->per_principal_.find(entry_->principal);
   if (it != guard_->per_principal_.end() && --it->second == 0) guard_->per_principal_.erase(it);
 }

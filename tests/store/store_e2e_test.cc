@@ -172,6 +172,7 @@ TEST_F(StoreE2E, StalledReadStreamsAreCancelledAndFreeTheirSlots) {
     ASSERT_NE(pushback, c3.GetServerTrailingMetadata().end());
     EXPECT_EQ(std::string(pushback->second.data(), pushback->second.size()), "1000");
   }
+  EXPECT_EQ(ScrapeMetrics(k->metrics_address())["kiln_read_streams"], 2);
   // GetJobResult shares the limit (it is refused before it looks the job up).
   {
     auto jobs = kiln::v1::JobService::NewStub(grpc::CreateChannel(k->grpc_address(), grpc::InsecureChannelCredentials()));
@@ -213,6 +214,7 @@ TEST_F(StoreE2E, StalledReadStreamsAreCancelledAndFreeTheirSlots) {
   auto m = ScrapeMetrics(k->metrics_address());
   EXPECT_EQ(m["kiln_rejected_requests_total{reason=\"stream_write_timeout\"}"], 2);
   EXPECT_EQ(m["kiln_rejected_requests_total{reason=\"read_streams\"}"], 2);
+  EXPECT_EQ(m["kiln_read_streams"], 0);
 }
 
 // A client that reads streams one after another never finds its own ended streams holding its
