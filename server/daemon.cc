@@ -160,9 +160,11 @@ Status Daemon::StartServices() {
   StreamGuard::Options stream_options;
   // A ReadModel stream of a blob the cache does not hold keeps one database connection while it
   // runs (store/pg/pg_blob_store.h): by default at most half of them.
-  stream_options.max_streams = config_.max_read_streams > 0 ? static_cast<size_t>(config_.max_read_streams)
-                               : shared_                    ? kDatabaseConnections / 2
-                                                            : size_t{32};
+  if (config_.max_read_streams > 0) {
+    stream_options.max_streams = static_cast<size_t>(config_.max_read_streams);
+  } else if (shared_) {
+    stream_options.max_streams = kDatabaseConnections / 2;
+  }
   stream_options.write_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config_.stream_write_timeout_seconds * 1000));
   streams_ = std::make_unique<StreamGuard>(stream_options, metrics_.get());
