@@ -324,13 +324,10 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
       End(st);
       return;
     }
-    if (service->env_.streams != nullptr) {
-      auto slot = service->env_.streams->Acquire(context, "GetJobResult");
-      if (!slot.ok()) {
-        End(ToGrpc(slot.status()));
-        return;
-      }
-      slot_ = std::move(slot).value();
+    grpc::Status admitted = AcquireStreamSlot(service->env_.streams, context, "GetJobResult", &slot_);
+    if (!admitted.ok()) {
+      End(admitted);
+      return;
     }
     // Every store read on the store lane (ReadOnStoreLane); one read or one write at a time.
     client_ = ClientId(*context);
@@ -352,8 +349,7 @@ class JobServiceImpl::ResultReactor final : public grpc::ServerWriteReactor<kiln
     ReactorScope on_reactor;
     if (slot_) slot_->WriteDone();
     if (!ok) {
-      End(slot_ && slot_->timed_out() ? slot_->TimeoutStatus("GetJobResult")
-                                      : grpc::Status(grpc::StatusCode::CANCELLED, "stream broken"));
+      End(FailedWriteStatus(slot_.get(), "GetJobResult"));
       return;
     }
     Next();

@@ -244,13 +244,10 @@ class ModelServiceImpl::ReadReactor final
       End(auth);
       return;
     }
-    if (service->env_.streams != nullptr) {
-      auto slot = service->env_.streams->Acquire(context, "ReadModel");
-      if (!slot.ok()) {
-        End(ToGrpc(slot.status()));
-        return;
-      }
-      slot_ = std::move(slot).value();
+    grpc::Status admitted = AcquireStreamSlot(service->env_.streams, context, "ReadModel", &slot_);
+    if (!admitted.ok()) {
+      End(admitted);
+      return;
     }
     NextStep();
   }
@@ -258,8 +255,7 @@ class ModelServiceImpl::ReadReactor final
     ReactorScope on_reactor;
     if (slot_) slot_->WriteDone();
     if (!ok) {
-      End(slot_ && slot_->timed_out() ? slot_->TimeoutStatus("ReadModel")
-                                      : grpc::Status(grpc::StatusCode::CANCELLED, "stream broken"));
+      End(FailedWriteStatus(slot_.get(), "ReadModel"));
       return;
     }
     NextStep();

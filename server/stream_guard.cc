@@ -83,11 +83,22 @@ bool StreamGuard::Slot::timed_out() const {
   return entry_->timed_out;
 }
 
-grpc::Status StreamGuard::Slot::TimeoutStatus(const std::string& method) const {
-  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                      method + ": the client took no message for " +
-                          std::to_string(guard_->options_.write_timeout.count()) +
-                          " ms (--stream-write-timeout); stream cancelled");
+grpc::Status AcquireStreamSlot(StreamGuard* guard, grpc::CallbackServerContext* context, const std::string& method,
+                               std::unique_ptr<StreamGuard::Slot>* slot) {
+  if (guard == nullptr) return grpc::Status::OK;
+  auto acquired = guard->Acquire(context, method);
+  if (!acquired.ok()) return ToGrpc(acquired.status());
+  *slot = std::move(acquired).value();
+  return grpc::Status::OK;
+}
+
+grpc::Status FailedWriteStatus(const StreamGuard::Slot* slot, const std::string& method) {
+  if (slot != nullptr && slot->timed_out()) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        method + ": the client took no message for " + std::to_string(slot->write_timeout().count()) +
+                            " ms (--stream-write-timeout); stream cancelled");
+  }
+  return grpc::Status(grpc::StatusCode::CANCELLED, "stream broken");
 }
 
 void StreamGuard::Sweep() {

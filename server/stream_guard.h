@@ -79,14 +79,13 @@ class StreamGuard {
     void WriteStarted();
     /// In OnWriteDone.
     void WriteDone();
-    /// Whether the sweeper cancelled the call for a write that waited too long.
-    bool timed_out() const;
-    /// What such a call is finished with (the client has seen CANCELLED; this is logged and is
-    /// the call's status in kiln_grpc_*): DEADLINE_EXCEEDED naming --stream-write-timeout.
-    grpc::Status TimeoutStatus(const std::string& method) const;
 
    private:
     friend class StreamGuard;
+    friend grpc::Status FailedWriteStatus(const Slot* slot, const std::string& method);
+    // For FailedWriteStatus: whether the sweeper cancelled the call, and the timeout.
+    bool timed_out() const;
+    std::chrono::milliseconds write_timeout() const { return guard_->options_.write_timeout; }
     Slot(StreamGuard* guard, std::shared_ptr<Entry> entry) : guard_(guard), entry_(std::move(entry)) {}
     StreamGuard* guard_;
     std::shared_ptr<Entry> entry_;
@@ -120,5 +119,15 @@ class StreamGuard {
   std::unordered_map<std::string, size_t> per_principal_;
   std::thread sweeper_;
 };
+
+/// A reactor's slot for its call: from `guard`, none where `guard` is null (no limits). OK, or the
+/// refusal the call ends with.
+grpc::Status AcquireStreamSlot(StreamGuard* guard, grpc::CallbackServerContext* context, const std::string& method,
+                               std::unique_ptr<StreamGuard::Slot>* slot);
+
+/// What a stream ends with when a write failed (OnWriteDone(false)): DEADLINE_EXCEEDED naming
+/// --stream-write-timeout where the guard cancelled it (the client has seen CANCELLED; this is
+/// logged and is the call's status in kiln_grpc_*), else CANCELLED. `slot` may be null.
+grpc::Status FailedWriteStatus(const StreamGuard::Slot* slot, const std::string& method);
 
 }  // namespace kiln::server

@@ -105,7 +105,7 @@ Status Parallel(int64_t m0, int64_t m1, int64_t per_row, int threads, const Fn& 
   // other one's last chunk: c64 exact LoFi on 2 threads, median difference between the threads'
   // finishing times 98 µs, 17 µs this way (bench/tt_emu/RESULTS.md, eleventh pass).
   auto claim = [&](std::atomic<int64_t>& next, int64_t* size) {
-    int64_t a = next.load(std::memory_order_relaxed), s = chunk;
+    int64_t a = next.load(std::memory_order_relaxed), s;
     do {
       s = std::clamp<int64_t>((m1 - a) / (4 * n) / grain * grain, grain, chunk);
     } while (a < m1 && !next.compare_exchange_weak(a, a + s, std::memory_order_relaxed));
