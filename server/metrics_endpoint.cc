@@ -112,12 +112,17 @@ void MetricsEndpoint::Loop() {
           continue;
         }
         if (n > 0) c.in.append(buf, static_cast<size_t>(n));
-        auto end = c.in.find("\r\n\r\n");
-        if (end == std::string::npos) end = c.in.find("\n\n");
-        if (end != std::string::npos) {
+        // The head with its blank line, over kMaxHead bytes, is refused however it arrived (the
+        // reads take 4 KiB, so a whole head can come in with the bytes that pass the limit).
+        size_t end = c.in.find("\r\n\r\n"), head = end + 4;
+        if (end == std::string::npos) {
+          end = c.in.find("\n\n");
+          head = end + 2;
+        }
+        if (end != std::string::npos && head <= kMaxHead) {
           c.out = Answer(c.in.substr(0, end));
           c.answered = true;
-        } else if (c.in.size() > kMaxHead) {
+        } else if (end != std::string::npos || c.in.size() > kMaxHead) {
           c.out = Response("431 Request Header Fields Too Large", "text/plain", "request head over 8 KiB\n");
           c.answered = true;
         }
