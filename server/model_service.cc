@@ -415,9 +415,8 @@ Status ModelServiceImpl::Lookup(const kiln::v1::LookupModelRequest& request,
   if (request.name().empty() && request.sha256().empty()) {
     return InvalidArgument("LookupModel needs a name or a sha256");
   }
-  if (!request.name().empty() && !store::IsValidModelName(request.name())) {
-    return InvalidArgument("model name '" + request.name().substr(0, 160) +
-                                  "' is invalid: use 1-128 characters of [A-Za-z0-9._-], not starting with '.'");
+  if (!request.name().empty()) {
+    if (Status s = store::CheckModelName(request.name()); !s.ok()) return s;
   }
   if (!request.sha256().empty() && !store::IsModelId(request.sha256())) {
     return InvalidArgument("sha256 must be 64 lowercase hex characters, got '" +

@@ -49,7 +49,9 @@ Result<ModelIndex::PutResult> FileModelIndex::PutIfNameFree(const ModelInfo& inf
 Result<ModelIndex::PutResult> FileModelIndex::PutImpl(const ModelInfo& info, const std::string& name,
                                                       bool move_name) {
   if (!IsModelId(info.model_id)) return InvalidArgument("model id '" + info.model_id.substr(0, 80) + "' is not a SHA-256");
-  if (!name.empty() && !IsValidModelName(name)) return InvalidArgument("model name '" + name.substr(0, 160) + "' is invalid");
+  if (!name.empty()) {
+    if (Status s = CheckModelName(name); !s.ok()) return s;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<ModelInfo> next = models_;
   PutResult result;

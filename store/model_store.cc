@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -51,6 +52,26 @@ bool IsValidModelName(const std::string& name) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
            c == '.' || c == '_' || c == '-';
   });
+}
+
+Status CheckModelName(const std::string& name) {
+  if (IsValidModelName(name)) return Status::Ok();
+  const std::string shown = "model name '" + name.substr(0, 160) + (name.size() > 160 ? "...'" : "'");
+  if (name.empty() || name.size() > 128) {
+    return InvalidArgument(shown + " has " + std::to_string(name.size()) + " characters; a name has 1-128");
+  }
+  if (name[0] == '.') return InvalidArgument(shown + " starts with '.'");
+  if (IsHexSha256(name)) {
+    return InvalidArgument(shown + " is 64 lowercase hex digits, which reads as a model id; choose another name");
+  }
+  const auto bad = std::find_if(name.begin(), name.end(), [](char c) {
+    return !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+             c == '-');
+  });
+  char hex[8];
+  std::snprintf(hex, sizeof(hex), "0x%02X", static_cast<unsigned>(static_cast<unsigned char>(*bad)));
+  return InvalidArgument(shown + " has the character " + hex + " at offset " + std::to_string(bad - name.begin()) +
+                         "; use [A-Za-z0-9._-]");
 }
 
 namespace internal {
@@ -394,11 +415,7 @@ Status EmbeddedModelStore::WriteIndex(const std::vector<ModelInfo>& models, bool
 Result<std::unique_ptr<Upload>> EmbeddedModelStore::BeginUpload(const std::string& name,
                                                         uint64_t size_bytes,
                                                         const std::string& sha256_hex) {
-  if (!IsValidModelName(name)) {
-    return InvalidArgument("model name '" + name.substr(0, 160) +
-                           "' is invalid: use 1-128 characters of [A-Za-z0-9._-], not starting "
-                           "with '.'");
-  }
+  if (Status s = CheckModelName(name); !s.ok()) return s;
   if (!IsHexSha256(sha256_hex)) {
     return InvalidArgument("sha256 must be 64 lowercase hex characters, got '" + sha256_hex.substr(0, 80) + "'");
   }

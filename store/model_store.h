@@ -215,6 +215,10 @@ class ModelStore {
 /// lowercase hex digits (which would read as a model id).
 bool IsValidModelName(const std::string& name);
 
+/// INVALID_ARGUMENT naming what is wrong with an invalid model name (its length, its first
+/// character, a character outside [A-Za-z0-9._-], or that it reads as a model id), or OK.
+Status CheckModelName(const std::string& name);
+
 /// True for a model id: 64 lowercase hex digits.
 bool IsModelId(const std::string& s);
 

@@ -226,10 +226,7 @@ Status SharedModelStore::RefreshTotals() {
 
 Result<std::unique_ptr<Upload>> SharedModelStore::BeginUpload(const std::string& name, uint64_t size_bytes,
                                                               const std::string& sha256_hex) {
-  if (!IsValidModelName(name)) {
-    return InvalidArgument("model name '" + name.substr(0, 160) +
-                           "' is invalid: use 1-128 characters of [A-Za-z0-9._-], not starting with '.'");
-  }
+  if (Status s = CheckModelName(name); !s.ok()) return s;
   if (!IsHexSha256(sha256_hex)) {
     return InvalidArgument("sha256 must be 64 lowercase hex characters, got '" + sha256_hex.substr(0, 80) + "'");
   }

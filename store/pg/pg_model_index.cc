@@ -74,7 +74,9 @@ Result<ModelIndex::PutResult> PgModelIndex::PutIfNameFree(const ModelInfo& info,
 
 Result<ModelIndex::PutResult> PgModelIndex::PutImpl(const ModelInfo& info, const std::string& name, bool move_name) {
   if (!IsModelId(info.model_id)) return InvalidArgument("model id '" + info.model_id.substr(0, 80) + "' is not a SHA-256");
-  if (!name.empty() && !IsValidModelName(name)) return InvalidArgument("model name '" + name.substr(0, 160) + "' is invalid");
+  if (!name.empty()) {
+    if (Status s = CheckModelName(name); !s.ok()) return s;
+  }
   if (info.size_bytes == 0) return InvalidArgument("model " + info.model_id + ": size_bytes 0");
   const std::string inputs = nlohmann::json(info.inputs).dump();
   const std::string outputs = nlohmann::json(info.outputs).dump();

@@ -429,6 +429,13 @@ TEST_F(ModelStoreTest, RejectsBadNamesAndDigests) {
   // A name that reads as a model id would shadow lookups by id.
   EXPECT_EQ(store->BeginUpload(Sha256Hex("x"), 10, Sha256Hex("x")).status().code(),
             StatusCode::kInvalidArgument);
+  // Each refusal says what is wrong with the name.
+  auto message = [&](const std::string& name) { return store->BeginUpload(name, 10, Sha256Hex("x")).status().message(); };
+  EXPECT_NE(message(Sha256Hex("x")).find("reads as a model id"), std::string::npos) << message(Sha256Hex("x"));
+  EXPECT_NE(message("../etc").find("starts with '.'"), std::string::npos) << message("../etc");
+  EXPECT_NE(message("a/b").find("character 0x2F at offset 1"), std::string::npos) << message("a/b");
+  EXPECT_NE(message(std::string(129, 'a')).find("has 129 characters; a name has 1-128"), std::string::npos);
+  EXPECT_TRUE(CheckModelName("resnet18_v1.2-a").ok());
 }
 
 }  // namespace
