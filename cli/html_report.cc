@@ -199,7 +199,7 @@ std::string Chart(const std::vector<const kiln::v1::RunConvLayersResponse*>& run
 
 std::string Verdict(const kiln::v1::RunConvLayersResponse& r) {
   const LayerCounts n = CountLayers(r);
-  if (n.compared == 0) return "0 compared (no reference: nothing checked)";
+  if (n.compared == 0) return NothingComparedVerdict(r);
   if (n.failed == 0) return std::to_string(n.compared) + " compared, all layers pass";
   return std::to_string(n.compared) + " compared, " + std::to_string(n.failed) + " below threshold";
 }

@@ -223,7 +223,7 @@ std::string ConfigurationTable(const kiln::v1::RunConvLayersResponse& r) {
   }
   const LayerCounts n = CountLayers(r);
   const std::string verdict =
-      n.compared == 0 ? "0 compared (no reference: nothing checked)"
+      n.compared == 0 ? NothingComparedVerdict(r)
       : n.failed == 0 ? std::to_string(n.compared) + " compared, all layers pass"
                       : std::to_string(n.compared) + " compared, " + std::to_string(n.failed) +
                             " below threshold: SOME LAYERS BELOW THRESHOLD";
@@ -277,6 +277,11 @@ LayerCounts CountLayers(const kiln::v1::RunConvLayersResponse& r) {
     if (LayerFails(l)) ++n.failed;
   }
   return n;
+}
+
+std::string NothingComparedVerdict(const kiln::v1::RunConvLayersResponse& r) {
+  return r.layers().empty() ? "0 compared (the model has no layers: nothing ran)"
+                            : "0 compared (no reference: nothing checked)";
 }
 
 std::string ProgramSummary(const kiln::v1::ConvProgram& p) {
@@ -351,8 +356,9 @@ std::string RunReportJson(const std::vector<RunConfiguration>& configs, const Re
     c["backend"] = r.backend();
     c["device"] = r.device();
     c["mode"] = ModeName(r.mode());
-    c["precision"] = device::IsFp32Reference(r.backend()) ? Json(nullptr) : PrecisionJson(r.precision(), false);
-    c["resolved_precision"] = r.resolved_precision();
+    const bool fp32_reference = device::IsFp32Reference(r.backend());
+    c["precision"] = fp32_reference ? Json(nullptr) : PrecisionJson(r.precision(), false);
+    c["resolved_precision"] = fp32_reference ? Json(nullptr) : Json(r.resolved_precision());
     c["tt_emu_level"] = r.tt_emu_level().empty() ? Json(nullptr) : Json(r.tt_emu_level());
     c["kiln_version"] = r.kiln_version();
     c["backend_sources"] = r.backend_sources();

@@ -70,6 +70,9 @@ struct LayerCounts {
   int failed = 0;
 };
 LayerCounts CountLayers(const kiln::v1::RunConvLayersResponse& response);
+/// The verdict of a run with no compared layer: "0 compared (...)", saying why (no layer ran, or
+/// no reference was computed). The table's and the HTML report's wording.
+std::string NothingComparedVerdict(const kiln::v1::RunConvLayersResponse& response);
 /// A compared layer with a threshold that it does not meet.
 bool LayerFails(const kiln::v1::LayerReport& layer);
 

@@ -8,6 +8,8 @@
 #include <set>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/html_report.h"
 #include "cli/run_report.h"
 
@@ -35,6 +37,36 @@ TEST(CutMiddle, KeepsBothEndsSoMobileNetNamesStayDistinct) {
   }
   EXPECT_EQ(cut.size(), 3u);
   EXPECT_EQ(CutMiddle("short", 28), "short");
+}
+
+// "0 compared" says why: a model with no layer ran nothing, a run without the reference checked
+// nothing.
+TEST(RunReportVerdict, ZeroComparedSaysWhy) {
+  std::vector<RunConfiguration> runs(1);
+  runs[0].response.set_backend("tt-emu");
+  EXPECT_NE(RunReportTable(runs, {}).find(": 0 compared (the model has no layers: nothing ran)\n"), std::string::npos)
+      << RunReportTable(runs, {});
+  auto* l = runs[0].response.add_layers();
+  l->set_name("conv");
+  l->set_op("conv2d");
+  EXPECT_NE(RunReportTable(runs, {}).find(": 0 compared (no reference: nothing checked)\n"), std::string::npos)
+      << RunReportTable(runs, {});
+}
+
+// The fp32 reference ignores the device precision: the JSON says null for it in both forms, as
+// the table says "fp32" (the response still carries the request's resolved string).
+TEST(RunReportJson, ReferencePrecisionIsNull) {
+  std::vector<RunConfiguration> runs(2);
+  for (int i = 0; i < 2; ++i) {
+    runs[i].response.set_backend(i == 0 ? "reference" : "tt-emu");
+    runs[i].response.set_resolved_precision("LoFi w=bfloat4_b");
+    runs[i].response.mutable_precision()->set_math_fidelity(kiln::v1::LOFI);
+  }
+  const auto doc = nlohmann::json::parse(RunReportJson(runs, {}));
+  EXPECT_TRUE(doc["configurations"][0]["resolved_precision"].is_null()) << doc.dump();
+  EXPECT_TRUE(doc["configurations"][0]["precision"].is_null()) << doc.dump();
+  EXPECT_EQ(doc["configurations"][1]["resolved_precision"], "LoFi w=bfloat4_b");
+  EXPECT_EQ(doc["configurations"][1]["precision"]["math_fidelity"], "LoFi");
 }
 
 // 300 layers in two modes with 400-character names, long details and 10 program notes each.
