@@ -510,6 +510,7 @@ Result<Config> LoadConfig(int argc, char** argv) {
   }
 
   Config config;
+  std::map<const Setting*, std::pair<std::string, std::string>> yaml;  // setting -> (key, value) in the file
   if (config_path.empty()) {
     if (const char* env = std::getenv("KILN_CONFIG")) config_path = env;
   }
@@ -526,7 +527,6 @@ Result<Config> LoadConfig(int argc, char** argv) {
     if (root && !root.IsNull() && !root.IsMap()) {
       return InvalidArgument("config file " + config_path + ": top level must be a mapping");
     }
-    std::map<const Setting*, std::string> given;  // setting -> the key that set it
     for (const auto& kv : root) {
       std::string key = kv.first.as<std::string>();
       const Setting* found = nullptr;
@@ -544,8 +544,8 @@ Result<Config> LoadConfig(int argc, char** argv) {
         for (const auto& s : Settings()) known += (known.empty() ? "" : ", ") + YamlKey(s);
         return InvalidArgument("config file " + config_path + ": unknown key '" + key + "'; the keys are " + known);
       }
-      if (auto [it, fresh] = given.emplace(found, key); !fresh) {
-        return InvalidArgument("config file " + config_path + ": '" + key + "' and '" + it->second +
+      if (auto it = yaml.find(found); it != yaml.end()) {
+        return InvalidArgument("config file " + config_path + ": '" + key + "' and '" + it->second.first +
                                "' both set " + found->flag);
       }
       if (deprecated) {
@@ -555,20 +555,34 @@ Result<Config> LoadConfig(int argc, char** argv) {
       if (!kv.second.IsScalar()) {
         return InvalidArgument("config file " + config_path + ": key '" + key + "' must be a scalar");
       }
-      std::string err = found->apply(config, kv.second.Scalar());
-      if (!err.empty()) return InvalidArgument("config file " + config_path + ": " + key + ": " + err);
+      yaml[found] = {key, kv.second.Scalar()};
     }
   }
+  // Per setting, the highest source given wins (flag, then environment, then file) and only its
+  // value must be valid: a stale KILN_LISTEN does not stop a kilnd started with --listen. A value it
+  // overrides that would be refused is named in a warning, so that the typo is seen before the
+  // override goes.
   for (const auto& s : Settings()) {
-    if (const char* env = std::getenv(s.env)) {
-      std::string err = s.apply(config, env);
-      if (!err.empty()) return InvalidArgument(std::string("environment ") + s.env + ": " + err);
+    struct Source {
+      std::string where, value;
+    };
+    std::vector<Source> sources;  // highest first
+    if (app.count(s.flag) > 0) sources.push_back({s.flag, flag_values[s.flag]});
+    if (const char* env = std::getenv(s.env)) sources.push_back({std::string("environment ") + s.env, env});
+    if (auto it = yaml.find(&s); it != yaml.end()) {
+      sources.push_back({"config file " + config_path + ": " + it->second.first, it->second.second});
     }
-  }
-  for (const auto& s : Settings()) {
-    if (app.count(s.flag) > 0) {
-      std::string err = s.apply(config, flag_values[s.flag]);
-      if (!err.empty()) return InvalidArgument(std::string(s.flag) + ": " + err);
+    for (size_t i = 0; i < sources.size(); ++i) {
+      if (i == 0) {
+        if (std::string err = s.apply(config, sources[0].value); !err.empty()) {
+          return InvalidArgument(sources[0].where + ": " + err);
+        }
+        continue;
+      }
+      Config scratch;
+      if (std::string err = s.apply(scratch, sources[i].value); !err.empty()) {
+        spdlog::warn("{}: {} (not used: {} overrides it)", sources[i].where, err, sources[0].where);
+      }
     }
   }
   KILN_RETURN_IF_ERROR(LoadDatabaseUrl(config));

@@ -1,6 +1,6 @@
 // kilnd's database URL (server/config.h Config::database_url): from
 // --database-url-file or KILN_DATABASE, never a flag of its own, never echoed in errors. And the
-// --devices check at parse time.
+// --devices check at parse time, and the sources' precedence.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -48,6 +48,32 @@ TEST_F(DatabaseConfigTest, DevicesNameBuiltInBackends) {
   auto zero = Load({"--devices", "tt-emu:0"});
   EXPECT_EQ(zero.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(zero.status().message().find("must be in 1..256"), std::string::npos) << zero.status().ToString();
+}
+
+// README: flags, then KILN_* variables, then the YAML file, "in that precedence". Only the value
+// that wins must be valid: a stale KILN_LISTEN or a bad file key under a flag does not stop kilnd;
+// where it wins, it does, named.
+TEST_F(DatabaseConfigTest, OnlyTheWinningSourceMustBeValid) {
+  const auto yaml = std::filesystem::temp_directory_path() / ("kiln-config-" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(yaml) << "listen: bad\nlog_level: info\n";
+  ::setenv("KILN_LISTEN", "also-bad", 1);
+  ::setenv("KILN_LOG_LEVEL", "loud", 1);
+  auto c = Load({"--config", yaml.string(), "--listen", "127.0.0.1:7", "--log-level", "warn"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->listen, "127.0.0.1:7");
+  EXPECT_EQ(c->log_level, "warn");
+  // The environment wins over the file, and its bad value is refused.
+  auto env = Load({"--config", yaml.string(), "--listen", "127.0.0.1:7"});
+  EXPECT_EQ(env.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(env.status().message().find("environment KILN_LOG_LEVEL: "), std::string::npos) << env.status().ToString();
+  ::unsetenv("KILN_LISTEN");
+  ::unsetenv("KILN_LOG_LEVEL");
+  // The file wins where nothing else is given.
+  auto file = Load({"--config", yaml.string()});
+  EXPECT_EQ(file.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(file.status().message().find("config file " + yaml.string() + ": listen: "), std::string::npos)
+      << file.status().ToString();
+  std::filesystem::remove(yaml);
 }
 
 TEST_F(DatabaseConfigTest, EmbeddedWithoutADatabase) {
