@@ -133,6 +133,7 @@ class Search {
   std::vector<runtime::RunInputs> inputs_;
   std::vector<std::string> inputs_hash_;
   std::vector<std::string> convs_, conv_ops_;
+  std::vector<const convplan::DeviceOp*> conv_devices_;  // in plan_, per conv
   std::vector<LayerGeometry> geometry_;
   std::vector<LayerConfig> configs_;
   std::vector<std::vector<double>> pcc_, cost_;  // [layer][config]
@@ -332,6 +333,7 @@ Result<AdviseResult> Search::Run(const std::vector<runtime::RunInputs>& given) {
     convs_.push_back(op.name);
     conv_ops_.push_back(op.op);
     const auto& d = op.device();
+    conv_devices_.push_back(&d);
     LayerGeometry g;
     g.in_channels = d.in_channels();
     g.out_channels = d.out_channels();
@@ -512,6 +514,7 @@ Result<AdviseResult> Search::Run(const std::vector<runtime::RunInputs>& given) {
     la.name = convs_[l];
     la.op = conv_ops_[l];
     la.config = configs_[(*answer)[l]];
+    la.pcc_threshold = runtime::PccThreshold(*conv_devices_[l], la.config.Apply(opt_.base), 0.0);
     if (swept_) {
       la.isolated_pcc = pcc_[l][(*answer)[l]];
       la.relative_cost = cost_[l][(*answer)[l]] / baseline_total_;

@@ -122,6 +122,10 @@ struct LayerAdvice {
   std::string op;                   ///< conv2d / conv_transpose2d
   LayerConfig config;
   double isolated_pcc = 0;          ///< PER_LAYER PCC of this layer at `config` (worst input)
+  /// tt-metal's PCC threshold of this layer at `config` (runtime/accuracy.h PccThreshold; 0 =
+  /// none): what `kiln run` checks each layer against. Without per_layer_threshold the search
+  /// does not require it, so a layer may be advised below it.
+  double pcc_threshold = 0;
   double relative_cost = 0;         ///< this layer at `config` / the whole network's baseline
   double baseline_relative_cost = 0;  ///< this layer at the baseline / the network's baseline
   int pareto_size = 0;              ///< configurations on this layer's front

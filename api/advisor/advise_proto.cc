@@ -96,6 +96,7 @@ void AdviseResultToProto(const AdviseResult& r, double budget_seconds, kiln::v1:
     m->set_op(l.op);
     *m->mutable_config() = LayerConfigToProto(l.config);
     m->set_isolated_pcc(l.isolated_pcc);
+    m->set_pcc_threshold(l.pcc_threshold);
     m->set_relative_cost(l.relative_cost);
     m->set_baseline_relative_cost(l.baseline_relative_cost);
     m->set_pareto_size(l.pareto_size);
@@ -142,6 +143,7 @@ Result<AdviseResult> AdviseResultFromProto(const kiln::v1::AdviseResult& m) {
     if (!c.ok()) return c.status().WithContext("layer " + l.name());
     a.config = *c;
     a.isolated_pcc = l.isolated_pcc();
+    a.pcc_threshold = l.pcc_threshold();
     a.relative_cost = l.relative_cost();
     a.baseline_relative_cost = l.baseline_relative_cost();
     a.pareto_size = l.pareto_size();

@@ -69,8 +69,14 @@ TEST(CliAdviseE2E, JsonAndItsKilnRunFlagsRunAsAdvised) {
   const std::string run = Kiln("run --local " + kCases + "unet_small.onnx --input " + input + flags + " --report json", &rc);
   ASSERT_TRUE(rc == 0 || rc == 3) << run;
   const auto r = nlohmann::json::parse(run)["configurations"][0];
-  std::map<std::string, nlohmann::json> advised;
-  for (const auto& l : doc["layers"]) advised[l["name"]] = l["config"];
+  std::map<std::string, nlohmann::json> advised, threshold;
+  int below = 0;  // advised below tt-metal's threshold in isolation
+  for (const auto& l : doc["layers"]) {
+    advised[l["name"]] = l["config"];
+    threshold[l["name"]] = l["pcc_threshold"];
+    ASSERT_TRUE(l["pcc_threshold"].is_number()) << l.dump();
+    below += l["isolated_pcc"].get<double>() < l["pcc_threshold"].get<double>();
+  }
   int convs = 0;
   double head_pcc = 0;
   for (const auto& l : r["layers"]) {
@@ -80,6 +86,8 @@ TEST(CliAdviseE2E, JsonAndItsKilnRunFlagsRunAsAdvised) {
     EXPECT_EQ(l["layer_precision"], true);
     EXPECT_EQ(l["precision"]["weights_dtype"], it->second["weights_dtype"]) << l["name"];
     EXPECT_EQ(l["precision"]["math_fidelity"], it->second["math_fidelity"]) << l["name"];
+    // The advisor names the threshold the run checks the layer against.
+    EXPECT_NEAR(l["pcc_threshold"].get<double>(), threshold[l["name"]].get<double>(), 1e-12) << l["name"];
     if (l["name"] == "/head/Conv") head_pcc = l["pcc"];  // the graph output
   }
   EXPECT_EQ(convs, 13);
@@ -97,6 +105,21 @@ TEST(CliAdviseE2E, JsonAndItsKilnRunFlagsRunAsAdvised) {
   size_t rows = 0;
   for (size_t at = h.find("<tr class=\"layer"); at != std::string::npos; at = h.find("<tr class=\"layer", at + 1)) ++rows;
   EXPECT_EQ(rows, 17u) << "13 convs, 4 host ops";
+
+  // The table marks the layers advised below their threshold and says what `kiln run` will make of
+  // them (the search's target is the network's PCC alone).
+  const std::string table = Kiln("advise " + kCases + "unet_small.onnx --local --input " + input +
+                                     " --space weights --target-pcc 0.99 --max-refine 2 --seed 5 --quiet",
+                                 &rc);
+  ASSERT_EQ(rc, 0) << table;
+  EXPECT_NE(table.find("ISOLATED_PCC  THRESHOLD"), std::string::npos) << table;
+  if (below > 0) {
+    EXPECT_NE(table.find("note: " + std::to_string(below) + " advised layer(s) run below tt-metal's PCC threshold"),
+              std::string::npos)
+        << table;
+  } else {
+    EXPECT_EQ(table.find("note: "), std::string::npos) << table;
+  }
 }
 
 // The document without what differs between two runs of one search (its wall time) and between
