@@ -90,7 +90,16 @@ PrecisionConfig PrecisionConfig::Resolved(DeviceDType host_weights) const {
   return r;
 }
 
+bool BoardFitsArch(Board b, Arch arch) {
+  if (b == Board::kDefault) return true;
+  return (b == Board::kP100 || b == Board::kP150) == (arch == Arch::kBlackhole);
+}
+
 Status PrecisionConfig::Validate() const {
+  if (!BoardFitsArch(board, arch)) {
+    return InvalidArgument(std::string("board ") + BoardName(board) + " is not a " + ArchName(arch) +
+                           " board (n150, n300: wormhole_b0; p100, p150: blackhole)");
+  }
   if (input_dtype == DeviceDType::kBFloat4B) {
     return InvalidArgument("input dtype bfloat4_b is not supported (float32, bfloat16, bfloat8_b)");
   }

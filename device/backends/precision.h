@@ -52,6 +52,9 @@ Result<InputLayout> ParseInputLayout(const std::string& name);
 enum class Board { kDefault, kN150, kN300, kP100, kP150 };
 const char* BoardName(Board b);  ///< "default", "n150", "n300", "p100", "p150"
 Result<Board> ParseBoard(const std::string& name);
+/// The arch of a board's chips (n150, n300: Wormhole B0; p100, p150: Blackhole); kDefault is the
+/// arch's own board, so any arch.
+bool BoardFitsArch(Board b, Arch arch);
 
 /// Behaviours that differ between tt-metal tree versions (docs/specs/tt-conv-dataflow.md marks
 /// them); each default is the behaviour of the version recorded in docs/specs/tt-metal-followed.md.

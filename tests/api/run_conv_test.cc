@@ -294,6 +294,7 @@ TEST(ConvertApi, ConvConfigKnobsRoundTrip) {
   f.act_block_h_override = 64;
   f.full_inner_dim = "true";
   f.input_layout = "tile";
+  f.arch = "blackhole";
   f.board = "p150";
   f.bfp8_pack_precise = "1";
   f.host_add = "true";
@@ -324,6 +325,13 @@ TEST(ConvertApi, ConvConfigKnobsRoundTrip) {
   EXPECT_EQ(back.fused_hardswish(), kiln::v1::HARDSWISH_APPLIED);
   EXPECT_EQ(back.weights_dtype(), kiln::v1::FLOAT32);  // resolved: the host weights' dtype
   EXPECT_EQ(back.output_dtype(), kiln::v1::BFLOAT16);  // resolved: the input dtype
+  // A board of the other arch is refused when the config is built (a job is refused, not failed).
+  f.arch = "wormhole_b0";
+  auto other = FromProto(*ParsePrecisionFlags(f));
+  EXPECT_EQ(other.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(other.status().message().find("board p150 is not a wormhole_b0 board"), std::string::npos)
+      << other.status().ToString();
+  f.arch = "blackhole";
   // act_block_w with act_block_w_div > 1 is TT-NN-incompatible: refused when the config is built.
   f.act_block_w = 3;
   auto both = FromProto(*ParsePrecisionFlags(f));

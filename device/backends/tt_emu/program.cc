@@ -55,8 +55,7 @@ const char* ConvProgramPathName(ConvProgramPath p) {
 
 Result<BoardInfo> GetBoardInfo(Board board, Arch arch) {
   if (board == Board::kDefault) board = arch == Arch::kBlackhole ? Board::kP150 : Board::kN150;
-  const bool bh_board = board == Board::kP100 || board == Board::kP150;
-  if (bh_board != (arch == Arch::kBlackhole)) {
+  if (!BoardFitsArch(board, arch)) {
     return InvalidArgument(std::string("board ") + BoardName(board) + " is not a " + ArchName(arch) + " board");
   }
   BoardInfo b{board, arch, 8, 8, 0};
