@@ -310,7 +310,10 @@ Status CheckWritableFile(const std::string& flag, const std::string& path) {
   const fs::path file(path);
   const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
   if (!fs::is_directory(dir)) return InvalidArgument(flag + " " + path + ": no such directory");
-  if (fs::exists(file) && (!fs::is_regular_file(file) || ::access(file.c_str(), W_OK) != 0)) {
+  // An existing path may be a regular file or what a shell hands over (/dev/stdout, /dev/null, a
+  // pipe): every writer here is an ofstream that truncates, never a rename over the path.
+  if (fs::is_directory(file)) return InvalidArgument(flag + " " + path + ": is a directory");
+  if (fs::exists(file) && ::access(file.c_str(), W_OK) != 0) {
     return InvalidArgument(flag + " " + path + ": not a writable file");
   }
   if (!fs::exists(file) && ::access(dir.c_str(), W_OK | X_OK) != 0) {

@@ -48,7 +48,8 @@ struct RunConfiguration {
 Status CheckReportDestinations(const ReportOptions& options);
 
 /// `path` (given with `flag`, e.g. "-o") can be written: its directory exists and is writable and
-/// the file, if present, is a writable regular file. INVALID_ARGUMENT naming the flag and the path.
+/// the file, if present, is not a directory and is writable (a regular file, or a device or pipe
+/// such as /dev/stdout). INVALID_ARGUMENT naming the flag and the path.
 Status CheckWritableFile(const std::string& flag, const std::string& path);
 
 /// Writes the outputs and the report (stdout or options.report_file). Returns the exit status

@@ -53,6 +53,16 @@ TEST(RunReportVerdict, ZeroComparedSaysWhy) {
       << RunReportTable(runs, {});
 }
 
+// An output path may be what a shell hands over (a device, a pipe), never a directory.
+TEST(CheckWritableFile, TakesDevicesAndPipesNotDirectories) {
+  EXPECT_TRUE(CheckWritableFile("-o", "/dev/null").ok());
+  EXPECT_TRUE(CheckWritableFile("--report-file", "/dev/stdout").ok());
+  const Status dir = CheckWritableFile("-o", "/tmp");
+  EXPECT_EQ(dir.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(dir.message(), "-o /tmp: is a directory");
+  EXPECT_EQ(CheckWritableFile("-o", "/no/such/dir/x.yaml").message(), "-o /no/such/dir/x.yaml: no such directory");
+}
+
 // The fp32 reference ignores the device precision: the JSON says null for it in both forms, as
 // the table says "fp32" (the response still carries the request's resolved string).
 TEST(RunReportJson, ReferencePrecisionIsNull) {
