@@ -90,8 +90,14 @@ Result<std::string> ResolveModelRef(const store::ModelStore& store, const std::s
     if (!exact.ok()) return exact.status();
     return ref;
   }
-  bool prefix = ref.size() >= kMinModelIdPrefix && ref.size() < 64 &&
-                std::all_of(ref.begin(), ref.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  const bool hex = !ref.empty() && std::all_of(ref.begin(), ref.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+  });
+  if (hex && ref.size() < kMinModelIdPrefix) {
+    return NotFound("no model with id or name '" + ref + "' (an id prefix needs at least " +
+                    std::to_string(kMinModelIdPrefix) + " hex digits)");
+  }
+  const bool prefix = hex && ref.size() < 64;
   if (!prefix) return exact.status();
   // One more than listed: whether there are more.
   auto found = store.WithIdPrefix(ref, kMaxPrefixCandidates + 1);

@@ -85,6 +85,9 @@ TEST_F(ModelRefs, UniquePrefixOfEightOrMoreHexDigitsResolvesToTheId) {
     EXPECT_EQ(miss.status().code(), StatusCode::kNotFound) << bad << ": " << miss.status().message();
   }
   EXPECT_NE(ResolveModelRef(*store, "abcdef04").status().message().find("id prefix 'abcdef04'"), std::string::npos);
+  // A hex string too short to be a prefix says so.
+  EXPECT_EQ(ResolveModelRef(*store, "abcdef0").status().message(),
+            "no model with id or name 'abcdef0' (an id prefix needs at least 8 hex digits)");
 }
 
 TEST_F(ModelRefs, ExactNameWinsOverAPrefix) {
