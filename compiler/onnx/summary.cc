@@ -5,8 +5,12 @@
 
 #include <climits>
 
-#include "common/limits.h"
+#include <cstdint>
+#include <string_view>
 #include <unordered_set>
+
+#include "common/limits.h"
+#include "compiler/onnx/wire_scan.h"
 
 namespace kiln::onnx_fe {
 
@@ -21,6 +25,13 @@ Result<OnnxSummary> SummarizeOnnx(const void* data, size_t size) {
   in.SetRecursionLimit(256);
   onnx::ModelProto model;
   if (!model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage()) {
+    // The loader's wire scan (load_parse.cc) says what and where, as `kiln run --local` would.
+    const internal::WireScan scan =
+        internal::ScanModelWire(std::string_view(static_cast<const char*>(data), size), SIZE_MAX, 256);
+    if (scan.outcome == internal::WireScan::Outcome::kMalformed) {
+      return InvalidArgument("bytes are not an ONNX model (the protobuf data is truncated or corrupt: " + scan.detail +
+                             ")");
+    }
     return InvalidArgument("bytes are not an ONNX model (protobuf ModelProto parse failed)");
   }
   if (!model.has_graph()) return InvalidArgument("ONNX model has no graph");

@@ -257,6 +257,14 @@ TEST_F(ModelStoreTest, NotOnnxIsInvalidArgument) {
   EXPECT_NE(info.status().message().find("not an ONNX model"), std::string::npos);
   EXPECT_EQ(store->model_count(), 0u);
   EXPECT_EQ(FilesIn("objects"), 0u);
+  // A truncated model says what and where, as the loader does (compiler/onnx/wire_scan.h).
+  const std::string whole = testing::MakeOnnxBytes(5000);
+  auto cut = Put(*store, "cut", whole.substr(0, whole.size() / 2));
+  EXPECT_EQ(cut.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(cut.status().message().find("the protobuf data is truncated or corrupt: length-delimited field runs past "
+                                        "the end of the data at byte offset"),
+            std::string::npos)
+      << cut.status().message();
 }
 
 TEST_F(ModelStoreTest, DuplicateUploadStoredOnce) {
