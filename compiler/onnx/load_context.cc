@@ -28,7 +28,8 @@ std::string FirstLines(const std::string& s, size_t max_chars) {
 }
 
 Site At(const onnx::NodeProto& node, std::string attribute, std::string tensor) {
-  return Site{node.name(), node.op_type(), std::move(attribute), std::move(tensor)};
+  return Site{node.name(), node.op_type(), std::move(attribute), std::move(tensor),
+              node.output_size() > 0 ? node.output(0) : std::string()};
 }
 
 LoadContext::LoadContext(std::string_view bytes_in, const LoadOptions& options_in)
@@ -54,6 +55,7 @@ Status LoadContext::Record(StatusCode code, LoadStage at, std::string message, S
   error.op_type = std::move(site.op_type);
   error.attribute = std::move(site.attribute);
   error.tensor = std::move(site.tensor);
+  error.node_output = std::move(site.node_output);
   error.message = std::move(message);
   return error.ToStatus();
 }

@@ -66,11 +66,12 @@ struct Site {
   std::string op_type;
   std::string attribute;
   std::string tensor;
+  std::string node_output;  // the node's first output (names an unnamed node)
 };
 /// The site of a node (its name and op type), optionally of one of its attributes or tensors.
 Site At(const onnx::NodeProto& node, std::string attribute = {}, std::string tensor = {});
 /// The site of a tensor that no node owns (graph input, initializer, graph output, value_info).
-inline Site AtTensor(std::string tensor) { return Site{{}, {}, {}, std::move(tensor)}; }
+inline Site AtTensor(std::string tensor) { return Site{{}, {}, {}, std::move(tensor), {}}; }
 
 /// The state of one load, shared by its stages; lives for one LoadModel() call.
 struct LoadContext {

@@ -29,10 +29,12 @@ const char* LoadStageName(LoadStage stage) {
 Status LoadError::ToStatus() const {
   std::string m;
   if (!model.empty()) m += "model '" + model + "': ";
-  if (!node.empty() || !op_type.empty()) {
+  if (!node.empty()) {
     m += "node '" + node + "'";
     if (!op_type.empty()) m += " (" + op_type + ")";
     m += ": ";
+  } else if (!op_type.empty()) {
+    m += "unnamed " + op_type + " node" + (node_output.empty() ? "" : " (output '" + node_output + "')") + ": ";
   }
   if (!attribute.empty()) m += "attribute '" + attribute + "': ";
   if (!tensor.empty()) m += "tensor '" + tensor + "': ";

@@ -118,10 +118,12 @@ struct LoadError {
   std::string op_type;    ///< op type of that node
   std::string attribute;  ///< attribute name
   std::string tensor;     ///< tensor name
+  std::string node_output;  ///< the node's first output: how the message names an unnamed node
   std::string message;    ///< what is wrong and what to do about it
 
   /// The Status the services return: `code` and a message that includes the non-empty fields,
-  /// e.g. "model 'm': node 'conv1' (Conv): input 'W': ...".
+  /// e.g. "model 'm': node 'conv1' (Conv): input 'W': ..."; an unnamed node by its op type and
+  /// first output: "unnamed Relu node (output 'y'): ...".
   Status ToStatus() const;
 };
 

@@ -373,6 +373,21 @@ TEST(OnnxLoader, CycleIsAnErrorNamingANodeOnIt) {
   EXPECT_NE(m.status().message().find("cycle"), std::string::npos);
 }
 
+// An unnamed node is named by its op type and first output, not "node ''".
+TEST(OnnxLoader, UnnamedNodeIsNamedByItsOutput) {
+  OnnxModelBuilder b;
+  b.Input("x", TensorProto::FLOAT, {2});
+  b.Node("Relu", {"x", "y"}, {"y"}, "");
+  b.Output("y");
+  LoadError err;
+  auto m = Load(b, &err);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(err.node, "");
+  EXPECT_EQ(err.node_output, "y");
+  EXPECT_NE(m.status().message().find("unnamed Relu node (output 'y'): "), std::string::npos) << m.status().message();
+  EXPECT_EQ(m.status().message().find("node ''"), std::string::npos) << m.status().message();
+}
+
 TEST(OnnxLoader, NodeReadingItsOwnOutputIsACycle) {
   OnnxModelBuilder b;
   b.Input("x", TensorProto::FLOAT, {2});
