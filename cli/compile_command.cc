@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/model_commands.h"
+#include "cli/options.h"
 #include "cli/run_report.h"
 #include "common/echo.h"
 #include "kiln/v1/compile.grpc.pb.h"
@@ -391,7 +392,7 @@ void AddCompileCommand(CLI::App& app, ClientOptions& options, int* exit_code) {
   cmd->add_option("--set", a.flags.sets, "per-layer override LAYER.KEY=VALUE (repeatable)");
   cmd->add_option("-o,--output", a.output,
                   "write the YAML here, only when the compile succeeds (default: stdout)");
-  cmd->add_option("--name", a.name, "name to store a FILE under (default: the file stem)");
+  cmd->add_option("--name", a.name, "name to store a FILE under (default: the file stem)")->check(ModelName());
   cmd->add_flag("--local", a.local, "compile in process, no server");
   cmd->add_flag("--fifo", a.flags.use_fifos, "the izer will run with --fifo");
   cmd->add_flag("--move-l0", a.flags.move_l0, "allow moving layer 0's processors");

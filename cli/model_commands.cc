@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/options.h"
 #include "common/sha256.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
@@ -264,7 +265,7 @@ void AddModelCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   auto* upload = app.add_subcommand("upload", "upload an ONNX model; prints its model id");
   static std::string file, name;
   upload->add_option("FILE", file, "ONNX file")->required();
-  upload->add_option("--name", name, "name to store it under (default: file stem)");
+  upload->add_option("--name", name, "name to store it under (default: file stem)")->check(ModelName());
   upload->callback([&options, exit_code] { *exit_code = Upload(options, file, name); });
 
   static bool json = false;

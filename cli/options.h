@@ -59,4 +59,14 @@ inline CLI::Validator AtLeast(double min, const std::string& what = "a number") 
   return Between(min, std::numeric_limits<double>::max(), what);
 }
 
+/// A model name given on the command line: not empty (an empty --name used to fall back to the
+/// file stem without a word). The server checks the rest (store::CheckModelName).
+inline CLI::Validator ModelName() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        return s.empty() ? "an empty name; leave --name out to store the file under its stem" : "";
+      },
+      "");
+}
+
 }  // namespace kiln::cli

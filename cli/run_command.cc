@@ -259,7 +259,7 @@ void AddRunCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   cmd->add_option("--seed", a.seed, "seed for generated inputs")->check(Uint64Decimal());
   cmd->add_flag("--skip-reference", a.skip_reference, "no fp32 reference, no PCC");
   cmd->add_flag("--local", a.local, "run in process, no server");
-  cmd->add_option("--name", a.name, "name to store a FILE under (default: the file stem)");
+  cmd->add_option("--name", a.name, "name to store a FILE under (default: the file stem)")->check(ModelName());
   cmd->add_option("--tt-emu-level", a.level,
                   "tt-emu numerics: exact or fast (default: the server's --tt-emu-level; exact with --local)");
   cmd->add_flag("--detach", a.detach, "submit the job, print its id and return (see kiln watch/result)");
