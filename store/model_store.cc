@@ -142,8 +142,8 @@ Status FileUpload::DiskFullCounted(Status st) const {
 Status FileUpload::Append(const void* data, size_t size) {
   if (finished_) return FailedPrecondition("upload already finished");
   if (size > declared_size_ - received_) {  // received_ <= declared_size_: no wrap
-    return InvalidArgument("upload of '" + name_ + "' sent more than the declared size_bytes " +
-                           std::to_string(declared_size_));
+    // The caller (ModelServiceImpl's upload reactor) names the model.
+    return InvalidArgument("the upload sent more than the declared size_bytes " + std::to_string(declared_size_));
   }
   Status st = WriteAll(fd_, data, size, tmp_path_);
   if (!st.ok()) return DiskFullCounted(std::move(st));

@@ -65,7 +65,8 @@ class SharedUpload final : public Upload {
   Status Append(const void* data, size_t size) override {
     if (finished_) return FailedPrecondition("upload already finished");
     if (size > size_ - received_) {
-      return InvalidArgument("upload of '" + name_ + "' sent more than the declared size_bytes " + std::to_string(size_));
+      // The caller (ModelServiceImpl's upload reactor) names the model.
+      return InvalidArgument("the upload sent more than the declared size_bytes " + std::to_string(size_));
     }
     Status st = WriteAll(fd_, data, size, path_);
     if (!st.ok()) {
