@@ -510,7 +510,10 @@ Result<Config> LoadConfig(int argc, char** argv) {
   }
 
   Config config;
-  std::map<const Setting*, std::pair<std::string, std::string>> yaml;  // setting -> (key, value) in the file
+  struct YamlValue {
+    std::string key, value, error;  // error: why the entry cannot be a value (refused only where it wins)
+  };
+  std::map<const Setting*, YamlValue> yaml;  // setting -> its entry in the file
   if (config_path.empty()) {
     if (const char* env = std::getenv("KILN_CONFIG")) config_path = env;
   }
@@ -545,43 +548,57 @@ Result<Config> LoadConfig(int argc, char** argv) {
         return InvalidArgument("config file " + config_path + ": unknown key '" + key + "'; the keys are " + known);
       }
       if (auto it = yaml.find(found); it != yaml.end()) {
-        return InvalidArgument("config file " + config_path + ": '" + key + "' and '" + it->second.first +
+        return InvalidArgument("config file " + config_path + ": '" + key + "' and '" + it->second.key +
                                "' both set " + found->flag);
       }
       if (deprecated) {
         spdlog::warn("config file {}: key '{}' is deprecated, use '{}' (the flag's name, {})", config_path, key,
                      YamlKey(*found), found->flag);
       }
-      if (!kv.second.IsScalar()) {
-        return InvalidArgument("config file " + config_path + ": key '" + key + "' must be a scalar");
-      }
-      yaml[found] = {key, kv.second.Scalar()};
+      yaml[found] = kv.second.IsScalar() ? YamlValue{key, kv.second.Scalar(), ""}
+                                          : YamlValue{key, "", "must be a scalar"};
     }
   }
   // Per setting, the highest source given wins (flag, then environment, then file) and only its
   // value must be valid: a stale KILN_LISTEN does not stop a kilnd started with --listen. A value it
   // overrides that would be refused is named in a warning, so that the typo is seen before the
-  // override goes.
+  // override goes. The winners are then applied source by source, the file's first and the flags'
+  // last, so that across settings that set one field (--token and --token-file) the higher source
+  // still wins.
+  struct Winner {
+    const Setting* setting;
+    std::string where, value;
+  };
+  std::vector<Winner> by_level[3];  // 0 file, 1 environment, 2 flag
   for (const auto& s : Settings()) {
     struct Source {
-      std::string where, value;
+      int level;
+      std::string where, value, error;
     };
     std::vector<Source> sources;  // highest first
-    if (app.count(s.flag) > 0) sources.push_back({s.flag, flag_values[s.flag]});
-    if (const char* env = std::getenv(s.env)) sources.push_back({std::string("environment ") + s.env, env});
+    if (app.count(s.flag) > 0) sources.push_back({2, s.flag, flag_values[s.flag], ""});
+    if (const char* env = std::getenv(s.env)) sources.push_back({1, std::string("environment ") + s.env, env, ""});
     if (auto it = yaml.find(&s); it != yaml.end()) {
-      sources.push_back({"config file " + config_path + ": " + it->second.first, it->second.second});
+      sources.push_back({0, "config file " + config_path + ": " + it->second.key, it->second.value, it->second.error});
     }
     for (size_t i = 0; i < sources.size(); ++i) {
-      if (i == 0) {
-        if (std::string err = s.apply(config, sources[0].value); !err.empty()) {
-          return InvalidArgument(sources[0].where + ": " + err);
-        }
-        continue;
+      std::string err = sources[i].error;
+      if (err.empty()) {
+        Config scratch;
+        err = s.apply(scratch, sources[i].value);
       }
-      Config scratch;
-      if (std::string err = s.apply(scratch, sources[i].value); !err.empty()) {
+      if (i == 0) {
+        if (!err.empty()) return InvalidArgument(sources[0].where + ": " + err);
+        by_level[sources[0].level].push_back({&s, sources[0].where, sources[0].value});
+      } else if (!err.empty()) {
         spdlog::warn("{}: {} (not used: {} overrides it)", sources[i].where, err, sources[0].where);
+      }
+    }
+  }
+  for (const auto& level : by_level) {
+    for (const auto& w : level) {
+      if (std::string err = w.setting->apply(config, w.value); !err.empty()) {
+        return InvalidArgument(w.where + ": " + err);
       }
     }
   }

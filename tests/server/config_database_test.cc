@@ -73,6 +73,38 @@ TEST_F(DatabaseConfigTest, OnlyTheWinningSourceMustBeValid) {
   EXPECT_EQ(file.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(file.status().message().find("config file " + yaml.string() + ": listen: "), std::string::npos)
       << file.status().ToString();
+  // An empty (null) file entry is only refused where it wins.
+  std::ofstream(yaml) << "metrics_listen:\n";
+  auto null_over = Load({"--config", yaml.string(), "--metrics-listen", "127.0.0.1:0"});
+  ASSERT_TRUE(null_over.ok()) << null_over.status().ToString();
+  auto null_wins = Load({"--config", yaml.string()});
+  EXPECT_NE(null_wins.status().message().find(": metrics_listen: must be a scalar"), std::string::npos)
+      << null_wins.status().ToString();
+  std::filesystem::remove(yaml);
+}
+
+// --token and --token-file set one field: the higher source wins across the two settings, as it
+// does within one (a flag over a token file named in the environment or the file, the environment
+// over the file).
+TEST_F(DatabaseConfigTest, TokenFromTheHigherSourceAcrossTokenAndTokenFile) {
+  const auto token_file = std::filesystem::temp_directory_path() / ("kiln-token-" + std::to_string(::getpid()));
+  const auto yaml = std::filesystem::temp_directory_path() / ("kiln-token-" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(token_file) << "FILETOKEN\n";
+  std::ofstream(yaml) << "token_file: " << token_file.string() << "\n";
+  ::setenv("KILN_TOKEN_FILE", token_file.c_str(), 1);
+  auto flag = Load({"--token", "FLAGTOKEN"});
+  ASSERT_TRUE(flag.ok()) << flag.status().ToString();
+  EXPECT_EQ(flag->token, "FLAGTOKEN");
+  ::unsetenv("KILN_TOKEN_FILE");
+  ::setenv("KILN_TOKEN", "ENVTOKEN", 1);
+  auto env = Load({"--config", yaml.string()});
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  EXPECT_EQ(env->token, "ENVTOKEN");
+  ::unsetenv("KILN_TOKEN");
+  auto file = Load({"--config", yaml.string()});
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(file->token, "FILETOKEN");
+  std::filesystem::remove(token_file);
   std::filesystem::remove(yaml);
 }
 
