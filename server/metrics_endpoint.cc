@@ -7,6 +7,7 @@
 
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <sstream>
 #include <vector>
@@ -114,11 +115,9 @@ void MetricsEndpoint::Loop() {
         if (n > 0) c.in.append(buf, static_cast<size_t>(n));
         // The head with its blank line, over kMaxHead bytes, is refused however it arrived (the
         // reads take 4 KiB, so a whole head can come in with the bytes that pass the limit).
-        size_t end = c.in.find("\r\n\r\n"), head = end + 4;
-        if (end == std::string::npos) {
-          end = c.in.find("\n\n");
-          head = end + 2;
-        }
+        // The first blank line ends the head, CRLF or bare LF.
+        const size_t crlf = c.in.find("\r\n\r\n"), lf = c.in.find("\n\n");
+        const size_t end = std::min(crlf, lf), head = end + (end == crlf ? 4 : 2);
         if (end != std::string::npos && head <= kMaxHead) {
           c.out = Answer(c.in.substr(0, end));
           c.answered = true;
