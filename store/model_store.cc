@@ -57,21 +57,23 @@ bool IsValidModelName(const std::string& name) {
 Status CheckModelName(const std::string& name) {
   if (IsValidModelName(name)) return Status::Ok();
   const std::string shown = "model name '" + name.substr(0, 160) + (name.size() > 160 ? "...'" : "'");
-  if (name.empty() || name.size() > 128) {
-    return InvalidArgument(shown + " has " + std::to_string(name.size()) + " characters; a name has 1-128");
-  }
-  if (name[0] == '.') return InvalidArgument(shown + " starts with '.'");
-  if (IsHexSha256(name)) {
-    return InvalidArgument(shown + " is 64 lowercase hex digits, which reads as a model id; choose another name");
-  }
+  if (name.empty()) return InvalidArgument("model name is empty; a name has 1-128 characters");
+  // The byte first: a name of other characters is refused for them, not for its length in bytes.
   const auto bad = std::find_if(name.begin(), name.end(), [](char c) {
     return !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
              c == '-');
   });
-  char hex[8];
-  std::snprintf(hex, sizeof(hex), "0x%02X", static_cast<unsigned>(static_cast<unsigned char>(*bad)));
-  return InvalidArgument(shown + " has the character " + hex + " at offset " + std::to_string(bad - name.begin()) +
-                         "; use [A-Za-z0-9._-]");
+  if (bad != name.end()) {
+    char hex[8];
+    std::snprintf(hex, sizeof(hex), "0x%02X", static_cast<unsigned>(static_cast<unsigned char>(*bad)));
+    return InvalidArgument(shown + " has the byte " + hex + " at offset " + std::to_string(bad - name.begin()) +
+                           "; use [A-Za-z0-9._-]");
+  }
+  if (name.size() > 128) {
+    return InvalidArgument(shown + " has " + std::to_string(name.size()) + " characters; a name has 1-128");
+  }
+  if (name[0] == '.') return InvalidArgument(shown + " starts with '.'");
+  return InvalidArgument(shown + " is 64 lowercase hex digits, which reads as a model id; choose another name");
 }
 
 namespace internal {

@@ -440,8 +440,10 @@ TEST_F(ModelStoreTest, RejectsBadNamesAndDigests) {
   // Each refusal says what is wrong with the name.
   auto message = [&](const std::string& name) { return store->BeginUpload(name, 10, Sha256Hex("x")).status().message(); };
   EXPECT_NE(message(Sha256Hex("x")).find("reads as a model id"), std::string::npos) << message(Sha256Hex("x"));
-  EXPECT_NE(message("../etc").find("starts with '.'"), std::string::npos) << message("../etc");
-  EXPECT_NE(message("a/b").find("character 0x2F at offset 1"), std::string::npos) << message("a/b");
+  EXPECT_NE(message("..etc").find("starts with '.'"), std::string::npos) << message("..etc");
+  EXPECT_NE(message("../etc").find("byte 0x2F at offset 2"), std::string::npos) << message("../etc");
+  EXPECT_NE(message("a/b").find("byte 0x2F at offset 1"), std::string::npos) << message("a/b");
+  EXPECT_NE(message(std::string(60, '\xE4')).find("byte 0xE4 at offset 0"), std::string::npos);
   EXPECT_NE(message(std::string(129, 'a')).find("has 129 characters; a name has 1-128"), std::string::npos);
   EXPECT_TRUE(CheckModelName("resnet18_v1.2-a").ok());
 }
