@@ -195,7 +195,8 @@ void PrintTable(const AdviseArgs& a, const api::advisor::AdviseResult& r, const 
   std::vector<std::string> below;  // advised below tt-metal's threshold in isolation
   for (const auto& l : r.layers) {
     const bool has = l.pcc_threshold > 0;
-    const bool under = has && std::isfinite(l.isolated_pcc) && l.isolated_pcc > 0 && l.isolated_pcc < l.pcc_threshold;
+    // An isolated PCC of exactly 0 is a layer the search did not run (the budget ran out first).
+    const bool under = has && std::isfinite(l.isolated_pcc) && l.isolated_pcc != 0 && l.isolated_pcc < l.pcc_threshold;
     if (under) below.push_back(l.name);
     const std::string threshold = has ? (under ? "<" : "") + Fmt4(l.pcc_threshold) : "-";
     std::printf("%-*s  %-16s  %-12s  %12.6f  %9s  %6.4f(%.4f)  %6d\n", static_cast<int>(w), l.name.c_str(),

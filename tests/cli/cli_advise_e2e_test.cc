@@ -76,7 +76,7 @@ TEST(CliAdviseE2E, JsonAndItsKilnRunFlagsRunAsAdvised) {
     threshold[l["name"]] = l["pcc_threshold"];
     ASSERT_TRUE(l["pcc_threshold"].is_number()) << l.dump();
     const double iso = l["isolated_pcc"].get<double>();
-    below += iso > 0 && iso < l["pcc_threshold"].get<double>();  // 0: not run (the table's rule)
+    below += iso != 0 && iso < l["pcc_threshold"].get<double>();  // 0: not run (the table's rule)
   }
   int convs = 0;
   double head_pcc = 0;
