@@ -86,8 +86,11 @@ Status CollectGraphs(LoadContext& ctx) {
           child.proto = sg;
           child.parent = static_cast<int>(gi);
           child.depth = graphs[gi].depth + 1;
-          child.where = "subgraph '" + sg->name() + "' (attribute '" + a.name() + "' of node '" + n->name() + "' (" +
-                        n->op_type() + "))";
+          const std::string node_label =
+              n->name().empty() ? "unnamed " + n->op_type() + " node" +
+                                      (n->output_size() > 0 ? " (output '" + n->output(0) + "')" : std::string())
+                                : "node '" + n->name() + "' (" + n->op_type() + ")";
+          child.where = "subgraph '" + sg->name() + "' (attribute '" + a.name() + "' of " + node_label + ")";
           if (child.depth > ctx.options.limits.max_graph_depth) {  // the wire scan already bounds this
             return ctx.FailLimit("subgraphs are nested more than " +
                                      std::to_string(ctx.options.limits.max_graph_depth) +
