@@ -55,7 +55,9 @@ class StoreE2E : public KilndTest {
 // A header that declares a large model and then silence: the upload ends after the idle timeout
 // and its reservation goes with it, so other uploads get through again.
 TEST_F(StoreE2E, IdleUploadIsEndedAndFreesItsReservation) {
-  auto k = StartKilnd({"--upload-idle-timeout", "1", "--max-store-bytes", "1000000"});
+  // 3 s, not 1: under a loaded `make test` the idle stream could be ended before the loop below saw
+  // its reservation, and the loop then ran out (11 s, once).
+  auto k = StartKilnd({"--upload-idle-timeout", "3", "--max-store-bytes", "1000000"});
   auto stub = Stub(*k);
   grpc::ClientContext idle_ctx;
   kiln::v1::UploadModelResponse idle_resp;
