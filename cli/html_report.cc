@@ -316,9 +316,14 @@ std::string RunReportHtml(const std::vector<RunConfiguration>& configs, const Re
     o << (a.inputs.files.empty() ? "every input" : "any other input") << " random uniform [-1, 1), seed "
       << a.inputs.seed << "</p>\n";
   }
+  for (const auto& j : a.unfinished) {
+    o << "<p class=\"verdict fail incomplete\">INCOMPLETE: " << Escape(UnfinishedLine(j)) << "</p>\n";
+  }
+  const bool incomplete = !a.unfinished.empty();
   o << "<p class=\"summary\">" << configs.size() << " run(s), " << compared << " layer comparison(s), "
-    << "<span class=\"" << (failed > 0 ? "verdict fail" : "verdict") << "\">"
+    << "<span class=\"" << (failed > 0 || incomplete ? "verdict fail" : "verdict") << "\">"
     << (compared == 0 ? "nothing compared" : failed == 0 ? "all layers pass" : std::to_string(failed) + " below threshold")
+    << (incomplete ? " in the finished configurations of an incomplete job" : "")
     << "</span>. Times are host emulation time, not Tensix latency.</p>\n";
   const auto sections = Sections(configs);
   for (size_t i = 0; i < sections.size(); ++i) SectionHtml(o, configs, sections[i], i);

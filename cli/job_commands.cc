@@ -275,11 +275,24 @@ int ResultCommand(const ClientOptions& options, const std::vector<std::string>& 
   }
   std::vector<RunConfiguration> all;
   for (const auto& id : job_ids) {
+    // The job's end first: GetJobResult streams the finished configurations of a FAILED or
+    // CANCELLED job too (proto/kiln/v1/job.proto), which the report must not pass off as the job's.
+    kiln::v1::GetJobRequest jreq;
+    jreq.set_job_id(id);
+    kiln::v1::Job job;
+    if (grpc::Status st = CallUnary(options, &kiln::v1::JobService::Stub::GetJob, jreq, &job); !st.ok()) {
+      std::cerr << "kiln: result " << id << ": " << Describe(st) << "\n";
+      return 1;
+    }
     std::optional<kiln::v1::AdviseResult> advice;
     auto configs = FetchResult(options, id, false, &advice);
     if (!configs.ok()) {
       std::cerr << "kiln: result " << id << ": " << configs.status().ToString() << "\n";
       return 1;
+    }
+    if (job.state() == kiln::v1::FAILED || job.state() == kiln::v1::CANCELLED) {
+      report.unfinished.push_back({job.job_id(), StateName(job.state()), job.error().message(),
+                                   static_cast<int64_t>(configs->size()), job.configurations()});
     }
     if (advice) {
       if (job_ids.size() > 1 || report.report == "html" || !report.out_dir.empty() || !report.report_file.empty()) {

@@ -279,6 +279,12 @@ LayerCounts CountLayers(const kiln::v1::RunConvLayersResponse& r) {
   return n;
 }
 
+std::string UnfinishedLine(const ReportOptions::UnfinishedJob& j) {
+  return "job " + j.job_id + " ended " + j.state + " after " + std::to_string(j.done) + " of " +
+         std::to_string(j.total) + " configuration(s)" + (j.error.empty() ? "" : " (" + j.error + ")") +
+         ": only those are reported";
+}
+
 std::string NothingComparedVerdict(const kiln::v1::RunConvLayersResponse& r) {
   return r.layers().empty() ? "0 compared (the model has no layers: nothing ran)"
                             : "0 compared (no reference: nothing checked)";
@@ -324,6 +330,7 @@ Status CheckWritableFile(const std::string& flag, const std::string& path) {
 
 std::string RunReportTable(const std::vector<RunConfiguration>& configs, const ReportOptions& a) {
   std::string out;
+  for (const auto& j : a.unfinished) out += "INCOMPLETE: " + EscapeControls(UnfinishedLine(j)) + "\n";
   const std::string inputs = InputsLine(a.inputs);
   if (!inputs.empty()) out += inputs + "\n";
   for (size_t i = 0; i < configs.size(); ++i) {
@@ -340,6 +347,14 @@ std::string RunReportJson(const std::vector<RunConfiguration>& configs, const Re
   Json doc;
   doc["schema"] = "kiln.run/1";
   doc["jobs"] = a.job_ids;
+  doc["unfinished_jobs"] = Json::array();
+  for (const auto& j : a.unfinished) {
+    doc["unfinished_jobs"].push_back({{"job_id", j.job_id},
+                                      {"state", j.state},
+                                      {"configurations_reported", j.done},
+                                      {"configurations", j.total},
+                                      {"error", j.error}});
+  }
   if (a.inputs.known) {
     Json in;
     in["files"] = Json::object();
@@ -446,6 +461,10 @@ int PrintRunReport(const std::vector<RunConfiguration>& configs, const ReportOpt
     }
     std::cerr << "wrote " << a.report_file << " (" << text.size() << " bytes)\n";
   }
+  // A job that did not succeed is an error whatever its finished configurations say (as `kiln
+  // watch` of it): a gate on the exit status must not pass a cancelled sweep.
+  for (const auto& j : a.unfinished) std::cerr << "kiln: result: " << UnfinishedLine(j) << "\n";
+  if (!a.unfinished.empty()) return 1;
   return ExitStatus(configs);
 }
 

@@ -7,6 +7,7 @@
 // compared (--skip-reference, or no layer has a reference) — "all pass" over zero layers is no pass.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -32,7 +33,17 @@ struct ReportOptions {
   std::string report_file;      ///< write the report here instead of stdout ("" = stdout)
   InputSource inputs;
   std::vector<std::string> job_ids;  ///< the jobs the configurations came from (JSON, HTML)
+  /// A job that ended without succeeding (FAILED or CANCELLED): the configurations it finished are
+  /// reported, every report format says so, and PrintRunReport returns 1 (`kiln result`).
+  struct UnfinishedJob {
+    std::string job_id, state, error;  ///< state "FAILED" / "CANCELLED"; error: the job's message
+    int64_t done = 0, total = 0;       ///< configurations reported, and the job's
+  };
+  std::vector<UnfinishedJob> unfinished;
 };
+
+/// "job J ended CANCELLED after 4 of 12 configurations (message): only those are reported".
+std::string UnfinishedLine(const ReportOptions::UnfinishedJob& job);
 
 /// One configuration of a run: the precision as requested (a sweep point; unset fields = TT-NN's
 /// defaults) and the server's response (which carries the mode and the resolved precision).

@@ -9,6 +9,8 @@
 #include <unistd.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -649,6 +651,47 @@ TEST_F(JobE2E, CliDetachWatchJobsResultCancel) {
 }
 
 // Ctrl-C on `kiln run` without a terminal cancels the job; exit status 130.
+// `kiln result` of a sweep cancelled after some configurations: the finished ones are reported,
+// marked INCOMPLETE in each format, and the exit status is 1 (it was 0 with "all layers pass").
+TEST_F(JobE2E, CliResultOfACancelledSweepIsIncompleteWithStatus1) {
+  Start({"--devices", "tt-emu:1"});
+  const std::string server = kilnd_->grpc_address();
+  const std::string model = UploadCase("unet_small");
+  kiln::v1::SubmitRunRequest req = RunOf(model, "tt-emu");
+  for (int i = 0; i < 32; ++i) req.add_sweep()->set_math_fidelity(i % 2 ? kiln::v1::HIFI4 : kiln::v1::LOFI);
+  kiln::v1::Job job;
+  ASSERT_TRUE(Submit(req, &job).ok());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (Get(job.job_id()).progress().configurations_done() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  grpc::ClientContext cctx;  // at once: a CLI process would take long enough for a few more configurations
+  kiln::v1::CancelJobRequest creq;
+  creq.set_job_id(job.job_id());
+  kiln::v1::Job cancelled;
+  ASSERT_TRUE(jobs_->CancelJob(&cctx, creq, &cancelled).ok());
+  const kiln::v1::Job end = WaitDone(job.job_id());
+  ASSERT_EQ(end.state(), kiln::v1::CANCELLED) << "the sweep finished before the cancel; make it longer";
+  const int64_t done = end.progress().configurations_done();
+  ASSERT_GE(done, 1);
+  const std::string line = "job " + job.job_id() + " ended CANCELLED after " + std::to_string(done) + " of 32 configuration(s)";
+  int rc = -1;
+  std::string out = Kiln(server, "result " + job.job_id(), &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("INCOMPLETE: " + line), std::string::npos) << out;
+  out = Kiln(server, "result " + job.job_id() + " --report json", &rc, false);
+  EXPECT_EQ(rc, 1) << out;
+  auto doc = nlohmann::json::parse(out);
+  ASSERT_EQ(doc["unfinished_jobs"].size(), 1u) << out;
+  EXPECT_EQ(doc["unfinished_jobs"][0]["state"], "CANCELLED");
+  EXPECT_EQ(doc["unfinished_jobs"][0]["configurations_reported"], done);
+  EXPECT_EQ(doc["configurations"].size(), static_cast<size_t>(done));
+  out = Kiln(server, "result " + job.job_id() + " --report html", &rc, false);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("INCOMPLETE: " + line), std::string::npos) << out.substr(0, 2000);
+  EXPECT_NE(out.find("in the finished configurations of an incomplete job"), std::string::npos);
+}
+
 TEST_F(JobE2E, CliInterruptCancelsTheJob) {
   Start({"--devices", "tt-emu:1"});
   const std::string server = kilnd_->grpc_address();
