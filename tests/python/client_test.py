@@ -544,6 +544,20 @@ class JobTest(Base):
         self.assertEqual(end.error.code, grpc.StatusCode.CANCELLED.value[0])
         self.assertLess(end.progress.layers_done, end.progress.layers_total)  # stopped between layers
         self.assertKilnError(grpc.StatusCode.FAILED_PRECONDITION, self.kiln.result, running.job_id)
+        # A sweep cancelled after some configurations: result() refuses it, naming the end, and
+        # partial=True returns the finished configurations (the server streams them).
+        sweep = self.kiln.submit(slow, backend="tt-emu",
+                                 sweep=[{"math_fidelity": "LoFi" if i % 2 else "HiFi4"} for i in range(32)])
+        deadline = time.monotonic() + 60
+        while self.kiln.job(sweep.job_id).progress.configurations_done == 0 and time.monotonic() < deadline:
+            time.sleep(0.002)
+        self.kiln.cancel(sweep.job_id)
+        end = self.kiln.wait(sweep.job_id)
+        self.assertEqual(end.state, job_pb2.CANCELLED, "the sweep finished before the cancel")
+        self.assertKilnError(grpc.StatusCode.FAILED_PRECONDITION, self.kiln.result, sweep.job_id,
+                             contains=f"ended CANCELLED (cancelled by a client) after {end.progress.configurations_done} of 32")
+        self.assertEqual(len(self.kiln.result(sweep.job_id, omit_outputs=True, partial=True)),
+                         end.progress.configurations_done)
         self.assertKilnError(grpc.StatusCode.NOT_FOUND, self.kiln.job, "j-nosuchjob")
         with self.assertRaises(KilnError) as ctx:
             list(self.kiln.watch("j-nosuchjob"))

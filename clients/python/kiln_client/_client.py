@@ -411,9 +411,18 @@ class Client:
         a finished one is returned unchanged."""
         return self._unary(self._jobs.CancelJob, job_pb2.CancelJobRequest(job_id=job_id))
 
-    def result(self, job_id: str, omit_outputs: bool = False) -> list[RunResult]:
+    def result(self, job_id: str, omit_outputs: bool = False, partial: bool = False) -> list[RunResult]:
         """A finished job's results, one RunResult per configuration (one for a plain run).
-        FAILED_PRECONDITION while the job has not succeeded; NOT_FOUND once retention removed them."""
+        FAILED_PRECONDITION while the job has not succeeded, also for a FAILED or CANCELLED sweep
+        whose first configurations finished (the server streams those: `partial=True` returns
+        them); NOT_FOUND once retention removed them."""
+        if not partial:
+            job = self.job(job_id)
+            if job.state in (job_pb2.FAILED, job_pb2.CANCELLED):
+                raise KilnError(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"job {job_id} ended {job_pb2.JobState.Name(job.state)} ({job.error.message}) after "
+                                f"{job.progress.configurations_done} of {job.configurations} configuration(s); "
+                                "result(job_id, partial=True) returns the finished ones")
         results: list[RunResult] = []
         response: Optional[device_pb2.RunConvLayersResponse] = None
         buffers: dict[int, bytearray] = {}
