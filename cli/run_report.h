@@ -3,8 +3,9 @@
 // (cli/html_report.h).
 //
 // Exit status (README "kiln run"): 0 layers were compared and every one passed its PCC threshold,
-// 1 an output or the report could not be written, 3 a layer is below its threshold, 4 nothing was
-// compared (--skip-reference, or no layer has a reference) — "all pass" over zero layers is no pass.
+// 1 an output or the report could not be written, or a reported job ended FAILED or CANCELLED
+// (ReportOptions::unfinished), 3 a layer is below its threshold, 4 nothing was compared
+// (--skip-reference, or no layer has a reference) — "all pass" over zero layers is no pass.
 #pragma once
 
 #include <cstdint>
