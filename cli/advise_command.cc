@@ -165,12 +165,6 @@ void PrintJson(const AdviseArgs& a, const api::advisor::AdviseResult& r, const d
   std::cout << j.dump(2) << "\n";
 }
 
-std::string Fmt4(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.4f", v);
-  return b;
-}
-
 // `--input NAME=FILE` of the first input set, for the `kiln run` line.
 std::string RunInputFlags(const AdviseArgs& a) {
   std::string out;
@@ -198,7 +192,7 @@ void PrintTable(const AdviseArgs& a, const api::advisor::AdviseResult& r, const 
     // An isolated PCC of exactly 0 is a layer the search did not run (the budget ran out first).
     const bool under = has && std::isfinite(l.isolated_pcc) && l.isolated_pcc != 0 && l.isolated_pcc < l.pcc_threshold;
     if (under) below.push_back(l.name);
-    const std::string threshold = has ? (under ? "<" : "") + Fmt4(l.pcc_threshold) : "-";
+    const std::string threshold = has ? (under ? "<" : "") + Fmt("%.4f", l.pcc_threshold) : "-";
     std::printf("%-*s  %-16s  %-12s  %12.6f  %9s  %6.4f(%.4f)  %6d\n", static_cast<int>(w), l.name.c_str(),
                 l.op.c_str(), l.config.Key().c_str(), l.isolated_pcc, threshold.c_str(), l.relative_cost,
                 l.baseline_relative_cost, l.pareto_size);

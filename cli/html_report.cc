@@ -31,12 +31,6 @@ std::string Escape(const std::string& s) {
 // Escaped and bounded (model-supplied names can be arbitrarily long).
 std::string Text(const std::string& s) { return Escape(CutMiddle(s, kMaxHtmlText)); }
 
-std::string Fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 const char* DTypeLabel(kiln::v1::DataType d) {
   switch (d) {
     case kiln::v1::FLOAT32: return "float32";

@@ -179,12 +179,6 @@ struct Table {
   }
 };
 
-std::string Fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 std::string ConfigurationTable(const kiln::v1::RunConvLayersResponse& r) {
   std::string out;
   // The resolved precision first: what every layer below ran with (defaults resolved).
@@ -277,6 +271,12 @@ LayerCounts CountLayers(const kiln::v1::RunConvLayersResponse& r) {
     if (LayerFails(l)) ++n.failed;
   }
   return n;
+}
+
+std::string Fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
 }
 
 std::string UnfinishedLine(const ReportOptions::UnfinishedJob& j) {

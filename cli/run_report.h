@@ -43,6 +43,9 @@ struct ReportOptions {
   std::vector<UnfinishedJob> unfinished;
 };
 
+/// `v` printed with one printf conversion (`format`, e.g. "%.4f"; at most 63 characters).
+std::string Fmt(const char* format, double v);
+
 /// "job J ended CANCELLED after 4 of 12 configurations (message): only those are reported".
 std::string UnfinishedLine(const ReportOptions::UnfinishedJob& job);
 
