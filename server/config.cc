@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -14,6 +15,8 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "device/backends/builtin.h"
 #include "sched/scheduler.h"
@@ -565,42 +568,34 @@ Result<Config> LoadConfig(int argc, char** argv) {
   // override goes. The winners are then applied source by source, the file's first and the flags'
   // last, so that across settings that set one field (--token and --token-file) the higher source
   // still wins.
-  struct Winner {
-    const Setting* setting;
-    std::string where, value;
+  struct Source {
+    int level;  // 0 file, 1 environment, 2 flag
+    std::string where, value, error;  // error: why a file entry cannot be a value
   };
-  std::vector<Winner> by_level[3];  // 0 file, 1 environment, 2 flag
+  std::vector<std::pair<const Setting*, Source>> winners;
   for (const auto& s : Settings()) {
-    struct Source {
-      int level;
-      std::string where, value, error;
-    };
     std::vector<Source> sources;  // highest first
     if (app.count(s.flag) > 0) sources.push_back({2, s.flag, flag_values[s.flag], ""});
     if (const char* env = std::getenv(s.env)) sources.push_back({1, std::string("environment ") + s.env, env, ""});
     if (auto it = yaml.find(&s); it != yaml.end()) {
       sources.push_back({0, "config file " + config_path + ": " + it->second.key, it->second.value, it->second.error});
     }
-    for (size_t i = 0; i < sources.size(); ++i) {
+    if (sources.empty()) continue;
+    winners.emplace_back(&s, sources[0]);
+    for (size_t i = 1; i < sources.size(); ++i) {
       std::string err = sources[i].error;
       if (err.empty()) {
         Config scratch;
         err = s.apply(scratch, sources[i].value);
       }
-      if (i == 0) {
-        if (!err.empty()) return InvalidArgument(sources[0].where + ": " + err);
-        by_level[sources[0].level].push_back({&s, sources[0].where, sources[0].value});
-      } else if (!err.empty()) {
-        spdlog::warn("{}: {} (not used: {} overrides it)", sources[i].where, err, sources[0].where);
-      }
+      if (!err.empty()) spdlog::warn("{}: {} (not used: {} overrides it)", sources[i].where, err, sources[0].where);
     }
   }
-  for (const auto& level : by_level) {
-    for (const auto& w : level) {
-      if (std::string err = w.setting->apply(config, w.value); !err.empty()) {
-        return InvalidArgument(w.where + ": " + err);
-      }
-    }
+  std::stable_sort(winners.begin(), winners.end(),
+                   [](const auto& a, const auto& b) { return a.second.level < b.second.level; });
+  for (const auto& [setting, w] : winners) {
+    const std::string err = w.error.empty() ? setting->apply(config, w.value) : w.error;
+    if (!err.empty()) return InvalidArgument(w.where + ": " + err);
   }
   KILN_RETURN_IF_ERROR(LoadDatabaseUrl(config));
   if (config.role == "worker" && config.database_url.empty()) {
