@@ -333,30 +333,28 @@ Status JobManager::Transition(store::JobRecord& rec, int new_state, const store:
   const int old = rec.state;
   rec.state = new_state;
   if (IsFinished(new_state)) rec.finished_ms = NowMs();
-  Status s = env_.jobs->Update(rec, fence);
-  if (!s.ok()) return s;
+  // The row and its state-change event in one transaction (store/job_store.h UpdateWithEvent):
+  // state changes are always kept (a handful per attempt), so a watcher always sees the end, even
+  // one that starts the moment the row reads finished.
+  kiln::v1::JobEvent ev;
+  ev.set_attempt(rec.attempt);
+  *ev.mutable_state_change() = ToJob(rec);
+  if (auto cur = env_.jobs->Get(rec.job_id); cur.ok()) ev.set_dropped_events(cur->dropped_events);
+  auto seq = env_.jobs->UpdateWithEvent(rec, NowMs(), ev.SerializeAsString(), fence);
+  if (!seq.ok()) return seq.status();
   if (old != new_state) {
     SetStateGauge(old, -1);
     SetStateGauge(new_state, 1);
   }
-  kiln::v1::JobEvent ev;
-  ev.set_attempt(rec.attempt);
-  *ev.mutable_state_change() = ToJob(rec);
-  AppendEvent(rec, std::move(ev), fence);
+  Notify(rec.job_id);
   return Status::Ok();
 }
 
 void JobManager::AppendEvent(const store::JobRecord& rec, kiln::v1::JobEvent event, const store::JobFence& fence) {
-  // State changes are always kept (a handful per attempt), so a watcher always sees the end.
-  const bool state_change = event.has_state_change();
-  if (state_change) {
-    auto cur = env_.jobs->Get(rec.job_id);
-    if (cur.ok()) event.set_dropped_events(cur->dropped_events);
-  }
+  // Progress only (layers, advise steps): past --job-max-events they are dropped and counted.
   event.clear_sequence();
   event.clear_time();
-  auto seq = env_.jobs->AppendEvent(rec.job_id, NowMs(), event.SerializeAsString(),
-                                    state_change ? 0 : limits_.max_events, fence);
+  auto seq = env_.jobs->AppendEvent(rec.job_id, NowMs(), event.SerializeAsString(), limits_.max_events, fence);
   if (!seq.ok()) spdlog::warn("job {}: event not stored: {}", rec.job_id, seq.status().ToString());
   Notify(rec.job_id);
 }
@@ -630,19 +628,16 @@ Result<kiln::v1::Job> JobManager::Admit(store::JobRecord rec, const std::string&
   }
   rec.request = request_blob(model->model_id);
   bool was = false;
-  auto created = env_.jobs->Create(rec, inputs, &was);
+  // The QUEUED event is stored with the row (a farm's worker may claim the job as soon as it is
+  // stored: its RUNNING event must come second). Nobody watches a job whose id has not been
+  // answered yet, so there is no one to notify.
+  kiln::v1::JobEvent queued;
+  *queued.mutable_state_change() = ToJob(rec);
+  auto created = env_.jobs->Create(rec, inputs, &was, queued.SerializeAsString());
   if (!created.ok()) return created.status();
   if (was) {
     if (existed) *existed = true;
     return ToJob(*created);
-  }
-  {
-    // The QUEUED event before the job can start (its RUNNING event must come second). Nobody
-    // watches a job whose id has not been answered yet, so there is no one to notify.
-    kiln::v1::JobEvent ev;
-    *ev.mutable_state_change() = ToJob(*created);
-    auto seq = env_.jobs->AppendEvent(created->job_id, NowMs(), ev.SerializeAsString(), 0);
-    if (!seq.ok()) spdlog::warn("job {}: event not stored: {}", created->job_id, seq.status().ToString());
   }
   if (!farm()) Enqueue(*created, /*front=*/false);  // a farm's store queued it with the row
   SetStateGauge(kiln::v1::QUEUED, 1);
@@ -1579,16 +1574,19 @@ void JobManager::HeartbeatLoop() {
 void JobManager::EventLoop() {
   // Other processes' events arrive as NOTIFY; while notifications are down, each period wakes
   // every watcher (each reads its job's events after its last sequence, so a spurious wake costs
-  // one query).
+  // one query). So does every kResyncEvery: a NOTIFY lost in a way the listener cannot see (a
+  // connection cut without a word) then delays a watcher by that much, not forever.
+  constexpr auto kResyncEvery = std::chrono::seconds(30);
+  auto next_resync = SteadyClock::now() + kResyncEvery;
   while (!stopping()) {
     auto ids = env_.jobs->WaitForEvents(std::chrono::seconds(1));
     std::set<std::string> wake;
-    if (ids) {
-      wake.insert(ids->begin(), ids->end());
-    } else {
+    if (!ids || SteadyClock::now() >= next_resync) {
+      next_resync = SteadyClock::now() + kResyncEvery;
       std::lock_guard<std::mutex> lock(mu_);
       for (const auto& [token, w] : watchers_) wake.insert(w.first);
     }
+    if (ids) wake.insert(ids->begin(), ids->end());
     for (const auto& id : wake) Notify(id);
     if (!ids) {
       std::unique_lock<std::mutex> lock(mu_);

@@ -37,7 +37,8 @@
 //   the insert: replicas submitting at the same instant may overshoot a limit by one job each).
 //   Cancel dequeues a job no worker holds, else asks its worker (RequestCancel; seen at the next
 //   heartbeat). Watchers hear of other processes' events through the store (WaitForEvents:
-//   LISTEN/NOTIFY, polling each second while that is down). Its dispatch thread fails jobs whose
+//   LISTEN/NOTIFY, polling each second while that is down, all watchers woken every 30 s
+//   besides). Its dispatch thread fails jobs whose
 //   last attempt's lease expired (Abandoned) and runs retention.
 // * A worker (worker = true) claims jobs of the backends it has devices for, at most one per
 //   device, and runs them exactly as the embedded manager does, every write fenced by its claim

@@ -361,7 +361,8 @@ Status EmbeddedJobStore::RemoveOrphanFiles() {
   return Status::Ok();
 }
 
-Result<JobRecord> EmbeddedJobStore::Create(JobRecord job, const std::vector<std::string_view>& inputs, bool* existed) {
+Result<JobRecord> EmbeddedJobStore::Create(JobRecord job, const std::vector<std::string_view>& inputs, bool* existed,
+                                           std::string_view first_event) {
   std::lock_guard<std::mutex> lock(mu_);
   if (existed) *existed = false;
   if (!job.idempotency_key.empty()) {
@@ -409,6 +410,11 @@ Result<JobRecord> EmbeddedJobStore::Create(JobRecord job, const std::vector<std:
     l.Text(1, job.job_id).Text(2, k).Text(3, v);
     s = l.Run();
   }
+  if (s.ok() && !first_event.empty()) {
+    auto seq = AppendLocked(job.job_id, job.created_ms, first_event, 0);
+    s = seq.status();
+    if (s.ok()) job.events = *seq;
+  }
   if (s.ok()) s = txn.Commit();
   if (!s.ok()) {
     std::error_code ec;
@@ -421,6 +427,22 @@ Result<JobRecord> EmbeddedJobStore::Create(JobRecord job, const std::vector<std:
 
 Status EmbeddedJobStore::Update(const JobRecord& j, const JobFence&) {
   std::lock_guard<std::mutex> lock(mu_);
+  return UpdateLocked(j);
+}
+
+Result<int64_t> EmbeddedJobStore::UpdateWithEvent(const JobRecord& j, int64_t time_ms, std::string_view blob,
+                                                  const JobFence&) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Txn txn(db_);
+  KILN_RETURN_IF_ERROR(txn.begun());
+  KILN_RETURN_IF_ERROR(UpdateLocked(j));
+  auto seq = AppendLocked(j.job_id, time_ms, blob, 0);
+  if (!seq.ok()) return seq.status();
+  KILN_RETURN_IF_ERROR(txn.Commit());
+  return seq;
+}
+
+Status EmbeddedJobStore::UpdateLocked(const JobRecord& j) {
   Stmt s(db_,
          "UPDATE jobs SET state=?, started_ms=?, finished_ms=?, device=?, attempt=?, error_code=?, error_message=?,"
          " configurations_done=?, layers_done=?, layers_total=?, current_layer=?, layers_below_threshold=?,"
@@ -534,6 +556,14 @@ Result<int64_t> EmbeddedJobStore::AppendEvent(const std::string& job_id, int64_t
   std::lock_guard<std::mutex> lock(mu_);
   Txn txn(db_);
   KILN_RETURN_IF_ERROR(txn.begun());
+  auto seq = AppendLocked(job_id, time_ms, blob, max_events);
+  if (!seq.ok()) return seq.status();
+  KILN_RETURN_IF_ERROR(txn.Commit());
+  return seq;
+}
+
+Result<int64_t> EmbeddedJobStore::AppendLocked(const std::string& job_id, int64_t time_ms, std::string_view blob,
+                                               int64_t max_events) {
   Stmt q(db_, "SELECT events FROM jobs WHERE job_id = ?");
   q.Text(1, job_id);
   Status st;
@@ -546,7 +576,6 @@ Result<int64_t> EmbeddedJobStore::AppendEvent(const std::string& job_id, int64_t
     Stmt u(db_, "UPDATE jobs SET dropped_events = dropped_events + 1 WHERE job_id = ?");
     u.Text(1, job_id);
     KILN_RETURN_IF_ERROR(u.Run());
-    KILN_RETURN_IF_ERROR(txn.Commit());
     return int64_t{0};
   }
   const int64_t seq = events + 1;
@@ -556,7 +585,6 @@ Result<int64_t> EmbeddedJobStore::AppendEvent(const std::string& job_id, int64_t
   Stmt u(db_, "UPDATE jobs SET events = ? WHERE job_id = ?");
   u.Int(1, seq).Text(2, job_id);
   KILN_RETURN_IF_ERROR(u.Run());
-  KILN_RETURN_IF_ERROR(txn.Commit());
   return seq;
 }
 

@@ -110,13 +110,23 @@ class JobStore {
   static Result<std::unique_ptr<JobStore>> Open(const std::string& data_dir);
   virtual ~JobStore() = default;
 
-  /// Stores `inputs` then inserts `job` (its `bytes` set to the inputs' total). When
+  /// Stores `inputs` then inserts `job` (its `bytes` set to the inputs' total) and, when
+  /// `first_event` is not empty, that event as sequence 1 at `job.created_ms` in the same
+  /// transaction: a job is never stored without its first event, so no later event (a farm's
+  /// worker may claim the job the moment it is stored) comes before it. When
   /// `job.idempotency_key` is already used, nothing is written and the existing row is returned
   /// with `*existed` = true.
-  virtual Result<JobRecord> Create(JobRecord job, const std::vector<std::string_view>& inputs, bool* existed) = 0;
+  virtual Result<JobRecord> Create(JobRecord job, const std::vector<std::string_view>& inputs, bool* existed,
+                                   std::string_view first_event = {}) = 0;
   /// Rewrites the mutable fields of an existing row (everything but id, created, client, key,
   /// request, bytes, events, cancel_requested). Fenced by `fence` (see the header comment).
   virtual Status Update(const JobRecord& job, const JobFence& fence = {}) = 0;
+  /// Update, and the event `blob` (a state change: never dropped, whatever the event limit)
+  /// appended in the same transaction; returns its sequence. A reader who sees the row's new state
+  /// also finds the event that announced it — a watcher that starts after a job ended reads the end
+  /// at once (server/job_service.cc WatchJob) — and a failure stores neither.
+  virtual Result<int64_t> UpdateWithEvent(const JobRecord& job, int64_t time_ms, std::string_view blob,
+                                          const JobFence& fence = {}) = 0;
   virtual Result<JobRecord> Get(const std::string& job_id) const = 0;
   /// The job submitted with `key`, if any.
   virtual Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key) const = 0;
@@ -172,7 +182,8 @@ class JobStore {
     return Unimplemented("queue counts are for a farm's shared store (" + principal + ")");
   }
   /// Blocks until events of some jobs were appended by any process (their ids; may repeat), or
-  /// the timeout (empty). std::nullopt: no notifications now (the caller polls).
+  /// the timeout (empty). std::nullopt: some may have been missed — notifications are down, or
+  /// were just (re)established — so the caller treats every job as woken, and polls.
   virtual std::optional<std::vector<std::string>> WaitForEvents(std::chrono::milliseconds timeout) {
     (void)timeout;
     return std::nullopt;
@@ -191,8 +202,11 @@ class EmbeddedJobStore : public JobStore {
   EmbeddedJobStore(const EmbeddedJobStore&) = delete;
   EmbeddedJobStore& operator=(const EmbeddedJobStore&) = delete;
 
-  Result<JobRecord> Create(JobRecord job, const std::vector<std::string_view>& inputs, bool* existed) override;
+  Result<JobRecord> Create(JobRecord job, const std::vector<std::string_view>& inputs, bool* existed,
+                           std::string_view first_event = {}) override;
   Status Update(const JobRecord& job, const JobFence& fence = {}) override;
+  Result<int64_t> UpdateWithEvent(const JobRecord& job, int64_t time_ms, std::string_view blob,
+                                  const JobFence& fence = {}) override;
   Result<JobRecord> Get(const std::string& job_id) const override;
   Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key) const override;
   Result<std::vector<JobRecord>> List(const JobFilter& filter) const override;
@@ -218,6 +232,10 @@ class EmbeddedJobStore : public JobStore {
   Status Migrate();
   Status RemoveOrphanFiles();
   Result<JobRecord> GetLocked(const std::string& job_id) const;
+  // The row's UPDATE, and one event's INSERT (AppendEvent's rules), inside the caller's
+  // transaction (mu_ held).
+  Status UpdateLocked(const JobRecord& job);
+  Result<int64_t> AppendLocked(const std::string& job_id, int64_t time_ms, std::string_view blob, int64_t max_events);
   // The rows whose ids the prepared, bound `select_ids` returns, in its order (mu_ held): List,
   // Unfinished and FinishedWithResults differ only in that SELECT.
   Result<std::vector<JobRecord>> JobsOfLocked(SqliteStmt& select_ids) const;

@@ -66,6 +66,33 @@ Status CheckFence(pqxx::work& tx, const std::string& job_id, const JobFence& fen
   return Status::Ok();
 }
 
+// The row's UPDATE inside `tx` (a fenced end also completes the queue entry).
+Status UpdateRow(pqxx::work& tx, const JobRecord& j, const JobFence& fence) {
+  if (!fence.empty() && Finished(j.state)) tx.exec_prepared("kiln_jobs_queue_done", j.job_id);
+  const bool found = tx.exec_prepared("kiln_jobs_update", j.job_id, j.state, j.started_ms, j.finished_ms, j.device,
+                                      j.attempt, j.error_code, j.error_message, j.configurations_done, j.layers_done,
+                                      j.layers_total, j.current_layer, j.layers_below_threshold, j.results_expired)
+                         .affected_rows() == 1;
+  if (!found) return NotFound("job '" + j.job_id + "' not found");
+  return Status::Ok();
+}
+
+// One event inside `tx` (JobStore::AppendEvent's rules); NOTIFYs at commit.
+Result<int64_t> InsertEvent(pqxx::work& tx, const std::string& job_id, int64_t time_ms, std::string_view blob,
+                            int64_t max_events) {
+  pqxx::result r = tx.exec_prepared("kiln_jobs_event_seq", job_id, max_events);
+  if (r.empty()) {
+    if (tx.exec_prepared("kiln_jobs_event_drop", job_id).affected_rows() != 1) {
+      return NotFound("job '" + job_id + "' not found");
+    }
+    return int64_t{0};
+  }
+  const int64_t seq = r[0][0].as<int64_t>();
+  tx.exec_prepared("kiln_jobs_event_insert", job_id, seq, time_ms, Bin(blob));
+  tx.exec_prepared("kiln_jobs_notify_events", job_id);
+  return seq;
+}
+
 }  // namespace
 
 struct PgJobStore::Listener {
@@ -187,7 +214,8 @@ Result<std::vector<JobRecord>> PgJobStore::Jobs(const std::string& what,
   return out;
 }
 
-Result<JobRecord> PgJobStore::Create(JobRecord job, const std::vector<std::string_view>& inputs, bool* existed) {
+Result<JobRecord> PgJobStore::Create(JobRecord job, const std::vector<std::string_view>& inputs, bool* existed,
+                                     std::string_view first_event) {
   if (existed) *existed = false;
   int64_t bytes = 0;
   for (const auto& in : inputs) bytes += static_cast<int64_t>(in.size());
@@ -207,6 +235,11 @@ Result<JobRecord> PgJobStore::Create(JobRecord job, const std::vector<std::strin
     for (size_t k = 0; k < inputs.size(); ++k) {
       tx.exec_prepared("kiln_jobs_insert_input", job.job_id, static_cast<int>(k), Bin(inputs[k]));
     }
+    if (!first_event.empty()) {
+      auto seq = InsertEvent(tx, job.job_id, job.created_ms, first_event, 0);
+      if (!seq.ok()) return seq.status();
+      job.events = *seq;
+    }
     if (job.state == 1) {
       tx.exec_prepared("kiln_jobs_enqueue", job.job_id, job.backend, job.client);
       tx.exec_prepared("kiln_jobs_notify_work", job.backend);
@@ -225,19 +258,25 @@ Result<JobRecord> PgJobStore::Create(JobRecord job, const std::vector<std::strin
 }
 
 Status PgJobStore::Update(const JobRecord& j, const JobFence& fence) {
-  bool found = false;
+  return pool_->Transact("updating job " + j.job_id, [&](pqxx::work& tx) -> Status {
+    KILN_RETURN_IF_ERROR(CheckFence(tx, j.job_id, fence));
+    return UpdateRow(tx, j, fence);
+  });
+}
+
+Result<int64_t> PgJobStore::UpdateWithEvent(const JobRecord& j, int64_t time_ms, std::string_view blob,
+                                            const JobFence& fence) {
+  int64_t seq = 0;
   Status st = pool_->Transact("updating job " + j.job_id, [&](pqxx::work& tx) -> Status {
     KILN_RETURN_IF_ERROR(CheckFence(tx, j.job_id, fence));
-    if (!fence.empty() && Finished(j.state)) tx.exec_prepared("kiln_jobs_queue_done", j.job_id);
-    found = tx.exec_prepared("kiln_jobs_update", j.job_id, j.state, j.started_ms, j.finished_ms, j.device, j.attempt,
-                             j.error_code, j.error_message, j.configurations_done, j.layers_done, j.layers_total,
-                             j.current_layer, j.layers_below_threshold, j.results_expired)
-                .affected_rows() == 1;
+    KILN_RETURN_IF_ERROR(UpdateRow(tx, j, fence));
+    auto r = InsertEvent(tx, j.job_id, time_ms, blob, 0);
+    if (!r.ok()) return r.status();
+    seq = *r;
     return Status::Ok();
   });
   if (!st.ok()) return st;
-  if (!found) return NotFound("job '" + j.job_id + "' not found");
-  return Status::Ok();
+  return seq;
 }
 
 Result<JobRecord> PgJobStore::Get(const std::string& job_id) const {
@@ -285,22 +324,14 @@ Result<std::map<int, int64_t>> PgJobStore::CountByState() const {
 Result<int64_t> PgJobStore::AppendEvent(const std::string& job_id, int64_t time_ms, std::string_view blob,
                                         int64_t max_events, const JobFence& fence) {
   int64_t seq = 0;
-  bool found = true;
   Status st = pool_->Transact("appending an event to job " + job_id, [&](pqxx::work& tx) -> Status {
     KILN_RETURN_IF_ERROR(CheckFence(tx, job_id, fence));
-    pqxx::result r = tx.exec_prepared("kiln_jobs_event_seq", job_id, max_events);
-    if (r.empty()) {
-      seq = 0;
-      found = tx.exec_prepared("kiln_jobs_event_drop", job_id).affected_rows() == 1;
-      return Status::Ok();
-    }
-    seq = r[0][0].as<int64_t>();
-    tx.exec_prepared("kiln_jobs_event_insert", job_id, seq, time_ms, Bin(blob));
-    tx.exec_prepared("kiln_jobs_notify_events", job_id);
+    auto r = InsertEvent(tx, job_id, time_ms, blob, max_events);
+    if (!r.ok()) return r.status();
+    seq = *r;
     return Status::Ok();
   });
   if (!st.ok()) return st;
-  if (!found) return NotFound("job '" + job_id + "' not found");
   return seq;
 }
 
@@ -453,12 +484,24 @@ Result<std::pair<int64_t, int64_t>> PgJobStore::CountQueued(const std::string& p
 std::optional<std::vector<std::string>> PgJobStore::WaitForEvents(std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> lock(listen_mu_);
   try {
-    if (!listener_) listener_ = std::make_unique<Listener>(pool_->options().url);
+    if (!listener_) {
+      // Events appended while nobody listened (before the first LISTEN, or between a break and
+      // this one) were announced to no one: std::nullopt makes the caller wake every watcher once.
+      listener_ = std::make_unique<Listener>(pool_->options().url);
+      listener_pid_ = listener_->conn.backendpid();
+      return std::nullopt;
+    }
     listener_->receiver.ids.clear();
     if (listener_->conn.get_notifs() == 0) {
       listener_->conn.await_notification(static_cast<long>(timeout.count() / 1000),
                                          static_cast<long>((timeout.count() % 1000) * 1000));
       listener_->conn.get_notifs();
+    }
+    if (listener_->conn.backendpid() != listener_pid_) {
+      // libpqxx 6.4 reopens a connection it finds closed, and LISTENs again, without a word
+      // (connection_base::activate in await_notification): the same gap as above.
+      listener_pid_ = listener_->conn.backendpid();
+      return std::nullopt;
     }
     return std::move(listener_->receiver.ids);
   } catch (const std::exception& e) {

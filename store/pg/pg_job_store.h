@@ -12,7 +12,8 @@
 //   that writes. A fenced Update to a finished state marks the entry done in that transaction.
 // * AppendEvent NOTIFYs channel kiln_job_events with the job id; WaitForEvents LISTENs on a
 //   connection of its own (outside the pool) and returns std::nullopt while that connection is
-//   down (the caller polls; the next call reconnects).
+//   down (the caller polls; the next call reconnects) and once when it has just (re)connected
+//   (the events of the gap were announced to no one).
 // * Inputs and outputs are bytea (a job's inputs and each configuration's outputs are bounded by
 //   the message limit, --max-message-bytes); outputs are stored uncompressed out of line, so
 //   ReadOutput's 1 MiB slices read only their own TOAST chunks.
@@ -34,8 +35,11 @@ class PgJobStore : public JobStore {
   explicit PgJobStore(PgPool* pool);
   ~PgJobStore() override;
 
-  Result<JobRecord> Create(JobRecord job, const std::vector<std::string_view>& inputs, bool* existed) override;
+  Result<JobRecord> Create(JobRecord job, const std::vector<std::string_view>& inputs, bool* existed,
+                           std::string_view first_event = {}) override;
   Status Update(const JobRecord& job, const JobFence& fence = {}) override;
+  Result<int64_t> UpdateWithEvent(const JobRecord& job, int64_t time_ms, std::string_view blob,
+                                  const JobFence& fence = {}) override;
   Result<JobRecord> Get(const std::string& job_id) const override;
   Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key) const override;
   Result<std::vector<JobRecord>> List(const JobFilter& filter) const override;
@@ -69,6 +73,7 @@ class PgJobStore : public JobStore {
   PgPool* pool_;
   std::mutex listen_mu_;  // one thread listens at a time
   std::unique_ptr<Listener> listener_;
+  int listener_pid_ = 0;  // the listening session's backend; another one means a silent reconnect
 };
 
 }  // namespace kiln::store::pg

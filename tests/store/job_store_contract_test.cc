@@ -154,6 +154,50 @@ TYPED_TEST(JobStoreContract, EventsResultsAndRetention) {
   EXPECT_TRUE(s->FinishedWithResults()->empty());
 }
 
+// A state change and its event are one write: the row in its new state is never read without
+// the event that announced it, and a write that fails stores neither.
+TYPED_TEST(JobStoreContract, AStateChangeAndItsEventAreOneWrite) {
+  JobStore* s = this->backend_.OpenJobStore();
+  bool existed = false;
+  auto created = s->Create(NewJob("j-s"), {}, &existed, "queued");
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(created->events, 1);
+  auto events = s->Events("j-s", 0, 10);
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].sequence, 1);
+  EXPECT_EQ((*events)[0].time_ms, 1000);  // the job's created_ms
+  EXPECT_EQ((*events)[0].blob, "queued");
+  // An idempotent resubmission stores no second first event.
+  ASSERT_TRUE(s->Create(NewJob("j-s2", "key-s"), {}, &existed, "queued").ok());
+  ASSERT_TRUE(s->Create(NewJob("j-s3", "key-s"), {}, &existed, "queued").ok());
+  EXPECT_TRUE(existed);
+  EXPECT_EQ(s->Events("j-s2", 0, 10)->size(), 1u);
+  EXPECT_TRUE(s->Events("j-s3", 0, 10)->empty());
+
+  // Past the event limit progress is dropped; the state change is kept, with the row.
+  ASSERT_EQ(*s->AppendEvent("j-s", 5, "layer", 1), 0);
+  JobRecord rec = *s->Get("j-s");
+  rec.state = 3;
+  rec.finished_ms = 7;
+  auto seq = s->UpdateWithEvent(rec, 7, "succeeded");
+  ASSERT_TRUE(seq.ok()) << seq.status().ToString();
+  EXPECT_EQ(*seq, 2);
+  const JobRecord back = *s->Get("j-s");
+  EXPECT_EQ(back.state, 3);
+  EXPECT_EQ(back.finished_ms, 7);
+  EXPECT_EQ(back.events, 2);
+  EXPECT_EQ(back.dropped_events, 1);
+  events = s->Events("j-s", 1, 10);
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].blob, "succeeded");
+  EXPECT_EQ((*events)[0].time_ms, 7);
+
+  rec.job_id = "j-none";
+  EXPECT_EQ(s->UpdateWithEvent(rec, 8, "x").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(s->Get("j-none").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(s->Get("j-s")->events, 2);
+}
+
 // A farm's store only: a worker's writes carry its claim, and a claim that is no longer current
 // writes nothing; the end it writes completes the queue entry (store/job_store.h "Fencing").
 TEST(PgJobStoreFencing, StaleClaimsWriteNothingAndAnEndCompletesTheEntry) {
@@ -178,6 +222,9 @@ TEST(PgJobStoreFencing, StaleClaimsWriteNothingAndAnEndCompletesTheEntry) {
   rec.state = 3;
   EXPECT_EQ(s->Update(rec, fence).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(s->AppendEvent("j-f", 2, "late", 0, fence).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s->UpdateWithEvent(rec, 2, "late end", fence).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s->Events("j-f", 0, 10)->size(), 1u);  // only w1's layer event
+  EXPECT_EQ(q->Get("j-f")->state, JobQueueEntry::kClaimed);
   EXPECT_EQ(s->PutResult("j-f", 0, "late", {"x"}, fence).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(s->Get("j-f")->state, 2);
   EXPECT_TRUE(s->Results("j-f")->empty());
@@ -185,8 +232,10 @@ TEST(PgJobStoreFencing, StaleClaimsWriteNothingAndAnEndCompletesTheEntry) {
   const JobFence fence2{(*second)->attempt, (*second)->lease_token};
   rec.attempt = 2;
   ASSERT_TRUE(s->PutResult("j-f", 0, "ok", {"y"}, fence2).ok());
-  ASSERT_TRUE(s->Update(rec, fence2).ok());
-  EXPECT_TRUE(s->AppendEvent("j-f", 3, "end", 0, fence2).ok());
+  auto end = s->UpdateWithEvent(rec, 3, "end", fence2);
+  ASSERT_TRUE(end.ok()) << end.status().ToString();
+  EXPECT_EQ(*end, 2);
+  EXPECT_TRUE(s->AppendEvent("j-f", 4, "after the end", 0, fence2).ok());
   EXPECT_EQ(q->Get("j-f")->state, JobQueueEntry::kDone);
   EXPECT_EQ(s->Get("j-f")->state, 3);
   EXPECT_EQ(s->Get("j-f")->attempt, 2);

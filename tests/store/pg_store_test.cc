@@ -323,6 +323,44 @@ TEST_F(PgStoreTest, WaitForWorkSurvivesADatabaseRestart) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s) << "not woken by NOTIFY after the restart";
 }
 
+// WaitForEvents (a replica's watchers): std::nullopt — wake every watcher — whenever a NOTIFY
+// may have been missed: at the first LISTEN, and when it listens again after a database restart
+// (an event appended between the break and the new LISTEN was announced to no one). Then the
+// NOTIFYs of new events arrive again.
+TEST_F(PgStoreTest, WaitForEventsWakesEveryWatcherWhenItListensAfresh) {
+  using namespace std::chrono_literals;
+  auto state = PgSharedState::Open({url_, 2});
+  ASSERT_TRUE(state.ok());
+  JobStore& events = (*state)->job_store();
+  JobRecord job;
+  job.job_id = "j-w";
+  job.backend = "tt-emu";
+  bool existed = false;
+  ASSERT_TRUE(events.Create(job, {}, &existed).ok());
+  EXPECT_FALSE(events.WaitForEvents(10ms).has_value()) << "the first LISTEN";
+  auto quiet = events.WaitForEvents(10ms);
+  ASSERT_TRUE(quiet.has_value());
+  EXPECT_TRUE(quiet->empty());
+  ASSERT_TRUE(events.AppendEvent("j-w", 1, "a", 0).ok());
+  auto heard = events.WaitForEvents(2s);
+  ASSERT_TRUE(heard.has_value());
+  EXPECT_EQ(*heard, std::vector<std::string>{"j-w"});
+
+  ASSERT_TRUE(server_->Restart().ok());
+  EXPECT_FALSE(events.WaitForEvents(100ms).has_value()) << "the listening session is gone";
+  ASSERT_TRUE(events.AppendEvent("j-w", 2, "in the gap", 0).ok());  // the pool reconnects
+  EXPECT_FALSE(events.WaitForEvents(100ms).has_value()) << "listening afresh: the gap's event reached no one";
+  auto r = events.WaitForEvents(10ms);
+  ASSERT_TRUE(r.has_value());
+  ASSERT_TRUE(events.AppendEvent("j-w", 3, "after", 0).ok());
+  std::vector<std::string> ids = *r;
+  for (int i = 0; i < 20 && ids.empty(); ++i) {
+    r = events.WaitForEvents(100ms);
+    if (r) ids = *r;
+  }
+  EXPECT_EQ(ids, std::vector<std::string>{"j-w"});
+}
+
 TEST_F(PgStoreTest, PoolIsBoundedAndTimesOut) {
   auto pool = PgPool::Open({url_, 2, std::chrono::milliseconds(200)});
   ASSERT_TRUE(pool.ok());
