@@ -1580,14 +1580,17 @@ void JobManager::EventLoop() {
   auto next_resync = SteadyClock::now() + kResyncEvery;
   while (!stopping()) {
     auto ids = env_.jobs->WaitForEvents(std::chrono::seconds(1));
-    std::set<std::string> wake;
-    if (!ids || SteadyClock::now() >= next_resync) {
-      next_resync = SteadyClock::now() + kResyncEvery;
+    const bool all = !ids || SteadyClock::now() >= next_resync;
+    if (all) next_resync = SteadyClock::now() + kResyncEvery;
+    const std::set<std::string> woken = ids ? std::set<std::string>(ids->begin(), ids->end()) : std::set<std::string>();
+    std::vector<std::function<void()>> fns;  // one pass over the watchers (Notify's, for many jobs)
+    {
       std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& [token, w] : watchers_) wake.insert(w.first);
+      for (const auto& [token, w] : watchers_) {
+        if (all || woken.count(w.first)) fns.push_back(w.second);
+      }
     }
-    if (ids) wake.insert(ids->begin(), ids->end());
-    for (const auto& id : wake) Notify(id);
+    for (auto& f : fns) f();
     if (!ids) {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; });

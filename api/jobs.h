@@ -153,7 +153,8 @@ class JobManager {
   /// Events with sequence > `after`, at most `limit`.
   Result<std::vector<kiln::v1::JobEvent>> Events(const std::string& job_id, int64_t after, int limit) const;
   /// Calls `notify` (on any thread, without locks held) after each new event of `job_id` and once
-  /// at Shutdown. Returns a token for Unsubscribe.
+  /// at Shutdown; on a farm also whenever an event may have been missed (EventLoop: each second
+  /// while NOTIFY is down, after listening afresh, every 30 s). Returns a token for Unsubscribe.
   uint64_t Subscribe(const std::string& job_id, std::function<void()> notify);
   void Unsubscribe(uint64_t token);
 

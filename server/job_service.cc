@@ -272,8 +272,8 @@ class JobServiceImpl::WatchReactor final : public grpc::ServerWriteReactor<kiln:
     if (!status.ok()) return FinishLocked(ToGrpc(status));
     if (events.empty()) {
       // Nothing new: read again only for a notification that came during the read; otherwise the
-      // next notification pumps (JobManager::Subscribe notifies after each new event, once a
-      // second while a farm's NOTIFY is down, and at shutdown). Pumping here would read again at
+      // next notification pumps (JobManager::Subscribe: after each new event, at shutdown, and on
+      // a farm whenever an event may have been missed). Pumping here would read again at
       // once: a watcher of a quiet job then spun on the store lane (25,000 reads a second).
       if (reread_) return ReadLocked();
       if (service_->jobs_->stopping()) PumpLocked();  // finishes: UNAVAILABLE

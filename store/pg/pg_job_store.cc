@@ -488,7 +488,6 @@ std::optional<std::vector<std::string>> PgJobStore::WaitForEvents(std::chrono::m
       // Events appended while nobody listened (before the first LISTEN, or between a break and
       // this one) were announced to no one: std::nullopt makes the caller wake every watcher once.
       listener_ = std::make_unique<Listener>(pool_->options().url);
-      listener_pid_ = listener_->conn.backendpid();
       return std::nullopt;
     }
     listener_->receiver.ids.clear();
@@ -497,15 +496,11 @@ std::optional<std::vector<std::string>> PgJobStore::WaitForEvents(std::chrono::m
                                          static_cast<long>((timeout.count() % 1000) * 1000));
       listener_->conn.get_notifs();
     }
-    if (listener_->conn.backendpid() != listener_pid_) {
-      // libpqxx 6.4 reopens a connection it finds closed, and LISTENs again, without a word
-      // (connection_base::activate in await_notification): the same gap as above.
-      listener_pid_ = listener_->conn.backendpid();
-      return std::nullopt;
-    }
     return std::move(listener_->receiver.ids);
   } catch (const std::exception& e) {
-    // The listening connection is down: the caller polls; the next call reconnects.
+    // The listening connection is down (libpqxx 6.4 throws broken_connection when it reads the
+    // end of the session, and never reopens a connection it has: connection_base::get_notifs,
+    // activate): the caller polls; the next call reconnects.
     spdlog::warn("jobs: listening for events: {}", PgErrorStatus(e, "LISTEN kiln_job_events").message());
     listener_.reset();
     return std::nullopt;

@@ -3,14 +3,16 @@
 // kiln_job_outputs (schema version 3, store/pg/pg_schema.cc), beside the queue kiln_job_queue
 // (store/pg/pg_job_queue.h) that it fills and closes.
 //
-// * Create inserts the row, its labels and inputs and the job's queue entry in one transaction
-//   (and NOTIFYs kiln_jobs at commit), so a job is never stored without being queued or queued
-//   without being stored.
+// * Create inserts the row, its labels and inputs, its first event and the job's queue entry in
+//   one transaction (and NOTIFYs kiln_jobs at commit), so a job is never stored without being
+//   queued or queued without being stored.
 // * Fenced writes (store/job_store.h "Fencing") lock the job's queue entry and check that the
 //   claim is current — same attempt and lease token, and either claimed with its lease unexpired
-//   or already completed by this very claim (its last state-change event) — in the transaction
-//   that writes. A fenced Update to a finished state marks the entry done in that transaction.
-// * AppendEvent NOTIFYs channel kiln_job_events with the job id; WaitForEvents LISTENs on a
+//   or already completed by this very claim (a write of the claim that races its own end) — in
+//   the transaction that writes. A fenced Update (or UpdateWithEvent) to a finished state marks
+//   the entry done in that transaction.
+// * Every stored event NOTIFYs channel kiln_job_events with the job id at commit (AppendEvent,
+//   UpdateWithEvent, Create); WaitForEvents LISTENs on a
 //   connection of its own (outside the pool) and returns std::nullopt while that connection is
 //   down (the caller polls; the next call reconnects) and once when it has just (re)connected
 //   (the events of the gap were announced to no one).
@@ -73,7 +75,6 @@ class PgJobStore : public JobStore {
   PgPool* pool_;
   std::mutex listen_mu_;  // one thread listens at a time
   std::unique_ptr<Listener> listener_;
-  int listener_pid_ = 0;  // the listening session's backend; another one means a silent reconnect
 };
 
 }  // namespace kiln::store::pg

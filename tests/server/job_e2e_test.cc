@@ -322,7 +322,9 @@ TEST_F(JobE2E, WatchOfAQuietJobDoesNotPoll) {
   Start({"--devices", "tt-emu:1"});
   const std::string slow = UploadCase("unet_small");
   kiln::v1::SubmitRunRequest long_run = RunOf(slow, "tt-emu");
-  for (int i = 0; i < 8; ++i) long_run.add_sweep()->set_math_fidelity(i % 2 ? kiln::v1::HIFI4 : kiln::v1::LOFI);
+  // 64 configurations (--job-max-configurations): 8 of unet_small took only 1.3 s on a quick VM,
+  // and the queued job then ran before the idle second was over.
+  for (int i = 0; i < 64; ++i) long_run.add_sweep()->set_math_fidelity(i % 2 ? kiln::v1::HIFI4 : kiln::v1::LOFI);
   kiln::v1::Job running, queued;
   ASSERT_TRUE(Submit(long_run, &running).ok());
   ASSERT_TRUE(Submit(RunOf(slow, "tt-emu"), &queued).ok());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <pqxx/pqxx>
+#include <sqlite3.h>
 
 #include "store/file_blob_store.h"
 #include "store/file_model_index.h"
@@ -87,6 +88,19 @@ class EmbeddedBackend {
     std::fputc(c ^ 0xff, f);
     std::fclose(f);
   }
+  /// From now on every event insert for `job_id` fails (a trigger), as a full disk would.
+  void RefuseEventsOf(const std::string& job_id) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir_ / "jobs" / "jobs.db").c_str(), &db), SQLITE_OK);
+    const std::string sql = "CREATE TRIGGER refuse_events_" + std::to_string(++triggers_) +
+                            " BEFORE INSERT ON job_events WHEN NEW.job_id = '" + job_id +
+                            "' BEGIN SELECT RAISE(ABORT, 'events refused'); END";
+    char* err = nullptr;
+    const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
+    EXPECT_EQ(rc, SQLITE_OK) << (err ? err : "");
+    sqlite3_free(err);
+    sqlite3_close(db);
+  }
   /// Bytes of uploads that were not committed and are still held somewhere (temp files).
   int64_t Leftovers() {
     int64_t n = 0;
@@ -96,6 +110,7 @@ class EmbeddedBackend {
 
  private:
   static inline int counter_ = 0;
+  int triggers_ = 0;
   std::filesystem::path dir_;
   std::vector<std::unique_ptr<FileBlobStore>> blobs_;
   std::vector<std::unique_ptr<FileModelIndex>> indexes_;
@@ -126,6 +141,17 @@ class PgBackend {
         key);
     tx.commit();
   }
+  /// From now on every event insert for `job_id` fails (a trigger), as a full disk would.
+  void RefuseEventsOf(const std::string& job_id) {
+    pqxx::connection c(url_);
+    pqxx::work tx(c);
+    tx.exec0("CREATE OR REPLACE FUNCTION kiln_test_refuse() RETURNS trigger LANGUAGE plpgsql AS"
+             " $$ BEGIN RAISE EXCEPTION 'events refused'; END $$");
+    tx.exec0("CREATE TRIGGER refuse_events_" + std::to_string(++triggers_) +
+             " BEFORE INSERT ON kiln_job_events FOR EACH ROW WHEN (NEW.job_id = " + tx.quote(job_id) +
+             ") EXECUTE FUNCTION kiln_test_refuse()");
+    tx.commit();
+  }
   /// Bytes in large objects that no kiln_blobs row names (an upload that left something behind).
   int64_t Leftovers() {
     pqxx::connection c(url_);
@@ -146,6 +172,7 @@ class PgBackend {
     return *states_.back();
   }
   std::string url_;
+  int triggers_ = 0;
   std::vector<std::unique_ptr<pg::PgSharedState>> states_;
 };
 

@@ -196,6 +196,22 @@ TYPED_TEST(JobStoreContract, AStateChangeAndItsEventAreOneWrite) {
   EXPECT_EQ(s->UpdateWithEvent(rec, 8, "x").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(s->Get("j-none").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(s->Get("j-s")->events, 2);
+
+  // The event cannot be stored: the row keeps its old state, and a new job is not stored at all.
+  ASSERT_TRUE(s->Create(NewJob("j-r"), {}, &existed).ok());
+  this->backend_.RefuseEventsOf("j-r");
+  JobRecord r = *s->Get("j-r");
+  r.state = 3;
+  r.finished_ms = 9;
+  EXPECT_FALSE(s->UpdateWithEvent(r, 9, "succeeded").ok());
+  EXPECT_EQ(s->Get("j-r")->state, 1);
+  EXPECT_EQ(s->Get("j-r")->finished_ms, 0);
+  EXPECT_EQ(s->Get("j-r")->events, 0);
+  EXPECT_TRUE(s->Update(r).ok());  // the row alone still goes
+  EXPECT_EQ(s->Get("j-r")->state, 3);
+  this->backend_.RefuseEventsOf("j-r2");
+  EXPECT_FALSE(s->Create(NewJob("j-r2"), {"in"}, &existed, "queued").ok());
+  EXPECT_EQ(s->Get("j-r2").status().code(), StatusCode::kNotFound);
 }
 
 // A farm's store only: a worker's writes carry its claim, and a claim that is no longer current
@@ -228,9 +244,20 @@ TEST(PgJobStoreFencing, StaleClaimsWriteNothingAndAnEndCompletesTheEntry) {
   EXPECT_EQ(s->PutResult("j-f", 0, "late", {"x"}, fence).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(s->Get("j-f")->state, 2);
   EXPECT_TRUE(s->Results("j-f")->empty());
-  // w2's end is written and completes the entry; its own last event still passes the fence.
+  // An end whose event cannot be stored writes nothing: the entry stays w2's, the row RUNNING.
   const JobFence fence2{(*second)->attempt, (*second)->lease_token};
   rec.attempt = 2;
+  backend.RefuseEventsOf("j-f");
+  EXPECT_FALSE(s->UpdateWithEvent(rec, 3, "end", fence2).ok());
+  EXPECT_EQ(q->Get("j-f")->state, JobQueueEntry::kClaimed);
+  EXPECT_EQ(s->Get("j-f")->state, 2);
+  {
+    pqxx::connection c(backend.url());
+    pqxx::work tx(c);
+    tx.exec0("DROP TRIGGER refuse_events_1 ON kiln_job_events");
+    tx.commit();
+  }
+  // w2's end is written and completes the entry; an event after it still passes the fence.
   ASSERT_TRUE(s->PutResult("j-f", 0, "ok", {"y"}, fence2).ok());
   auto end = s->UpdateWithEvent(rec, 3, "end", fence2);
   ASSERT_TRUE(end.ok()) << end.status().ToString();
