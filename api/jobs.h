@@ -179,6 +179,9 @@ class JobManager {
   /// race the exit and, on a loaded host, lose.
   bool Stop(std::chrono::steady_clock::time_point deadline);
   bool stopping() const;
+  /// A farm's manager (Env::queue set): its store is PostgreSQL, which can be briefly unreachable,
+  /// and its watchers are woken each second while notifications are down (EventLoop).
+  bool farm() const { return env_.queue != nullptr; }
   /// Jobs running now.
   int running() const;
   /// A farm's workers (from their heartbeats; `live[i]`: workers[i] reported within the lease)
@@ -242,7 +245,6 @@ class JobManager {
   void EraseLiveLocked(const std::shared_ptr<LiveJob>& live);  // mu_ held
   Status Transition(store::JobRecord& rec, int new_state, const store::JobFence& fence = {});
   void AppendEvent(const store::JobRecord& rec, kiln::v1::JobEvent event, const store::JobFence& fence = {});
-  bool farm() const { return env_.queue != nullptr; }
   bool IsLive(const store::WorkerReport& w) const;
   // Workers silent this long leave the registry (a killed worker's report).
   static constexpr std::chrono::seconds kForgetWorkersAfter{3600};

@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "api/lanes.h"
 #include "common/reactor.h"
@@ -243,8 +245,7 @@ class JobServiceImpl::WatchReactor final : public grpc::ServerWriteReactor<kiln:
     reread_ = false;
     auto events = std::make_shared<std::vector<kiln::v1::JobEvent>>();
     api::JobManager* jobs = service_->jobs_;
-    const bool check = !checked_;
-    checked_ = true;
+    const bool check = !checked_;  // set once a read succeeded (ReadDoneLocked)
     const std::string id = job_id_;
     const int64_t after = last_sequence_;
     service_->ReadOnStoreLane(
@@ -269,7 +270,24 @@ class JobServiceImpl::WatchReactor final : public grpc::ServerWriteReactor<kiln:
 
   void ReadDoneLocked(const Status& status, std::vector<kiln::v1::JobEvent> events) {
     reading_ = false;
+    if (status.code() == StatusCode::kUnavailable && service_->jobs_->farm() && !service_->jobs_->stopping()) {
+      // A farm's database is unreachable (restarting, or the network): the job goes on, so the
+      // watch waits for it, up to kStoreOutage — the wakes that come each second while
+      // notifications are down read again (api/jobs.cc EventLoop).
+      const auto now = std::chrono::steady_clock::now();
+      if (!unavailable_since_) unavailable_since_ = now;
+      if (now - *unavailable_since_ < kStoreOutage) {
+        if (reread_) ReadLocked();
+        return;
+      }
+      return FinishLocked(grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          "the job store has been unreachable for " + std::to_string(kStoreOutage.count()) +
+              " s (" + status.message() + "); the job goes on: watch again"));
+    }
     if (!status.ok()) return FinishLocked(ToGrpc(status));
+    unavailable_since_.reset();
+    checked_ = true;
     if (events.empty()) {
       // Nothing new: read again only for a notification that came during the read; otherwise the
       // next notification pumps (JobManager::Subscribe: after each new event, at shutdown, and on
@@ -289,6 +307,8 @@ class JobServiceImpl::WatchReactor final : public grpc::ServerWriteReactor<kiln:
   bool reading_ = false;
   bool reread_ = false;
   bool checked_ = false;
+  std::optional<std::chrono::steady_clock::time_point> unavailable_since_;  // reads failing since
+  static constexpr std::chrono::seconds kStoreOutage{60};
   RpcScope scope_;
   std::shared_ptr<State> state_;
   uint64_t token_ = 0;

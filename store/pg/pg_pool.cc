@@ -14,10 +14,27 @@ std::string RedactUrl(const std::string& url) {
   return std::regex_replace(s, kQuery, "$1***");
 }
 
+namespace {
+
+// libpq's messages span lines ("...failed: Connection refused\n\tIs the server running..."): one
+// line for logs and gRPC messages, where a newline reads as a literal \n.
+std::string OneLine(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c != '\n' && c != '\t' && c != '\r' && c != ' ') {
+      out.push_back(c);
+    } else if (!out.empty() && out.back() != ' ') {
+      out.push_back(' ');
+    }
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+}  // namespace
+
 Status PgErrorStatus(const std::exception& e, const std::string& what) {
-  std::string msg = e.what();
-  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-  msg = what + ": " + msg;
+  const std::string msg = what + ": " + OneLine(e.what());
   if (dynamic_cast<const pqxx::broken_connection*>(&e)) return Unavailable(msg);
   if (dynamic_cast<const pqxx::in_doubt_error*>(&e)) return Unavailable(msg + " (commit outcome unknown)");
   if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e)) {
@@ -64,9 +81,7 @@ Result<std::unique_ptr<pqxx::connection>> PgPool::Connect() {
     return c;
   } catch (const std::exception& e) {
     // libpq's message names host and port, never the password.
-    std::string msg = e.what();
-    while (!msg.empty() && msg.back() == '\n') msg.pop_back();
-    return Unavailable("connecting to PostgreSQL at " + RedactUrl(options_.url) + ": " + msg);
+    return Unavailable("connecting to PostgreSQL at " + RedactUrl(options_.url) + ": " + OneLine(e.what()));
   }
 }
 

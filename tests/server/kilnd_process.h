@@ -79,6 +79,20 @@ class KilndProcess {
     return -1;
   }
 
+  /// What kilnd wrote to stdout after its listening line, so far (it should write nothing: logs
+  /// go to stderr, and a stdout nobody reads would block the writer once the pipe is full).
+  std::string StdoutSoFar() {
+    std::string out;
+    char buf[4096];
+    pollfd p{stdout_fd_, POLLIN, 0};
+    while (stdout_fd_ >= 0 && poll(&p, 1, 0) > 0 && (p.revents & POLLIN)) {
+      ssize_t n = read(stdout_fd_, buf, sizeof buf);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+    return out;
+  }
+
   void Kill() {
     if (pid_ > 0) {
       kill(pid_, SIGKILL);

@@ -208,8 +208,9 @@ Status PgServer::Shutdown() {
   return Status::Ok();
 }
 
-Status PgServer::Restart() {
+Status PgServer::Restart(std::chrono::milliseconds down) {
   KILN_RETURN_IF_ERROR(Shutdown());
+  std::this_thread::sleep_for(down);
   return StartPostgres();
 }
 

@@ -22,6 +22,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -46,9 +47,9 @@ class PgServer {
   Result<std::string> CreateDatabase(const std::string& prefix);
   /// Fast shutdown, then removes the temp dir. Idempotent.
   Status Stop();
-  /// Stops the server (fast shutdown) and starts it again on the same data dir and port:
-  /// connections break, data stays (tests of reconnection).
-  Status Restart();
+  /// Stops the server (fast shutdown) and starts it again on the same data dir and port, after
+  /// `down` without a server: connections break, data stays (tests of reconnection).
+  Status Restart(std::chrono::milliseconds down = std::chrono::milliseconds(0));
 
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
