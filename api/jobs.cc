@@ -18,6 +18,7 @@
 #include "api/advisor/advise_proto.h"
 #include "api/convert.h"
 #include "api/models.h"
+#include "common/echo.h"
 #include "device/backends/builtin.h"
 
 namespace kiln::api {
@@ -119,16 +120,6 @@ bool ValidLabelKey(const std::string& k) {
   });
 }
 
-Status ValidateLabels(const google::protobuf::Map<std::string, std::string>& labels) {
-  if (labels.size() > 16) return InvalidArgument("labels: " + std::to_string(labels.size()) + " given, at most 16");
-  for (const auto& [k, v] : labels) {
-    if (!ValidLabelKey(k)) return InvalidArgument("label key must match [a-z0-9_.-]{1,63}");
-    if (v.size() > 256 || !ValidUtf8(v)) {
-      return InvalidArgument("label '" + k + "': value must be at most 256 bytes of UTF-8");
-    }
-  }
-  return Status::Ok();
-}
 
 std::string RetryHint(double seconds) {
   const int64_t s = std::max<int64_t>(1, static_cast<int64_t>(seconds + 0.5));
@@ -136,6 +127,25 @@ std::string RetryHint(double seconds) {
 }
 
 }  // namespace
+
+Status ValidateLabels(const google::protobuf::Map<std::string, std::string>& labels) {
+  if (labels.size() > 16) return InvalidArgument("labels: " + std::to_string(labels.size()) + " given, at most 16");
+  for (const auto& [k, v] : labels) {
+    if (!ValidLabelKey(k)) return InvalidArgument("label key '" + EscapeForEcho(k, 80) + "' must match [a-z0-9_.-]{1,63}");
+    if (v.size() > 256 || !ValidUtf8(v)) {
+      return InvalidArgument("label '" + k + "': value must be at most 256 bytes of UTF-8");
+    }
+    for (size_t i = 0; i < v.size(); ++i) {
+      const auto c = static_cast<unsigned char>(v[i]);
+      const bool c1 = c == 0xC2 && i + 1 < v.size() && static_cast<unsigned char>(v[i + 1]) < 0xA0;  // U+0080..U+009F
+      if (c < 0x20 || c == 0x7F || c1) {
+        return InvalidArgument("label '" + k + "': value has a control character at byte " + std::to_string(i) +
+                               " (labels are shown in tables and terminals)");
+      }
+    }
+  }
+  return Status::Ok();
+}
 
 std::string NewJobId() {
   static std::mutex mu;

@@ -100,6 +100,9 @@ struct JobLimits {
   int max_attempts = 3;              ///< --job-max-attempts: interrupted attempts before FAILED
   int64_t max_events = 100000;       ///< --job-max-events: stored events per job
   int max_configurations = 64;       ///< --job-max-configurations: sweep points per job
+  /// The most --job-max-configurations allows (server/config.cc): `kiln run` refuses a --sweep of
+  /// more points before it builds them (cli/job_commands.cc ParseSweep).
+  static constexpr int kMaxConfigurationsCeiling = 4096;
   double retention_seconds = 7 * 86400.0;  ///< --job-retention-seconds (results of finished jobs)
   int64_t results_max_bytes = 8ll << 30;   ///< --job-results-max-bytes (inputs + results on disk)
   int64_t max_result_bytes = 256ll << 20;  ///< one configuration's outputs (the message limit)
@@ -312,5 +315,11 @@ class JobManager {
 /// A new job id: "j-" + 26 lowercase Crockford base32 characters (48 bits of Unix milliseconds,
 /// then 80 random bits), so ids sort by creation time.
 std::string NewJobId();
+
+/// A job's labels (SubmitRun, SubmitAdvise): at most 16; keys [a-z0-9_.-]{1,63}; values at most
+/// 256 bytes of UTF-8 without control characters (C0, DEL, C1: labels are shown in tables and
+/// terminals). INVALID_ARGUMENT naming the label. `kiln run` checks its --label flags with it
+/// before it uploads anything (exit 2).
+Status ValidateLabels(const google::protobuf::Map<std::string, std::string>& labels);
 
 }  // namespace kiln::api

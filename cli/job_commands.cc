@@ -9,11 +9,13 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "api/convert.h"
+#include "api/jobs.h"
 #include "cli/advise_command.h"
 #include "cli/options.h"
 #include "common/echo.h"
@@ -414,19 +416,37 @@ int JobsCommand(const ClientOptions& options, const std::string& state, const st
 Result<std::vector<kiln::v1::Precision>> ParseSweep(const std::vector<std::string>& specs,
                                                     const api::PrecisionFlags& base) {
   std::vector<api::PrecisionFlags> points{base};
+  std::set<std::string> fields;
   for (const auto& spec : specs) {
     auto eq = spec.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
-      return InvalidArgument("--sweep expects FIELD=V1,V2,..., got '" + spec + "'");
+      return InvalidArgument("--sweep expects FIELD=V1,V2,..., got '" + EscapeControls(spec) + "'");
     }
     const std::string field = spec.substr(0, eq);
+    if (!fields.insert(field).second) {
+      return InvalidArgument("--sweep: " + EscapeControls(field) + " is swept twice (list its values in one --sweep)");
+    }
     std::vector<std::string> values;
+    std::set<std::string> seen;
     std::string rest = spec.substr(eq + 1);
     for (size_t pos = 0; pos <= rest.size();) {
       size_t comma = rest.find(',', pos);
       if (comma == std::string::npos) comma = rest.size();
-      if (comma > pos) values.push_back(rest.substr(pos, comma - pos));
+      if (comma > pos) {
+        std::string v = rest.substr(pos, comma - pos);
+        if (!seen.insert(v).second) {
+          return InvalidArgument("--sweep: " + EscapeControls(field) + "=" + EscapeControls(v) + " is listed twice");
+        }
+        values.push_back(std::move(v));
+      }
       pos = comma + 1;
+    }
+    if (values.empty()) return InvalidArgument("--sweep: " + EscapeControls(field) + " lists no value");
+    // The points are the product of the value counts: bounded before they are built.
+    if (values.size() > static_cast<size_t>(api::JobLimits::kMaxConfigurationsCeiling) / points.size()) {
+      return InvalidArgument("--sweep: more than " + std::to_string(api::JobLimits::kMaxConfigurationsCeiling) +
+                             " points (the product of the value counts), more than any kilnd takes"
+                             " (--job-max-configurations)");
     }
     std::string api::PrecisionFlags::*member = nullptr;
     static const std::map<std::string, std::string api::PrecisionFlags::*> kFields = {

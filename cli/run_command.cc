@@ -13,7 +13,9 @@
 #include "cli/options.h"
 #include "cli/run_report.h"
 #include "api/convert.h"
+#include "api/jobs.h"
 #include "api/run_conv.h"
+#include "common/echo.h"
 #include "device/backends/builtin.h"
 #include "device/npy.h"
 #include "kiln/v1/device.grpc.pb.h"
@@ -129,10 +131,19 @@ int RunRemote(const ClientOptions& options, const RunArgs& a, kiln::v1::RunConvL
   for (const auto& l : a.labels) {
     auto eq = l.find('=');
     if (eq == std::string::npos || eq == 0) {
-      std::cerr << "kiln: run: --label expects KEY=VALUE, got '" << l << "'\n";
+      std::cerr << "kiln: run: --label expects KEY=VALUE, got '" << EscapeControls(l) << "'\n";
       return 2;
     }
-    (*submit.mutable_labels())[l.substr(0, eq)] = l.substr(eq + 1);
+    const std::string key = l.substr(0, eq);
+    if (submit.labels().count(key)) {
+      std::cerr << "kiln: run: --label " << EscapeControls(key) << " is given twice\n";
+      return 2;
+    }
+    (*submit.mutable_labels())[key] = l.substr(eq + 1);
+  }
+  if (Status st = api::ValidateLabels(submit.labels()); !st.ok()) {
+    std::cerr << "kiln: run: --label: " << st.message() << "\n";
+    return 2;
   }
   // A file is stored (not re-sent when its bytes are), a missing one is "no such file".
   auto id = ModelRefForArg(options, a.model, a.name);

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/jobs.h"
 #include "device/backends/builtin.h"
 #include "sched/scheduler.h"
 
@@ -349,7 +350,9 @@ const std::vector<Setting>& Settings() {
        [](const Config& c) { return std::to_string(c.job_max_events); }, "COUNT"},
       {"--job-max-configurations", "KILN_JOB_MAX_CONFIGURATIONS", nullptr,
        "precision sweep points per job",
-       [](Config& c, const std::string& v) { return ParseRange(v, 1, 4096, &c.job_max_configurations); },
+       [](Config& c, const std::string& v) {
+         return ParseRange(v, 1, api::JobLimits::kMaxConfigurationsCeiling, &c.job_max_configurations);
+       },
        [](const Config& c) { return std::to_string(c.job_max_configurations); }, "COUNT"},
       {"--job-retention-seconds", "KILN_JOB_RETENTION_SECONDS", nullptr,
        "results of finished jobs are removed after this long",

@@ -263,16 +263,35 @@ TEST_F(CliRunE2E, ModeBothShowsChainedAndPerLayerSideBySide) {
 }
 
 // Every command-line error of `kiln run` is status 2 before the FILE is uploaded: a bad
-// --sweep or --label (checked after the upload before), a --tt-emu-level tt-emu does not know or
+// --sweep (a repeated field or value, none, more points than any kilnd takes) or --label (a key
+// given twice, one kilnd refuses), a --tt-emu-level tt-emu does not know or
 // one given with another backend (refused by kilnd after the upload before, status 1); job
 // options with --local (--label and --idempotency-key were ignored).
 TEST_F(CliRunE2E, CommandLineErrorsComeBeforeTheUpload) {
   const std::string file = kCases + "residual_add_relu.onnx";
   int rc = -1;
-  for (const std::string args : {"--sweep nosuchfield=1", "--sweep math_fidelity=LoFi,HiFi9", "--label novalue",
-                                 "--tt-emu-level bogus", "--backend reference --tt-emu-level fast"}) {
+  // 65 x 65 points: more than any kilnd takes (4096), refused before they are built.
+  std::string many_a = "math_fidelity=", many_b = "weights_dtype=";
+  for (int i = 0; i < 65; ++i) {
+    many_a += (i ? "," : "") + std::string("a") + std::to_string(i);
+    many_b += (i ? "," : "") + std::string("b") + std::to_string(i);
+  }
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--sweep nosuchfield=1", "unknown field"},
+      {"--sweep math_fidelity=LoFi,HiFi9", "HiFi9"},
+      {"--sweep math_fidelity=LoFi,LoFi", "math_fidelity=LoFi is listed twice"},
+      {"--sweep math_fidelity=LoFi --sweep math_fidelity=HiFi4", "math_fidelity is swept twice"},
+      {"--sweep math_fidelity=,", "math_fidelity lists no value"},
+      {"--sweep " + many_a + " --sweep " + many_b, "more than 4096 points"},
+      {"--label novalue", "KEY=VALUE"},
+      {"--label k=1 --label k=2", "--label k is given twice"},
+      {"--label Suite=x", "label key 'Suite' must match"},
+      {"--tt-emu-level bogus", "bogus"},
+      {"--backend reference --tt-emu-level fast", "tt-emu"}};
+  for (const auto& [args, says] : cases) {
     std::string out = Kiln("run " + file + " " + args, &rc);
     EXPECT_EQ(rc, 2) << args << ": " << out;
+    EXPECT_NE(out.find(says), std::string::npos) << args << ": " << out;
     EXPECT_EQ(out.find("upload"), std::string::npos) << args << ": " << out;
     EXPECT_EQ(out.find("already stored"), std::string::npos) << args << ": " << out;
   }

@@ -435,6 +435,19 @@ TEST_F(JobE2E, LimitsAndBadRequests) {
   kiln::v1::SubmitRunRequest bad_label = RunOf(slow, "tt-emu");
   (*bad_label.mutable_labels())["Bad Key"] = "x";
   EXPECT_EQ(Submit(bad_label, &j, "c").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // A value with a terminal escape, a newline or a C1 control would reach `kiln job` as it is.
+  for (const std::string v : {"a\x1b[31m", "a\nb", "a\xc2\x9b" "2J"}) {
+    kiln::v1::SubmitRunRequest control = RunOf(slow, "tt-emu");
+    (*control.mutable_labels())["suite"] = v;
+    grpc::Status st = Submit(control, &j, "c");
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << v;
+    EXPECT_NE(st.error_message().find("label 'suite': value has a control character at byte 1"), std::string::npos)
+        << st.error_message();
+  }
+  (*bad_label.mutable_labels()).clear();
+  (*bad_label.mutable_labels())["suite"] = "caf\xc3\xa9 \xe2\x80\x94 ok";
+  // UTF-8 text passes the label check: the (full) queue answers.
+  EXPECT_EQ(Submit(bad_label, &j, "c").error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   kiln::v1::SubmitRunRequest bad_tensor = RunOf(slow, "tt-emu");
   auto* t = bad_tensor.mutable_run()->add_inputs();
   t->set_name("x");
