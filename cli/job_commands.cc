@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -123,8 +124,8 @@ void PrintJob(const kiln::v1::Job& j) {
   std::printf("progress   configuration %lld/%lld, layer %lld/%lld%s%s\n",
               static_cast<long long>(p.configurations_done()), static_cast<long long>(p.configurations_total()),
               static_cast<long long>(p.layers_done()), static_cast<long long>(p.layers_total()),
-              p.current_layer().empty() ? "" : " ", p.current_layer().c_str());
-  if (!p.step().empty()) std::printf("step       %s\n", p.step().c_str());
+              p.current_layer().empty() ? "" : " ", EscapeControls(p.current_layer()).c_str());
+  if (!p.step().empty()) std::printf("step       %s\n", EscapeControls(p.step()).c_str());
   std::printf("attempt    %d\n", j.attempt());
   std::printf("created    %s\nstarted    %s\nfinished   %s\n", Time(j.created()).c_str(), Time(j.started()).c_str(),
               Time(j.finished()).c_str());
@@ -132,10 +133,13 @@ void PrintJob(const kiln::v1::Job& j) {
   if (j.layers_below_threshold() > 0) {
     std::printf("below PCC  %lld layer(s)\n", static_cast<long long>(j.layers_below_threshold()));
   }
-  for (const auto& [k, v] : j.labels()) std::printf("label      %s=%s\n", k.c_str(), v.c_str());
+  // Model and client text on its way to a terminal (common/echo.h EscapeControls).
+  for (const auto& [k, v] : j.labels()) {
+    std::printf("label      %s=%s\n", EscapeControls(k).c_str(), EscapeControls(v).c_str());
+  }
   if (j.has_error()) {
     std::printf("error      %s: %s\n", StatusCodeName(static_cast<StatusCode>(j.error().code())),
-                j.error().message().c_str());
+                EscapeControls(j.error().message()).c_str());
   }
 }
 
@@ -173,8 +177,12 @@ struct WatchOutcome {
   bool interrupted = false;
 };
 
-// Streams the job's events; progress on stderr when `progress`.
+// Streams the job's events; progress on stderr when `progress`. A watch that ends UNAVAILABLE —
+// kilnd restarting, a replica draining ("watch again"), a farm's database unreachable for longer
+// than kilnd waits — is opened again (the job goes on) for up to kWatchAgainFor, the events
+// already shown skipped by their sequence.
 WatchOutcome Watch(const ClientOptions& options, const std::string& job_id, bool progress) {
+  constexpr auto kWatchAgainFor = std::chrono::seconds(60);
   WatchOutcome out;
   auto channel = Connect(options);
   if (!channel.ok()) {
@@ -182,54 +190,76 @@ WatchOutcome Watch(const ClientOptions& options, const std::string& job_id, bool
     return out;
   }
   auto stub = kiln::v1::JobService::NewStub(*channel);
-  grpc::ClientContext ctx;
-  ClientOptions no_deadline = options;
-  no_deadline.timeout_seconds = 0;  // a watch lasts as long as the job
-  Prepare(no_deadline, &ctx);
-  kiln::v1::WatchJobRequest req;
-  req.set_job_id(job_id);
-  InterruptWatch interrupt(&ctx);
-  auto reader = stub->WatchJob(&ctx, req);
   const bool tty = isatty(STDERR_FILENO) != 0;
-  kiln::v1::JobEvent ev;
   bool bar = false;
-  while (reader->Read(&ev)) {
-    if (ev.has_state_change()) {
-      out.job = ev.state_change();
-      if (progress) {
-        if (bar) std::fputs("\n", stderr);
-        bar = false;
-        std::fprintf(stderr, "job %s %s (attempt %d)%s%s\n", job_id.c_str(), StateName(out.job.state()),
-                     out.job.attempt(), out.job.device().empty() ? "" : " on ", out.job.device().c_str());
+  int64_t last_sequence = 0;
+  std::optional<std::chrono::steady_clock::time_point> failing_since;
+  for (;;) {
+    grpc::ClientContext ctx;
+    ClientOptions no_deadline = options;
+    no_deadline.timeout_seconds = 0;  // a watch lasts as long as the job
+    Prepare(no_deadline, &ctx);
+    kiln::v1::WatchJobRequest req;
+    req.set_job_id(job_id);
+    {
+      InterruptWatch interrupt(&ctx);
+      auto reader = stub->WatchJob(&ctx, req);
+      kiln::v1::JobEvent ev;
+      while (reader->Read(&ev)) {
+        if (ev.sequence() > 0 && ev.sequence() <= last_sequence) continue;  // shown before a watch again
+        last_sequence = ev.sequence();
+        failing_since.reset();
+        if (ev.has_state_change()) {
+          out.job = ev.state_change();
+          if (progress) {
+            if (bar) std::fputs("\n", stderr);
+            bar = false;
+            std::fprintf(stderr, "job %s %s (attempt %d)%s%s\n", job_id.c_str(), StateName(out.job.state()),
+                         out.job.attempt(), out.job.device().empty() ? "" : " on ", out.job.device().c_str());
+          }
+        } else if (ev.event_case() == kiln::v1::JobEvent::kAdviseStep && progress) {
+          if (bar) std::fputs("\n", stderr);
+          bar = false;
+          std::fprintf(stderr, "advise: %s\n", EscapeControls(ev.advise_step()).c_str());
+        } else if (ev.has_layer() && progress) {
+          const auto& l = ev.layer();
+          const int width = 30;
+          const int filled = l.total() > 0 ? static_cast<int>(width * l.index() / l.total()) : 0;
+          char pcc[32] = "";
+          if (l.report().compared()) std::snprintf(pcc, sizeof pcc, " pcc=%.6f", l.report().pcc());
+          const std::string conf =
+              out.job.configurations() > 1 ? "config " + std::to_string(l.configuration()) + " " : std::string();
+          if (tty) {
+            std::fprintf(stderr, "\r%s[%s%s] %lld/%lld %-28.28s%s\033[K", conf.c_str(),
+                         std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
+                         static_cast<long long>(l.index()), static_cast<long long>(l.total()),
+                         EscapeControls(l.report().name()).c_str(), pcc);
+            bar = true;
+          } else {
+            std::fprintf(stderr, "%s[%lld/%lld] %s %s %.3f ms%s\n", conf.c_str(), static_cast<long long>(l.index()),
+                         static_cast<long long>(l.total()), EscapeControls(l.report().name()).c_str(),
+                         EscapeControls(l.report().op()).c_str(), l.report().device_seconds() * 1e3, pcc);
+          }
+        }
       }
-    } else if (ev.event_case() == kiln::v1::JobEvent::kAdviseStep && progress) {
-      if (bar) std::fputs("\n", stderr);
-      bar = false;
-      std::fprintf(stderr, "advise: %s\n", ev.advise_step().c_str());
-    } else if (ev.has_layer() && progress) {
-      const auto& l = ev.layer();
-      const int width = 30;
-      const int filled = l.total() > 0 ? static_cast<int>(width * l.index() / l.total()) : 0;
-      char pcc[32] = "";
-      if (l.report().compared()) std::snprintf(pcc, sizeof pcc, " pcc=%.6f", l.report().pcc());
-      const std::string conf =
-          out.job.configurations() > 1 ? "config " + std::to_string(l.configuration()) + " " : std::string();
-      if (tty) {
-        std::fprintf(stderr, "\r%s[%s%s] %lld/%lld %-28.28s%s\033[K", conf.c_str(), std::string(filled, '#').c_str(),
-                     std::string(width - filled, '.').c_str(), static_cast<long long>(l.index()),
-                     static_cast<long long>(l.total()), EscapeControls(l.report().name()).c_str(), pcc);
-        bar = true;
-      } else {
-        std::fprintf(stderr, "%s[%lld/%lld] %s %s %.3f ms%s\n", conf.c_str(), static_cast<long long>(l.index()),
-                     static_cast<long long>(l.total()), EscapeControls(l.report().name()).c_str(),
-                     EscapeControls(l.report().op()).c_str(),
-                     l.report().device_seconds() * 1e3, pcc);
-      }
+      out.status = reader->Finish();
+    }
+    out.interrupted = g_interrupted.load();
+    if (out.status.error_code() != grpc::StatusCode::UNAVAILABLE || out.interrupted) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (!failing_since) failing_since = now;
+    if (now - *failing_since >= kWatchAgainFor) break;
+    if (bar) std::fputs("\n", stderr);
+    bar = false;
+    std::fprintf(stderr, "kiln: watch %s: %s; watching again\n", job_id.c_str(),
+                 EscapeControls(out.status.error_message()).c_str());
+    for (int i = 0; i < 10 && !g_interrupted.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (g_interrupted.load()) {
+      out.interrupted = true;
+      break;
     }
   }
   if (bar) std::fputs("\n", stderr);
-  out.status = reader->Finish();
-  out.interrupted = g_interrupted.load();
   return out;
 }
 

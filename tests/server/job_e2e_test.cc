@@ -42,9 +42,9 @@ struct Config {
 
 class JobE2E : public KilndTest {
  protected:
-  void Start(std::vector<std::string> extra = {}) {
+  void Start(std::vector<std::string> extra = {}, const std::string& listen = "127.0.0.1:0") {
     extra.insert(extra.end(), {"--log-level", "warn"});
-    kilnd_ = StartKilnd(extra);
+    kilnd_ = StartKilnd(extra, listen);
     Connect();
   }
   void Connect() {
@@ -610,6 +610,43 @@ std::string Kiln(const std::string& server, const std::string& args, int* rc, bo
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
+}
+
+// `kiln watch` across a restart of kilnd: its watch ends UNAVAILABLE ("watch again"), the CLI
+// opens it again on the same address once kilnd is back, shows no event twice, and ends with the
+// job's end (exit 0).
+TEST_F(JobE2E, CliWatchesAgainAcrossARestart) {
+  const std::vector<std::string> flags = {"--devices", "tt-emu:1"};
+  Start(flags);
+  const std::string server = kilnd_->grpc_address();
+  const std::string slow = UploadCase("unet_small");
+  kiln::v1::SubmitRunRequest r = RunOf(slow, "tt-emu");
+  for (int i = 0; i < 8; ++i) r.add_sweep()->set_math_fidelity(i % 2 ? kiln::v1::HIFI4 : kiln::v1::LOFI);
+  kiln::v1::Job j;
+  ASSERT_TRUE(Submit(r, &j).ok());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (Get(j.job_id()).progress().layers_done() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  int rc = -1;
+  std::string out;
+  std::thread cli([&] { out = Kiln(server, "watch " + j.job_id(), &rc); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the watch is open
+  EXPECT_EQ(kilnd_->Stop(SIGTERM), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the CLI finds nobody there
+  Start(flags, server);
+  cli.join();
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("kilnd is shutting down"), std::string::npos) << out;
+  EXPECT_NE(out.find("watching again"), std::string::npos) << out;
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = out.find(what); at != std::string::npos; at = out.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("QUEUED (attempt 0)"), 1u) << out;  // not shown again by the second watch
+  EXPECT_EQ(count("SUCCEEDED (attempt 2)"), 1u) << out;
+  EXPECT_EQ(Get(j.job_id()).state(), kiln::v1::SUCCEEDED);
 }
 
 TEST_F(JobE2E, CliDetachWatchJobsResultCancel) {

@@ -102,9 +102,11 @@ class KilndTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  /// Starts kilnd on ephemeral loopback ports with its store in dir_/data, plus `extra` flags.
-  std::unique_ptr<KilndProcess> StartKilnd(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+  /// Starts kilnd on ephemeral loopback ports (gRPC on `listen` when given: a restart on the
+  /// same address) with its store in dir_/data, plus `extra` flags.
+  std::unique_ptr<KilndProcess> StartKilnd(const std::vector<std::string>& extra = {},
+                                           const std::string& listen = "127.0.0.1:0") {
+    std::vector<std::string> args = {"--listen", listen, "--metrics-listen", "127.0.0.1:0",
                                      "--data-dir", (dir_ / "data").string(),
                                      "--shutdown-grace", "2"};
     args.insert(args.end(), extra.begin(), extra.end());
