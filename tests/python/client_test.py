@@ -35,10 +35,10 @@ MANIFEST = {c["name"]: c for c in json.loads((CASES / "manifest.json").read_text
 class Kilnd:
     """A kilnd child process on free ports; its first stdout line names them."""
 
-    def __init__(self, *extra: str) -> None:
-        self.dir = tempfile.mkdtemp(prefix="kiln-python-test-")
+    def __init__(self, *extra: str, listen: str = "127.0.0.1:0", directory: Optional[str] = None) -> None:
+        self.dir = directory or tempfile.mkdtemp(prefix="kiln-python-test-")
         self.log_path = os.path.join(self.dir, "kilnd.log")
-        args = [os.environ["KILND"], "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+        args = [os.environ["KILND"], "--listen", listen, "--metrics-listen", "127.0.0.1:0",
                 "--data-dir", os.path.join(self.dir, "data"), "--shutdown-grace", "2", "--log-level", "warn", *extra]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log)
@@ -53,7 +53,8 @@ class Kilnd:
         self.drain = threading.Thread(target=self.proc.stdout.read, daemon=True)  # keep the pipe drained
         self.drain.start()
 
-    def stop(self) -> int:
+    def stop(self, keep: bool = False) -> int:
+        """SIGTERM, then the exit code; the data dir is removed unless `keep` (a restart)."""
         self.proc.terminate()
         try:
             code = self.proc.wait(30)
@@ -62,7 +63,8 @@ class Kilnd:
             code = -9
         self.drain.join(5)
         self.proc.stdout.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
         return code
 
 
@@ -455,6 +457,50 @@ class JobTest(Base):
         k1 = self.kiln.submit(model, {"X": x}, "reference", idempotency_key="python-once")
         k2 = self.kiln.submit(model, {"X": x}, "reference", idempotency_key="python-once")
         self.assertEqual(k1.job_id, k2.job_id)
+
+    def test_watch_again_across_a_restart(self) -> None:
+        """kilnd stopped and started again on the same address and data dir under a watch: the
+        stream ends UNAVAILABLE, watch() opens it again, and the events come in order, none twice,
+        to the end of the job's second attempt."""
+        first = Kilnd("--devices", "tt-emu:1")
+        kiln = Client(first.address, client_id="python-test")
+        second: Optional[Kilnd] = None
+        try:
+            model = kiln.upload(CASES / MANIFEST["unet_small"]["model"], "unet_small").model_id
+            sweep = [{"math_fidelity": "LoFi"}, {"math_fidelity": "HiFi4"}] * 4
+            job = kiln.submit(model, {"input": case_input("unet_small")}, "tt-emu", sweep=sweep)
+            events: list = []
+            errors: list = []
+
+            def follow() -> None:
+                try:
+                    events.extend(kiln.watch(job.job_id))
+                except KilnError as e:  # reported below
+                    errors.append(e)
+
+            watcher = threading.Thread(target=follow)
+            watcher.start()
+            deadline = time.monotonic() + 60
+            while not any(e.HasField("layer") for e in list(events)) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            self.assertEqual(first.stop(keep=True), 0)
+            time.sleep(1.5)  # the client finds nobody there
+            second = Kilnd("--devices", "tt-emu:1", listen=first.address, directory=first.dir)
+            watcher.join(120)
+            self.assertFalse(watcher.is_alive())
+            self.assertEqual(errors, [])
+            sequences = [e.sequence for e in events]
+            self.assertEqual(sequences, sorted(set(sequences)))
+            ends = [e.state_change for e in events if e.HasField("state_change")]
+            self.assertEqual([(s.state, s.attempt) for s in ends][-1], (job_pb2.SUCCEEDED, 2))
+            # QUEUED once at submission, and again (attempt 1) when the restart re-queued the job.
+            self.assertEqual([s.attempt for s in ends if s.state == job_pb2.QUEUED], [0, 1])
+        finally:
+            kiln.close()
+            if second is not None:
+                self.assertEqual(second.stop(), 0)
+            else:
+                first.stop()
 
     def test_layer_precision_merges_over_each_sweep_point(self) -> None:
         model = self.upload_case("sibling_convs")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -394,11 +395,38 @@ class Client:
                 return
             request.page_token = page.next_page_token
 
-    def watch(self, job_id: str) -> Iterator[job_pb2.JobEvent]:
+    def watch(self, job_id: str, watch_again_s: float = 60.0) -> Iterator[job_pb2.JobEvent]:
         """The job's events in order (state changes, finished layers, an advise job's steps as
         advise_step), the past ones first,
-        until the job ends. Closing the iterator early ends the stream."""
-        return self._stream(self._jobs.WatchJob, job_pb2.WatchJobRequest(job_id=job_id))
+        until the job ends. Closing the iterator early ends the stream. A stream that ends
+        UNAVAILABLE (kilnd restarting, a replica draining, a farm's database down: the job goes
+        on) is opened again for up to `watch_again_s` seconds, as `kiln watch` does, and no event
+        is yielded twice (by its sequence); after that the KilnError is raised."""
+        last = 0
+        failing_since: Optional[float] = None
+        while True:
+            try:
+                for event in self._stream(self._jobs.WatchJob, job_pb2.WatchJobRequest(job_id=job_id)):
+                    if 0 < event.sequence <= last:
+                        continue  # yielded before the stream was opened again
+                    last = event.sequence
+                    failing_since = None
+                    yield event
+                return
+            except KilnError as e:
+                if e.code != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                now = time.monotonic()
+                failing_since = now if failing_since is None else failing_since
+                if now - failing_since >= watch_again_s:
+                    raise
+                time.sleep(1.0)
+                # grpcio (1.51) can leave a call opened on a channel whose server went away
+                # waiting for good; watching the channel's state makes it connect again.
+                try:
+                    grpc.channel_ready_future(self._channel).result(timeout=1.0)
+                except grpc.FutureTimeoutError:
+                    pass
 
     def wait(self, job_id: str) -> job_pb2.Job:
         """Watches until the job has finished; returns it."""
