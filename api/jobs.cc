@@ -1387,20 +1387,27 @@ void JobManager::WriteEnd(const LiveJob& live, store::JobRecord& rec, int state,
     // (another worker may run it now); nothing of this attempt is written.
     spdlog::warn("job {}: attempt {} ended after its lease was lost; the farm's queue re-offers the job", rec.job_id,
                  rec.attempt);
+  } else if (state == kiln::v1::RUNNING && live.claim) {
+    // A worker's drain: back to the farm's queue at once, for another worker (the attempt not
+    // counted). The row reads QUEUED first (fenced, with its event), so that nobody reads it
+    // RUNNING on a device that let it go; a worker that dies in between leaves it to its lease.
+    rec.attempt = std::max(0, rec.attempt - 1);
+    rec.device.clear();
+    rec.layers_done = 0;
+    rec.layers_total = 0;
+    rec.current_layer.clear();
+    Status q = Transition(rec, kiln::v1::QUEUED, live.fence());
+    if (!q.ok()) spdlog::warn("job {}: {}", rec.job_id, q.ToString());
+    Status r = env_.queue->Release(*live.claim);
+    if (!r.ok()) spdlog::warn("job {}: release: {}", rec.job_id, r.ToString());
+    spdlog::info("job {}: attempt {} released ({}); another worker takes it", rec.job_id, live.claim->attempt,
+                 error.ToString());
   } else if (state == kiln::v1::RUNNING) {
     // Interrupted by the server's own shutdown: left RUNNING for the next start to re-run.
     Status u = env_.jobs->Update(rec, live.fence());
     if (!u.ok()) spdlog::warn("job {}: {}", rec.job_id, u.ToString());
-    if (live.claim) {
-      // A worker: back to the farm's queue at once, for another worker (the attempt not counted).
-      Status r = env_.queue->Release(*live.claim);
-      if (!r.ok()) spdlog::warn("job {}: release: {}", rec.job_id, r.ToString());
-      spdlog::info("job {}: attempt {} released ({}); another worker takes it", rec.job_id, rec.attempt,
-                   error.ToString());
-    } else {
-      spdlog::info("job {}: interrupted by shutdown in attempt {}; it runs again after the restart", rec.job_id,
-                   rec.attempt);
-    }
+    spdlog::info("job {}: interrupted by shutdown in attempt {}; it runs again after the restart", rec.job_id,
+                 rec.attempt);
   } else {
     if (!error.ok()) {
       rec.error_code = static_cast<int>(error.code());

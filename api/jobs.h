@@ -46,7 +46,8 @@
 //   it lost (expired: the worker hung or was cut off, and another may hold the job now) cancels
 //   the run, and its writes are refused; a job's end refused so is a late result
 //   (kiln_job_late_results_total). A cancel request seen at a heartbeat cancels the run. A job
-//   interrupted by the worker's shutdown is released (claimable at once, the attempt not counted).
+//   interrupted by the worker's shutdown is released (claimable at once, the attempt not counted;
+//   the row reads QUEUED again, not RUNNING on the device that let it go).
 //   Attempts are the queue's: a job whose lease expired on its last attempt is FAILED (ABORTED).
 //
 // Threads: one dispatch thread (start jobs, retry timers, retention; a worker's claims); a

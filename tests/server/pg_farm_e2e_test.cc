@@ -397,6 +397,47 @@ TEST_F(PgFarmE2E, ADrainedWorkerLeavesTheRegistryEvenWhenTheDatabaseAnswersLate)
   EXPECT_EQ(Count(url_, "SELECT count(*) FROM kiln_workers"), 0);
 }
 
+// A worker drained (SIGTERM) mid-job past its grace gives the job back: it reads QUEUED at once —
+// not RUNNING on the device that let it go — with the attempt not counted, and another worker
+// runs it to its end.
+TEST_F(PgFarmE2E, ADrainedWorkersJobReadsQueuedAndRunsElsewhere) {
+  auto a = Replica("a");
+  auto ja = Jobs(*a);
+  kiln::v1::SubmitRunRequest req = RunOf(Upload(*a, "unet_small"));
+  for (int i = 0; i < 64; ++i) req.add_sweep()->set_math_fidelity(i % 2 ? kiln::v1::HIFI4 : kiln::v1::LOFI);
+  const std::string id = Submit(*ja, req).job_id();
+  auto w1 = Worker("w1");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (Get(*ja, id).progress().layers_done() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(w1->Stop(), 0);  // the drain hands the running job back (64 configurations outlast it)
+  const kiln::v1::Job queued = Get(*ja, id);
+  EXPECT_EQ(queued.state(), kiln::v1::QUEUED);
+  EXPECT_EQ(queued.attempt(), 0);
+  EXPECT_EQ(queued.device(), "");
+  EXPECT_EQ(queued.progress().layers_done(), 0);
+  auto w2 = Worker("w2");
+  grpc::ClientContext c;
+  kiln::v1::CancelJobRequest cancel;
+  cancel.set_job_id(id);
+  WaitFor(*ja, id, kiln::v1::RUNNING, 60);
+  kiln::v1::Job out;
+  ASSERT_TRUE(ja->CancelJob(&c, cancel, &out).ok());  // 64 configurations: no need to run them all
+  const kiln::v1::Job end = WaitFor(*ja, id, kiln::v1::CANCELLED, 60);
+  EXPECT_EQ(end.state(), kiln::v1::CANCELLED);
+  EXPECT_EQ(end.attempt(), 1);
+  std::vector<std::pair<int, int>> changes;  // (state, attempt)
+  for (const auto& e : Watch(*ja, id)) {
+    if (e.has_state_change()) changes.emplace_back(e.state_change().state(), e.state_change().attempt());
+  }
+  const std::vector<std::pair<int, int>> want = {{kiln::v1::QUEUED, 0}, {kiln::v1::RUNNING, 1}, {kiln::v1::QUEUED, 0},
+                                                 {kiln::v1::RUNNING, 1}, {kiln::v1::CANCELLED, 1}};
+  EXPECT_EQ(changes, want);
+  EXPECT_EQ(w2->Stop(), 0);
+  EXPECT_EQ(a->Stop(), 0);
+}
+
 TEST_F(PgFarmE2E, PostgresRestartedMidRunLosesNoJob) {
   auto a = Replica("a");
   auto ja = Jobs(*a);
