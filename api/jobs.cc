@@ -120,7 +120,6 @@ bool ValidLabelKey(const std::string& k) {
   });
 }
 
-
 std::string RetryHint(double seconds) {
   const int64_t s = std::max<int64_t>(1, static_cast<int64_t>(seconds + 0.5));
   return "retry after ~" + std::to_string(s) + " s";
@@ -131,7 +130,9 @@ std::string RetryHint(double seconds) {
 Status ValidateLabels(const google::protobuf::Map<std::string, std::string>& labels) {
   if (labels.size() > 16) return InvalidArgument("labels: " + std::to_string(labels.size()) + " given, at most 16");
   for (const auto& [k, v] : labels) {
-    if (!ValidLabelKey(k)) return InvalidArgument("label key '" + EscapeForEcho(k, 80) + "' must match [a-z0-9_.-]{1,63}");
+    if (!ValidLabelKey(k)) {
+      return InvalidArgument("label key '" + EscapeForEcho(k, 80) + "' must match [a-z0-9_.-]{1,63}");
+    }
     if (v.size() > 256 || !ValidUtf8(v)) {
       return InvalidArgument("label '" + k + "': value must be at most 256 bytes of UTF-8");
     }
