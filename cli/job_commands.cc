@@ -258,6 +258,9 @@ WatchOutcome Watch(const ClientOptions& options, const std::string& job_id, bool
       out.interrupted = true;
       break;
     }
+    // Up to 1 s for the channel to connect again: a call opened on a channel whose server went
+    // away could otherwise wait for good (seen with grpcio 1.51, whose core this is).
+    (*channel)->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(1));
   }
   if (bar) std::fputs("\n", stderr);
   return out;
