@@ -1400,9 +1400,12 @@ void JobManager::WriteEnd(const LiveJob& live, store::JobRecord& rec, int state,
     Status q = Transition(rec, kiln::v1::QUEUED, live.fence());
     if (!q.ok()) spdlog::warn("job {}: {}", rec.job_id, q.ToString());
     Status r = env_.queue->Release(*live.claim);
-    if (!r.ok()) spdlog::warn("job {}: release: {}", rec.job_id, r.ToString());
-    spdlog::info("job {}: attempt {} released ({}); another worker takes it", rec.job_id, live.claim->attempt,
-                 error.ToString());
+    if (!r.ok()) {
+      spdlog::warn("job {}: release: {}; the job waits for its lease to expire", rec.job_id, r.ToString());
+    } else {
+      spdlog::info("job {}: attempt {} released ({}); another worker takes it", rec.job_id, live.claim->attempt,
+                   error.ToString());
+    }
   } else if (state == kiln::v1::RUNNING) {
     // Interrupted by the server's own shutdown: left RUNNING for the next start to re-run.
     Status u = env_.jobs->Update(rec, live.fence());

@@ -9,6 +9,7 @@
 #include <ctime>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -143,17 +144,18 @@ void PrintJob(const kiln::v1::Job& j) {
   }
 }
 
-// Calls TryCancel on `ctx` once Ctrl-C was pressed, until `done`.
+// From construction to destruction Ctrl-C sets g_interrupted (instead of ending the process) and
+// cancels the call set last (Set), so that a watch between two streams is interrupted too.
 class InterruptWatch {
  public:
-  explicit InterruptWatch(grpc::ClientContext* ctx) {
+  InterruptWatch() {
     g_interrupted = false;
     previous_ = std::signal(SIGINT, OnSigint);
-    thread_ = std::thread([this, ctx] {
+    thread_ = std::thread([this] {
       while (!done_.load()) {
         if (g_interrupted.load()) {
-          ctx->TryCancel();
-          return;
+          std::lock_guard<std::mutex> lock(mu_);
+          if (ctx_ != nullptr) ctx_->TryCancel();
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
@@ -164,9 +166,16 @@ class InterruptWatch {
     thread_.join();
     std::signal(SIGINT, previous_);
   }
+  /// The call Ctrl-C cancels from now on (nullptr: none; set before the context goes).
+  void Set(grpc::ClientContext* ctx) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ctx_ = ctx;
+  }
 
  private:
   std::atomic<bool> done_{false};
+  std::mutex mu_;
+  grpc::ClientContext* ctx_ = nullptr;
   std::thread thread_;
   void (*previous_)(int) = nullptr;
 };
@@ -179,8 +188,9 @@ struct WatchOutcome {
 
 // Streams the job's events; progress on stderr when `progress`. A watch that ends UNAVAILABLE —
 // kilnd restarting, a replica draining ("watch again"), a farm's database unreachable for longer
-// than kilnd waits — is opened again (the job goes on) for up to kWatchAgainFor, the events
-// already shown skipped by their sequence.
+// than kilnd waits — is opened again (the job goes on) for up to kWatchAgainFor after the last
+// stream that delivered anything, the events already shown skipped by their sequence. A first
+// stream that never opened is an error at once.
 WatchOutcome Watch(const ClientOptions& options, const std::string& job_id, bool progress) {
   constexpr auto kWatchAgainFor = std::chrono::seconds(60);
   WatchOutcome out;
@@ -193,7 +203,9 @@ WatchOutcome Watch(const ClientOptions& options, const std::string& job_id, bool
   const bool tty = isatty(STDERR_FILENO) != 0;
   bool bar = false;
   int64_t last_sequence = 0;
+  bool opened = false;  // a stream delivered something: only then is an UNAVAILABLE end worth a retry
   std::optional<std::chrono::steady_clock::time_point> failing_since;
+  InterruptWatch interrupt;
   for (;;) {
     grpc::ClientContext ctx;
     ClientOptions no_deadline = options;
@@ -202,13 +214,14 @@ WatchOutcome Watch(const ClientOptions& options, const std::string& job_id, bool
     kiln::v1::WatchJobRequest req;
     req.set_job_id(job_id);
     {
-      InterruptWatch interrupt(&ctx);
+      interrupt.Set(&ctx);
       auto reader = stub->WatchJob(&ctx, req);
       kiln::v1::JobEvent ev;
       while (reader->Read(&ev)) {
+        opened = true;
+        failing_since.reset();  // this stream works: a later end gets a window of its own
         if (ev.sequence() > 0 && ev.sequence() <= last_sequence) continue;  // shown before a watch again
         last_sequence = ev.sequence();
-        failing_since.reset();
         if (ev.has_state_change()) {
           out.job = ev.state_change();
           if (progress) {
@@ -243,9 +256,11 @@ WatchOutcome Watch(const ClientOptions& options, const std::string& job_id, bool
         }
       }
       out.status = reader->Finish();
+      interrupt.Set(nullptr);
     }
     out.interrupted = g_interrupted.load();
-    if (out.status.error_code() != grpc::StatusCode::UNAVAILABLE || out.interrupted) break;
+    // Never opened (a wrong address, kilnd not running, a TLS mismatch): an error now, not in 60 s.
+    if (out.status.error_code() != grpc::StatusCode::UNAVAILABLE || out.interrupted || !opened) break;
     const auto now = std::chrono::steady_clock::now();
     if (!failing_since) failing_since = now;
     if (now - *failing_since >= kWatchAgainFor) break;

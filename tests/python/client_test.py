@@ -467,7 +467,7 @@ class JobTest(Base):
         second: Optional[Kilnd] = None
         try:
             model = kiln.upload(CASES / MANIFEST["unet_small"]["model"], "unet_small").model_id
-            sweep = [{"math_fidelity": "LoFi"}, {"math_fidelity": "HiFi4"}] * 4
+            sweep = [{"math_fidelity": "LoFi"}, {"math_fidelity": "HiFi4"}] * 32  # outlasts the test
             job = kiln.submit(model, {"input": case_input("unet_small")}, "tt-emu", sweep=sweep)
             events: list = []
             errors: list = []
@@ -486,15 +486,28 @@ class JobTest(Base):
             self.assertEqual(first.stop(keep=True), 0)
             time.sleep(1.5)  # the client finds nobody there
             second = Kilnd("--devices", "tt-emu:1", listen=first.address, directory=first.dir)
+            deadline = time.monotonic() + 60
+            while not any(e.HasField("state_change") and e.state_change.attempt == 2 for e in list(events)) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.02)
+            kiln.cancel(job.job_id)  # the watch is open again: the rest of the sweep is not needed
             watcher.join(120)
             self.assertFalse(watcher.is_alive())
             self.assertEqual(errors, [])
             sequences = [e.sequence for e in events]
             self.assertEqual(sequences, sorted(set(sequences)))
             ends = [e.state_change for e in events if e.HasField("state_change")]
-            self.assertEqual([(s.state, s.attempt) for s in ends][-1], (job_pb2.SUCCEEDED, 2))
+            self.assertEqual([(s.state, s.attempt) for s in ends][-1], (job_pb2.CANCELLED, 2))
             # QUEUED once at submission, and again (attempt 1) when the restart re-queued the job.
             self.assertEqual([s.attempt for s in ends if s.state == job_pb2.QUEUED], [0, 1])
+            # Nobody at the address: a watch that never opened raises at once.
+            nobody = Client("127.0.0.1:1")
+            started = time.monotonic()
+            with self.assertRaises(KilnError) as ctx:
+                list(nobody.watch(job.job_id))
+            self.assertEqual(ctx.exception.code, grpc.StatusCode.UNAVAILABLE)
+            self.assertLess(time.monotonic() - started, 30)  # not the 60 s window of an opened watch
+            nobody.close()
         finally:
             kiln.close()
             if second is not None:

@@ -613,30 +613,41 @@ std::string Trim(std::string s) {
 }
 
 // `kiln watch` across a restart of kilnd: its watch ends UNAVAILABLE ("watch again"), the CLI
-// opens it again on the same address once kilnd is back, shows no event twice, and ends with the
-// job's end (exit 0).
+// opens it again on the same address once kilnd is back and shows no event twice; a watch that
+// never opened (nobody at the address) fails at once instead.
 TEST_F(JobE2E, CliWatchesAgainAcrossARestart) {
   const std::vector<std::string> flags = {"--devices", "tt-emu:1"};
   Start(flags);
   const std::string server = kilnd_->grpc_address();
   const std::string slow = UploadCase("unet_small");
   kiln::v1::SubmitRunRequest r = RunOf(slow, "tt-emu");
-  for (int i = 0; i < 8; ++i) r.add_sweep()->set_math_fidelity(i % 2 ? kiln::v1::HIFI4 : kiln::v1::LOFI);
+  for (int i = 0; i < 64; ++i) r.add_sweep()->set_math_fidelity(i % 2 ? kiln::v1::HIFI4 : kiln::v1::LOFI);
   kiln::v1::Job j;
   ASSERT_TRUE(Submit(r, &j).ok());
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (Get(j.job_id()).progress().layers_done() == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  const std::string log = (dir_ / "watch.out").string();
   int rc = -1;
-  std::string out;
-  std::thread cli([&] { out = Kiln(server, "watch " + j.job_id(), &rc); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the watch is open
+  std::thread cli([&] { RunShell("timeout 300 " + std::string(KILN_BINARY) + " --server " + server + " watch " +
+                                     j.job_id() + " > " + log + " 2>&1", &rc); });
+  auto shows = [&](const std::string& what) {  // waits (60 s at most) until the CLI printed `what`
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (ReadFileBytes(log).find(what) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return ReadFileBytes(log).find(what) != std::string::npos;
+  };
+  ASSERT_TRUE(shows("RUNNING (attempt 1)")) << ReadFileBytes(log);  // the watch is open
   EXPECT_EQ(kilnd_->Stop(SIGTERM), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the CLI finds nobody there
   Start(flags, server);
+  EXPECT_TRUE(shows("RUNNING (attempt 2)")) << ReadFileBytes(log);  // the watch is open again
+  grpc::ClientContext c;
+  kiln::v1::CancelJobRequest cancel;
+  cancel.set_job_id(j.job_id());
+  kiln::v1::Job after;
+  ASSERT_TRUE(jobs_->CancelJob(&c, cancel, &after).ok());  // 64 configurations: no need to run them all
   cli.join();
-  EXPECT_EQ(rc, 0) << out;
+  const std::string out = ReadFileBytes(log);
+  EXPECT_EQ(rc, 1) << out;  // a CANCELLED job
   EXPECT_NE(out.find("kilnd is shutting down"), std::string::npos) << out;
   EXPECT_NE(out.find("watching again"), std::string::npos) << out;
   auto count = [&](const std::string& what) {
@@ -645,8 +656,12 @@ TEST_F(JobE2E, CliWatchesAgainAcrossARestart) {
     return n;
   };
   EXPECT_EQ(count("QUEUED (attempt 0)"), 1u) << out;  // not shown again by the second watch
-  EXPECT_EQ(count("SUCCEEDED (attempt 2)"), 1u) << out;
-  EXPECT_EQ(Get(j.job_id()).state(), kiln::v1::SUCCEEDED);
+  EXPECT_EQ(count("RUNNING (attempt 1)"), 1u) << out;
+  EXPECT_EQ(count("CANCELLED (attempt 2)"), 1u) << out;
+  // Nobody at the address: the first watch never opened, so it is an error at once.
+  const std::string none = Kiln("127.0.0.1:1", "watch " + j.job_id(), &rc);
+  EXPECT_EQ(rc, 1) << none;
+  EXPECT_EQ(none.find("watching again"), std::string::npos) << none;
 }
 
 TEST_F(JobE2E, CliDetachWatchJobsResultCancel) {

@@ -401,20 +401,24 @@ class Client:
         until the job ends. Closing the iterator early ends the stream. A stream that ends
         UNAVAILABLE (kilnd restarting, a replica draining, a farm's database down: the job goes
         on) is opened again for up to `watch_again_s` seconds, as `kiln watch` does, and no event
-        is yielded twice (by its sequence); after that the KilnError is raised."""
+        is yielded twice (by its sequence); after that the KilnError is raised. The window starts
+        again whenever a stream delivers something; a first stream that never opened (a wrong
+        address, kilnd not running) raises at once."""
         last = 0
+        opened = False
         failing_since: Optional[float] = None
         while True:
             try:
                 for event in self._stream(self._jobs.WatchJob, job_pb2.WatchJobRequest(job_id=job_id)):
+                    opened = True
+                    failing_since = None
                     if 0 < event.sequence <= last:
                         continue  # yielded before the stream was opened again
                     last = event.sequence
-                    failing_since = None
                     yield event
                 return
             except KilnError as e:
-                if e.code != grpc.StatusCode.UNAVAILABLE:
+                if e.code != grpc.StatusCode.UNAVAILABLE or not opened:
                     raise
                 now = time.monotonic()
                 failing_since = now if failing_since is None else failing_since
@@ -423,10 +427,11 @@ class Client:
                 time.sleep(1.0)
                 # grpcio (1.51) can leave a call opened on a channel whose server went away
                 # waiting for good; watching the channel's state makes it connect again.
+                ready = grpc.channel_ready_future(self._channel)
                 try:
-                    grpc.channel_ready_future(self._channel).result(timeout=1.0)
+                    ready.result(timeout=1.0)
                 except grpc.FutureTimeoutError:
-                    pass
+                    ready.cancel()
 
     def wait(self, job_id: str) -> job_pb2.Job:
         """Watches until the job has finished; returns it."""
