@@ -272,8 +272,9 @@ class JobServiceImpl::WatchReactor final : public grpc::ServerWriteReactor<kiln:
     reading_ = false;
     if (status.code() == StatusCode::kUnavailable && service_->jobs_->farm() && !service_->jobs_->stopping()) {
       // A farm's database is unreachable (restarting, or the network): the job goes on, so the
-      // watch waits for it, up to kStoreOutage — the wakes that come each second while
-      // notifications are down read again (api/jobs.cc EventLoop).
+      // watch waits for it. The next wake reads again (api/jobs.cc EventLoop: each second while
+      // notifications are down, else the next event or the 30 s resync); a read that still fails
+      // kStoreOutage after the first one ends the watch.
       const auto now = std::chrono::steady_clock::now();
       if (!unavailable_since_) unavailable_since_ = now;
       if (now - *unavailable_since_ < kStoreOutage) {
