@@ -133,13 +133,18 @@ Status ValidateLabels(const google::protobuf::Map<std::string, std::string>& lab
     if (!ValidLabelKey(k)) {
       return InvalidArgument("label key '" + EscapeForEcho(k, 80) + "' must match [a-z0-9_.-]{1,63}");
     }
-    if (v.size() > 256 || !ValidUtf8(v)) {
-      return InvalidArgument("label '" + k + "': value must be at most 256 bytes of UTF-8");
-    }
+    if (v.size() > 256) return InvalidArgument("label '" + k + "': value is " + std::to_string(v.size()) +
+                                               " bytes, at most 256");
+    if (!ValidUtf8(v)) return InvalidArgument("label '" + k + "': value is not UTF-8");
     for (size_t i = 0; i < v.size(); ++i) {
       const auto c = static_cast<unsigned char>(v[i]);
-      const bool c1 = c == 0xC2 && i + 1 < v.size() && static_cast<unsigned char>(v[i + 1]) < 0xA0;  // U+0080..U+009F
-      if (c < 0x20 || c == 0x7F || c1) {
+      const auto next = [&](size_t n) { return i + n < v.size() ? static_cast<unsigned char>(v[i + n]) : 0; };
+      const bool c1 = c == 0xC2 && next(1) < 0xA0;  // U+0080..U+009F
+      // U+2028, U+2029 (line and paragraph separators), U+202A..U+202E and U+2066..U+2069 (bidi
+      // overrides and isolates: text that reads in another order than it is stored).
+      const bool format = c == 0xE2 && ((next(1) == 0x80 && next(2) >= 0xA8 && next(2) <= 0xAE) ||
+                                        (next(1) == 0x81 && next(2) >= 0xA6 && next(2) <= 0xA9));
+      if (c < 0x20 || c == 0x7F || c1 || format) {
         return InvalidArgument("label '" + k + "': value has a control character at byte " + std::to_string(i) +
                                " (labels are shown in tables and terminals)");
       }
@@ -412,6 +417,7 @@ Status JobManager::Recover() {
       rec.layers_done = 0;
       rec.layers_total = 0;
       rec.current_layer.clear();
+      rec.device.clear();  // queued: on no device until it starts again
       KILN_RETURN_IF_ERROR(Transition(rec, kiln::v1::QUEUED));
       ++requeued;
     }
@@ -703,7 +709,12 @@ Result<kiln::v1::ListJobsResponse> JobManager::List(const kiln::v1::ListJobsRequ
       return model.status().WithContext("model_id");
     }
   }
-  for (const auto& [k, v] : request.labels()) f.labels[k] = v;
+  for (const auto& [k, v] : request.labels()) {
+    if (!ValidLabelKey(k)) {
+      return InvalidArgument("labels: key '" + EscapeForEcho(k, 80) + "' must match [a-z0-9_.-]{1,63}");
+    }
+    f.labels[k] = v;
+  }
   if (request.page_size() < 0) return InvalidArgument("page_size must not be negative");
   const int size = request.page_size() == 0 ? 50 : std::min(request.page_size(), 500);
   f.limit = size + 1;

@@ -375,9 +375,19 @@ int Interrupted(const ClientOptions& options, const std::string& job_id) {
   kiln::v1::CancelJobRequest req;
   req.set_job_id(job_id);
   kiln::v1::Job job;
-  grpc::Status st = CallUnary(options, &kiln::v1::JobService::Stub::CancelJob, req, &job);
+  // kilnd may be away (restarting, a replica draining: the watch was waiting for it), so the
+  // cancel is retried for up to 30 s: without a terminal, Ctrl-C must still cancel.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  grpc::Status st;
+  for (bool said = false;; said = true) {
+    st = CallUnary(options, &kiln::v1::JobService::Stub::CancelJob, req, &job);
+    if (st.error_code() != grpc::StatusCode::UNAVAILABLE || std::chrono::steady_clock::now() >= until) break;
+    if (!said) std::cerr << "kiln: cancel " << job_id << ": " << Describe(st) << "; retrying for 30 s\n";
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   if (!st.ok()) {
-    std::cerr << "kiln: cancel " << job_id << ": " << Describe(st) << "\n";
+    std::cerr << "kiln: cancel " << job_id << ": " << Describe(st) << "; the job was NOT cancelled (kiln cancel "
+              << job_id << ")\n";
     return 1;
   }
   std::fprintf(stderr, "job %s cancel requested (now %s)\n", job_id.c_str(), StateName(job.state()));
@@ -480,16 +490,17 @@ Result<std::vector<kiln::v1::Precision>> ParseSweep(const std::vector<std::strin
     for (size_t pos = 0; pos <= rest.size();) {
       size_t comma = rest.find(',', pos);
       if (comma == std::string::npos) comma = rest.size();
-      if (comma > pos) {
-        std::string v = rest.substr(pos, comma - pos);
-        if (!seen.insert(v).second) {
-          return InvalidArgument("--sweep: " + EscapeControls(field) + "=" + EscapeControls(v) + " is listed twice");
-        }
-        values.push_back(std::move(v));
+      if (comma == pos) {
+        return InvalidArgument("--sweep: " + EscapeControls(field) + " lists an empty value ('" + EscapeControls(rest) +
+                               "')");
       }
+      std::string v = rest.substr(pos, comma - pos);
+      if (!seen.insert(v).second) {
+        return InvalidArgument("--sweep: " + EscapeControls(field) + "=" + EscapeControls(v) + " is listed twice");
+      }
+      values.push_back(std::move(v));
       pos = comma + 1;
     }
-    if (values.empty()) return InvalidArgument("--sweep: " + EscapeControls(field) + " lists no value");
     // The points are the product of the value counts: bounded before they are built.
     if (values.size() > static_cast<size_t>(api::JobLimits::kMaxConfigurationsCeiling) / points.size()) {
       return InvalidArgument("--sweep: more than " + std::to_string(api::JobLimits::kMaxConfigurationsCeiling) +
@@ -526,9 +537,15 @@ Result<std::vector<kiln::v1::Precision>> ParseSweep(const std::vector<std::strin
   }
   std::vector<kiln::v1::Precision> out;
   if (specs.empty()) return out;
+  std::map<std::string, size_t> parsed;  // spelled differently, the same precision (lofi, LoFi; true, 1)
   for (const auto& p : points) {
     auto m = api::ParsePrecisionFlags(p);
     if (!m.ok()) return m.status().WithContext("--sweep");
+    auto [at, fresh] = parsed.emplace(m->SerializeAsString(), out.size());
+    if (!fresh) {
+      return InvalidArgument("--sweep: points " + std::to_string(at->second) + " and " + std::to_string(out.size()) +
+                             " are the same precision (a value spelled two ways)");
+    }
     out.push_back(std::move(m).value());
   }
   return out;

@@ -262,11 +262,11 @@ TEST_F(CliRunE2E, ModeBothShowsChainedAndPerLayerSideBySide) {
   EXPECT_NE(out.find("mode per_layer"), std::string::npos) << out;
 }
 
-// Every command-line error of `kiln run` is status 2 before the FILE is uploaded: a bad
-// --sweep (a repeated field or value, none, more points than any kilnd takes) or --label (a key
-// given twice, one kilnd refuses), a --tt-emu-level tt-emu does not know or
-// one given with another backend (refused by kilnd after the upload before, status 1); job
-// options with --local (--label and --idempotency-key were ignored).
+// Every command-line error of `kiln run` is status 2 before the FILE is uploaded: a bad --sweep (a
+// repeated field or value, one spelled two ways, an empty one, more points than any kilnd takes)
+// or --label (a key given twice, one kilnd refuses), a --tt-emu-level tt-emu does not know or one
+// given with another backend (refused by kilnd after the upload before, status 1); job options
+// with --local (--label and --idempotency-key were ignored).
 TEST_F(CliRunE2E, CommandLineErrorsComeBeforeTheUpload) {
   const std::string file = kCases + "residual_add_relu.onnx";
   int rc = -1;
@@ -281,7 +281,10 @@ TEST_F(CliRunE2E, CommandLineErrorsComeBeforeTheUpload) {
       {"--sweep math_fidelity=LoFi,HiFi9", "HiFi9"},
       {"--sweep math_fidelity=LoFi,LoFi", "math_fidelity=LoFi is listed twice"},
       {"--sweep math_fidelity=LoFi --sweep math_fidelity=HiFi4", "math_fidelity is swept twice"},
-      {"--sweep math_fidelity=,", "math_fidelity lists no value"},
+      {"--sweep math_fidelity=,", "math_fidelity lists an empty value"},
+      {"--sweep math_fidelity=LoFi,,HiFi4", "math_fidelity lists an empty value"},
+      {"--sweep math_fidelity=lofi,LoFi", "points 0 and 1 are the same precision"},
+      {"--sweep fp32_dest_acc_en=true,1", "points 0 and 1 are the same precision"},
       {"--sweep " + many_a + " --sweep " + many_b, "more than 4096 points"},
       {"--label novalue", "KEY=VALUE"},
       {"--label k=1 --label k=2", "--label k is given twice"},

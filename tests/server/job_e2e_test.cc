@@ -436,7 +436,7 @@ TEST_F(JobE2E, LimitsAndBadRequests) {
   (*bad_label.mutable_labels())["Bad Key"] = "x";
   EXPECT_EQ(Submit(bad_label, &j, "c").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   // A value with a terminal escape, a newline or a C1 control would reach `kiln job` as it is.
-  for (const std::string v : {"a\x1b[31m", "a\nb", "a\xc2\x9b" "2J"}) {
+  for (const std::string v : {"a\x1b[31m", "a\nb", "a\xc2\x9b" "2J", "a\xe2\x80\xa8", "a\xe2\x80\xae" "cba"}) {
     kiln::v1::SubmitRunRequest control = RunOf(slow, "tt-emu");
     (*control.mutable_labels())["suite"] = v;
     grpc::Status st = Submit(control, &j, "c");
@@ -658,6 +658,7 @@ TEST_F(JobE2E, CliWatchesAgainAcrossARestart) {
   EXPECT_EQ(count("QUEUED (attempt 0)"), 1u) << out;  // not shown again by the second watch
   EXPECT_EQ(count("RUNNING (attempt 1)"), 1u) << out;
   EXPECT_EQ(count("CANCELLED (attempt 2)"), 1u) << out;
+  EXPECT_EQ(out.find("QUEUED (attempt 1) on"), std::string::npos) << out;  // queued again: on no device
   // Nobody at the address: the first watch never opened, so it is an error at once.
   const std::string none = Kiln("127.0.0.1:1", "watch " + j.job_id(), &rc);
   EXPECT_EQ(rc, 1) << none;
@@ -794,6 +795,50 @@ TEST_F(JobE2E, CliInterruptCancelsTheJob) {
   ASSERT_TRUE(jobs_->ListJobs(&ctx, kiln::v1::ListJobsRequest(), &list).ok());
   ASSERT_EQ(list.jobs_size(), 1);
   EXPECT_EQ(WaitDone(list.jobs(0).job_id()).state(), kiln::v1::CANCELLED);
+}
+
+// Ctrl-C while kilnd is away (the watch waiting to open again): without a terminal the CLI still
+// cancels — it retries the cancel until kilnd is back — and exits 130.
+TEST_F(JobE2E, CliInterruptWhileKilndRestartsCancelsOnceItIsBack) {
+  const std::vector<std::string> flags = {"--devices", "tt-emu:1"};
+  Start(flags);
+  const std::string server = kilnd_->grpc_address();
+  kiln::v1::SubmitRunRequest r = RunOf(UploadCase("unet_small"), "tt-emu");
+  for (int i = 0; i < 64; ++i) r.add_sweep()->set_math_fidelity(i % 2 ? kiln::v1::HIFI4 : kiln::v1::LOFI);
+  kiln::v1::Job j;
+  ASSERT_TRUE(Submit(r, &j).ok());
+  const std::string log = (dir_ / "cli.txt").string();
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    int null = open("/dev/null", O_RDONLY);
+    dup2(null, STDIN_FILENO);
+    execl(KILN_BINARY, KILN_BINARY, "--server", server.c_str(), "watch", j.job_id().c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  auto shows = [&](const std::string& what) {  // waits (60 s at most) until the CLI printed `what`
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (ReadFileBytes(log).find(what) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return ReadFileBytes(log).find(what) != std::string::npos;
+  };
+  EXPECT_TRUE(shows("RUNNING (attempt 1)")) << ReadFileBytes(log);
+  EXPECT_EQ(kilnd_->Stop(SIGTERM), 0);
+  EXPECT_TRUE(shows("watching again")) << ReadFileBytes(log);
+  kill(pid, SIGINT);  // between two streams: nobody to cancel with yet
+  EXPECT_TRUE(shows("retrying for 30 s")) << ReadFileBytes(log);
+  Start(flags, server);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const std::string out = ReadFileBytes(log);
+  EXPECT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << out;
+  EXPECT_NE(out.find("cancel requested"), std::string::npos) << out;
+  EXPECT_EQ(WaitDone(j.job_id()).state(), kiln::v1::CANCELLED);
 }
 
 // A full job queue: `kiln run` is retried by gRPC's retry policy after the server's pushback.

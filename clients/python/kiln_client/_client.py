@@ -452,10 +452,11 @@ class Client:
         if not partial:
             job = self.job(job_id)
             if job.state in (job_pb2.FAILED, job_pb2.CANCELLED):
+                finished = job.progress.configurations_done
+                hint = "result(job_id, partial=True) returns the finished ones" if finished else "none finished"
                 raise KilnError(grpc.StatusCode.FAILED_PRECONDITION,
                                 f"job {job_id} ended {job_pb2.JobState.Name(job.state)} ({job.error.message}) after "
-                                f"{job.progress.configurations_done} of {job.configurations} configuration(s); "
-                                "result(job_id, partial=True) returns the finished ones")
+                                f"{finished} of {job.configurations} configuration(s); {hint}")
         results: list[RunResult] = []
         response: Optional[device_pb2.RunConvLayersResponse] = None
         buffers: dict[int, bytearray] = {}
