@@ -405,6 +405,8 @@ int WatchAndReport(const ClientOptions& options, const std::vector<std::string>&
     }
     if (w.job.state() != kiln::v1::SUCCEEDED) {
       std::cerr << "kiln: job " << job_id << " " << JobEndText(w.job) << "\n";
+      // The configurations it finished, as `kiln result` reports them (INCOMPLETE; status 1).
+      if (w.job.progress().configurations_done() > 0) (void)ResultCommand(options, {job_id}, report);
       return 1;
     }
   }

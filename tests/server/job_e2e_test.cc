@@ -758,6 +758,10 @@ TEST_F(JobE2E, CliResultOfACancelledSweepIsIncompleteWithStatus1) {
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("INCOMPLETE: " + line), std::string::npos) << out.substr(0, 2000);
   EXPECT_NE(out.find("in the finished configurations of an incomplete job"), std::string::npos);
+  // `kiln watch` of the ended job reports the same finished configurations.
+  out = Kiln(server, "watch " + job.job_id(), &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("INCOMPLETE: " + line), std::string::npos) << out;
 }
 
 TEST_F(JobE2E, CliInterruptCancelsTheJob) {
