@@ -291,6 +291,12 @@ void AddRunCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
       *exit_code = 2;
       return;
     }
+    if (a.detach && (!a.report.out_dir.empty() || !a.report.report_file.empty() || a.report.report != "table")) {
+      std::cerr << "kiln: run: --out, --report and --report-file shape the report, which --detach does not wait "
+                   "for: give them to kiln result JOB_ID\n";
+      *exit_code = 2;
+      return;
+    }
     // Before anything is uploaded or run: a typo in --out must not cost a run.
     Status dest = CheckReportDestinations(a.report);
     if (!dest.ok()) {

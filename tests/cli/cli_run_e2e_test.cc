@@ -264,7 +264,8 @@ TEST_F(CliRunE2E, ModeBothShowsChainedAndPerLayerSideBySide) {
 
 // Every command-line error of `kiln run` is status 2 before the FILE is uploaded: a bad --sweep (a
 // repeated field or value, one spelled two ways, an empty one, more points than any kilnd takes)
-// or --label (a key given twice, one kilnd refuses), a --tt-emu-level tt-emu does not know or one
+// or --label (a key given twice, one kilnd refuses), report flags with --detach (which does not
+// wait for the report), a --tt-emu-level tt-emu does not know or one
 // given with another backend (refused by kilnd after the upload before, status 1); job options
 // with --local (--label and --idempotency-key were ignored).
 TEST_F(CliRunE2E, CommandLineErrorsComeBeforeTheUpload) {
@@ -289,6 +290,8 @@ TEST_F(CliRunE2E, CommandLineErrorsComeBeforeTheUpload) {
       {"--label novalue", "KEY=VALUE"},
       {"--label k=1 --label k=2", "--label k is given twice"},
       {"--label Suite=x", "label key 'Suite' must match"},
+      {"--detach --report json", "give them to kiln result"},
+      {"--detach --out /tmp", "give them to kiln result"},
       {"--tt-emu-level bogus", "bogus"},
       {"--backend reference --tt-emu-level fast", "tt-emu"}};
   for (const auto& [args, says] : cases) {
