@@ -136,18 +136,9 @@ Status ValidateLabels(const google::protobuf::Map<std::string, std::string>& lab
     if (v.size() > 256) return InvalidArgument("label '" + k + "': value is " + std::to_string(v.size()) +
                                                " bytes, at most 256");
     if (!ValidUtf8(v)) return InvalidArgument("label '" + k + "': value is not UTF-8");
-    for (size_t i = 0; i < v.size(); ++i) {
-      const auto c = static_cast<unsigned char>(v[i]);
-      const auto next = [&](size_t n) { return i + n < v.size() ? static_cast<unsigned char>(v[i + n]) : 0; };
-      const bool c1 = c == 0xC2 && next(1) < 0xA0;  // U+0080..U+009F
-      // U+2028, U+2029 (line and paragraph separators), U+202A..U+202E and U+2066..U+2069 (bidi
-      // overrides and isolates: text that reads in another order than it is stored).
-      const bool format = c == 0xE2 && ((next(1) == 0x80 && next(2) >= 0xA8 && next(2) <= 0xAE) ||
-                                        (next(1) == 0x81 && next(2) >= 0xA6 && next(2) <= 0xA9));
-      if (c < 0x20 || c == 0x7F || c1 || format) {
-        return InvalidArgument("label '" + k + "': value has a control character at byte " + std::to_string(i) +
-                               " (labels are shown in tables and terminals)");
-      }
+    if (const size_t at = FindControlCharacter(v); at != std::string_view::npos) {
+      return InvalidArgument("label '" + k + "': value has a control character at byte " + std::to_string(at) +
+                             " (labels are shown in tables and terminals)");
     }
   }
   return Status::Ok();

@@ -60,12 +60,6 @@ std::string Time(const google::protobuf::Timestamp& t) {
   return buf;
 }
 
-Result<std::pair<std::string, std::string>> ParseLabel(const std::string& spec) {
-  auto eq = spec.find('=');
-  if (eq == std::string::npos || eq == 0) return InvalidArgument("--label expects KEY=VALUE, got '" + spec + "'");
-  return std::make_pair(spec.substr(0, eq), spec.substr(eq + 1));
-}
-
 // A point in time as RFC 3339 UTC, null when unset (docs/cli-json.md).
 nlohmann::ordered_json TimeJson(const google::protobuf::Timestamp& t) {
   return t.seconds() == 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(Time(t));
@@ -180,6 +174,52 @@ class InterruptWatch {
   void (*previous_)(int) = nullptr;
 };
 
+// A watched job's progress on stderr: a line per state change and advise step; per finished
+// layer a bar redrawn in place on a terminal, else a line.
+class ProgressLines {
+ public:
+  explicit ProgressLines(std::string job_id) : job_id_(std::move(job_id)), tty_(isatty(STDERR_FILENO) != 0) {}
+  /// `job`: the job as of its last state change (the layers' configuration count).
+  void Show(const kiln::v1::JobEvent& ev, const kiln::v1::Job& job) {
+    if (ev.has_state_change()) {
+      EndBar();
+      std::fprintf(stderr, "job %s %s (attempt %d)%s%s\n", job_id_.c_str(), StateName(job.state()), job.attempt(),
+                   job.device().empty() ? "" : " on ", job.device().c_str());
+    } else if (ev.event_case() == kiln::v1::JobEvent::kAdviseStep) {
+      EndBar();
+      std::fprintf(stderr, "advise: %s\n", EscapeControls(ev.advise_step()).c_str());
+    } else if (ev.has_layer()) {
+      const auto& l = ev.layer();
+      const int width = 30;
+      const int filled = l.total() > 0 ? static_cast<int>(width * l.index() / l.total()) : 0;
+      char pcc[32] = "";
+      if (l.report().compared()) std::snprintf(pcc, sizeof pcc, " pcc=%.6f", l.report().pcc());
+      const std::string conf =
+          job.configurations() > 1 ? "config " + std::to_string(l.configuration()) + " " : std::string();
+      if (tty_) {
+        std::fprintf(stderr, "\r%s[%s%s] %lld/%lld %-28.28s%s\033[K", conf.c_str(), std::string(filled, '#').c_str(),
+                     std::string(width - filled, '.').c_str(), static_cast<long long>(l.index()),
+                     static_cast<long long>(l.total()), EscapeControls(l.report().name()).c_str(), pcc);
+        bar_ = true;
+      } else {
+        std::fprintf(stderr, "%s[%lld/%lld] %s %s %.3f ms%s\n", conf.c_str(), static_cast<long long>(l.index()),
+                     static_cast<long long>(l.total()), EscapeControls(l.report().name()).c_str(),
+                     EscapeControls(l.report().op()).c_str(), l.report().device_seconds() * 1e3, pcc);
+      }
+    }
+  }
+  /// Ends a bar left on its line, before any other line.
+  void EndBar() {
+    if (bar_) std::fputs("\n", stderr);
+    bar_ = false;
+  }
+
+ private:
+  std::string job_id_;
+  bool tty_;
+  bool bar_ = false;
+};
+
 struct WatchOutcome {
   grpc::Status status;
   kiln::v1::Job job;   // the last state seen
@@ -200,8 +240,7 @@ WatchOutcome Watch(const ClientOptions& options, const std::string& job_id, bool
     return out;
   }
   auto stub = kiln::v1::JobService::NewStub(*channel);
-  const bool tty = isatty(STDERR_FILENO) != 0;
-  bool bar = false;
+  ProgressLines lines(job_id);
   int64_t last_sequence = 0;
   bool opened = false;  // a stream delivered something: only then is an UNAVAILABLE end worth a retry
   std::optional<std::chrono::steady_clock::time_point> failing_since;
@@ -213,59 +252,26 @@ WatchOutcome Watch(const ClientOptions& options, const std::string& job_id, bool
     Prepare(no_deadline, &ctx);
     kiln::v1::WatchJobRequest req;
     req.set_job_id(job_id);
-    {
-      interrupt.Set(&ctx);
-      auto reader = stub->WatchJob(&ctx, req);
-      kiln::v1::JobEvent ev;
-      while (reader->Read(&ev)) {
-        opened = true;
-        failing_since.reset();  // this stream works: a later end gets a window of its own
-        if (ev.sequence() > 0 && ev.sequence() <= last_sequence) continue;  // shown before a watch again
-        last_sequence = ev.sequence();
-        if (ev.has_state_change()) {
-          out.job = ev.state_change();
-          if (progress) {
-            if (bar) std::fputs("\n", stderr);
-            bar = false;
-            std::fprintf(stderr, "job %s %s (attempt %d)%s%s\n", job_id.c_str(), StateName(out.job.state()),
-                         out.job.attempt(), out.job.device().empty() ? "" : " on ", out.job.device().c_str());
-          }
-        } else if (ev.event_case() == kiln::v1::JobEvent::kAdviseStep && progress) {
-          if (bar) std::fputs("\n", stderr);
-          bar = false;
-          std::fprintf(stderr, "advise: %s\n", EscapeControls(ev.advise_step()).c_str());
-        } else if (ev.has_layer() && progress) {
-          const auto& l = ev.layer();
-          const int width = 30;
-          const int filled = l.total() > 0 ? static_cast<int>(width * l.index() / l.total()) : 0;
-          char pcc[32] = "";
-          if (l.report().compared()) std::snprintf(pcc, sizeof pcc, " pcc=%.6f", l.report().pcc());
-          const std::string conf =
-              out.job.configurations() > 1 ? "config " + std::to_string(l.configuration()) + " " : std::string();
-          if (tty) {
-            std::fprintf(stderr, "\r%s[%s%s] %lld/%lld %-28.28s%s\033[K", conf.c_str(),
-                         std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
-                         static_cast<long long>(l.index()), static_cast<long long>(l.total()),
-                         EscapeControls(l.report().name()).c_str(), pcc);
-            bar = true;
-          } else {
-            std::fprintf(stderr, "%s[%lld/%lld] %s %s %.3f ms%s\n", conf.c_str(), static_cast<long long>(l.index()),
-                         static_cast<long long>(l.total()), EscapeControls(l.report().name()).c_str(),
-                         EscapeControls(l.report().op()).c_str(), l.report().device_seconds() * 1e3, pcc);
-          }
-        }
-      }
-      out.status = reader->Finish();
-      interrupt.Set(nullptr);
+    interrupt.Set(&ctx);
+    auto reader = stub->WatchJob(&ctx, req);
+    kiln::v1::JobEvent ev;
+    while (reader->Read(&ev)) {
+      opened = true;
+      failing_since.reset();  // this stream works: a later end gets a window of its own
+      if (ev.sequence() > 0 && ev.sequence() <= last_sequence) continue;  // shown before a watch again
+      last_sequence = ev.sequence();
+      if (ev.has_state_change()) out.job = ev.state_change();
+      if (progress) lines.Show(ev, out.job);
     }
+    out.status = reader->Finish();
+    interrupt.Set(nullptr);
     out.interrupted = g_interrupted.load();
     // Never opened (a wrong address, kilnd not running, a TLS mismatch): an error now, not in 60 s.
     if (out.status.error_code() != grpc::StatusCode::UNAVAILABLE || out.interrupted || !opened) break;
     const auto now = std::chrono::steady_clock::now();
     if (!failing_since) failing_since = now;
     if (now - *failing_since >= kWatchAgainFor) break;
-    if (bar) std::fputs("\n", stderr);
-    bar = false;
+    lines.EndBar();
     std::fprintf(stderr, "kiln: watch %s: %s; watching again\n", job_id.c_str(),
                  EscapeControls(out.status.error_message()).c_str());
     for (int i = 0; i < 10 && !g_interrupted.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -277,7 +283,7 @@ WatchOutcome Watch(const ClientOptions& options, const std::string& job_id, bool
     // away could otherwise wait for good (seen with grpcio 1.51, whose core this is).
     (*channel)->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(1));
   }
-  if (bar) std::fputs("\n", stderr);
+  lines.EndBar();
   return out;
 }
 
@@ -472,6 +478,14 @@ int JobsCommand(const ClientOptions& options, const std::string& state, const st
 }
 
 }  // namespace
+
+Result<std::pair<std::string, std::string>> ParseLabel(const std::string& spec) {
+  auto eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return InvalidArgument("--label expects KEY=VALUE, got '" + EscapeControls(spec) + "'");
+  }
+  return std::make_pair(spec.substr(0, eq), spec.substr(eq + 1));
+}
 
 Result<std::vector<kiln::v1::Precision>> ParseSweep(const std::vector<std::string>& specs,
                                                     const api::PrecisionFlags& base) {

@@ -44,4 +44,7 @@ void AddReportOptions(CLI::App& cmd, ReportOptions& report);
 Result<std::vector<kiln::v1::Precision>> ParseSweep(const std::vector<std::string>& specs,
                                                     const api::PrecisionFlags& base);
 
+/// One `--label KEY=VALUE` (`kiln run`, `kiln jobs`): INVALID_ARGUMENT without a '=' after a key.
+Result<std::pair<std::string, std::string>> ParseLabel(const std::string& spec);
+
 }  // namespace kiln::cli

@@ -129,17 +129,16 @@ int RunRemote(const ClientOptions& options, const RunArgs& a, kiln::v1::RunConvL
   }
   for (auto& p : *sweep) *submit.add_sweep() = std::move(p);
   for (const auto& l : a.labels) {
-    auto eq = l.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      std::cerr << "kiln: run: --label expects KEY=VALUE, got '" << EscapeControls(l) << "'\n";
+    auto kv = ParseLabel(l);
+    if (!kv.ok()) {
+      std::cerr << "kiln: run: " << kv.status().message() << "\n";
       return 2;
     }
-    const std::string key = l.substr(0, eq);
-    if (submit.labels().count(key)) {
-      std::cerr << "kiln: run: --label " << EscapeControls(key) << " is given twice\n";
+    if (submit.labels().count(kv->first)) {
+      std::cerr << "kiln: run: --label " << EscapeControls(kv->first) << " is given twice\n";
       return 2;
     }
-    (*submit.mutable_labels())[key] = l.substr(eq + 1);
+    (*submit.mutable_labels())[kv->first] = kv->second;
   }
   if (Status st = api::ValidateLabels(submit.labels()); !st.ok()) {
     std::cerr << "kiln: run: --label: " << st.message() << "\n";

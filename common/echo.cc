@@ -72,4 +72,16 @@ std::string EscapeControls(std::string_view text) {
   return out;
 }
 
+size_t FindControlCharacter(std::string_view text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const auto next = [&](size_t n) { return i + n < text.size() ? static_cast<unsigned char>(text[i + n]) : 0; };
+    const bool c1 = c == 0xc2 && next(1) >= 0x80 && next(1) <= 0x9f;
+    const bool format = c == 0xe2 && ((next(1) == 0x80 && next(2) >= 0xa8 && next(2) <= 0xae) ||
+                                      (next(1) == 0x81 && next(2) >= 0xa6 && next(2) <= 0xa9));
+    if (c < 0x20 || c == 0x7f || c1 || format) return i;
+  }
+  return std::string_view::npos;
+}
+
 }  // namespace kiln

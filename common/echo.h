@@ -22,4 +22,11 @@ std::string EscapeForEcho(std::string_view text, size_t max_bytes = 256);
 /// the window title or forge a line; everything else, UTF-8 included, passes unchanged.
 std::string EscapeControls(std::string_view text);
 
+/// For text that is refused rather than escaped (api/jobs.h ValidateLabels): the offset of the
+/// first character that is not plain text in a table or a terminal — a C0 control, DEL, a C1
+/// control (U+0080..U+009F), a line or paragraph separator (U+2028, U+2029), a bidi override or
+/// isolate (U+202A..U+202E, U+2066..U+2069: text shown in another order than it is stored) —
+/// or std::string_view::npos. `text` is UTF-8 (checked by the caller).
+size_t FindControlCharacter(std::string_view text);
+
 }  // namespace kiln

@@ -38,4 +38,16 @@ TEST(EscapeControls, ControlCharactersAreEscapedAndUtf8Passes) {
   EXPECT_EQ(EscapeControls("a\x9b" "31m"), "a\\x9b31m");        // a lone 8-bit CSI (invalid UTF-8)
 }
 
+TEST(FindControlCharacter, FindsWhatATableCannotShowAsText) {
+  EXPECT_EQ(FindControlCharacter("caf\xc3\xa9 \xe2\x80\x94 ok"), std::string_view::npos);  // é, an em dash
+  EXPECT_EQ(FindControlCharacter("ab\x1b[31m"), 2u);
+  EXPECT_EQ(FindControlCharacter("a\x7f"), 1u);
+  EXPECT_EQ(FindControlCharacter("a\xc2\x9b" "2J"), 1u);         // C1 CSI
+  EXPECT_EQ(FindControlCharacter("a\xc2\xa0"), std::string_view::npos);  // U+00A0
+  EXPECT_EQ(FindControlCharacter("a\xe2\x80\xa8"), 1u);         // U+2028
+  EXPECT_EQ(FindControlCharacter("ab\xe2\x80\xae" "cba"), 2u);  // U+202E
+  EXPECT_EQ(FindControlCharacter("a\xe2\x81\xa9"), 1u);         // U+2069
+  EXPECT_EQ(FindControlCharacter("a\xe2\x81\xa5"), std::string_view::npos);  // U+2065: not one
+}
+
 }  // namespace kiln

@@ -140,6 +140,42 @@ class JobE2E : public KilndTest {
     return r;
   }
 
+  // A tt-emu run of `model` over `points` configurations, math_fidelity LoFi, HiFi4, LoFi, ...: a
+  // job that lasts long enough to be watched, interrupted or cancelled mid-way.
+  kiln::v1::SubmitRunRequest SweepOf(const std::string& model, int points) {
+    kiln::v1::SubmitRunRequest r = RunOf(model, "tt-emu");
+    for (int i = 0; i < points; ++i) r.add_sweep()->set_math_fidelity(i % 2 ? kiln::v1::HIFI4 : kiln::v1::LOFI);
+    return r;
+  }
+
+  // The kiln CLI as a child process (stdout and stderr into `log`, stdin /dev/null: no terminal),
+  // for tests that signal it; reap it with waitpid.
+  static pid_t SpawnKiln(const std::vector<std::string>& args, const std::string& log) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      int null = open("/dev/null", O_RDONLY);
+      dup2(null, STDIN_FILENO);
+      std::vector<char*> argv{const_cast<char*>(KILN_BINARY)};
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(KILN_BINARY, argv.data());
+      _exit(127);
+    }
+    return pid;
+  }
+
+  // Waits (`seconds` at most) until `file` contains `what`; whether it does.
+  static bool WaitForText(const std::string& file, const std::string& what, int seconds = 60) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (ReadFileBytes(file).find(what) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return ReadFileBytes(file).find(what) != std::string::npos;
+  }
+
   std::map<std::string, double> Scrape() { return ScrapeMetrics(kilnd_->metrics_address()); }
 
   std::unique_ptr<KilndProcess> kilnd_;
@@ -321,10 +357,9 @@ TEST_F(JobE2E, CancelQueuedAndRunning) {
 TEST_F(JobE2E, WatchOfAQuietJobDoesNotPoll) {
   Start({"--devices", "tt-emu:1"});
   const std::string slow = UploadCase("unet_small");
-  kiln::v1::SubmitRunRequest long_run = RunOf(slow, "tt-emu");
-  // 64 configurations (--job-max-configurations): 8 of unet_small took only 1.3 s on a quick VM,
-  // and the queued job then ran before the idle second was over.
-  for (int i = 0; i < 64; ++i) long_run.add_sweep()->set_math_fidelity(i % 2 ? kiln::v1::HIFI4 : kiln::v1::LOFI);
+  // 64 configurations (--job-max-configurations): 8 of unet_small ended within the 1.3 s below on
+  // a quick VM, and the queued job then ran before the idle second was over.
+  kiln::v1::SubmitRunRequest long_run = SweepOf(slow, 64);
   kiln::v1::Job running, queued;
   ASSERT_TRUE(Submit(long_run, &running).ok());
   ASSERT_TRUE(Submit(RunOf(slow, "tt-emu"), &queued).ok());
@@ -581,8 +616,7 @@ TEST_F(JobE2E, SigtermWithAJobRunningResumesAfterRestart) {
   const std::vector<std::string> flags = {"--devices", "tt-emu:1"};
   Start(flags);
   const std::string slow = UploadCase("unet_small");
-  kiln::v1::SubmitRunRequest r = RunOf(slow, "tt-emu");
-  for (int i = 0; i < 8; ++i) r.add_sweep()->set_math_fidelity(i % 2 ? kiln::v1::HIFI4 : kiln::v1::LOFI);
+  kiln::v1::SubmitRunRequest r = SweepOf(slow, 8);
   kiln::v1::Job j;
   ASSERT_TRUE(Submit(r, &j).ok());
   grpc::Status watch_status;
@@ -619,35 +653,24 @@ TEST_F(JobE2E, CliWatchesAgainAcrossARestart) {
   const std::vector<std::string> flags = {"--devices", "tt-emu:1"};
   Start(flags);
   const std::string server = kilnd_->grpc_address();
-  const std::string slow = UploadCase("unet_small");
-  kiln::v1::SubmitRunRequest r = RunOf(slow, "tt-emu");
-  for (int i = 0; i < 64; ++i) r.add_sweep()->set_math_fidelity(i % 2 ? kiln::v1::HIFI4 : kiln::v1::LOFI);
   kiln::v1::Job j;
-  ASSERT_TRUE(Submit(r, &j).ok());
+  ASSERT_TRUE(Submit(SweepOf(UploadCase("unet_small"), 64), &j).ok());
   const std::string log = (dir_ / "watch.out").string();
-  int rc = -1;
-  std::thread cli([&] { RunShell("timeout 300 " + std::string(KILN_BINARY) + " --server " + server + " watch " +
-                                     j.job_id() + " > " + log + " 2>&1", &rc); });
-  auto shows = [&](const std::string& what) {  // waits (60 s at most) until the CLI printed `what`
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (ReadFileBytes(log).find(what) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return ReadFileBytes(log).find(what) != std::string::npos;
-  };
-  ASSERT_TRUE(shows("RUNNING (attempt 1)")) << ReadFileBytes(log);  // the watch is open
+  pid_t pid = SpawnKiln({"--server", server, "watch", j.job_id()}, log);
+  ASSERT_TRUE(WaitForText(log, "RUNNING (attempt 1)")) << ReadFileBytes(log);  // the watch is open
   EXPECT_EQ(kilnd_->Stop(SIGTERM), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the CLI finds nobody there
   Start(flags, server);
-  EXPECT_TRUE(shows("RUNNING (attempt 2)")) << ReadFileBytes(log);  // the watch is open again
+  EXPECT_TRUE(WaitForText(log, "RUNNING (attempt 2)")) << ReadFileBytes(log);  // the watch is open again
   grpc::ClientContext c;
   kiln::v1::CancelJobRequest cancel;
   cancel.set_job_id(j.job_id());
   kiln::v1::Job after;
   ASSERT_TRUE(jobs_->CancelJob(&c, cancel, &after).ok());  // 64 configurations: no need to run them all
-  cli.join();
+  int status = 0;
+  waitpid(pid, &status, 0);
   const std::string out = ReadFileBytes(log);
-  EXPECT_EQ(rc, 1) << out;  // a CANCELLED job
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out;  // a CANCELLED job
   EXPECT_NE(out.find("kilnd is shutting down"), std::string::npos) << out;
   EXPECT_NE(out.find("watching again"), std::string::npos) << out;
   auto count = [&](const std::string& what) {
@@ -660,6 +683,7 @@ TEST_F(JobE2E, CliWatchesAgainAcrossARestart) {
   EXPECT_EQ(count("CANCELLED (attempt 2)"), 1u) << out;
   EXPECT_EQ(out.find("QUEUED (attempt 1) on"), std::string::npos) << out;  // queued again: on no device
   // Nobody at the address: the first watch never opened, so it is an error at once.
+  int rc = -1;
   const std::string none = Kiln("127.0.0.1:1", "watch " + j.job_id(), &rc);
   EXPECT_EQ(rc, 1) << none;
   EXPECT_EQ(none.find("watching again"), std::string::npos) << none;
@@ -725,8 +749,7 @@ TEST_F(JobE2E, CliResultOfACancelledSweepIsIncompleteWithStatus1) {
   Start({"--devices", "tt-emu:1"});
   const std::string server = kilnd_->grpc_address();
   const std::string model = UploadCase("unet_small");
-  kiln::v1::SubmitRunRequest req = RunOf(model, "tt-emu");
-  for (int i = 0; i < 32; ++i) req.add_sweep()->set_math_fidelity(i % 2 ? kiln::v1::HIFI4 : kiln::v1::LOFI);
+  kiln::v1::SubmitRunRequest req = SweepOf(model, 32);
   kiln::v1::Job job;
   ASSERT_TRUE(Submit(req, &job).ok());
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -771,22 +794,9 @@ TEST_F(JobE2E, CliInterruptCancelsTheJob) {
   Kiln(server, "upload " + kCases + "unet_small.onnx", &rc);
   ASSERT_EQ(rc, 0);
   const std::string log = (dir_ / "cli.txt").string();
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
-    int null = open("/dev/null", O_RDONLY);
-    dup2(null, STDIN_FILENO);
-    execl(KILN_BINARY, KILN_BINARY, "--server", server.c_str(), "run", "unet_small", "--sweep",
-          "math_fidelity=LoFi,HiFi2,HiFi3,HiFi4", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  // Wait for the first progress line, then interrupt.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (ReadFileBytes(log).find("[1/") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  pid_t pid = SpawnKiln({"--server", server, "run", "unet_small", "--sweep", "math_fidelity=LoFi,HiFi2,HiFi3,HiFi4"},
+                        log);
+  WaitForText(log, "[1/");  // the first progress line, then interrupt
   kill(pid, SIGINT);
   int status = 0;
   waitpid(pid, &status, 0);
@@ -807,34 +817,15 @@ TEST_F(JobE2E, CliInterruptWhileKilndRestartsCancelsOnceItIsBack) {
   const std::vector<std::string> flags = {"--devices", "tt-emu:1"};
   Start(flags);
   const std::string server = kilnd_->grpc_address();
-  kiln::v1::SubmitRunRequest r = RunOf(UploadCase("unet_small"), "tt-emu");
-  for (int i = 0; i < 64; ++i) r.add_sweep()->set_math_fidelity(i % 2 ? kiln::v1::HIFI4 : kiln::v1::LOFI);
   kiln::v1::Job j;
-  ASSERT_TRUE(Submit(r, &j).ok());
+  ASSERT_TRUE(Submit(SweepOf(UploadCase("unet_small"), 64), &j).ok());
   const std::string log = (dir_ / "cli.txt").string();
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
-    int null = open("/dev/null", O_RDONLY);
-    dup2(null, STDIN_FILENO);
-    execl(KILN_BINARY, KILN_BINARY, "--server", server.c_str(), "watch", j.job_id().c_str(),
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  auto shows = [&](const std::string& what) {  // waits (60 s at most) until the CLI printed `what`
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (ReadFileBytes(log).find(what) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return ReadFileBytes(log).find(what) != std::string::npos;
-  };
-  EXPECT_TRUE(shows("RUNNING (attempt 1)")) << ReadFileBytes(log);
+  pid_t pid = SpawnKiln({"--server", server, "watch", j.job_id()}, log);
+  EXPECT_TRUE(WaitForText(log, "RUNNING (attempt 1)")) << ReadFileBytes(log);
   EXPECT_EQ(kilnd_->Stop(SIGTERM), 0);
-  EXPECT_TRUE(shows("watching again")) << ReadFileBytes(log);
+  EXPECT_TRUE(WaitForText(log, "watching again")) << ReadFileBytes(log);
   kill(pid, SIGINT);  // between two streams: nobody to cancel with yet
-  EXPECT_TRUE(shows("retrying for 30 s")) << ReadFileBytes(log);
+  EXPECT_TRUE(WaitForText(log, "retrying for 30 s")) << ReadFileBytes(log);
   Start(flags, server);
   int status = 0;
   waitpid(pid, &status, 0);
